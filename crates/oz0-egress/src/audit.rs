@@ -1,0 +1,157 @@
+//! The audit trail: one structured record per proxy decision.
+//!
+//! A record names the run, the decision, the canonical target and what
+//! happened; it never holds the token, a path, a query string or a header
+//! value, so the log can be kept and shipped without leaking what a run sent.
+
+use std::io::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+/// Longest request target kept in a record.
+pub const MAX_AUDIT_TARGET: usize = 256;
+
+/// What the proxy decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Allowed and dialled (status 200 for a tunnel, the upstream's status
+    /// for plain HTTP, 502/504 when the dial or upstream failed).
+    Allow,
+    /// 403: the policy refused the target.
+    Deny,
+    /// 407: no token, or not this run's token.
+    Auth,
+    /// 400 (or 414/431 for oversized heads): a malformed request.
+    Bad,
+}
+
+/// One decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditRecord {
+    /// Milliseconds since the Unix epoch.
+    pub ts_ms: u64,
+    /// The run.
+    pub run: String,
+    /// The decision.
+    pub decision: Decision,
+    /// The HTTP status the client got.
+    pub status: u16,
+    /// The request method (`CONNECT`, `GET`, …), empty when unparsable.
+    pub method: String,
+    /// The request's target authority as sent (userinfo removed, cut to
+    /// [`MAX_AUDIT_TARGET`]), when there was one.
+    pub target: Option<String>,
+    /// The canonical host, when it parsed.
+    pub host: Option<String>,
+    /// The port, when it parsed.
+    pub port: Option<u16>,
+    /// The address dialled.
+    pub addr: Option<String>,
+    /// Why, for anything but a plain success.
+    pub reason: Option<String>,
+    /// Bytes from the run to the target (request bodies, tunnel upstream).
+    pub bytes_up: u64,
+    /// Bytes from the target to the run.
+    pub bytes_down: u64,
+    /// Milliseconds from the request to the end of the exchange.
+    pub duration_ms: u64,
+}
+
+impl AuditRecord {
+    pub(crate) fn new(run: &str, decision: Decision, status: u16, method: &str) -> Self {
+        let ts_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        AuditRecord {
+            ts_ms,
+            run: run.to_string(),
+            decision,
+            status,
+            method: method.to_string(),
+            target: None,
+            host: None,
+            port: None,
+            addr: None,
+            reason: None,
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
+        }
+    }
+
+    /// The record as one JSON line (no trailing newline).
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).expect("audit records always serialise")
+    }
+}
+
+/// Where records go. Must not block for long: it is called on the proxy's
+/// threads.
+pub trait AuditSink: Send + Sync + 'static {
+    /// Records one decision.
+    fn record(&self, record: &AuditRecord);
+}
+
+impl<F: Fn(&AuditRecord) + Send + Sync + 'static> AuditSink for F {
+    fn record(&self, record: &AuditRecord) {
+        self(record)
+    }
+}
+
+/// The default sink: one line `oz0-egress {json}` per record on stderr
+/// (the node's log).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StderrSink;
+
+impl AuditSink for StderrSink {
+    fn record(&self, record: &AuditRecord) {
+        let line = format!("oz0-egress {}\n", record.to_json_line());
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
+}
+
+/// Keeps the authority of a request target for the record: drops any
+/// userinfo (a client may put the token there), path and query, and cuts it.
+pub(crate) fn audit_target(raw: &str) -> String {
+    let rest = raw.split_once("://").map_or(raw, |(_, r)| r);
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let auth = &rest[..end];
+    let auth = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
+    let mut cut = auth.len().min(MAX_AUDIT_TARGET);
+    while !auth.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    auth[..cut].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_lose_userinfo_and_paths() {
+        let cases = [
+            ("example.com:443", "example.com:443"),
+            ("http://oz0:secret@example.com/x?key=1", "example.com"),
+            ("http://example.com:8080/p", "example.com:8080"),
+            ("user:pw@h:1", "h:1"),
+            ("/just/a/path", ""),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(audit_target(raw), want, "{raw}");
+        }
+        assert_eq!(audit_target(&"a".repeat(1000)).len(), MAX_AUDIT_TARGET);
+    }
+
+    #[test]
+    fn json_line_shape() {
+        let mut r = AuditRecord::new("run-1", Decision::Deny, 403, "CONNECT");
+        r.host = Some("x.invalid".into());
+        let v: serde_json::Value = serde_json::from_str(&r.to_json_line()).unwrap();
+        assert_eq!(v["decision"], "deny");
+        assert_eq!(v["run"], "run-1");
+        assert_eq!(v["status"], 403);
+    }
+}

@@ -1,0 +1,129 @@
+//! The in-sandbox bridge: a TCP listener on the sandbox's own loopback whose
+//! every connection is forwarded, byte for byte, to the run's proxy socket.
+//!
+//! It runs inside every sandbox with egress, so it is small, synchronous and
+//! uses only `std`: one thread per direction per connection, a bounded
+//! number of connections, no parsing (the proxy does all of that). It holds
+//! no secret: the token travels inside the client's own requests.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::Duration;
+
+/// Most connections the bridge carries at once; the next waits in the
+/// listen backlog until one closes. Each costs two threads.
+pub const MAX_BRIDGE_CONNECTIONS: usize = 128;
+/// Copy buffer per direction.
+pub const BRIDGE_BUFFER: usize = 64 * 1024;
+/// Stack of each copy thread (the buffer is on the heap).
+const THREAD_STACK: usize = 64 * 1024;
+
+/// Forwards every connection `listener` accepts to the unix socket at
+/// `proxy_socket`, until accepting fails for good. Call it after binding
+/// the listener (e.g. on `127.0.0.1:0`) and before starting the command; it
+/// does not return while the listener works.
+pub fn serve(listener: TcpListener, proxy_socket: &Path) -> io::Result<()> {
+    serve_with(listener, proxy_socket, MAX_BRIDGE_CONNECTIONS)
+}
+
+/// [`serve`] with an explicit connection bound.
+pub fn serve_with(listener: TcpListener, proxy_socket: &Path, max: usize) -> io::Result<()> {
+    let slots = Arc::new((Mutex::new(0usize), Condvar::new()));
+    let target: Arc<PathBuf> = Arc::new(proxy_socket.to_path_buf());
+    loop {
+        {
+            let (lock, cv) = &*slots;
+            let mut n = lock.lock().unwrap_or_else(|e| e.into_inner());
+            while *n >= max.max(1) {
+                n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
+            }
+            *n += 1;
+        }
+        let release = Slot(slots.clone());
+        let tcp = match listener.accept() {
+            Ok((tcp, _)) => tcp,
+            Err(e) => match e.kind() {
+                io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => continue,
+                // Out of file descriptors: back off instead of spinning.
+                _ if e.raw_os_error() == Some(24) || e.raw_os_error() == Some(23) => {
+                    thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                _ => return Err(e),
+            },
+        };
+        let target = target.clone();
+        let spawned = thread::Builder::new()
+            .name("oz0-bridge".into())
+            .stack_size(THREAD_STACK)
+            .spawn(move || {
+                let _release = release;
+                let _ = carry(tcp, &target);
+            });
+        // Could not spawn (thread limit): the connection was dropped with
+        // the closure, which released its slot.
+        if let Err(e) = spawned {
+            if e.kind() != io::ErrorKind::WouldBlock && e.raw_os_error() != Some(11) {
+                return Err(e);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+struct Slot(Arc<(Mutex<usize>, Condvar)>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.0;
+        let mut n = lock.lock().unwrap_or_else(|e| e.into_inner());
+        *n -= 1;
+        cv.notify_one();
+    }
+}
+
+/// Carries one connection both ways until both directions end.
+fn carry(tcp: TcpStream, target: &Path) -> io::Result<()> {
+    let unix = UnixStream::connect(target)?;
+    let _ = tcp.set_nodelay(true);
+    let tcp_r = tcp.try_clone()?;
+    let unix_w = unix.try_clone()?;
+    let up = thread::Builder::new()
+        .name("oz0-bridge-up".into())
+        .stack_size(THREAD_STACK)
+        .spawn(move || {
+            let r = pump(tcp_r, &unix_w);
+            // EOF from the client: half-close so the proxy sees it. An error
+            // (reset): close the proxy side fully, which ends the other
+            // direction too.
+            let how = if r.is_ok() { Shutdown::Write } else { Shutdown::Both };
+            let _ = unix_w.shutdown(how);
+            r
+        })?;
+    let down = pump(&unix, &tcp);
+    let _ = tcp.shutdown(Shutdown::Write);
+    if down.is_err() {
+        // The proxy side failed: stop the other direction too.
+        let _ = tcp.shutdown(Shutdown::Both);
+        let _ = unix.shutdown(Shutdown::Both);
+    }
+    let up = up.join().unwrap_or(Ok(()));
+    down.and(up)
+}
+
+fn pump(mut from: impl Read, mut to: impl Write) -> io::Result<()> {
+    let mut buf = vec![0u8; BRIDGE_BUFFER];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        to.write_all(&buf[..n])?;
+    }
+}

@@ -1,0 +1,68 @@
+//! `oz0-egress` owns the only way out of a sandboxed run: the node's egress
+//! proxy and the bridge that reaches it from inside the run.
+//!
+//! - [`proxy`]: HTTP proxy semantics (`CONNECT host:port` tunnels and
+//!   absolute-form plain HTTP) on **one unix socket per run**, each socket
+//!   knowing exactly one run's token and allowlist.
+//! - [`token`]: the per-run secret (`Proxy-Authorization: Basic oz0:<token>`
+//!   or `Bearer <token>`).
+//! - [`bridge`]: inside the run, a loopback TCP listener forwarding each
+//!   connection to the run's socket (std only, no parsing).
+//! - [`audit`]: one structured record per decision, never the token.
+//! - [`resolve`]: the name-resolution seam and the node's own addresses.
+//!
+//! Threat model. Everything arriving on a run's socket is hostile: the
+//! command may send malformed or oversized requests, guess or replay tokens,
+//! spell hosts in odd ways, or aim names at the node's loopback, the LAN or a
+//! cloud metadata service. The proxy therefore (1) checks the run's token,
+//! in constant time, before looking at anything else (407); (2) canonicalises
+//! the target with the same code that validated `--allow` and refuses what no
+//! rule names (403), names under `.invalid` before any lookup; (3) resolves an
+//! allowed name once, refuses loopback, private, link-local, unique-local,
+//! CGNAT, metadata, multicast, broadcast, reserved and the node's own
+//! addresses unless the run named that address itself, and dials exactly an
+//! address it checked; (4) answers malformed requests with 400 and never
+//! panics on input; (5) bounds connections, head sizes and every wait. A
+//! token opens only its own socket's run: another run's token is as wrong as
+//! none. Node-local services are reachable only on `--forward`ed ports of
+//! `127.0.0.1`. The bridge is trusted code running inside the sandbox; it
+//! holds no secret and makes no decision.
+
+pub mod audit;
+pub mod bridge;
+pub mod proxy;
+pub mod resolve;
+pub mod token;
+
+use std::io;
+use std::path::PathBuf;
+
+pub use audit::{AuditRecord, AuditSink, Decision, StderrSink};
+pub use proxy::{Proxy, ProxyConfig, ProxyHandle, ProxyLimits, RunEgress, RunGuard};
+pub use resolve::{Resolver, SystemResolver};
+pub use token::Token;
+
+/// Why the proxy could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum EgressError {
+    /// The runtime did not start.
+    #[error("could not start the egress proxy's runtime: {0}")]
+    Runtime(#[source] io::Error),
+    /// A run's socket could not be created.
+    #[error("could not listen on {}: {source}: remove the stale socket or choose another path", path.display())]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The OS CSPRNG failed.
+    #[error("the OS random number generator failed: {0}")]
+    Random(String),
+    /// A token of the wrong shape.
+    #[error("a proxy token is 64 lowercase hex digits")]
+    BadToken,
+    /// The proxy was shut down.
+    #[error("the egress proxy has shut down: start it again")]
+    ShutDown,
+}
