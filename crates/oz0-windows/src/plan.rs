@@ -1,0 +1,757 @@
+//! The PSEC plan: a run's spec translated into the PSEC container request,
+//! the job's limits, the environment, the command line and the protected
+//! entries, as plain data. This translation is the Windows security
+//! boundary: what the container may touch is entirely determined by it.
+//!
+//! The request mirrors the fields of Windows' PSEC schema
+//! (`ProcessSecurityEnvironment.fbs`, as vendored by Microsoft's MXC):
+//! `version`, `capabilities`, `ui_restrictions`, `fs_read_write`,
+//! `fs_read_only`, `fs_deny`, `network_policy { proxy, egress,
+//! allowed_appcontainer_peer, ingress }`. The native launcher encodes it.
+//!
+//! - **Writable**: the work directory, `--write` folders, the run's own TEMP
+//!   (and, on the bridge route, the folder of the proxy's socket).
+//! - **Read-only**: the system (`SystemRoot`), `--read` paths, the node
+//!   binary, and the protected entries of every writable folder
+//!   (`oz0_policy::protected`, the one list).
+//! - **Denied**: the node's data directory (and so its keys) and other runs'
+//!   folders. Deny paths need PSEC's deny feature: without it the run is
+//!   refused before launch, never run with a weaker wall.
+//! - **Network**: the proxy only, through the bridge or the relay; no egress
+//!   at all without `--allow`/`--forward`.
+//! - **Job**: memory, processes, CPU time, UI limits, kill on close.
+
+use oz0_policy::protected::{self, Kind};
+use oz0_policy::RunSpec;
+use serde::Serialize;
+
+use crate::cmdline::{self, CmdLineError};
+use crate::env::{self, ProxyToken, WinEnvError, WinVar};
+use crate::probe::{Contract, Feature, PsecFacts};
+use crate::relay::{RelayPort, RELAY_PROFILE};
+use crate::winpath::{WinPath, WinPathError};
+
+/// `JOB_OBJECT_LIMIT_ACTIVE_PROCESS`.
+pub const JOB_LIMIT_ACTIVE_PROCESS: u32 = 0x0000_0008;
+/// `JOB_OBJECT_LIMIT_JOB_TIME`.
+pub const JOB_LIMIT_JOB_TIME: u32 = 0x0000_0004;
+/// `JOB_OBJECT_LIMIT_JOB_MEMORY`.
+pub const JOB_LIMIT_JOB_MEMORY: u32 = 0x0000_0200;
+/// `JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION`.
+pub const JOB_LIMIT_DIE_ON_UNHANDLED_EXCEPTION: u32 = 0x0000_0400;
+/// `JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE`.
+pub const JOB_LIMIT_KILL_ON_JOB_CLOSE: u32 = 0x0000_2000;
+
+/// UI limits every run gets: other processes' USER handles, clipboard read
+/// and write, system parameters, display settings, global atoms, desktops,
+/// logoff/shutdown, and input injection (`JOB_OBJECT_UILIMIT_*`, 0x1..0x80
+/// and 0x200).
+pub const UI_RESTRICTIONS: u32 = 0x0001 | 0x0002 | 0x0004 | 0x0008 | 0x0010 | 0x0020 | 0x0040 | 0x0080 | 0x0200;
+
+/// The capability the relay route needs (as MXC writes the relay's spec).
+pub const PRIVATE_NETWORK_CAPABILITY: &str = "privateNetworkClientServer";
+
+/// Facts of this machine and this run the plan needs, gathered by the
+/// launcher (no I/O here).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowsHost {
+    /// `GetSystemWindowsDirectoryW`, e.g. `C:\Windows`.
+    pub system_root: WinPath,
+    /// The node binary (read-only to the run: the bridge is this binary).
+    pub node_binary: WinPath,
+    /// A fresh, empty folder for this run's TEMP, removed after it.
+    pub run_temp: WinPath,
+    /// Other runs' folders, denied to this one.
+    pub other_runs: Vec<WinPath>,
+}
+
+/// How this run reaches the egress proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EgressSetup {
+    /// The bridge listens on `port` of the container's own loopback and
+    /// forwards to the proxy's socket in `sockets_dir`.
+    Bridge {
+        /// The bridge's port inside the container.
+        port: u16,
+        /// The run's proxy token.
+        token: ProxyToken,
+        /// The folder holding the proxy's unix socket for this run.
+        sockets_dir: WinPath,
+    },
+    /// The relay listens on `port` of the machine's 127.0.0.1, as the
+    /// relay's own profile, and forwards to the proxy.
+    Relay {
+        /// The relay's port.
+        port: RelayPort,
+        /// The run's proxy token.
+        token: ProxyToken,
+    },
+}
+
+/// A PSEC filter action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FilterAction {
+    /// Deny.
+    Deny,
+}
+
+/// `EndpointPolicy`: default action, no rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EndpointPolicy {
+    /// Default action.
+    pub default_action: FilterAction,
+}
+
+/// `IngressPolicy`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IngressPolicy {
+    /// Default action for inbound connections.
+    pub default_action: FilterAction,
+    /// Connections from the host's loopback.
+    pub host_loopback: FilterAction,
+}
+
+/// `NetworkPolicy`. `proxy` and `egress` are exclusive forms, as in PSEC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NetworkPolicy {
+    /// The proxy's URL, without credentials (the token travels in the environment only).
+    pub proxy_url: Option<String>,
+    /// Direct egress (only when there is no proxy: deny everything).
+    pub egress: Option<EndpointPolicy>,
+    /// The one AppContainer the container may talk to (the relay's profile).
+    pub allowed_appcontainer_peer: Option<String>,
+    /// The ingress table, when used.
+    pub ingress: Option<IngressPolicy>,
+}
+
+/// The PSEC container request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PsecRequest {
+    /// The contract the spec is written for.
+    pub version: Contract,
+    /// AppContainer capabilities (none unless the route needs one).
+    pub capabilities: Vec<String>,
+    /// Win32k stays available (console programs and PowerShell need it).
+    pub disallow_win32k_system_calls: bool,
+    /// [`UI_RESTRICTIONS`].
+    pub ui_restrictions: u32,
+    /// Read and write.
+    pub fs_read_write: Vec<WinPath>,
+    /// Read only.
+    pub fs_read_only: Vec<WinPath>,
+    /// Denied.
+    pub fs_deny: Vec<WinPath>,
+    /// Network.
+    pub network_policy: NetworkPolicy,
+}
+
+/// The job object's limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobLimits {
+    /// `LimitFlags` (always kill-on-close and die-on-unhandled-exception).
+    pub limit_flags: u32,
+    /// `JobMemoryLimit`, bytes.
+    pub job_memory_bytes: Option<u64>,
+    /// `ActiveProcessLimit`.
+    pub active_processes: Option<u32>,
+    /// `PerJobUserTimeLimit`, in 100 ns units.
+    pub job_user_time_100ns: Option<i64>,
+    /// `JOBOBJECT_BASIC_UI_RESTRICTIONS`.
+    pub ui_restrictions: u32,
+}
+
+/// When a protected entry is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum When {
+    /// Always: made as an empty read-only placeholder when missing.
+    Always,
+    /// Only when the writable folder has a `.git` folder (a `.git` file is read-only as a whole).
+    IfGitDir,
+}
+
+/// An entry of a writable folder that the run may not change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Protected {
+    /// The path.
+    pub path: WinPath,
+    /// Folder or file (for a placeholder).
+    pub kind: &'static str,
+    /// When it applies.
+    pub when: When,
+}
+
+/// Everything the launcher needs, decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PsecPlan {
+    /// The container request.
+    pub request: PsecRequest,
+    /// The job.
+    pub job: JobLimits,
+    /// Wall time, enforced by the launcher, seconds.
+    pub timeout_seconds: Option<u64>,
+    /// The environment, sorted, never empty.
+    pub env: Vec<WinVar>,
+    /// The current directory.
+    pub cwd: WinPath,
+    /// The program (full path).
+    pub program: WinPath,
+    /// The quoted command line.
+    pub command_line: String,
+    /// Protected entries (also in `fs_read_only`).
+    pub protected: Vec<Protected>,
+    /// Folders the launcher holds open without delete sharing for the run's
+    /// duration, so that they cannot be renamed aside: each writable folder,
+    /// its `.git` and its protected folders.
+    pub hold_open: Vec<WinPath>,
+}
+
+/// Why a run cannot be planned. Every variant names the value and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// A path is not a Windows path.
+    #[error("{flag}: {source}")]
+    Path {
+        /// The flag.
+        flag: &'static str,
+        /// What is wrong.
+        source: WinPathError,
+    },
+    /// A drive root or the system folder named writable.
+    #[error("{flag} {path}: {why}")]
+    Reserved {
+        /// The flag.
+        flag: &'static str,
+        /// The path.
+        path: WinPath,
+        /// Why and what to do.
+        why: &'static str,
+    },
+    /// A path overlaps the data directory (compared as Windows compares: ignoring case).
+    #[error("{flag} {path} overlaps the node's data directory {data_dir} (Windows ignores case in paths), which no run may see: name a folder outside it")]
+    DataDir {
+        /// The flag.
+        flag: &'static str,
+        /// The path.
+        path: WinPath,
+        /// The data directory.
+        data_dir: WinPath,
+    },
+    /// A path overlaps another run's folder.
+    #[error("{flag} {path} overlaps another run's folder {other}: name a folder of this run's own")]
+    OtherRun {
+        /// The flag.
+        flag: &'static str,
+        /// The path.
+        path: WinPath,
+        /// The other run's folder.
+        other: WinPath,
+    },
+    /// Two paths Windows sees as one.
+    #[error("{0} and {1} are the same folder on Windows (paths ignore case): name it once")]
+    SameIgnoringCase(WinPath, WinPath),
+    /// Deny paths without the feature.
+    #[error("this run needs PSEC deny paths (to hide {0}), and this build's PSEC (contract {1}) does not report that feature: the run is refused rather than run without it")]
+    DenyUnsupported(WinPath, Contract),
+    /// Egress asked for but not set up, or set up but not asked for.
+    #[error("{0}")]
+    EgressMismatch(&'static str),
+    /// Environment.
+    #[error(transparent)]
+    Env(#[from] WinEnvError),
+    /// Command line.
+    #[error(transparent)]
+    CmdLine(#[from] CmdLineError),
+}
+
+fn win(flag: &'static str, p: &oz0_policy::AbsPath) -> Result<WinPath, PlanError> {
+    WinPath::from_abs(p).map_err(|source| PlanError::Path { flag, source })
+}
+
+/// Translates a run into its PSEC plan. Pure: no file is looked at.
+pub fn plan(
+    spec: &RunSpec,
+    host: &WindowsHost,
+    psec: &PsecFacts,
+    egress: Option<&EgressSetup>,
+) -> Result<PsecPlan, PlanError> {
+    let data_dir = win("--data-dir", &spec.data_dir)?;
+    let work = win("--work", &spec.work)?;
+    let read = spec
+        .read
+        .iter()
+        .map(|p| win("--read", p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let write = spec
+        .write
+        .iter()
+        .map(|p| win("--write", p))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let named = std::iter::once(("--work", &work, true))
+        .chain(read.iter().map(|p| ("--read", p, false)))
+        .chain(write.iter().map(|p| ("--write", p, true)));
+    let mut seen: Vec<&WinPath> = vec![];
+    for (flag, path, writable) in named {
+        if let Some(prev) = seen.iter().find(|s| s.starts_with_ci(path) && path.starts_with_ci(s)) {
+            return Err(PlanError::SameIgnoringCase((*prev).clone(), path.clone()));
+        }
+        seen.push(path);
+        if path.is_drive_root() {
+            return Err(PlanError::Reserved {
+                flag,
+                path: path.clone(),
+                why: "is a whole drive: name a folder on it",
+            });
+        }
+        if writable && path.overlaps_ci(&host.system_root) {
+            return Err(PlanError::Reserved {
+                flag,
+                path: path.clone(),
+                why: "is or holds the Windows folder, which runs read but never write: use a folder of its own",
+            });
+        }
+        if path.overlaps_ci(&data_dir) {
+            return Err(PlanError::DataDir {
+                flag,
+                path: path.clone(),
+                data_dir: data_dir.clone(),
+            });
+        }
+        if let Some(other) = host.other_runs.iter().find(|o| path.overlaps_ci(o)) {
+            return Err(PlanError::OtherRun {
+                flag,
+                path: path.clone(),
+                other: other.clone(),
+            });
+        }
+    }
+
+    // Deny list first: it decides whether this build can run it at all.
+    let mut fs_deny = vec![data_dir.clone()];
+    fs_deny.extend(host.other_runs.iter().cloned());
+    if !psec.supports(Feature::DenyPaths) {
+        return Err(PlanError::DenyUnsupported(data_dir, psec.contract));
+    }
+
+    let mut fs_read_write = vec![work.clone()];
+    fs_read_write.extend(write.iter().cloned());
+    fs_read_write.push(host.run_temp.clone());
+
+    let (protected, hold_open) = protected_entries(std::iter::once(&work).chain(write.iter()))?;
+
+    let mut fs_read_only = vec![host.system_root.clone()];
+    fs_read_only.extend(read.iter().cloned());
+    fs_read_only.push(host.node_binary.clone());
+    fs_read_only.extend(protected.iter().map(|p| p.path.clone()));
+
+    let (network_policy, capabilities, proxy) = match (spec.egress.is_enabled(), egress) {
+        (false, None) => (
+            NetworkPolicy {
+                proxy_url: None,
+                egress: Some(EndpointPolicy {
+                    default_action: FilterAction::Deny,
+                }),
+                allowed_appcontainer_peer: None,
+                ingress: ingress_table(psec),
+            },
+            vec![],
+            None,
+        ),
+        (true, Some(EgressSetup::Bridge { port, token, sockets_dir })) => {
+            fs_read_write.push(sockets_dir.clone());
+            (
+                NetworkPolicy {
+                    proxy_url: Some(format!("http://127.0.0.1:{port}")),
+                    egress: None,
+                    allowed_appcontainer_peer: None,
+                    ingress: ingress_table(psec),
+                },
+                vec![],
+                Some((*port, token)),
+            )
+        }
+        // Windows takes the relay's spec only as MXC writes it: the
+        // private-network capability, the relay's profile as the one peer,
+        // and no ingress table (with one the container does not start).
+        (true, Some(EgressSetup::Relay { port, token })) => (
+            NetworkPolicy {
+                proxy_url: Some(format!("http://127.0.0.1:{}", port.get())),
+                egress: None,
+                allowed_appcontainer_peer: Some(RELAY_PROFILE.to_string()),
+                ingress: None,
+            },
+            vec![PRIVATE_NETWORK_CAPABILITY.to_string()],
+            Some((port.get(), token)),
+        ),
+        (true, None) => {
+            return Err(PlanError::EgressMismatch(
+                "the run asks for egress (--allow/--forward) but no route to the proxy was set up: start the bridge or relay first",
+            ))
+        }
+        (false, Some(_)) => {
+            return Err(PlanError::EgressMismatch(
+                "a route to the proxy was set up for a run without egress: a run without --allow/--forward gets no network",
+            ))
+        }
+    };
+
+    let version = if network_policy.ingress.is_some() {
+        Contract::V1_1
+    } else {
+        Contract::V1_0
+    };
+
+    let env = env::windows_env(&spec.env, &host.system_root, &host.run_temp, proxy)?;
+    let command_line = cmdline::command_line(&spec.command)?;
+    let program = WinPath::parse(&spec.command[0]).expect("checked by command_line");
+
+    let l = &spec.limits;
+    let mut limit_flags = JOB_LIMIT_KILL_ON_JOB_CLOSE | JOB_LIMIT_DIE_ON_UNHANDLED_EXCEPTION;
+    if l.memory_mib.is_some() {
+        limit_flags |= JOB_LIMIT_JOB_MEMORY;
+    }
+    if l.processes.is_some() {
+        limit_flags |= JOB_LIMIT_ACTIVE_PROCESS;
+    }
+    if l.cpu_seconds.is_some() {
+        limit_flags |= JOB_LIMIT_JOB_TIME;
+    }
+    let job = JobLimits {
+        limit_flags,
+        job_memory_bytes: l.memory_mib.map(|m| m * 1024 * 1024),
+        active_processes: l.processes,
+        job_user_time_100ns: l.cpu_seconds.map(|s| s as i64 * 10_000_000),
+        ui_restrictions: UI_RESTRICTIONS,
+    };
+
+    Ok(PsecPlan {
+        request: PsecRequest {
+            version,
+            capabilities,
+            disallow_win32k_system_calls: false,
+            ui_restrictions: UI_RESTRICTIONS,
+            fs_read_write,
+            fs_read_only,
+            fs_deny,
+            network_policy,
+        },
+        job,
+        timeout_seconds: l.timeout_seconds,
+        env,
+        cwd: work,
+        program,
+        command_line,
+        protected,
+        hold_open,
+    })
+}
+
+/// The ingress table (deny inbound, deny the host's loopback) where the
+/// contract and feature allow it; elsewhere PSEC's default holds, which the
+/// `ingress` self-test property shows.
+fn ingress_table(psec: &PsecFacts) -> Option<IngressPolicy> {
+    psec.supports(Feature::IngressTable).then_some(IngressPolicy {
+        default_action: FilterAction::Deny,
+        host_loopback: FilterAction::Deny,
+    })
+}
+
+fn protected_entries<'a>(
+    roots: impl Iterator<Item = &'a WinPath>,
+) -> Result<(Vec<Protected>, Vec<WinPath>), PlanError> {
+    let kind = |k: Kind| match k {
+        Kind::Dir => "dir",
+        Kind::File => "file",
+    };
+    let join = |root: &WinPath, name: &str| {
+        root.join(name).map_err(|source| PlanError::Path {
+            flag: "protected",
+            source,
+        })
+    };
+    let mut out = vec![];
+    let mut hold = vec![];
+    for root in roots {
+        hold.push(root.clone());
+        for (name, k) in protected::READ_ONLY_NAMES {
+            let path = join(root, name)?;
+            if *k == Kind::Dir {
+                hold.push(path.clone());
+            }
+            out.push(Protected {
+                path,
+                kind: kind(*k),
+                when: When::Always,
+            });
+        }
+        let git = join(root, protected::GIT_DIR)?;
+        hold.push(git.clone());
+        for (name, k) in protected::GIT_READ_ONLY {
+            let path = join(&git, name)?;
+            if *k == Kind::Dir {
+                hold.push(path.clone());
+            }
+            out.push(Protected {
+                path,
+                kind: kind(*k),
+                when: When::IfGitDir,
+            });
+        }
+    }
+    Ok((out, hold))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::probe::PsecFacts;
+    use oz0_policy::{EnvVar, Limits, RunRequest};
+
+    /// Compares `actual` with `golden/<name>`; `OZ0_BLESS=1` rewrites it.
+    pub(crate) fn golden(name: &str, actual: &str) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("golden")
+            .join(name);
+        if std::env::var_os("OZ0_BLESS").is_some() {
+            std::fs::write(&path, actual).unwrap();
+            return;
+        }
+        let want = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (OZ0_BLESS=1 writes it)", path.display()));
+        assert_eq!(actual, want, "golden/{name} differs (OZ0_BLESS=1 rewrites it)");
+    }
+
+    fn p(s: &str) -> String {
+        WinPath::parse(s).unwrap().to_abs().as_str().to_string()
+    }
+
+    fn w(s: &str) -> WinPath {
+        WinPath::parse(s).unwrap()
+    }
+
+    pub(crate) fn req() -> RunRequest {
+        RunRequest {
+            work: p("C:\\jobs\\j1"),
+            data_dir: p("C:\\Users\\me\\AppData\\Local\\orchestrator-zero-node"),
+            command: vec![
+                "C:\\Windows\\System32\\cmd.exe".into(),
+                "/c".into(),
+                "echo hi".into(),
+            ],
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn host() -> WindowsHost {
+        WindowsHost {
+            system_root: w("C:\\Windows"),
+            node_binary: w("C:\\Program Files\\Orchestrator Zero\\orchestrator-zero-node.exe"),
+            run_temp: w("C:\\Users\\me\\AppData\\Local\\Temp\\oz0-run-j1"),
+            other_runs: vec![w("C:\\jobs\\j2")],
+        }
+    }
+
+    const V1_0_DENY: PsecFacts = PsecFacts {
+        contract: Contract::V1_0,
+        bits: 0x3,
+    };
+    const V1_1_ALL: PsecFacts = PsecFacts {
+        contract: Contract::V1_1,
+        bits: 0xd,
+    };
+
+    fn token() -> ProxyToken {
+        ProxyToken::new("run-token-0123456789abcdef").unwrap()
+    }
+
+    pub(crate) fn minimal_plan() -> PsecPlan {
+        plan(&RunSpec::new(req()).unwrap(), &host(), &V1_0_DENY, None).unwrap()
+    }
+
+    fn egress_req() -> RunRequest {
+        RunRequest {
+            read: vec![p("C:\\tools\\python313")],
+            write: vec![p("D:\\cache\\pip")],
+            env: vec![EnvVar::new("LANG", "C.UTF-8").unwrap()],
+            allow: vec!["api.github.com".into(), "*.pypi.org".into()],
+            forward: vec![8080],
+            limits: Limits {
+                memory_mib: Some(256),
+                processes: Some(8),
+                cpu_seconds: Some(60),
+                timeout_seconds: Some(30),
+            },
+            ..req()
+        }
+    }
+
+    fn json(plan: &PsecPlan) -> String {
+        serde_json::to_string_pretty(plan).unwrap() + "\n"
+    }
+
+    #[test]
+    fn golden_minimal_no_egress() {
+        golden("plan_minimal.json", &json(&minimal_plan()));
+    }
+
+    #[test]
+    fn golden_relay_route_with_limits_and_protected_paths() {
+        let spec = RunSpec::new(egress_req()).unwrap();
+        let relay = EgressSetup::Relay {
+            port: RelayPort::new(47331).unwrap(),
+            token: token(),
+        };
+        let plan = plan(&spec, &host(), &V1_0_DENY, Some(&relay)).unwrap();
+        golden("plan_relay.json", &json(&plan));
+        // The token is in the environment only, never in the container spec.
+        assert!(!serde_json::to_string(&plan.request).unwrap().contains("run-token"));
+    }
+
+    #[test]
+    fn golden_bridge_route_on_contract_1_1() {
+        let spec = RunSpec::new(egress_req()).unwrap();
+        let bridge = EgressSetup::Bridge {
+            port: 8119,
+            token: token(),
+            sockets_dir: w("C:\\Users\\me\\AppData\\Local\\Temp\\oz0-run-j1-sock"),
+        };
+        let plan = plan(&spec, &host(), &V1_1_ALL, Some(&bridge)).unwrap();
+        golden("plan_bridge.json", &json(&plan));
+    }
+
+    #[test]
+    fn structure_of_the_request() {
+        let plan = minimal_plan();
+        let r = &plan.request;
+        assert_eq!(r.fs_read_write, [w("C:\\jobs\\j1"), host().run_temp]);
+        assert_eq!(
+            r.fs_deny,
+            [w("C:\\Users\\me\\AppData\\Local\\orchestrator-zero-node"), w("C:\\jobs\\j2")]
+        );
+        assert!(r.fs_read_only.contains(&w("C:\\jobs\\j1\\.git\\hooks")));
+        assert!(r.fs_read_only.contains(&w("C:\\jobs\\j1\\.git\\config")));
+        assert!(r.fs_read_only.contains(&w("C:\\jobs\\j1\\.claude")));
+        assert!(r.fs_read_only.contains(&host().node_binary));
+        assert!(plan.hold_open.contains(&w("C:\\jobs\\j1\\.git")));
+        assert_eq!(
+            plan.protected.len(),
+            protected::READ_ONLY_NAMES.len() + protected::GIT_READ_ONLY.len()
+        );
+        assert!(r.capabilities.is_empty());
+        assert_eq!(r.network_policy.proxy_url, None);
+        assert_eq!(
+            plan.job.limit_flags,
+            JOB_LIMIT_KILL_ON_JOB_CLOSE | JOB_LIMIT_DIE_ON_UNHANDLED_EXCEPTION
+        );
+        assert_eq!(plan.env.first().unwrap().name, "PATH");
+    }
+
+    #[test]
+    fn refused_before_launch() {
+        let spec = RunSpec::new(req()).unwrap();
+        let no_deny = PsecFacts {
+            contract: Contract::V1_0,
+            bits: 0x2,
+        };
+        let e = plan(&spec, &host(), &no_deny, None).unwrap_err();
+        assert!(matches!(e, PlanError::DenyUnsupported(..)), "{e}");
+        assert!(e.to_string().contains("refused rather than run without it"));
+
+        type Edit = fn(&mut RunRequest, &mut WindowsHost);
+        let cases: &[(&str, Edit, &str)] = &[
+            (
+                "data dir in another case",
+                |r, _| r.read = vec![p("c:\\users\\ME\\appdata\\local\\ORCHESTRATOR-ZERO-NODE\\identity")],
+                "overlaps the node's data directory",
+            ),
+            (
+                "holds data dir",
+                |r, _| r.work = p("C:\\users\\me\\appdata"),
+                "overlaps the node's data directory",
+            ),
+            ("drive root", |r, _| r.read = vec![p("D:\\")], "whole drive"),
+            (
+                "windows writable",
+                |r, _| r.write = vec![p("C:\\WINDOWS\\Temp")],
+                "Windows folder",
+            ),
+            (
+                "other run",
+                |r, _| r.read = vec![p("C:\\Jobs\\J2\\out")],
+                "another run's folder",
+            ),
+            (
+                "same path in two cases",
+                |r, _| r.read = vec![p("c:\\JOBS\\j1")],
+                "same folder on Windows",
+            ),
+            (
+                "linux path",
+                |r, _| r.read = vec!["/usr/share".into()],
+                "does not name a Windows path",
+            ),
+            (
+                "bare program",
+                |r, _| r.command = vec!["cmd.exe".into()],
+                "search the work directory",
+            ),
+            (
+                "env case clash",
+                |r, _| {
+                    r.env = vec![
+                        EnvVar::new("Foo", "1").unwrap(),
+                        EnvVar::new("FOO", "2").unwrap(),
+                    ]
+                },
+                "same variable on Windows",
+            ),
+            (
+                "caller sets SystemRoot",
+                |r, _| r.env = vec![EnvVar::new("SYSTEMROOT", "D:\\x").unwrap()],
+                "set by the sandbox itself",
+            ),
+        ];
+        for (name, edit, want) in cases {
+            let (mut r, mut h) = (req(), host());
+            edit(&mut r, &mut h);
+            let spec = RunSpec::new(r).expect(name);
+            let e = plan(&spec, &h, &V1_0_DENY, None).expect_err(name).to_string();
+            assert!(e.contains(want), "{name}: {e}");
+        }
+    }
+
+    #[test]
+    fn egress_must_match_its_route() {
+        let with = RunSpec::new(egress_req()).unwrap();
+        let without = RunSpec::new(req()).unwrap();
+        let relay = EgressSetup::Relay {
+            port: RelayPort::new(47330).unwrap(),
+            token: token(),
+        };
+        assert!(matches!(
+            plan(&with, &host(), &V1_0_DENY, None),
+            Err(PlanError::EgressMismatch(_))
+        ));
+        assert!(matches!(
+            plan(&without, &host(), &V1_0_DENY, Some(&relay)),
+            Err(PlanError::EgressMismatch(_))
+        ));
+    }
+
+    #[test]
+    fn job_limits_in_windows_units() {
+        let spec = RunSpec::new(egress_req()).unwrap();
+        let relay = EgressSetup::Relay {
+            port: RelayPort::new(47330).unwrap(),
+            token: token(),
+        };
+        let j = plan(&spec, &host(), &V1_0_DENY, Some(&relay)).unwrap().job;
+        assert_eq!(j.job_memory_bytes, Some(256 * 1024 * 1024));
+        assert_eq!(j.active_processes, Some(8));
+        assert_eq!(j.job_user_time_100ns, Some(600_000_000));
+        assert_eq!(j.limit_flags, 0x2000 | 0x400 | 0x200 | 0x8 | 0x4);
+        assert_eq!(j.ui_restrictions, 0x2ff);
+    }
+}
