@@ -60,7 +60,9 @@ pub enum NetError {
         hint: String,
     },
     /// `user@host`.
-    #[error("--allow {value:?}: user information (`user@`) is not part of a host: write --allow {hint}")]
+    #[error(
+        "--allow {value:?}: user information (`user@`) is not part of a host: write --allow {hint}"
+    )]
     UserInfo {
         /// The value.
         value: String,
@@ -254,7 +256,10 @@ impl Host {
                 .strip_suffix(']')
                 .ok_or_else(|| bad_host(s, "an IPv6 address in brackets lacks its `]`"))?;
             let ip: Ipv6Addr = inner.parse().map_err(|_| {
-                bad_host(s, "not an IPv6 address (zone ids like %eth0 are not accepted)")
+                bad_host(
+                    s,
+                    "not an IPv6 address (zone ids like %eth0 are not accepted)",
+                )
             })?;
             return Ok(Host::Ip(IpAddr::V6(ip).to_canonical()));
         }
@@ -296,7 +301,10 @@ fn check_name(orig: &str, name: &str) -> Result<(), NetError> {
     }
     for label in name.split('.') {
         if label.is_empty() {
-            return Err(bad_host(orig, "it has an empty label (`..` or a leading dot)"));
+            return Err(bad_host(
+                orig,
+                "it has an empty label (`..` or a leading dot)",
+            ));
         }
         if label.len() > MAX_LABEL_LEN {
             return Err(bad_host(orig, "a label is longer than 63 characters"));
@@ -486,7 +494,10 @@ impl AllowRule {
             return Err(NetError::TooLong { value: cut(entry) });
         }
         let value = entry.to_string();
-        if entry.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
+        if entry
+            .bytes()
+            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+        {
             return Err(NetError::BadChar { value });
         }
         // Hints strip what does not belong, so the error shows the fix.
@@ -547,7 +558,8 @@ impl AllowRule {
             if n.is_localhost() {
                 return Err(NetError::Unreachable {
                     value,
-                    why: "localhost is the node itself: use --forward PORT for a node-local service",
+                    why:
+                        "localhost is the node itself: use --forward PORT for a node-local service",
                 });
             }
         }
@@ -948,7 +960,10 @@ mod tests {
         let long = format!("{}.com", "a".repeat(64));
         assert!(Host::parse(&long).unwrap_err().to_string().contains("63"));
         let very_long = ["a".repeat(63).as_str(); 4].join(".");
-        assert!(Host::parse(&very_long).unwrap_err().to_string().contains("253"));
+        assert!(Host::parse(&very_long)
+            .unwrap_err()
+            .to_string()
+            .contains("253"));
     }
 
     #[test]
@@ -1020,7 +1035,10 @@ mod tests {
             assert!(err.contains(want), "{input:?}: {err:?} lacks {want:?}");
         }
         let long = "a".repeat(MAX_ENTRY_LEN + 1);
-        assert!(AllowRule::parse(&long).unwrap_err().to_string().contains("longer"));
+        assert!(AllowRule::parse(&long)
+            .unwrap_err()
+            .to_string()
+            .contains("longer"));
     }
 
     #[test]
@@ -1033,7 +1051,10 @@ mod tests {
             NetError::ForwardDuplicate(80)
         );
         let many: Vec<String> = (0..=MAX_ALLOW).map(|i| format!("h{i}.com")).collect();
-        assert!(Egress::parse(&many, &[]).unwrap_err().to_string().contains("over the limit"));
+        assert!(Egress::parse(&many, &[])
+            .unwrap_err()
+            .to_string()
+            .contains("over the limit"));
         let ports: Vec<u16> = (1..=MAX_FORWARD as u16 + 1).collect();
         assert!(Egress::parse(&[], &ports).is_err());
         let e = Egress::parse(&s(&["a.com", "a.com:443"]), &[1, 65535]).unwrap();
@@ -1072,12 +1093,28 @@ mod tests {
             ("a.b.wild.org", 1, Resolve(name("a.b.wild.org"), port(1))),
             ("wild.org", 443, deny(DenyReason::NotAllowed)),
             ("xwild.org", 443, deny(DenyReason::NotAllowed)),
-            ("api.only.net", 443, Resolve(name("api.only.net"), port(443))),
+            (
+                "api.only.net",
+                443,
+                Resolve(name("api.only.net"), port(443)),
+            ),
             ("api.only.net", 80, deny(DenyReason::NotAllowed)),
-            ("10.0.0.5", 22, Literal("10.0.0.5".parse().unwrap(), port(22))),
-            ("012.0.0.5", 22, Literal("10.0.0.5".parse().unwrap(), port(22))),
+            (
+                "10.0.0.5",
+                22,
+                Literal("10.0.0.5".parse().unwrap(), port(22)),
+            ),
+            (
+                "012.0.0.5",
+                22,
+                Literal("10.0.0.5".parse().unwrap(), port(22)),
+            ),
             ("10.0.0.6", 22, deny(DenyReason::NotAllowed)),
-            ("[2001:db8:0::1]", 8443, Literal("2001:db8::1".parse().unwrap(), port(8443))),
+            (
+                "[2001:db8:0::1]",
+                8443,
+                Literal("2001:db8::1".parse().unwrap(), port(8443)),
+            ),
             ("[2001:db8::1]", 443, deny(DenyReason::NotAllowed)),
             ("127.0.0.1", 8080, Forward(port(8080))),
             ("127.1", 8080, Forward(port(8080))),
@@ -1162,7 +1199,10 @@ mod tests {
             Err(AddrClass::Loopback)
         );
         assert_eq!(e.address_ok(ip("127.0.0.1"), port(9000), &own), Ok(()));
-        assert_eq!(e.address_ok(ip("::ffff:127.0.0.1"), port(9000), &own), Ok(()));
+        assert_eq!(
+            e.address_ok(ip("::ffff:127.0.0.1"), port(9000), &own),
+            Ok(())
+        );
         assert_eq!(e.address_ok(ip("10.0.0.5"), port(1), &own), Ok(()));
         assert_eq!(
             e.address_ok(ip("10.0.0.6"), port(1), &own),
@@ -1181,7 +1221,15 @@ mod tests {
         assert_eq!((h.to_string(), p.get()), ("example.com".into(), 443));
         let (h, p) = parse_target("[::1]:8080").unwrap();
         assert_eq!((h.to_string(), p.get()), ("[::1]".into(), 8080));
-        for bad in ["example.com", "a.com:0", "a.com:x", ":443", "[::1]", "a b:1", "::1:80"] {
+        for bad in [
+            "example.com",
+            "a.com:0",
+            "a.com:x",
+            ":443",
+            "[::1]",
+            "a b:1",
+            "::1:80",
+        ] {
             assert!(parse_target(bad).is_err(), "{bad}");
         }
     }

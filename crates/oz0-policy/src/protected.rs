@@ -7,7 +7,8 @@
 
 /// What kind of entry a protected name is when it has to be created as a
 /// placeholder (it does not exist yet).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// A folder.
     Dir,

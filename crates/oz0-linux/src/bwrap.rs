@@ -1,0 +1,214 @@
+//! Finding bubblewrap and asking it what it can do.
+//!
+//! bubblewrap comes from the distribution's package (`bubblewrap`); the node
+//! never ships or downloads it. A run needs `--disable-userns` (0.8.0+),
+//! `--args` and `--json-status-fd`; `sandbox check` reports the features the
+//! installed binary has, read from its own `--help`, never guessed from a
+//! version number.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Serialize;
+
+/// Features a run relies on.
+pub const REQUIRED_FEATURES: &[&str] = &["--disable-userns", "--args", "--json-status-fd"];
+
+/// How to install bubblewrap, for error messages.
+pub const INSTALL_FIX: &str = "install bubblewrap 0.8 or newer (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`) or name it with --bwrap PATH";
+
+/// Why bubblewrap cannot be used.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BwrapError {
+    /// Not found.
+    #[error("bubblewrap (bwrap) was not found on PATH or in /usr/bin: {INSTALL_FIX}")]
+    NotFound,
+    /// The named path is not an executable file.
+    #[error("{0} is not an executable file: {INSTALL_FIX}")]
+    NotExecutable(PathBuf),
+    /// It lacks a feature.
+    #[error("{path} (version {version}) lacks {missing}: {INSTALL_FIX}")]
+    MissingFeature {
+        /// Where.
+        path: PathBuf,
+        /// What it says it is.
+        version: String,
+        /// The first missing option.
+        missing: &'static str,
+    },
+    /// It could not be run.
+    #[error("{path} could not be run: {reason}")]
+    Broken {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What the installed bubblewrap is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BwrapInfo {
+    /// Its path.
+    pub path: PathBuf,
+    /// `bubblewrap X.Y.Z`, as it prints it.
+    pub version: String,
+    /// Set-uid root (an older, privileged install).
+    pub setuid: bool,
+    /// The required features it has.
+    pub features: Vec<&'static str>,
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Finds bubblewrap: `explicit` if given, else `bwrap` on `path_var`, else
+/// `/usr/bin/bwrap`.
+pub fn find(explicit: Option<&Path>, path_var: Option<&str>) -> Result<PathBuf, BwrapError> {
+    if let Some(p) = explicit {
+        return if is_executable(p) {
+            Ok(p.to_path_buf())
+        } else {
+            Err(BwrapError::NotExecutable(p.to_path_buf()))
+        };
+    }
+    let dirs = path_var
+        .unwrap_or("")
+        .split(':')
+        .filter(|d| d.starts_with('/'))
+        .chain(["/usr/bin"]);
+    for d in dirs {
+        let p = Path::new(d).join("bwrap");
+        if is_executable(&p) {
+            return Ok(p);
+        }
+    }
+    Err(BwrapError::NotFound)
+}
+
+/// Asks `path` for its version and options.
+pub fn inspect(path: &Path) -> Result<BwrapInfo, BwrapError> {
+    use std::os::unix::fs::PermissionsExt;
+    let broken = |reason: String| BwrapError::Broken {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let run = |arg: &str| {
+        Command::new(path)
+            .arg(arg)
+            .env_clear()
+            .output()
+            .map_err(|e| broken(e.to_string()))
+    };
+    let v = run("--version")?;
+    let version = String::from_utf8_lossy(&v.stdout).trim().to_string();
+    if !v.status.success() || version.is_empty() {
+        return Err(broken(format!(
+            "`--version` failed: {}",
+            String::from_utf8_lossy(&v.stderr).trim()
+        )));
+    }
+    let h = run("--help")?;
+    let help = String::from_utf8_lossy(&h.stdout).to_string() + &String::from_utf8_lossy(&h.stderr);
+    let features = parse_features(&help);
+    let setuid = std::fs::metadata(path)
+        .map(|m| m.permissions().mode() & 0o4000 != 0)
+        .unwrap_or(false);
+    Ok(BwrapInfo {
+        path: path.to_path_buf(),
+        version,
+        setuid,
+        features,
+    })
+}
+
+/// The required features that `help` (bubblewrap's `--help`) lists.
+pub fn parse_features(help: &str) -> Vec<&'static str> {
+    REQUIRED_FEATURES
+        .iter()
+        .copied()
+        .filter(|f| help.split_whitespace().any(|w| w == *f))
+        .collect()
+}
+
+impl BwrapInfo {
+    /// Ok when every required feature is there.
+    pub fn check(&self) -> Result<(), BwrapError> {
+        match REQUIRED_FEATURES
+            .iter()
+            .find(|f| !self.features.contains(f))
+        {
+            None => Ok(()),
+            Some(missing) => Err(BwrapError::MissingFeature {
+                path: self.path.clone(),
+                version: self.version.clone(),
+                missing,
+            }),
+        }
+    }
+}
+
+/// Turns bubblewrap's own error output into a one-line reason with the fix.
+pub fn explain_failure(stderr: &str) -> String {
+    let line = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .last()
+        .unwrap_or("bubblewrap exited before starting the sandbox, saying nothing")
+        .to_string();
+    let l = line.to_ascii_lowercase();
+    let fix = if l.contains("unknown option") || l.contains("unrecognized option") {
+        Some(INSTALL_FIX.to_string())
+    } else if l.contains("no permissions to create")
+        || l.contains("new namespace")
+        || l.contains("uid map")
+        || l.contains("setting up uid")
+        || l.contains("operation not permitted")
+    {
+        Some(crate::userns::FIX_SUMMARY.to_string())
+    } else {
+        None
+    };
+    match fix {
+        Some(f) => format!("{line} — {f}"),
+        None => line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn features_from_help() {
+        let help = "    --args FD   Parse\n    --disable-userns   Disable\n";
+        assert_eq!(parse_features(help), vec!["--disable-userns", "--args"]);
+    }
+
+    #[test]
+    fn explains_userns_and_old_versions() {
+        let e = explain_failure("bwrap: No permissions to creating new namespace, likely because the kernel does not allow non-privileged user namespaces.\n");
+        assert!(e.contains("apparmor_restrict_unprivileged_userns"), "{e}");
+        let e = explain_failure("bwrap: Unknown option --disable-userns\n");
+        assert!(e.contains("apt-get install bubblewrap"), "{e}");
+        let e = explain_failure("");
+        assert!(e.contains("saying nothing"));
+    }
+
+    #[test]
+    fn explicit_path_must_be_executable() {
+        assert!(matches!(
+            find(Some(Path::new("/nonexistent/bwrap")), None),
+            Err(BwrapError::NotExecutable(_))
+        ));
+        assert!(matches!(
+            find(None, Some("")),
+            Ok(_) | Err(BwrapError::NotFound)
+        ));
+    }
+}

@@ -1,0 +1,491 @@
+//! The launcher: prepares a run, starts bubblewrap, supervises the run to its
+//! end and cleans up.
+//!
+//! One process tree: the command is the first process of a fresh pid
+//! namespace under bubblewrap's init. When the command exits, init exits and
+//! the kernel kills every process left in the namespace before init's exit is
+//! reported, so `run` returns only once all of them are gone. A timeout or a
+//! cancel kills init with SIGKILL (same effect). If the node dies, bubblewrap
+//! gets SIGKILL (`--die-with-parent`, set from this thread, which lives for the
+//! whole run) and init follows it.
+//!
+//! Nothing secret is on a command line or in bubblewrap's environment:
+//! bubblewrap starts with an empty environment and reads its arguments from a
+//! memory file (`--args`); the stage reads the command's environment from
+//! another. Both are visible inside only as what the run itself is given.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use oz0_policy::{AbsPath, RunSpec};
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::process::{pidfd_open, pidfd_send_signal, PidfdFlags, Signal};
+use serde::Serialize;
+
+use crate::bwrap;
+use crate::host;
+use crate::landlock::LandlockReport;
+use crate::plan::{self, fds, Placeholder, PlaceholderKind, Plan, RunDir};
+use crate::stage::StageConfig;
+
+/// How to launch.
+#[derive(Debug)]
+pub struct LaunchOptions {
+    /// bubblewrap.
+    pub bwrap: PathBuf,
+    /// The node binary to bind as the stage.
+    pub node_exe: PathBuf,
+    /// Readable when the run must be cancelled (e.g. a signal self-pipe).
+    pub cancel: Option<OwnedFd>,
+    /// Where the run's private host folder goes (default: the temp dir).
+    pub scratch: Option<PathBuf>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "how")]
+pub enum Ended {
+    /// The command exited (its status is `exit_code`; bubblewrap reports death
+    /// by signal N as 128+N).
+    Exited,
+    /// `--timeout` was reached and the run was killed.
+    Timeout,
+    /// The run was cancelled (the node got a signal).
+    Cancelled,
+    /// The command could not be executed (not found: 127, otherwise 126).
+    NotExecuted {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What a run did and what held it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunOutcome {
+    /// The run's id.
+    pub run_id: String,
+    /// How it ended.
+    pub ended: Ended,
+    /// The command's status (128+N for signal N); 124 on timeout.
+    pub exit_code: i32,
+    /// Wall time, milliseconds.
+    pub duration_ms: u64,
+    /// What Landlock enforced.
+    pub landlock: Option<LandlockReport>,
+    /// The namespaces the run had.
+    pub namespaces: Vec<&'static str>,
+    /// The seccomp profile and how many rules it has.
+    pub seccomp: SeccompSummary,
+    /// Protected paths and how each was held.
+    pub protected: Vec<plan::Protected>,
+}
+
+/// Seccomp, summarised for the status.
+#[derive(Debug, Clone, Serialize)]
+pub struct SeccompSummary {
+    /// Profile name.
+    pub profile: crate::seccomp::Profile,
+    /// Refused system calls.
+    pub refused: Vec<&'static str>,
+}
+
+/// The sandbox refused or failed: the command never ran.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The host could not be examined.
+    #[error(transparent)]
+    Host(#[from] host::HostError),
+    /// No plan.
+    #[error(transparent)]
+    Plan(#[from] plan::PlanError),
+    /// bubblewrap missing or unusable.
+    #[error(transparent)]
+    Bwrap(#[from] bwrap::BwrapError),
+    /// A limit that this build cannot enforce was asked for.
+    #[error("{0} was asked for, and this node cannot enforce it: the run is refused rather than run without it")]
+    Unenforceable(&'static str),
+    /// Preparing the run failed.
+    #[error("preparing the run: {0}")]
+    Prepare(String),
+    /// bubblewrap failed before the stage ran.
+    #[error("bubblewrap could not start the sandbox: {0}")]
+    Start(String),
+    /// The stage could not complete the sandbox.
+    #[error("the sandbox could not be completed: {0}")]
+    Stage(String),
+}
+
+fn prep<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> SandboxError + '_ {
+    move |e| SandboxError::Prepare(format!("{what}: {e}"))
+}
+
+/// A new run id: 16 hex digits from the OS random source.
+pub fn new_run_id() -> String {
+    let mut b = [0u8; 8];
+    let _ = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty());
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The run's private host folder; removed on drop.
+struct Scratch {
+    dir: PathBuf,
+    run_dir: RunDir,
+}
+
+impl Scratch {
+    fn create(base: &Path, run_id: &str) -> Result<Scratch, SandboxError> {
+        let dir = base.join(format!("oz0-run-{run_id}"));
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(prep("creating the run's folder"))?;
+        let s = Scratch {
+            run_dir: RunDir {
+                empty_file: AbsPath::from_path(&dir.join("empty")).map_err(prep("the temp dir"))?,
+                empty_dir: AbsPath::from_path(&dir.join("empty.d"))
+                    .map_err(prep("the temp dir"))?,
+            },
+            dir,
+        };
+        File::create(s.run_dir.empty_file.as_path()).map_err(prep("placeholder file"))?;
+        fs::set_permissions(
+            s.run_dir.empty_file.as_path(),
+            fs::Permissions::from_mode(0o444),
+        )
+        .map_err(prep("placeholder file"))?;
+        fs::DirBuilder::new()
+            .mode(0o555)
+            .create(s.run_dir.empty_dir.as_path())
+            .map_err(prep("placeholder folder"))?;
+        Ok(s)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::set_permissions(
+            self.run_dir.empty_dir.as_path(),
+            fs::Permissions::from_mode(0o700),
+        );
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Removes the placeholders bubblewrap created, if they are still what it
+/// made (an empty folder or empty regular file), never following a link.
+fn remove_placeholders(ps: &[Placeholder]) {
+    for p in ps.iter().rev() {
+        let Ok(m) = fs::symlink_metadata(p.path.as_path()) else {
+            continue;
+        };
+        match p.kind {
+            PlaceholderKind::Dir if m.is_dir() => {
+                let _ = fs::remove_dir(p.path.as_path());
+            }
+            PlaceholderKind::File if m.is_file() && m.len() == 0 => {
+                let _ = fs::remove_file(p.path.as_path());
+            }
+            _ => {}
+        }
+    }
+}
+
+fn sealed_memfd(name: &str, data: &[u8]) -> Result<OwnedFd, SandboxError> {
+    use rustix::fs::{fcntl_add_seals, memfd_create, MemfdFlags, SealFlags};
+    let fd = memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+        .map_err(prep("memfd_create"))?;
+    let mut f = File::from(fd);
+    f.write_all(data).map_err(prep("memfd write"))?;
+    f.rewind().map_err(prep("memfd seek"))?;
+    fcntl_add_seals(
+        &f,
+        SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL,
+    )
+    .map_err(prep("memfd seal"))?;
+    Ok(OwnedFd::from(f))
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(prep("pipe"))
+}
+
+/// Plans a run without starting it (for `--dry-run` and tests).
+pub fn plan_only(spec: &RunSpec, node_exe: &Path, run_dir: &RunDir) -> Result<Plan, SandboxError> {
+    let facts = host::gather(spec, node_exe)?;
+    Ok(plan::plan(spec, &facts, run_dir)?)
+}
+
+/// Runs `spec` to its end. `Err` means the command never ran.
+pub fn run(spec: &RunSpec, opts: LaunchOptions) -> Result<RunOutcome, SandboxError> {
+    if spec.limits.memory_mib.is_some() {
+        return Err(SandboxError::Unenforceable("--memory"));
+    }
+    if spec.limits.processes.is_some() {
+        return Err(SandboxError::Unenforceable("--processes"));
+    }
+    if spec.limits.cpu_seconds.is_some() {
+        return Err(SandboxError::Unenforceable("--cpu-seconds"));
+    }
+    if spec.egress.is_enabled() {
+        return Err(SandboxError::Unenforceable("egress (--allow/--forward)"));
+    }
+    let started = Instant::now();
+    let run_id = new_run_id();
+    let base = opts.scratch.clone().unwrap_or_else(std::env::temp_dir);
+    let scratch = Scratch::create(&base, &run_id)?;
+    let plan = plan_only(spec, &opts.node_exe, &scratch.run_dir)?;
+    let result = execute(&plan, &opts, &run_id, started, spec.limits.timeout_seconds);
+    remove_placeholders(&plan.placeholders);
+    drop(scratch);
+    result
+}
+
+fn execute(
+    plan: &Plan,
+    opts: &LaunchOptions,
+    run_id: &str,
+    started: Instant,
+    timeout: Option<u64>,
+) -> Result<RunOutcome, SandboxError> {
+    let mut args = Vec::new();
+    for a in plan.bwrap_args() {
+        args.extend_from_slice(a.as_bytes());
+        args.push(0);
+    }
+    let args_fd = sealed_memfd("oz0-bwrap-args", &args)?;
+    let cfg = StageConfig {
+        argv: plan.argv.clone(),
+        env: plan.env.clone(),
+        landlock: plan.landlock.clone(),
+        seccomp: plan.seccomp,
+    };
+    let cfg_fd = sealed_memfd(
+        "oz0-stage",
+        &serde_json::to_vec(&cfg).map_err(prep("configuration"))?,
+    )?;
+    let (json_r, json_w) = pipe()?;
+    let (status_r, status_w) = pipe()?;
+    let (capture_r, capture_w) = pipe()?;
+    let real_stderr =
+        rustix::io::fcntl_dupfd_cloexec(io::stderr(), 0).map_err(prep("dup stderr"))?;
+
+    let mut setup = oz0_sys::spawn::ChildSetup::new();
+    let pass = |s: &mut oz0_sys::spawn::ChildSetup, fd, n| {
+        s.pass_fd(fd, n)
+            .map(|_| ())
+            .map_err(prep("passing descriptors"))
+    };
+    pass(&mut setup, args_fd, fds::ARGS)?;
+    pass(&mut setup, json_w, fds::JSON_STATUS)?;
+    pass(&mut setup, cfg_fd, fds::CONFIG)?;
+    pass(&mut setup, status_w, fds::STATUS)?;
+    pass(&mut setup, real_stderr, fds::STDERR)?;
+
+    let mut cmd = Command::new(&opts.bwrap);
+    cmd.env_clear()
+        .args(Plan::bwrap_command())
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::from(capture_w));
+    setup.install(&mut cmd);
+    let mut child = cmd.spawn().map_err(|e| {
+        SandboxError::Start(format!("cannot execute {}: {e}", opts.bwrap.display()))
+    })?;
+    drop(cmd);
+    drop(setup);
+
+    // bubblewrap reports its init's pid first; no report means it failed
+    // before creating the sandbox.
+    let mut json = io::BufReader::new(File::from(json_r));
+    let init_pid = read_child_pid(&mut json);
+    let init = init_pid.and_then(|p| {
+        rustix::process::Pid::from_raw(p).and_then(|pid| pidfd_open(pid, PidfdFlags::empty()).ok())
+    });
+    let outer = rustix::process::Pid::from_raw(child.id() as i32)
+        .and_then(|pid| pidfd_open(pid, PidfdFlags::empty()).ok())
+        .ok_or_else(|| SandboxError::Start("cannot watch bubblewrap (pidfd_open)".into()))?;
+
+    let deadline = timeout.map(|s| started + Duration::from_secs(s));
+    let mut status = File::from(status_r);
+    let mut status_buf = Vec::new();
+    let mut status_open = true;
+    let mut killed: Option<Ended> = None;
+    loop {
+        let wait = match (deadline, &killed) {
+            (Some(d), None) => Some(d.saturating_duration_since(Instant::now())),
+            _ => None,
+        };
+        let mut pfds = vec![PollFd::new(&outer, PollFlags::IN)];
+        if status_open {
+            pfds.push(PollFd::new(&status, PollFlags::IN));
+        }
+        let cancel_idx = opts.cancel.as_ref().map(|c| {
+            pfds.push(PollFd::new(c, PollFlags::IN));
+            pfds.len() - 1
+        });
+        let ts = wait.map(|d| rustix::event::Timespec {
+            tv_sec: d.as_secs() as i64,
+            tv_nsec: d.subsec_nanos() as i64,
+        });
+        match poll(&mut pfds, ts.as_ref()) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(SandboxError::Start(format!("poll: {e}"))),
+        }
+        let outer_done = !pfds[0].revents().is_empty();
+        let status_ready = status_open && !pfds[1].revents().is_empty();
+        let cancelled = cancel_idx.is_some_and(|i| !pfds[i].revents().is_empty());
+        drop(pfds);
+        if status_ready {
+            let mut buf = [0u8; 4096];
+            match status.read(&mut buf) {
+                Ok(0) | Err(_) => status_open = false,
+                Ok(n) => status_buf.extend_from_slice(&buf[..n]),
+            }
+        }
+        if outer_done {
+            break;
+        }
+        if killed.is_none() && (cancelled || deadline.is_some_and(|d| Instant::now() >= d)) {
+            killed = Some(if cancelled {
+                Ended::Cancelled
+            } else {
+                Ended::Timeout
+            });
+            kill_tree(init.as_ref(), &outer);
+        }
+    }
+    let exit = child
+        .wait()
+        .map_err(|e| SandboxError::Start(format!("waiting for bubblewrap: {e}")))?;
+    // Whatever the stage wrote before the end.
+    let _ = status.read_to_end(&mut status_buf);
+    let mut captured = String::new();
+    let _ = File::from(capture_r).read_to_string(&mut captured);
+
+    let report = StageReport::parse(&String::from_utf8_lossy(&status_buf));
+    if !report.started {
+        if let Some(k) = killed {
+            if k == Ended::Cancelled {
+                return Err(SandboxError::Start(
+                    "cancelled before the sandbox started".into(),
+                ));
+            }
+        }
+        return Err(SandboxError::Start(bwrap::explain_failure(&captured)));
+    }
+    if let Some(reason) = report.error {
+        return Err(SandboxError::Stage(reason));
+    }
+    // bubblewrap's own messages after the start (rare) still reach the caller.
+    if !captured.trim().is_empty() {
+        eprint!("{captured}");
+    }
+    let code = exit
+        .code()
+        .unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(&exit).unwrap_or(0));
+    let (ended, exit_code) = match (killed, report.not_executed) {
+        (Some(Ended::Timeout), _) => (Ended::Timeout, 124),
+        (Some(k), _) => (k, code),
+        (None, Some((c, reason))) => (Ended::NotExecuted { reason }, c),
+        (None, None) => (Ended::Exited, code),
+    };
+    Ok(RunOutcome {
+        run_id: run_id.to_string(),
+        ended,
+        exit_code,
+        duration_ms: started.elapsed().as_millis() as u64,
+        landlock: report.landlock,
+        namespaces: plan::NAMESPACES
+            .iter()
+            .map(|s| s.trim_start_matches("--unshare-"))
+            .collect(),
+        seccomp: SeccompSummary {
+            profile: plan.seccomp,
+            refused: crate::seccomp::rules(plan.seccomp)
+                .iter()
+                .map(|r| r.name)
+                .collect(),
+        },
+        protected: plan.protected.clone(),
+    })
+}
+
+fn kill_tree(init: Option<&OwnedFd>, outer: &OwnedFd) {
+    match init {
+        // Killing init makes the kernel kill every process of the namespace.
+        Some(fd) => {
+            let _ = pidfd_send_signal(fd.as_fd(), Signal::KILL);
+        }
+        // No init known: bubblewrap's init follows it (PDEATHSIG).
+        None => {
+            let _ = pidfd_send_signal(outer.as_fd(), Signal::KILL);
+        }
+    }
+}
+
+fn read_child_pid(json: &mut impl io::BufRead) -> Option<i32> {
+    let mut line = String::new();
+    json.read_line(&mut line).ok()?;
+    let v: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
+    v.get("child-pid")?.as_i64().map(|p| p as i32)
+}
+
+/// What the stage said.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct StageReport {
+    started: bool,
+    landlock: Option<LandlockReport>,
+    error: Option<String>,
+    not_executed: Option<(i32, String)>,
+}
+
+impl StageReport {
+    fn parse(text: &str) -> StageReport {
+        let mut r = StageReport::default();
+        for line in text.lines() {
+            let (tag, rest) = line.split_once(' ').unwrap_or((line, ""));
+            match tag {
+                "S" => r.started = true,
+                "L" => r.landlock = serde_json::from_str(rest).ok(),
+                "E" => r.error = Some(rest.to_string()),
+                "X" => {
+                    let (code, reason) = rest.split_once(' ').unwrap_or((rest, ""));
+                    r.not_executed = Some((code.parse().unwrap_or(126), reason.to_string()));
+                }
+                _ => {}
+            }
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_report_parsing() {
+        let r = StageReport::parse("S\nL {\"kernel_abi\":7,\"enforced\":\"full\"}\n");
+        assert!(r.started && r.error.is_none() && r.not_executed.is_none());
+        assert_eq!(r.landlock.unwrap().kernel_abi, 7);
+        let r = StageReport::parse("S\nE seccomp: nope\n");
+        assert_eq!(r.error.as_deref(), Some("seccomp: nope"));
+        let r = StageReport::parse("S\nL {}\nX 127 cannot execute \"x\": No such file\n");
+        assert_eq!(r.not_executed.unwrap().0, 127);
+        assert!(!StageReport::parse("").started);
+    }
+
+    #[test]
+    fn child_pid_from_bwrap_json() {
+        let mut r = io::Cursor::new(b"{ \"child-pid\": 4242, \"cgroup-namespace\": 1 }\n".to_vec());
+        assert_eq!(read_child_pid(&mut r), Some(4242));
+        let mut r = io::Cursor::new(Vec::new());
+        assert_eq!(read_child_pid(&mut r), None);
+    }
+}

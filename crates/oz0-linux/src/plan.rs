@@ -1,0 +1,864 @@
+//! Policy in, plan out: the security boundary of tier 1 on Linux.
+//!
+//! [`plan`] is a pure function of the validated spec and the host facts. It
+//! decides every mount, every protected path, the environment, the Landlock
+//! rules and the seccomp profile; [`Plan::bwrap_args`] renders the mounts and
+//! namespace flags as bubblewrap arguments. bubblewrap's protection is
+//! entirely determined by those arguments, so this file is reviewed and
+//! table-tested like the boundary it is.
+//!
+//! What the plan guarantees:
+//! - Reads are deny-by-default: only the system paths, the node binary, the
+//!   work directory and the caller's `--read`/`--write` paths are mounted.
+//!   The node's data directory and home directories are never mounted (the
+//!   spec already refuses any root that overlaps the data directory).
+//! - No caller path is reached through a symbolic link: the bound source is
+//!   exactly the path the caller named and checked on the host.
+//! - Protected paths are mounted read-only over the writable folders, with
+//!   empty read-only placeholders for the ones that do not exist yet; a
+//!   protected path that is a symbolic link refuses the run.
+//! - The root of the sandbox is read-only; TEMP is a private tmpfs.
+
+use oz0_policy::env::DEFAULT_PATH;
+use oz0_policy::protected::{self, Kind};
+use oz0_policy::{AbsPath, RunSpec};
+use serde::{Deserialize, Serialize};
+
+use crate::host::{Entry, HostFacts, ProtectedFacts};
+use crate::seccomp::Profile;
+
+/// Where the node binary is inside every run.
+pub const NODE_BIN_INSIDE: &str = "/oz0/oz0-node";
+/// The hidden argument that makes the node binary act as the in-sandbox stage.
+pub const STAGE_ARG: &str = "__oz0-stage";
+/// The run's private TEMP inside (and its `HOME`).
+pub const TMP_INSIDE: &str = "/tmp";
+
+/// Descriptor numbers bubblewrap and the stage are started with.
+pub mod fds {
+    /// bubblewrap reads its arguments from here (`--args`), so its command
+    /// line — visible inside as `/proc/1/cmdline` — names no path or value.
+    pub const ARGS: i32 = 3;
+    /// bubblewrap's JSON status (`--json-status-fd`): the sandbox's pid.
+    pub const JSON_STATUS: i32 = 4;
+    /// The stage's configuration (a sealed memory file).
+    pub const CONFIG: i32 = 5;
+    /// The stage's report to the launcher (close-on-exec in the stage: EOF
+    /// means the command was executed).
+    pub const STATUS: i32 = 6;
+    /// The caller's real stderr; bubblewrap's own stderr is captured.
+    pub const STDERR: i32 = 7;
+}
+
+/// The namespaces every run gets (bubblewrap flags).
+pub const NAMESPACES: &[&str] = &[
+    "--unshare-user",
+    "--unshare-ipc",
+    "--unshare-pid",
+    "--unshare-net",
+    "--unshare-uts",
+    "--unshare-cgroup",
+];
+
+/// One mount operation, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "op")]
+pub enum Mount {
+    /// Read-only bind of host `src` at `dest`.
+    RoBind {
+        /// Host path.
+        src: AbsPath,
+        /// Path inside.
+        dest: AbsPath,
+    },
+    /// Writable bind.
+    Bind {
+        /// Host path.
+        src: AbsPath,
+        /// Path inside.
+        dest: AbsPath,
+    },
+    /// A symbolic link inside.
+    Symlink {
+        /// Link text.
+        target: String,
+        /// Path inside.
+        dest: AbsPath,
+    },
+    /// A fresh procfs for the run's pid namespace.
+    Proc {
+        /// Path inside.
+        dest: AbsPath,
+    },
+    /// A minimal /dev (null, zero, full, random, urandom, tty, pts, shm).
+    Dev {
+        /// Path inside.
+        dest: AbsPath,
+    },
+    /// A private tmpfs.
+    Tmpfs {
+        /// Path inside.
+        dest: AbsPath,
+    },
+    /// Make `dest` read-only (not recursive).
+    RemountRo {
+        /// Path inside.
+        dest: AbsPath,
+    },
+}
+
+impl Mount {
+    fn dest(&self) -> &AbsPath {
+        match self {
+            Mount::RoBind { dest, .. }
+            | Mount::Bind { dest, .. }
+            | Mount::Symlink { dest, .. }
+            | Mount::Proc { dest }
+            | Mount::Dev { dest }
+            | Mount::Tmpfs { dest }
+            | Mount::RemountRo { dest } => dest,
+        }
+    }
+}
+
+/// How a protected path is held for the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protection {
+    /// Exists; mounted read-only over itself.
+    ReadOnly,
+    /// Did not exist; an empty read-only placeholder holds its place (and is
+    /// removed after the run if still empty).
+    Placeholder,
+    /// `.git` folder: mounted over itself, so it cannot be renamed or
+    /// replaced; its contents other than hooks and config stay writable.
+    Unmovable,
+    /// `.git` did not exist: a repository the run creates is its own, and
+    /// its hooks are the run's writing.
+    AbsentGit,
+}
+
+/// One protected path and how it is held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Protected {
+    /// The path (same inside and outside).
+    pub path: AbsPath,
+    /// How.
+    pub how: Protection,
+}
+
+/// A placeholder bubblewrap creates on the host as a mount point.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Placeholder {
+    /// Host path.
+    pub path: AbsPath,
+    /// File or folder.
+    pub kind: PlaceholderKind,
+}
+
+/// The kind of a placeholder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlaceholderKind {
+    /// An empty folder.
+    Dir,
+    /// An empty file.
+    File,
+}
+
+/// Landlock rules, with paths as seen inside the sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LandlockRules {
+    /// Read and execute.
+    pub read: Vec<String>,
+    /// Everything.
+    pub write: Vec<String>,
+}
+
+/// The run's private host folder, holding the placeholders' sources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDir {
+    /// An empty, read-only regular file.
+    pub empty_file: AbsPath,
+    /// An empty, read-only folder.
+    pub empty_dir: AbsPath,
+}
+
+/// The whole plan for one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// Mount operations, in order.
+    pub mounts: Vec<Mount>,
+    /// Protected paths and how each is held.
+    pub protected: Vec<Protected>,
+    /// Placeholders bubblewrap will create on the host; removed after the run.
+    pub placeholders: Vec<Placeholder>,
+    /// Exactly the command's environment.
+    pub env: Vec<(String, String)>,
+    /// The command's working directory.
+    pub cwd: AbsPath,
+    /// The command.
+    pub argv: Vec<String>,
+    /// Landlock rules (second layer).
+    pub landlock: LandlockRules,
+    /// The seccomp profile.
+    pub seccomp: Profile,
+}
+
+/// Why no plan could be made. Each names the path and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// A caller path does not exist.
+    #[error("{0} does not exist: create it first, or name another path")]
+    Missing(AbsPath),
+    /// A caller path is, or passes through, a symbolic link.
+    #[error("{path} is reached through a symbolic link (it resolves to {resolved}): name {resolved} itself")]
+    Symlinked {
+        /// The path named.
+        path: AbsPath,
+        /// Where it leads.
+        resolved: String,
+    },
+    /// The work directory is not a directory.
+    #[error("--work {0} is not a directory")]
+    WorkNotDir(AbsPath),
+    /// A socket, device or fifo.
+    #[error(
+        "{0} is not a file or directory (a socket, device or fifo cannot be shared with a run)"
+    )]
+    Special(AbsPath),
+    /// A protected path is a symbolic link.
+    #[error("{0} is a protected path and a symbolic link, which a run could use to reach elsewhere: remove the link (it was not made by the node)")]
+    ProtectedSymlink(AbsPath),
+    /// A protected path is also named writable.
+    #[error("--write {0} names a protected path (agents' settings, shell start-up files, .git/hooks, .git/config), which runs never write")]
+    ProtectedWritable(AbsPath),
+    /// The host facts do not match the spec (a bug).
+    #[error("host facts do not cover {0}")]
+    NoFacts(AbsPath),
+}
+
+fn abs(s: &str) -> AbsPath {
+    AbsPath::new(s).expect("constant or checked path is valid")
+}
+
+/// Makes the plan. Pure: everything about the host comes from `host`.
+pub fn plan(spec: &RunSpec, host: &HostFacts, run_dir: &RunDir) -> Result<Plan, PlanError> {
+    let mut mounts = Vec::new();
+    let mut landlock = LandlockRules::default();
+
+    // 1. The system, read-only. Merged-/usr links stay links.
+    for (path, entry) in &host.system {
+        match entry {
+            Entry::Dir => {
+                mounts.push(Mount::RoBind {
+                    src: path.clone(),
+                    dest: path.clone(),
+                });
+                landlock.read.push(path.to_string());
+            }
+            Entry::Symlink(target) => mounts.push(Mount::Symlink {
+                target: target.clone(),
+                dest: path.clone(),
+            }),
+            Entry::Missing | Entry::File | Entry::Other => {}
+        }
+    }
+    // 2. Kernel interfaces and the private TEMP.
+    mounts.push(Mount::Proc { dest: abs("/proc") });
+    mounts.push(Mount::Dev { dest: abs("/dev") });
+    mounts.push(Mount::Tmpfs {
+        dest: abs(TMP_INSIDE),
+    });
+    landlock
+        .write
+        .extend(["/proc", "/dev", TMP_INSIDE].map(String::from));
+    // 3. The node binary, for the stage.
+    mounts.push(Mount::RoBind {
+        src: host.node_exe.clone(),
+        dest: abs(NODE_BIN_INSIDE),
+    });
+    landlock.read.push(NODE_BIN_INSIDE.to_string());
+
+    // 4. The caller's paths and the protected paths, parents before children.
+    let mut user = Vec::new();
+    let roots = std::iter::once((&spec.work, true))
+        .chain(spec.read.iter().map(|p| (p, false)))
+        .chain(spec.write.iter().map(|p| (p, true)));
+    for (path, writable) in roots {
+        let fact = host
+            .roots
+            .iter()
+            .find(|r| &r.path == path)
+            .ok_or_else(|| PlanError::NoFacts(path.clone()))?;
+        match &fact.entry {
+            Entry::Missing => return Err(PlanError::Missing(path.clone())),
+            Entry::Other => return Err(PlanError::Special(path.clone())),
+            Entry::Symlink(_) => {
+                return Err(PlanError::Symlinked {
+                    path: path.clone(),
+                    resolved: fact.canonical.clone().unwrap_or_default(),
+                })
+            }
+            Entry::Dir | Entry::File => {}
+        }
+        if fact.canonical.as_deref() != Some(path.as_str()) {
+            return Err(PlanError::Symlinked {
+                path: path.clone(),
+                resolved: fact.canonical.clone().unwrap_or_default(),
+            });
+        }
+        if path == &spec.work && fact.entry != Entry::Dir {
+            return Err(PlanError::WorkNotDir(path.clone()));
+        }
+        if writable {
+            user.push(Mount::Bind {
+                src: path.clone(),
+                dest: path.clone(),
+            });
+            landlock.write.push(path.to_string());
+        } else {
+            user.push(Mount::RoBind {
+                src: path.clone(),
+                dest: path.clone(),
+            });
+            landlock.read.push(path.to_string());
+        }
+    }
+
+    let mut protected = Vec::new();
+    let mut placeholders = Vec::new();
+    let mut holder = Holder {
+        run_dir,
+        user: &mut user,
+        protected: &mut protected,
+        placeholders: &mut placeholders,
+    };
+    for facts in &host.protected {
+        holder.root(facts)?;
+    }
+    for w in &spec.write {
+        if protected
+            .iter()
+            .any(|p| p.how != Protection::Unmovable && w.starts_with(&p.path))
+        {
+            return Err(PlanError::ProtectedWritable(w.clone()));
+        }
+    }
+    // A stable sort by depth puts every mount after the mounts of its parents.
+    user.sort_by_key(|m| m.dest().depth());
+    mounts.extend(user);
+    mounts.push(Mount::RemountRo { dest: abs("/") });
+
+    let mut env: Vec<(String, String)> = spec
+        .env
+        .iter()
+        .map(|v| (v.name.as_str().to_string(), v.value.clone()))
+        .collect();
+    if !env.iter().any(|(n, _)| n == "PATH") {
+        env.push(("PATH".into(), DEFAULT_PATH.into()));
+    }
+    env.push(("HOME".into(), TMP_INSIDE.into()));
+    env.push(("TMPDIR".into(), TMP_INSIDE.into()));
+
+    Ok(Plan {
+        mounts,
+        protected,
+        placeholders,
+        env,
+        cwd: spec.work.clone(),
+        argv: spec.command.clone(),
+        landlock,
+        seccomp: Profile::Default,
+    })
+}
+
+/// Collects the mounts, reports and placeholders of the protected paths.
+struct Holder<'a> {
+    run_dir: &'a RunDir,
+    user: &'a mut Vec<Mount>,
+    protected: &'a mut Vec<Protected>,
+    placeholders: &'a mut Vec<Placeholder>,
+}
+
+impl Holder<'_> {
+    /// Holds `path` read-only: over itself if it exists, with an empty
+    /// placeholder of `kind` if it does not; a link refuses the run.
+    fn hold(&mut self, path: AbsPath, kind: Kind, entry: &Entry) -> Result<(), PlanError> {
+        let how = match entry {
+            Entry::Symlink(_) => return Err(PlanError::ProtectedSymlink(path)),
+            Entry::Missing => {
+                let (src, pk) = match kind {
+                    Kind::Dir => (&self.run_dir.empty_dir, PlaceholderKind::Dir),
+                    Kind::File => (&self.run_dir.empty_file, PlaceholderKind::File),
+                };
+                self.user.push(Mount::RoBind {
+                    src: src.clone(),
+                    dest: path.clone(),
+                });
+                self.placeholders.push(Placeholder {
+                    path: path.clone(),
+                    kind: pk,
+                });
+                Protection::Placeholder
+            }
+            Entry::Dir | Entry::File | Entry::Other => {
+                self.user.push(Mount::RoBind {
+                    src: path.clone(),
+                    dest: path.clone(),
+                });
+                Protection::ReadOnly
+            }
+        };
+        self.protected.push(Protected { path, how });
+        Ok(())
+    }
+
+    fn root(&mut self, facts: &ProtectedFacts) -> Result<(), PlanError> {
+        let root = &facts.root;
+        for (name, kind, entry) in &facts.names {
+            self.hold(root.join(name).expect("constant name"), *kind, entry)?;
+        }
+        let git = root.join(protected::GIT_DIR).expect("constant name");
+        match &facts.git {
+            Entry::Symlink(_) => return Err(PlanError::ProtectedSymlink(git)),
+            Entry::Missing => self.protected.push(Protected {
+                path: git,
+                how: Protection::AbsentGit,
+            }),
+            Entry::File | Entry::Other => self.hold(git, Kind::File, &facts.git)?,
+            Entry::Dir => {
+                self.user.push(Mount::Bind {
+                    src: git.clone(),
+                    dest: git.clone(),
+                });
+                self.protected.push(Protected {
+                    path: git.clone(),
+                    how: Protection::Unmovable,
+                });
+                for (name, kind, entry) in &facts.git_inner {
+                    self.hold(git.join(name).expect("constant name"), *kind, entry)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Plan {
+    /// The bubblewrap options (without the program name), to be passed
+    /// through `--args` so that none of them is on a command line. The
+    /// command, which bubblewrap takes only from its real command line, is
+    /// [`Plan::bwrap_command`].
+    pub fn bwrap_args(&self) -> Vec<String> {
+        let mut a: Vec<String> = NAMESPACES.iter().map(|s| s.to_string()).collect();
+        for s in [
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "oz0",
+        ] {
+            a.push(s.into());
+        }
+        for m in &self.mounts {
+            match m {
+                Mount::RoBind { src, dest } => {
+                    a.extend(["--ro-bind".into(), src.to_string(), dest.to_string()])
+                }
+                Mount::Bind { src, dest } => {
+                    a.extend(["--bind".into(), src.to_string(), dest.to_string()])
+                }
+                Mount::Symlink { target, dest } => {
+                    a.extend(["--symlink".into(), target.clone(), dest.to_string()])
+                }
+                Mount::Proc { dest } => a.extend(["--proc".into(), dest.to_string()]),
+                Mount::Dev { dest } => a.extend(["--dev".into(), dest.to_string()]),
+                Mount::Tmpfs { dest } => a.extend(["--tmpfs".into(), dest.to_string()]),
+                Mount::RemountRo { dest } => a.extend(["--remount-ro".into(), dest.to_string()]),
+            }
+        }
+        a.extend([
+            "--chdir".into(),
+            self.cwd.to_string(),
+            "--json-status-fd".into(),
+            fds::JSON_STATUS.to_string(),
+        ]);
+        a
+    }
+
+    /// bubblewrap's real command line after its program name: it names only
+    /// the args descriptor and the stage, nothing of the run.
+    pub fn bwrap_command() -> Vec<String> {
+        vec![
+            "--args".into(),
+            fds::ARGS.to_string(),
+            "--".into(),
+            NODE_BIN_INSIDE.into(),
+            STAGE_ARG.into(),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::RootFact;
+    use oz0_policy::RunRequest;
+
+    fn p(s: &str) -> AbsPath {
+        AbsPath::new(s).unwrap()
+    }
+
+    fn spec(edit: impl FnOnce(&mut RunRequest)) -> RunSpec {
+        let mut r = RunRequest {
+            work: "/w".into(),
+            data_dir: "/home/u/.local/share/oz0-node".into(),
+            command: vec!["make".into(), "test".into()],
+            ..Default::default()
+        };
+        edit(&mut r);
+        RunSpec::new(r).unwrap()
+    }
+
+    fn root(path: &str, entry: Entry) -> RootFact {
+        RootFact {
+            path: p(path),
+            canonical: (entry != Entry::Missing).then(|| path.to_string()),
+            entry,
+        }
+    }
+
+    fn prot(rootp: &str, git: Entry, inner: &[(&'static str, Kind, Entry)]) -> ProtectedFacts {
+        ProtectedFacts {
+            root: p(rootp),
+            names: protected::READ_ONLY_NAMES
+                .iter()
+                .map(|(n, k)| (*n, *k, Entry::Missing))
+                .collect(),
+            git,
+            git_inner: inner.to_vec(),
+        }
+    }
+
+    fn host(roots: Vec<RootFact>, protected: Vec<ProtectedFacts>) -> HostFacts {
+        HostFacts {
+            system: vec![
+                (p("/usr"), Entry::Dir),
+                (p("/bin"), Entry::Symlink("usr/bin".into())),
+                (p("/lib32"), Entry::Missing),
+                (p("/etc"), Entry::Dir),
+            ],
+            node_exe: p("/opt/oz0/oz0-node"),
+            roots,
+            protected,
+        }
+    }
+
+    fn run_dir() -> RunDir {
+        RunDir {
+            empty_file: p("/tmp/oz0-run-x/empty"),
+            empty_dir: p("/tmp/oz0-run-x/empty.d"),
+        }
+    }
+
+    fn basic_host() -> HostFacts {
+        host(
+            vec![root("/w", Entry::Dir)],
+            vec![prot("/w", Entry::Missing, &[])],
+        )
+    }
+
+    #[test]
+    fn golden_minimal_run() {
+        let plan = plan(&spec(|_| {}), &basic_host(), &run_dir()).unwrap();
+        let args = plan.bwrap_args().join(" ");
+        let expect_prefix = "--unshare-user --unshare-ipc --unshare-pid --unshare-net --unshare-uts --unshare-cgroup \
+--disable-userns --die-with-parent --new-session --clearenv --cap-drop ALL --hostname oz0 \
+--ro-bind /usr /usr --symlink usr/bin /bin --ro-bind /etc /etc --proc /proc --dev /dev --tmpfs /tmp \
+--ro-bind /opt/oz0/oz0-node /oz0/oz0-node --bind /w /w --ro-bind /tmp/oz0-run-x/empty.d /w/.oz0 ";
+        assert!(args.starts_with(expect_prefix), "{args}");
+        assert!(
+            args.ends_with("--remount-ro / --chdir /w --json-status-fd 4"),
+            "{args}"
+        );
+        // Nothing of the caller's is on bubblewrap's real command line.
+        assert_eq!(
+            Plan::bwrap_command().join(" "),
+            "--args 3 -- /oz0/oz0-node __oz0-stage"
+        );
+        assert_eq!(plan.argv, vec!["make", "test"]);
+    }
+
+    #[test]
+    fn nothing_but_what_is_named_is_mounted() {
+        let plan = plan(&spec(|_| {}), &basic_host(), &run_dir()).unwrap();
+        for m in &plan.mounts {
+            if let Mount::RoBind { src, .. } | Mount::Bind { src, .. } = m {
+                let ok = ["/usr", "/etc", "/opt/oz0/oz0-node", "/w"].contains(&src.as_str())
+                    || src.starts_with(&p("/w"))
+                    || src.starts_with(&p("/tmp/oz0-run-x"));
+                assert!(ok, "unexpected source {src}");
+                assert!(!src.starts_with(&p("/home")), "home mounted: {src}");
+            }
+        }
+        // Missing system paths are not mounted; links stay links.
+        assert!(!plan.bwrap_args().contains(&"/lib32".to_string()));
+    }
+
+    #[test]
+    fn environment_is_exactly_the_callers_plus_needs() {
+        let s = spec(|r| r.env = vec![oz0_policy::EnvVar::parse("LANG=C").unwrap()]);
+        let plan = plan(&s, &basic_host(), &run_dir()).unwrap();
+        let names: Vec<_> = plan.env.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, vec!["LANG", "PATH", "HOME", "TMPDIR"]);
+        let s = spec(|r| r.env = vec![oz0_policy::EnvVar::parse("PATH=/x").unwrap()]);
+        let plan = super::plan(&s, &basic_host(), &run_dir()).unwrap();
+        assert_eq!(plan.env.iter().filter(|(n, _)| n == "PATH").count(), 1);
+        assert!(plan.env.contains(&("PATH".into(), "/x".into())));
+    }
+
+    #[test]
+    fn read_and_write_paths_parents_first() {
+        let s = spec(|r| {
+            r.read = vec!["/w/sub/ro".into(), "/data/ref".into()];
+            r.write = vec!["/w/sub".into()];
+        });
+        let h = host(
+            vec![
+                root("/w", Entry::Dir),
+                root("/w/sub/ro", Entry::Dir),
+                root("/data/ref", Entry::File),
+                root("/w/sub", Entry::Dir),
+            ],
+            vec![
+                prot("/w", Entry::Missing, &[]),
+                prot("/w/sub", Entry::Missing, &[]),
+            ],
+        );
+        let plan = plan(&s, &h, &run_dir()).unwrap();
+        let pos = |needle: &Mount| plan.mounts.iter().position(|m| m == needle).unwrap();
+        let w = pos(&Mount::Bind {
+            src: p("/w"),
+            dest: p("/w"),
+        });
+        let sub = pos(&Mount::Bind {
+            src: p("/w/sub"),
+            dest: p("/w/sub"),
+        });
+        let ro = pos(&Mount::RoBind {
+            src: p("/w/sub/ro"),
+            dest: p("/w/sub/ro"),
+        });
+        assert!(w < sub && sub < ro);
+        assert!(plan.landlock.read.contains(&"/data/ref".to_string()));
+        assert!(plan.landlock.write.contains(&"/w/sub".to_string()));
+        // Protected names are held in both writable folders.
+        assert!(plan.protected.iter().any(|x| x.path == p("/w/sub/.claude")));
+    }
+
+    #[test]
+    fn git_folder_is_unmovable_hooks_and_config_read_only() {
+        let h = host(
+            vec![root("/w", Entry::Dir)],
+            vec![prot(
+                "/w",
+                Entry::Dir,
+                &[
+                    ("hooks", Kind::Dir, Entry::Dir),
+                    ("config", Kind::File, Entry::Missing),
+                ],
+            )],
+        );
+        let plan = plan(&spec(|_| {}), &h, &run_dir()).unwrap();
+        let git = plan
+            .mounts
+            .iter()
+            .position(|m| {
+                *m == Mount::Bind {
+                    src: p("/w/.git"),
+                    dest: p("/w/.git"),
+                }
+            })
+            .unwrap();
+        let hooks = plan
+            .mounts
+            .iter()
+            .position(|m| {
+                *m == Mount::RoBind {
+                    src: p("/w/.git/hooks"),
+                    dest: p("/w/.git/hooks"),
+                }
+            })
+            .unwrap();
+        let config = plan
+            .mounts
+            .iter()
+            .position(|m| {
+                *m == Mount::RoBind {
+                    src: p("/tmp/oz0-run-x/empty"),
+                    dest: p("/w/.git/config"),
+                }
+            })
+            .unwrap();
+        assert!(git < hooks && git < config);
+        assert!(plan.placeholders.contains(&Placeholder {
+            path: p("/w/.git/config"),
+            kind: PlaceholderKind::File
+        }));
+        let how = |s: &str| plan.protected.iter().find(|x| x.path == p(s)).unwrap().how;
+        assert_eq!(how("/w/.git"), Protection::Unmovable);
+        assert_eq!(how("/w/.git/hooks"), Protection::ReadOnly);
+        assert_eq!(how("/w/.git/config"), Protection::Placeholder);
+    }
+
+    #[test]
+    fn git_file_is_read_only_and_absent_git_is_reported() {
+        let h = host(
+            vec![root("/w", Entry::Dir)],
+            vec![prot("/w", Entry::File, &[])],
+        );
+        let plan = plan(&spec(|_| {}), &h, &run_dir()).unwrap();
+        assert!(plan.mounts.contains(&Mount::RoBind {
+            src: p("/w/.git"),
+            dest: p("/w/.git")
+        }));
+        let plan = super::plan(&spec(|_| {}), &basic_host(), &run_dir()).unwrap();
+        assert!(plan.protected.contains(&Protected {
+            path: p("/w/.git"),
+            how: Protection::AbsentGit
+        }));
+    }
+
+    #[test]
+    fn refusals() {
+        type Case = (
+            &'static str,
+            fn() -> (RunSpec, HostFacts),
+            fn(&PlanError) -> bool,
+        );
+        let cases: &[Case] = &[
+            (
+                "missing work",
+                || (spec(|_| {}), host(vec![root("/w", Entry::Missing)], vec![])),
+                |e| matches!(e, PlanError::Missing(_)),
+            ),
+            (
+                "work is a file",
+                || (spec(|_| {}), host(vec![root("/w", Entry::File)], vec![])),
+                |e| matches!(e, PlanError::WorkNotDir(_)),
+            ),
+            (
+                "work is a link",
+                || {
+                    (
+                        spec(|_| {}),
+                        host(
+                            vec![RootFact {
+                                path: p("/w"),
+                                entry: Entry::Symlink("/etc".into()),
+                                canonical: Some("/etc".into()),
+                            }],
+                            vec![],
+                        ),
+                    )
+                },
+                |e| matches!(e, PlanError::Symlinked { .. }),
+            ),
+            (
+                "parent is a link",
+                || {
+                    (
+                        spec(|_| {}),
+                        host(
+                            vec![RootFact {
+                                path: p("/w"),
+                                entry: Entry::Dir,
+                                canonical: Some("/real/w".into()),
+                            }],
+                            vec![],
+                        ),
+                    )
+                },
+                |e| matches!(e, PlanError::Symlinked { .. }),
+            ),
+            (
+                "socket",
+                || {
+                    (
+                        spec(|r| r.read = vec!["/run/x.sock".into()]),
+                        host(
+                            vec![root("/w", Entry::Dir), root("/run/x.sock", Entry::Other)],
+                            vec![],
+                        ),
+                    )
+                },
+                |e| matches!(e, PlanError::Special(_)),
+            ),
+            (
+                "protected link",
+                || {
+                    let mut pf = prot("/w", Entry::Missing, &[]);
+                    pf.names[2].2 = Entry::Symlink("/home/u/.ssh".into());
+                    (spec(|_| {}), host(vec![root("/w", Entry::Dir)], vec![pf]))
+                },
+                |e| matches!(e, PlanError::ProtectedSymlink(_)),
+            ),
+            (
+                "git link",
+                || {
+                    (
+                        spec(|_| {}),
+                        host(
+                            vec![root("/w", Entry::Dir)],
+                            vec![prot("/w", Entry::Symlink("/x".into()), &[])],
+                        ),
+                    )
+                },
+                |e| matches!(e, PlanError::ProtectedSymlink(_)),
+            ),
+            (
+                "hooks link",
+                || {
+                    (
+                        spec(|_| {}),
+                        host(
+                            vec![root("/w", Entry::Dir)],
+                            vec![prot(
+                                "/w",
+                                Entry::Dir,
+                                &[("hooks", Kind::Dir, Entry::Symlink("/x".into()))],
+                            )],
+                        ),
+                    )
+                },
+                |e| matches!(e, PlanError::ProtectedSymlink(_)),
+            ),
+            (
+                "write a protected path",
+                || {
+                    (
+                        spec(|r| r.write = vec!["/w/.claude".into()]),
+                        host(
+                            vec![root("/w", Entry::Dir), root("/w/.claude", Entry::Dir)],
+                            vec![
+                                prot("/w", Entry::Missing, &[]),
+                                prot("/w/.claude", Entry::Missing, &[]),
+                            ],
+                        ),
+                    )
+                },
+                |e| matches!(e, PlanError::ProtectedWritable(_)),
+            ),
+        ];
+        for (name, make, want) in cases {
+            let (s, h) = make();
+            let e = plan(&s, &h, &run_dir()).expect_err(name);
+            assert!(want(&e), "{name}: {e:?}");
+            assert!(!e.to_string().is_empty());
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! The in-sandbox stage: the node binary, re-executed by bubblewrap as the
+//! run's first process. It applies what bubblewrap cannot — Landlock and the
+//! seccomp filter — to itself, then executes the command in its place.
+//!
+//! It reads its configuration from a memory file at [`fds::CONFIG`] (never
+//! from its command line or environment, both of which are visible to the
+//! run) and reports to the launcher over the pipe at [`fds::STATUS`], which it
+//! marks close-on-exec: the launcher sees end-of-file exactly when the command
+//! was executed. Lines on that pipe:
+//! - `S` — the stage started;
+//! - `L <json>` — what Landlock enforced;
+//! - `E <reason>` — the sandbox could not be completed (the command never ran);
+//! - `X <code> <reason>` — the command could not be executed (126/127).
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+use crate::landlock;
+use crate::plan::{fds, LandlockRules};
+use crate::seccomp::{self, Profile};
+
+/// What the launcher tells the stage.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageConfig {
+    /// The command.
+    pub argv: Vec<String>,
+    /// Exactly its environment.
+    pub env: Vec<(String, String)>,
+    /// Landlock rules.
+    pub landlock: LandlockRules,
+    /// Seccomp profile.
+    pub seccomp: Profile,
+}
+
+/// Exit status of the stage when the sandbox could not be completed.
+pub const STAGE_FAILED: i32 = 125;
+
+/// Runs the stage. Returns only on failure, with the process exit code.
+pub fn main() -> i32 {
+    let mut status = match oz0_sys::spawn::inherited_fd(fds::STATUS) {
+        Ok(fd) => File::from(fd),
+        Err(e) => {
+            eprintln!("oz0-node: {} is started only by `oz0-node sandbox run` (no status descriptor: {e})", crate::plan::STAGE_ARG);
+            return STAGE_FAILED;
+        }
+    };
+    let _ = rustix::io::fcntl_setfd(&status, rustix::io::FdFlags::CLOEXEC);
+    let _ = status.write_all(b"S\n");
+    match prepare() {
+        Ok((cfg, report)) => {
+            let _ = writeln!(
+                status,
+                "L {}",
+                serde_json::to_string(&report).unwrap_or_default()
+            );
+            let err = Command::new(&cfg.argv[0])
+                .args(&cfg.argv[1..])
+                .env_clear()
+                .envs(cfg.env.iter().map(|(k, v)| (k, v)))
+                .exec();
+            let code = match err.kind() {
+                std::io::ErrorKind::NotFound => 127,
+                _ => 126,
+            };
+            let _ = writeln!(status, "X {code} cannot execute {:?}: {err}", cfg.argv[0]);
+            code
+        }
+        Err(reason) => {
+            let _ = writeln!(status, "E {}", reason.replace('\n', " "));
+            STAGE_FAILED
+        }
+    }
+}
+
+fn prepare() -> Result<(StageConfig, landlock::LandlockReport), String> {
+    let mut raw = Vec::new();
+    File::from(
+        oz0_sys::spawn::inherited_fd(fds::CONFIG).map_err(|e| format!("no configuration: {e}"))?,
+    )
+    .read_to_end(&mut raw)
+    .map_err(|e| format!("reading the configuration: {e}"))?;
+    let cfg: StageConfig =
+        serde_json::from_slice(&raw).map_err(|e| format!("bad configuration: {e}"))?;
+    if cfg.argv.is_empty() {
+        return Err("empty command".into());
+    }
+    let stderr = oz0_sys::spawn::inherited_fd(fds::STDERR)
+        .map_err(|e| format!("no stderr descriptor: {e}"))?;
+    rustix::stdio::dup2_stderr(&stderr).map_err(|e| format!("dup2 stderr: {e}"))?;
+    drop(stderr);
+    // The command inherits stdin, stdout and stderr, and nothing else.
+    oz0_sys::spawn::cloexec_from(3).map_err(|e| format!("close_range: {e}"))?;
+    let programs = seccomp::compile(cfg.seccomp).map_err(|e| e.to_string())?;
+    let report = landlock::restrict(&cfg.landlock).map_err(|e| e.to_string())?;
+    seccomp::install(&programs).map_err(|e| e.to_string())?;
+    Ok((cfg, report))
+}

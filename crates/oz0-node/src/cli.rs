@@ -1,0 +1,135 @@
+//! The command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit::Exit;
+
+/// OZ0 node: runs AI-agent work behind the strongest wall this machine can prove.
+///
+/// Tier 1 on Linux puts each run in bubblewrap namespaces with a seccomp
+/// filter and Landlock: it sees the system read-only, its work directory and
+/// the paths you name, and nothing else — not your home, not the node's data.
+#[derive(Debug, Parser)]
+#[command(name = "oz0-node", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    cmd: Top,
+}
+
+#[derive(Debug, Subcommand)]
+enum Top {
+    /// Run, check and inspect sandboxes.
+    #[command(subcommand)]
+    Sandbox(SandboxCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum SandboxCmd {
+    /// Run one command at tier 1 (Linux: bubblewrap + seccomp + Landlock).
+    ///
+    /// The command sees the system read-only (/usr, /etc, /bin, /lib*), the
+    /// work directory (writable, its current directory), the --read and
+    /// --write paths, a private /tmp that disappears with the run (also its
+    /// HOME and TMPDIR), and nothing else. It has no network but its own
+    /// loopback, no capabilities, and cannot create namespaces, ptrace, mount,
+    /// use io_uring, bpf or keyrings. In every writable folder .git/hooks,
+    /// .git/config and agents' settings (.claude, .codex, .vscode, .mcp.json,
+    /// shell rc files, ...) are read-only and .git cannot be renamed.
+    ///
+    /// When the command exits, every process it started is killed, and this
+    /// returns only after they are gone.
+    ///
+    /// Exit status: the command's own; 128+N if it died of signal N; 124 on
+    /// --timeout; 125 if the sandbox refused or could not start the run (the
+    /// command never ran; the reason is on stderr); 126/127 if the command
+    /// could not be executed / was not found.
+    ///
+    /// Example:
+    ///   oz0-node sandbox run --work "$PWD" --env LANG=C.UTF-8 -- make test
+    #[command(verbatim_doc_comment)]
+    Run(RunArgs),
+    /// Report what this process can see and do (for use inside a sandbox).
+    ///
+    /// Prints one JSON object: capabilities, no_new_privs, seccomp mode, the
+    /// errno of each refused system call, and the result of each --read,
+    /// --write, --list, --connect and --link you name.
+    Probe(crate::probe::ProbeArgs),
+}
+
+/// `sandbox run` flags.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The work directory: writable, and the command's current directory.
+    #[arg(long, value_name = "DIR")]
+    pub work: PathBuf,
+    /// Also let the command read this path (repeatable).
+    #[arg(long = "read", value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// Also let the command write this path (repeatable).
+    #[arg(long = "write", value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// Give the command NAME=VALUE, or NAME with the value of NAME from this
+    /// process's environment (keeps secrets off command lines). Nothing else
+    /// from this environment reaches the command.
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    pub env: Vec<String>,
+    /// Read NAME=VALUE lines from FILE (blank lines and # comments ignored).
+    #[arg(long = "env-file", value_name = "FILE")]
+    pub env_file: Vec<PathBuf>,
+    /// Kill the run after S seconds of wall time (exit status 124).
+    #[arg(long, value_name = "S")]
+    pub timeout: Option<u64>,
+    /// Memory of all the run's processes together, in MiB.
+    #[arg(long, value_name = "MiB")]
+    pub memory: Option<u64>,
+    /// Processes of the run at once.
+    #[arg(long, value_name = "N")]
+    pub processes: Option<u32>,
+    /// CPU time of all the run's processes together, in seconds.
+    #[arg(long = "cpu-seconds", value_name = "S")]
+    pub cpu_seconds: Option<u64>,
+    /// Let the command reach HOST[:PORT] through the node's egress proxy.
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    pub allow: Vec<String>,
+    /// Let the command reach the node-local 127.0.0.1:PORT through the proxy.
+    #[arg(long = "forward", value_name = "PORT")]
+    pub forward: Vec<u16>,
+    /// Write the run's status (how it ended, what was enforced) as JSON to FILE.
+    #[arg(long = "json-status", value_name = "FILE")]
+    pub json_status: Option<PathBuf>,
+    /// The node's data directory, which no run may see
+    /// [default: $XDG_DATA_HOME/oz0-node or ~/.local/share/oz0-node].
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// The bubblewrap binary [default: bwrap on PATH, then /usr/bin/bwrap].
+    #[arg(long, value_name = "PATH")]
+    pub bwrap: Option<PathBuf>,
+    /// Print the plan (mounts, protected paths, environment names) as JSON and run nothing.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// Parses the command line and runs it; returns the exit status.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    Exit::Ok.code()
+                }
+                _ => Exit::Usage.code(),
+            };
+        }
+    };
+    match cli.cmd {
+        Top::Sandbox(SandboxCmd::Run(a)) => crate::run::run(a),
+        Top::Sandbox(SandboxCmd::Probe(a)) => crate::probe::main(a),
+    }
+}

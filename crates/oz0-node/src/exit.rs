@@ -1,0 +1,28 @@
+//! Exit statuses: part of the API, documented in the README.
+
+/// The statuses `oz0-node` exits with (besides a command's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Exit {
+    /// Success (or the command's own 0).
+    Ok = 0,
+    /// A check failed (`sandbox check`: the tier is lower than asked).
+    CheckFailed = 1,
+    /// The command line was wrong (also clap's own usage errors).
+    Usage = 2,
+    /// `--timeout` was reached; the run was killed.
+    Timeout = 124,
+    /// The sandbox refused the run or could not start it: the command never ran.
+    Sandbox = 125,
+    /// The command was found but could not be executed.
+    NotExecutable = 126,
+    /// The command was not found inside the sandbox.
+    NotFound = 127,
+}
+
+impl Exit {
+    /// The numeric status.
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+}

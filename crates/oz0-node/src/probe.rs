@@ -1,0 +1,232 @@
+//! `oz0-node sandbox probe`: what this process can see and do.
+//!
+//! Run inside a sandbox, it is the witness the tests and the self-test
+//! believe: it tries each operation for real and reports the errno.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+
+use clap::Args;
+use oz0_sys::probe as sys;
+use serde_json::{json, Value};
+
+use crate::exit::Exit;
+
+/// `sandbox probe` flags.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Try to read the first bytes of PATH.
+    #[arg(long = "read", value_name = "PATH")]
+    read: Vec<PathBuf>,
+    /// Try to create-or-append PATH.
+    #[arg(long = "write", value_name = "PATH")]
+    write: Vec<PathBuf>,
+    /// Try to list the folder PATH.
+    #[arg(long = "list", value_name = "PATH")]
+    list: Vec<PathBuf>,
+    /// Try a TCP connection to HOST:PORT (1 s deadline).
+    #[arg(long = "connect", value_name = "HOST:PORT")]
+    connect: Vec<String>,
+    /// Try a unix-socket connection to PATH, or to @NAME in the abstract namespace.
+    #[arg(long = "unix", value_name = "PATH|@NAME")]
+    unix: Vec<String>,
+    /// Try to hard-link SRC to DST (SRC:DST).
+    #[arg(long = "link", value_name = "SRC:DST")]
+    link: Vec<String>,
+    /// Skip the system-call checks.
+    #[arg(long = "no-syscalls")]
+    no_syscalls: bool,
+}
+
+/// The conventional name of an errno, for reports.
+pub fn errno_name(e: &io::Error) -> String {
+    let Some(n) = e.raw_os_error() else {
+        return format!("{:?}", e.kind());
+    };
+    let name = match n {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::ESRCH => "ESRCH",
+        libc::EIO => "EIO",
+        libc::EBADF => "EBADF",
+        libc::EAGAIN => "EAGAIN",
+        libc::ENOMEM => "ENOMEM",
+        libc::EACCES => "EACCES",
+        libc::EFAULT => "EFAULT",
+        libc::EBUSY => "EBUSY",
+        libc::EEXIST => "EEXIST",
+        libc::EXDEV => "EXDEV",
+        libc::ENODEV => "ENODEV",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::EINVAL => "EINVAL",
+        libc::ENOTTY => "ENOTTY",
+        libc::ENOSPC => "ENOSPC",
+        libc::EROFS => "EROFS",
+        libc::ENOSYS => "ENOSYS",
+        libc::ENOTEMPTY => "ENOTEMPTY",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::EAFNOSUPPORT => "EAFNOSUPPORT",
+        libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
+        libc::ENETUNREACH => "ENETUNREACH",
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::EHOSTUNREACH => "EHOSTUNREACH",
+        _ => return format!("E{n}"),
+    };
+    name.to_string()
+}
+
+fn res(r: io::Result<()>) -> Value {
+    match r {
+        Ok(()) => json!("ok"),
+        Err(e) => json!(errno_name(&e)),
+    }
+}
+
+fn status_field(status: &str, key: &str) -> Option<String> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+}
+
+/// Runs the probe and prints its JSON report.
+pub fn main(a: ProbeArgs) -> i32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let mut report = BTreeMap::<&str, Value>::new();
+    report.insert("uid", json!(rustix::process::getuid().as_raw()));
+    report.insert("pid", json!(std::process::id()));
+    report.insert("cap_eff", json!(status_field(&status, "CapEff:")));
+    report.insert("cap_prm", json!(status_field(&status, "CapPrm:")));
+    report.insert("cap_bnd", json!(status_field(&status, "CapBnd:")));
+    report.insert("no_new_privs", json!(status_field(&status, "NoNewPrivs:")));
+    report.insert("seccomp", json!(status_field(&status, "Seccomp:")));
+    report.insert("landlock_abi", json!(sys::landlock_abi()));
+    let fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    report.insert("open_fds", json!(fds));
+
+    let mut reads = BTreeMap::new();
+    for p in &a.read {
+        let r = std::fs::File::open(p).and_then(|mut f| f.read(&mut [0u8; 16]).map(|_| ()));
+        reads.insert(p.display().to_string(), res(r));
+    }
+    report.insert("read", json!(reads));
+    let mut writes = BTreeMap::new();
+    for p in &a.write {
+        let r = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .and_then(|mut f| f.write_all(b"oz0-probe\n"));
+        writes.insert(p.display().to_string(), res(r));
+    }
+    report.insert("write", json!(writes));
+    let mut lists = BTreeMap::new();
+    for p in &a.list {
+        lists.insert(
+            p.display().to_string(),
+            res(std::fs::read_dir(p).map(|_| ())),
+        );
+    }
+    report.insert("list", json!(lists));
+    let mut connects = BTreeMap::new();
+    for t in &a.connect {
+        let r = std::net::ToSocketAddrs::to_socket_addrs(t.as_str()).and_then(|mut it| {
+            let addr = it
+                .next()
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EADDRNOTAVAIL))?;
+            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(1))
+                .map(|_| ())
+        });
+        connects.insert(t.clone(), res(r));
+    }
+    report.insert("connect", json!(connects));
+    let mut unixes = BTreeMap::new();
+    for u in &a.unix {
+        let r = if let Some(name) = u.strip_prefix('@') {
+            use std::os::linux::net::SocketAddrExt;
+            std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+                .and_then(|addr| std::os::unix::net::UnixStream::connect_addr(&addr))
+                .map(|_| ())
+        } else {
+            std::os::unix::net::UnixStream::connect(u).map(|_| ())
+        };
+        unixes.insert(u.clone(), res(r));
+    }
+    report.insert("unix", json!(unixes));
+    let mut links = BTreeMap::new();
+    for l in &a.link {
+        let r = match l.split_once(':') {
+            Some((s, d)) => std::fs::hard_link(s, d),
+            None => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        };
+        links.insert(l.clone(), res(r));
+    }
+    report.insert("link", json!(links));
+
+    if !a.no_syscalls {
+        let mut s = BTreeMap::new();
+        s.insert("ptrace", res(sys::ptrace_peek_pid1()));
+        s.insert("process_vm_readv", res(sys::process_vm_readv_pid1()));
+        s.insert("mount", res(sys::mount_tmpfs()));
+        s.insert("io_uring_setup", res(sys::io_uring_setup()));
+        s.insert("bpf", res(sys::bpf()));
+        s.insert("perf_event_open", res(sys::perf_event_open()));
+        s.insert("keyctl", res(sys::keyctl()));
+        s.insert("add_key", res(sys::add_key()));
+        s.insert("userfaultfd", res(sys::userfaultfd()));
+        s.insert("kexec_load", res(sys::kexec_load()));
+        s.insert("init_module", res(sys::init_module()));
+        s.insert("tiocsti", res(sys::tiocsti(0)));
+        s.insert(
+            "socket_netlink",
+            res(sys::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW,
+                libc::NETLINK_ROUTE,
+            )),
+        );
+        s.insert(
+            "socket_vsock",
+            res(sys::socket(libc::AF_VSOCK, libc::SOCK_STREAM, 0)),
+        );
+        s.insert(
+            "socket_packet",
+            res(sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)),
+        );
+        s.insert(
+            "socket_unix",
+            res(sys::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0)),
+        );
+        s.insert(
+            "socket_inet",
+            res(sys::socket(libc::AF_INET, libc::SOCK_STREAM, 0)),
+        );
+        #[cfg(target_arch = "x86_64")]
+        s.insert(
+            "x32_getpid",
+            res(sys::raw_syscall0(0x4000_0000 | libc::SYS_getpid)),
+        );
+        // Last: when allowed, these change this process's namespaces.
+        s.insert("unshare_mount_ns", res(sys::unshare_mount_ns()));
+        s.insert("unshare_user", res(sys::unshare_user()));
+        report.insert("syscalls", json!(s));
+    }
+    match serde_json::to_string(&report) {
+        Ok(s) => {
+            println!("{s}");
+            Exit::Ok.code()
+        }
+        Err(e) => {
+            eprintln!("oz0-node: probe: {e}");
+            Exit::CheckFailed.code()
+        }
+    }
+}

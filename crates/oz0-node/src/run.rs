@@ -1,0 +1,264 @@
+//! `oz0-node sandbox run`.
+
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use oz0_linux::launch::{Ended, LaunchOptions, RunOutcome, SandboxError};
+use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
+use serde_json::json;
+
+use crate::cli::RunArgs;
+use crate::exit::Exit;
+
+/// Version of the `--json-status` document.
+pub const STATUS_SCHEMA: u32 = 1;
+
+fn refuse(msg: impl std::fmt::Display) -> i32 {
+    eprintln!("oz0-node: sandbox refused: {msg}");
+    Exit::Sandbox.code()
+}
+
+/// The node's data directory: `--data-dir`, else under the XDG data home.
+pub fn data_dir(flag: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(d) = flag {
+        return Ok(d.to_path_buf());
+    }
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty()) {
+        return Ok(PathBuf::from(x).join("oz0-node"));
+    }
+    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(h) => Ok(PathBuf::from(h).join(".local/share/oz0-node")),
+        None => Err(
+            "neither XDG_DATA_HOME nor HOME is set: name the node's data directory with --data-dir"
+                .into(),
+        ),
+    }
+}
+
+fn utf8(what: &str, p: &Path) -> Result<String, String> {
+    p.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("{what} {:?} is not valid UTF-8", p))
+}
+
+fn parse_env(args: &RunArgs) -> Result<Vec<EnvVar>, String> {
+    let mut out = Vec::new();
+    for f in &args.env_file {
+        let text =
+            std::fs::read_to_string(f).map_err(|e| format!("--env-file {}: {e}", f.display()))?;
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim_start();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            out.push(
+                EnvVar::parse(line)
+                    .map_err(|e| format!("--env-file {} line {}: {e}", f.display(), i + 1))?,
+            );
+        }
+    }
+    for e in &args.env {
+        let v = if e.contains('=') {
+            EnvVar::parse(e)
+        } else {
+            let value = std::env::var(e).map_err(|_| {
+                format!("--env {e}: {e} is not set (or not UTF-8) in this environment; give --env {e}=VALUE or export it")
+            })?;
+            EnvVar::new(e, &value)
+        };
+        out.push(v.map_err(|err| format!("--env: {err}"))?);
+    }
+    Ok(out)
+}
+
+fn request(args: &RunArgs) -> Result<RunRequest, String> {
+    let data_dir = data_dir(args.data_dir.as_deref())?;
+    let command = args
+        .command
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            a.to_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("argument {i} of the command is not valid UTF-8"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RunRequest {
+        work: utf8("--work", &args.work)?,
+        read: args
+            .read
+            .iter()
+            .map(|p| utf8("--read", p))
+            .collect::<Result<_, _>>()?,
+        write: args
+            .write
+            .iter()
+            .map(|p| utf8("--write", p))
+            .collect::<Result<_, _>>()?,
+        env: parse_env(args)?,
+        allow: args.allow.clone(),
+        forward: args.forward.clone(),
+        limits: Limits {
+            memory_mib: args.memory,
+            processes: args.processes,
+            cpu_seconds: args.cpu_seconds,
+            timeout_seconds: args.timeout,
+        },
+        data_dir: utf8("--data-dir", &data_dir)?,
+        command,
+    })
+}
+
+/// A pipe that becomes readable on SIGINT, SIGTERM or SIGHUP.
+fn cancel_pipe() -> Option<OwnedFd> {
+    let (r, w) = UnixStream::pair().ok()?;
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::low_level::pipe::register(sig, w.try_clone().ok()?).ok()?;
+    }
+    Some(OwnedFd::from(r))
+}
+
+fn write_status(path: &Path, doc: &serde_json::Value) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(serde_json::to_string_pretty(doc)?.as_bytes())?;
+    f.write_all(b"\n")?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+fn outcome_doc(o: &RunOutcome) -> serde_json::Value {
+    let outcome = match &o.ended {
+        Ended::Exited => "exited",
+        Ended::Timeout => "timeout",
+        Ended::Cancelled => "cancelled",
+        Ended::NotExecuted { .. } => "not_executed",
+    };
+    let reason = match &o.ended {
+        Ended::NotExecuted { reason } => Some(reason.clone()),
+        Ended::Timeout => Some(
+            "the wall-time limit (--timeout) was reached; every process of the run was killed"
+                .into(),
+        ),
+        Ended::Cancelled => {
+            Some("the node was told to stop (signal); every process of the run was killed".into())
+        }
+        Ended::Exited => None,
+    };
+    json!({
+        "schema": STATUS_SCHEMA,
+        "run_id": o.run_id,
+        "outcome": outcome,
+        "exit_code": o.exit_code,
+        "reason": reason,
+        "duration_ms": o.duration_ms,
+        "enforced": {
+            "mechanism": "bubblewrap",
+            "namespaces": o.namespaces,
+            "nested_user_namespaces": false,
+            "capabilities": "none",
+            "no_new_privs": true,
+            "seccomp": o.seccomp,
+            "landlock": o.landlock,
+            "protected": o.protected,
+            "limits": {"timeout": "supervisor (SIGKILL of the run's pid namespace)"},
+        },
+    })
+}
+
+fn error_doc(e: &SandboxError) -> serde_json::Value {
+    json!({
+        "schema": STATUS_SCHEMA,
+        "outcome": "sandbox_error",
+        "exit_code": Exit::Sandbox.code(),
+        "reason": e.to_string(),
+    })
+}
+
+/// Runs `sandbox run`; returns the exit status.
+pub fn run(args: RunArgs) -> i32 {
+    let req = match request(&args) {
+        Ok(r) => r,
+        Err(e) => return refuse(e),
+    };
+    let spec = match RunSpec::new(req) {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
+    let node_exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => return refuse(format!("cannot find this binary's own path: {e}")),
+    };
+    if args.dry_run {
+        let dir = std::env::temp_dir();
+        let run_dir = oz0_linux::plan::RunDir {
+            empty_file: oz0_policy::AbsPath::from_path(&dir.join("oz0-run-DRYRUN/empty"))
+                .expect("temp dir is UTF-8"),
+            empty_dir: oz0_policy::AbsPath::from_path(&dir.join("oz0-run-DRYRUN/empty.d"))
+                .expect("temp dir is UTF-8"),
+        };
+        return match oz0_linux::launch::plan_only(&spec, &node_exe, &run_dir) {
+            Ok(plan) => {
+                let env_names: Vec<&str> = plan.env.iter().map(|(n, _)| n.as_str()).collect();
+                let doc = json!({
+                    "mounts": plan.mounts,
+                    "protected": plan.protected,
+                    "placeholders": plan.placeholders,
+                    "env_names": env_names,
+                    "cwd": plan.cwd,
+                    "landlock": plan.landlock,
+                    "seccomp": plan.seccomp,
+                    "bwrap_args": plan.bwrap_args(),
+                });
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&doc).expect("plan serialises")
+                );
+                Exit::Ok.code()
+            }
+            Err(e) => refuse(e),
+        };
+    }
+    let path_var = std::env::var("PATH").ok();
+    let bwrap = match oz0_linux::bwrap::find(args.bwrap.as_deref(), path_var.as_deref()) {
+        Ok(b) => b,
+        Err(e) => return refuse(e),
+    };
+    let opts = LaunchOptions {
+        bwrap,
+        node_exe,
+        cancel: cancel_pipe(),
+        scratch: None,
+    };
+    let result = oz0_linux::launch::run(&spec, opts);
+    let (code, doc) = match &result {
+        Ok(o) => {
+            if let Ended::NotExecuted { reason } = &o.ended {
+                eprintln!("oz0-node: {reason}");
+            }
+            if o.ended == Ended::Timeout {
+                eprintln!(
+                    "oz0-node: the run reached its --timeout of {}s and was killed",
+                    spec.limits.timeout_seconds.unwrap_or(0)
+                );
+            }
+            (o.exit_code, outcome_doc(o))
+        }
+        Err(e) => {
+            eprintln!("oz0-node: sandbox refused: {e}");
+            (Exit::Sandbox.code(), error_doc(e))
+        }
+    };
+    if let Some(p) = &args.json_status {
+        if let Err(e) = write_status(p, &doc) {
+            eprintln!("oz0-node: cannot write --json-status {}: {e}", p.display());
+        }
+    }
+    code
+}

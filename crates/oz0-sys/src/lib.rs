@@ -1,0 +1,15 @@
+//! `oz0-sys` is the one place in the workspace allowed to contain `unsafe`.
+//!
+//! Every other crate denies `unsafe_code`. Each function here wraps exactly one
+//! system-call pattern, states its contract in a `// SAFETY:` comment, and
+//! reports failure as an [`std::io::Error`] carrying the errno.
+//!
+//! Two families live here:
+//! - [`spawn`]: placing a child into its job and handing it a fixed set of
+//!   file descriptors between `fork` and `exec` (what `std` cannot do).
+//! - [`probe`]: raw calls that the in-sandbox probe makes to prove that a
+//!   system call is refused, and with which errno.
+#![allow(unsafe_code)]
+
+pub mod probe;
+pub mod spawn;

@@ -1,0 +1,220 @@
+//! Raw calls the in-sandbox probe makes to show what the sandbox refuses.
+//!
+//! Each function tries one operation that a tier-1 sandbox must refuse and
+//! returns `Ok(())` if the kernel allowed it, or the errno it refused with.
+//! None of them has a lasting effect when it succeeds outside a sandbox,
+//! beyond what is noted.
+
+use std::io;
+
+fn check(ret: libc::c_long) -> io::Result<()> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn check_fd(ret: libc::c_long) -> io::Result<()> {
+    check(ret)?;
+    // SAFETY: a non-negative return from a descriptor-creating call is a
+    // descriptor this process owns and nothing else refers to.
+    unsafe { libc::close(ret as libc::c_int) };
+    Ok(())
+}
+
+/// `ptrace(PTRACE_PEEKDATA, 1, 0)`: read the memory of pid 1. Refused by the
+/// seccomp filter with EPERM; without it, ESRCH (not traced) or EPERM.
+pub fn ptrace_peek_pid1() -> io::Result<()> {
+    // SAFETY: PEEKDATA of an untraced process only returns an error; the
+    // pointer arguments are null and not dereferenced by the kernel on error.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_ptrace,
+            libc::PTRACE_PEEKDATA,
+            1 as libc::pid_t,
+            0usize,
+            0usize,
+        )
+    })
+}
+
+/// `process_vm_readv` of pid 1, zero-length.
+pub fn process_vm_readv_pid1() -> io::Result<()> {
+    // SAFETY: zero iovecs: nothing is read or written.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_process_vm_readv,
+            1 as libc::pid_t,
+            std::ptr::null::<libc::iovec>(),
+            0usize,
+            std::ptr::null::<libc::iovec>(),
+            0usize,
+            0usize,
+        )
+    })
+}
+
+/// `mount("none", "/tmp", "tmpfs", 0, NULL)`.
+pub fn mount_tmpfs() -> io::Result<()> {
+    // SAFETY: static NUL-terminated strings; a null data pointer is allowed.
+    let r = unsafe {
+        libc::mount(
+            c"none".as_ptr(),
+            c"/tmp".as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if r == 0 {
+        // Undo, so the probe leaves nothing behind where it was allowed.
+        // SAFETY: static NUL-terminated string.
+        unsafe { libc::umount2(c"/tmp".as_ptr(), libc::MNT_DETACH) };
+    }
+    check(r as libc::c_long)
+}
+
+/// `unshare(CLONE_NEWUSER)` — a nested user namespace. Run it in a child
+/// process: when allowed it changes the caller's namespaces.
+pub fn unshare_user() -> io::Result<()> {
+    // SAFETY: plain syscall with an integer flag argument.
+    check(unsafe { libc::unshare(libc::CLONE_NEWUSER) } as libc::c_long)
+}
+
+/// `io_uring_setup(1, &params)`.
+pub fn io_uring_setup() -> io::Result<()> {
+    let mut params = [0u8; 120];
+    // SAFETY: `params` is a zeroed buffer at least as large as
+    // `struct io_uring_params` (120 bytes) that outlives the call.
+    check_fd(unsafe { libc::syscall(libc::SYS_io_uring_setup, 1u32, params.as_mut_ptr()) })
+}
+
+/// `socket(family, type, protocol)`; the descriptor is closed when created.
+pub fn socket(family: i32, ty: i32, protocol: i32) -> io::Result<()> {
+    // SAFETY: plain syscall with integer arguments.
+    check_fd(unsafe { libc::socket(family, ty, protocol) } as libc::c_long)
+}
+
+/// `ioctl(fd, TIOCSTI, "x")`: push a character into a terminal's input.
+pub fn tiocsti(fd: i32) -> io::Result<()> {
+    let c: libc::c_char = b'x' as libc::c_char;
+    // SAFETY: TIOCSTI reads one byte from the pointer, which points at `c`.
+    check(unsafe { libc::ioctl(fd, libc::TIOCSTI, &c as *const libc::c_char) } as libc::c_long)
+}
+
+/// `bpf(BPF_MAP_CREATE, zeroed attr)`.
+pub fn bpf() -> io::Result<()> {
+    let mut attr = [0u8; 128];
+    // SAFETY: the attr buffer is valid for the given size for the call.
+    check_fd(unsafe { libc::syscall(libc::SYS_bpf, 0, attr.as_mut_ptr(), attr.len()) })
+}
+
+/// `perf_event_open` of a software clock counter for this process.
+pub fn perf_event_open() -> io::Result<()> {
+    // struct perf_event_attr: type (u32) = PERF_TYPE_SOFTWARE (1), size (u32),
+    // config (u64) = PERF_COUNT_SW_CPU_CLOCK (0); the rest zero.
+    let mut attr = [0u8; 128];
+    attr[0..4].copy_from_slice(&1u32.to_ne_bytes());
+    attr[4..8].copy_from_slice(&128u32.to_ne_bytes());
+    // SAFETY: attr is a zero-initialised buffer of the size it declares.
+    check_fd(unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, 0) })
+}
+
+/// `keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0)`.
+pub fn keyctl() -> io::Result<()> {
+    // SAFETY: integer arguments only.
+    check(unsafe { libc::syscall(libc::SYS_keyctl, 0, -3, 0) })
+}
+
+/// `add_key("user", "oz0-probe", "x", 1, KEY_SPEC_PROCESS_KEYRING)`.
+pub fn add_key() -> io::Result<()> {
+    // SAFETY: static NUL-terminated strings and a 1-byte payload.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_add_key,
+            c"user".as_ptr(),
+            c"oz0-probe".as_ptr(),
+            c"x".as_ptr(),
+            1usize,
+            -2,
+        )
+    })
+}
+
+/// `userfaultfd(O_CLOEXEC)`.
+pub fn userfaultfd() -> io::Result<()> {
+    // SAFETY: integer flag argument.
+    check_fd(unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC) })
+}
+
+/// `kexec_load(0, 0, NULL, 0)`.
+pub fn kexec_load() -> io::Result<()> {
+    // SAFETY: zero segments, null pointer not dereferenced.
+    check(unsafe { libc::syscall(libc::SYS_kexec_load, 0usize, 0usize, 0usize, 0usize) })
+}
+
+/// `init_module(NULL, 0, "")`.
+pub fn init_module() -> io::Result<()> {
+    // SAFETY: zero-length image; the kernel reads nothing from the null pointer.
+    check(unsafe { libc::syscall(libc::SYS_init_module, 0usize, 0usize, c"".as_ptr()) })
+}
+
+/// `setns(-1, 0)` is not useful; this is `unshare(CLONE_NEWNS)`. Run it in a
+/// child process: when allowed it changes the caller's namespaces.
+pub fn unshare_mount_ns() -> io::Result<()> {
+    // SAFETY: integer flag argument.
+    check(unsafe { libc::unshare(libc::CLONE_NEWNS) } as libc::c_long)
+}
+
+/// Landlock's ABI version as the kernel reports it (0 when absent).
+pub fn landlock_abi() -> u32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with the VERSION flag the kernel ignores the (null, 0) attr.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if r < 0 {
+        0
+    } else {
+        r as u32
+    }
+}
+
+/// `prctl(PR_CAPBSET_READ, cap)`: whether a capability is in the bounding set.
+pub fn capbset_read(cap: i32) -> io::Result<bool> {
+    // SAFETY: integer arguments only.
+    let r = unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r == 1)
+    }
+}
+
+/// Raw `syscall(nr)` with no arguments — used to test a number the filter
+/// must refuse (e.g. an x32 alias) without linking a wrapper for it.
+pub fn raw_syscall0(nr: libc::c_long) -> io::Result<()> {
+    // SAFETY: the probe only passes numbers that take no pointer arguments
+    // or that fail before reading any.
+    check(unsafe { libc::syscall(nr) })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn landlock_abi_is_a_number() {
+        // Any value is acceptable on an arbitrary kernel; the call must not fail.
+        let _ = super::landlock_abi();
+    }
+
+    #[test]
+    fn socket_ok_for_unix() {
+        super::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0).unwrap();
+    }
+}
