@@ -75,3 +75,6 @@ pub const SANDBOX_TASKS: u32 = 2;
 
 /// The folder name of the delegated subtree under each cgroup hierarchy.
 pub const DELEGATED_DIR: &str = "oz0";
+
+#[cfg(test)]
+mod tests;
