@@ -81,6 +81,19 @@ impl AuditRecord {
         }
     }
 
+    /// Replaces `secret` wherever the client's own text put it (a token sent
+    /// as a host name or in a URL is still the token).
+    pub(crate) fn redact(&mut self, secret: &str) {
+        for field in [&mut self.target, &mut self.host, &mut self.reason, &mut self.addr]
+            .into_iter()
+            .flatten()
+        {
+            if field.contains(secret) {
+                *field = field.replace(secret, "<token>");
+            }
+        }
+    }
+
     /// The record as one JSON line (no trailing newline).
     pub fn to_json_line(&self) -> String {
         serde_json::to_string(self).expect("audit records always serialise")

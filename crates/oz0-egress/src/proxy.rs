@@ -390,9 +390,10 @@ fn text_response(status: StatusCode, body: String) -> Response<ProxyBody> {
     r
 }
 
-/// Sends `record` with `duration_ms` filled in.
-fn emit(shared: &Shared, mut record: AuditRecord, start: Instant) {
+/// Sends `record` with `duration_ms` filled in and the token redacted.
+fn emit(shared: &Shared, token: &Token, mut record: AuditRecord, start: Instant) {
     record.duration_ms = start.elapsed().as_millis() as u64;
+    record.redact(token.expose());
     shared.audit.record(&record);
 }
 
@@ -421,7 +422,7 @@ async fn handle(
         let status = StatusCode::PROXY_AUTHENTICATION_REQUIRED;
         let mut rec = record(Decision::Auth, status);
         rec.reason = Some("missing or wrong proxy token".into());
-        emit(&shared, rec, start);
+        emit(&shared, &ctx.token, rec, start);
         let mut r = text_response(
             status,
             "proxy authentication required: use this run's proxy URL (HTTP_PROXY)".into(),
@@ -437,7 +438,7 @@ async fn handle(
         let status = StatusCode::BAD_REQUEST;
         let mut rec = record(Decision::Bad, status);
         rec.reason = Some(why.clone());
-        emit(&shared, rec, start);
+        emit(&shared, &ctx.token, rec, start);
         let mut r = text_response(status, format!("bad request: {why}"));
         r.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -466,13 +467,13 @@ async fn handle(
         let status = StatusCode::FORBIDDEN;
         let mut rec = with_target(Decision::Deny, status);
         rec.reason = Some(reason.to_string());
-        emit(&shared, rec, start);
+        emit(&shared, &ctx.token, rec, start);
         text_response(status, format!("{host}:{port} refused: {reason}"))
     };
     let fail = |status: StatusCode, why: String| {
         let mut rec = with_target(Decision::Allow, status);
         rec.reason = Some(why.clone());
-        emit(&shared, rec, start);
+        emit(&shared, &ctx.token, rec, start);
         text_response(status, format!("{host}:{port}: {why}"))
     };
 
@@ -546,6 +547,7 @@ async fn handle(
         let mut rec = with_target(Decision::Allow, StatusCode::OK);
         rec.addr = Some(addr.to_string());
         let shared2 = shared.clone();
+        let ctx2 = ctx.clone();
         let mut closed = ctx.closed.clone();
         tokio::spawn(async move {
             match hyper::upgrade::on(req).await {
@@ -563,7 +565,7 @@ async fn handle(
                 }
                 Err(e) => rec.reason = Some(format!("the client left before the tunnel: {e}")),
             }
-            emit(&shared2, rec, start);
+            emit(&shared2, &ctx2.token, rec, start);
         });
         return Response::new(empty());
     }
@@ -596,6 +598,7 @@ async fn handle(
         down: AtomicU64::new(0),
         start,
         sink: shared.audit.clone(),
+        token: ctx.token.clone(),
     });
     let (mut parts, body) = req.into_parts();
     strip_hop_headers(&mut parts.headers);
@@ -857,6 +860,7 @@ struct Meter {
     down: AtomicU64,
     start: Instant,
     sink: Arc<dyn AuditSink>,
+    token: Token,
 }
 
 impl Drop for Meter {
@@ -865,6 +869,7 @@ impl Drop for Meter {
         r.bytes_up = self.up.load(Ordering::Relaxed);
         r.bytes_down = self.down.load(Ordering::Relaxed);
         r.duration_ms = self.start.elapsed().as_millis() as u64;
+        r.redact(self.token.expose());
         self.sink.record(&r);
     }
 }
