@@ -151,7 +151,11 @@ impl CheckReport {
 const ELSEWHERE: &str = "meanwhile run tier-1 work on Linux or macOS nodes";
 
 /// The report for these facts. Pure: the same facts give the same lines.
-pub fn report(probe: &PsecProbe, started_with_psec: bool, selftest: Option<&SelfTest>) -> CheckReport {
+pub fn report(
+    probe: &PsecProbe,
+    started_with_psec: bool,
+    selftest: Option<&SelfTest>,
+) -> CheckReport {
     let build = probe
         .build
         .as_ref()
@@ -294,7 +298,16 @@ mod tests {
         };
         let mut server = found("26100.2894", Some(1), 0x1);
         server.edition = Edition::Server;
-        let rows: Vec<(&str, PsecProbe, bool, Option<&SelfTest>, u8, FixKind, [&str; 3])> = vec![
+        type Row<'a> = (
+            &'a str,
+            PsecProbe,
+            bool,
+            Option<&'a SelfTest>,
+            u8,
+            FixKind,
+            [&'a str; 3],
+        );
+        let rows: Vec<Row> = vec![
             (
                 "PSEC found, not started with --sandbox psec",
                 found("26200.9457", None, 0x3),
@@ -392,7 +405,10 @@ mod tests {
             assert_eq!(r.lines(), lines, "{name}");
             assert_eq!(r.proven_tier, tier, "{name}");
             assert_eq!(r.fix, fix, "{name}");
-            assert_eq!(r.routed_tier, 0, "{name}: Windows is routed as tier 0 always");
+            assert_eq!(
+                r.routed_tier, 0,
+                "{name}: Windows is routed as tier 0 always"
+            );
             assert!(r.tier_line.starts_with("Sandbox: tier "), "{name}");
             assert!(r.fix_line.starts_with("Fix: "), "{name}");
             assert!(!r.lines().iter().any(|l| l.contains('\n')), "{name}");
@@ -402,7 +418,9 @@ mod tests {
     #[test]
     fn a_failed_create_is_no_psec_with_its_reason() {
         let mut p = found("26300.9711", Some(1), 0x1);
-        p.create_close = CreateClose::Failed { hresult: 0x8007_0005_u32 as i32 };
+        p.create_close = CreateClose::Failed {
+            hresult: 0x8007_0005_u32 as i32,
+        };
         let r = report(&p, true, Some(&SelfTest::Passed));
         assert_eq!(r.proven_tier, 0);
         assert_eq!(
@@ -416,13 +434,19 @@ mod tests {
         let mut p = found("26200.9457", None, 0x1);
         p.build = None;
         let r = report(&p, false, None);
-        assert!(r.facts_line.starts_with("Windows (build unknown): PSEC contract 1.0"));
+        assert!(r
+            .facts_line
+            .starts_with("Windows (build unknown): PSEC contract 1.0"));
         let _ = WindowsBuild::parse("26200.9457").unwrap();
     }
 
     #[test]
     fn report_json_carries_kind_not_prose_only() {
-        let r = report(&found("26200.9457", None, 0x3), true, Some(&SelfTest::Passed));
+        let r = report(
+            &found("26200.9457", None, 0x3),
+            true,
+            Some(&SelfTest::Passed),
+        );
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["routed_tier"], 0);
         assert_eq!(v["proven_tier"], 1);
@@ -431,7 +455,16 @@ mod tests {
         assert_eq!(v["psec"]["unnamed_bits"], 2);
         assert_eq!(
             Property::ALL.map(Property::name),
-            ["launch", "files", "egress", "ingress", "job_limits", "fail_closed", "protected_paths", "environment"]
+            [
+                "launch",
+                "files",
+                "egress",
+                "ingress",
+                "job_limits",
+                "fail_closed",
+                "protected_paths",
+                "environment"
+            ]
         );
     }
 }

@@ -38,8 +38,7 @@ impl ProxyToken {
     /// sits in a proxy URL's user-info without escaping.
     pub fn new(s: &str) -> Result<Self, WinEnvError> {
         let ok = (16..=256).contains(&s.len())
-            && s
-                .bytes()
+            && s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'-'));
         if ok {
             Ok(ProxyToken(s.to_string()))
@@ -76,7 +75,9 @@ pub enum WinEnvError {
     #[error("{0} is set by the sandbox itself on Windows (SystemRoot, TEMP, TMP), so a caller may not set it")]
     SandboxSet(String),
     /// A proxy variable in another case.
-    #[error("{0} is set by the sandbox when the run has egress (--allow/--forward): do not set it")]
+    #[error(
+        "{0} is set by the sandbox when the run has egress (--allow/--forward): do not set it"
+    )]
     ProxyVariable(String),
     /// A node variable (re-checked here, case-insensitively, for values from the OS).
     #[error("{0} is one of the node's own variables (OZ0_*), which never reach a run")]
@@ -260,7 +261,16 @@ mod tests {
         .unwrap();
         assert_eq!(
             names(&env),
-            ["ALL_PROXY", "HTTPS_PROXY", "HTTP_PROXY", "LANG", "Path", "SystemRoot", "TEMP", "TMP"]
+            [
+                "ALL_PROXY",
+                "HTTPS_PROXY",
+                "HTTP_PROXY",
+                "LANG",
+                "Path",
+                "SystemRoot",
+                "TEMP",
+                "TMP"
+            ]
         );
         assert_eq!(env[4].value, "C:\\tools");
         assert_eq!(
@@ -276,20 +286,29 @@ mod tests {
         let cases: &[(&[(&str, &str)], &str)] = &[
             (&[("systemroot", "D:\\evil")], "set by the sandbox"),
             (&[("Temp", "C:\\x")], "set by the sandbox"),
-            (&[("Http_Proxy", "http://x")], "set by the sandbox when the run has egress"),
-            (&[("No_Proxy", "*")], "set by the sandbox when the run has egress"),
+            (
+                &[("Http_Proxy", "http://x")],
+                "set by the sandbox when the run has egress",
+            ),
+            (
+                &[("No_Proxy", "*")],
+                "set by the sandbox when the run has egress",
+            ),
             (&[("Foo", "1"), ("FOO", "2")], "same variable on Windows"),
         ];
         for (vars, want) in cases {
             let vars: Vec<_> = vars.iter().map(|(n, v)| var(n, v)).collect();
-            let e = windows_env(&vars, &root(), &temp(), None).unwrap_err().to_string();
+            let e = windows_env(&vars, &root(), &temp(), None)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(want), "{vars:?}: {e}");
         }
     }
 
     #[test]
     fn node_variables_never_arrive_even_from_the_os() {
-        let e = caller_env_from_os([(OsString::from("Oz0_Token"), OsString::from("x"))]).unwrap_err();
+        let e =
+            caller_env_from_os([(OsString::from("Oz0_Token"), OsString::from("x"))]).unwrap_err();
         assert!(e.to_string().contains("OZ0_"), "{e}");
     }
 

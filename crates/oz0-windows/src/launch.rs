@@ -63,7 +63,9 @@ pub trait LaunchOps {
 
 /// A step failed; the command never ran.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the sandbox refused to start the command: {step:?} failed: {detail}; the command did not run")]
+#[error(
+    "the sandbox refused to start the command: {step:?} failed: {detail}; the command did not run"
+)]
 pub struct LaunchError {
     /// Which step.
     pub step: Step,
@@ -181,7 +183,13 @@ mod tests {
         let cases: &[(Option<&str>, &[&str])] = &[
             (
                 None,
-                &["create_job", "create_environment", "spawn_suspended", "assign", "resume"],
+                &[
+                    "create_job",
+                    "create_environment",
+                    "spawn_suspended",
+                    "assign",
+                    "resume",
+                ],
             ),
             (Some("create_job"), &["create_job"]),
             (
@@ -190,16 +198,39 @@ mod tests {
             ),
             (
                 Some("spawn_suspended"),
-                &["create_job", "create_environment", "spawn_suspended", "close_environment", "close_job"],
+                &[
+                    "create_job",
+                    "create_environment",
+                    "spawn_suspended",
+                    "close_environment",
+                    "close_job",
+                ],
             ),
             // Not placed in its job: terminated while still suspended, never resumed.
             (
                 Some("assign"),
-                &["create_job", "create_environment", "spawn_suspended", "assign", "terminate", "close_environment", "close_job"],
+                &[
+                    "create_job",
+                    "create_environment",
+                    "spawn_suspended",
+                    "assign",
+                    "terminate",
+                    "close_environment",
+                    "close_job",
+                ],
             ),
             (
                 Some("resume"),
-                &["create_job", "create_environment", "spawn_suspended", "assign", "resume", "terminate", "close_environment", "close_job"],
+                &[
+                    "create_job",
+                    "create_environment",
+                    "spawn_suspended",
+                    "assign",
+                    "resume",
+                    "terminate",
+                    "close_environment",
+                    "close_job",
+                ],
             ),
         ];
         for (fail_at, want) in cases {

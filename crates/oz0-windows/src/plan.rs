@@ -46,7 +46,8 @@ pub const JOB_LIMIT_KILL_ON_JOB_CLOSE: u32 = 0x0000_2000;
 /// and write, system parameters, display settings, global atoms, desktops,
 /// logoff/shutdown, and input injection (`JOB_OBJECT_UILIMIT_*`, 0x1..0x80
 /// and 0x200).
-pub const UI_RESTRICTIONS: u32 = 0x0001 | 0x0002 | 0x0004 | 0x0008 | 0x0010 | 0x0020 | 0x0040 | 0x0080 | 0x0200;
+pub const UI_RESTRICTIONS: u32 =
+    0x0001 | 0x0002 | 0x0004 | 0x0008 | 0x0010 | 0x0020 | 0x0040 | 0x0080 | 0x0200;
 
 /// The capability the relay route needs (as MXC writes the relay's spec).
 pub const PRIVATE_NETWORK_CAPABILITY: &str = "privateNetworkClientServer";
@@ -239,7 +240,9 @@ pub enum PlanError {
         data_dir: WinPath,
     },
     /// A path overlaps another run's folder.
-    #[error("{flag} {path} overlaps another run's folder {other}: name a folder of this run's own")]
+    #[error(
+        "{flag} {path} overlaps another run's folder {other}: name a folder of this run's own"
+    )]
     OtherRun {
         /// The flag.
         flag: &'static str,
@@ -294,7 +297,10 @@ pub fn plan(
         .chain(write.iter().map(|p| ("--write", p, true)));
     let mut seen: Vec<&WinPath> = vec![];
     for (flag, path, writable) in named {
-        if let Some(prev) = seen.iter().find(|s| s.starts_with_ci(path) && path.starts_with_ci(s)) {
+        if let Some(prev) = seen
+            .iter()
+            .find(|s| s.starts_with_ci(path) && path.starts_with_ci(s))
+        {
             return Err(PlanError::SameIgnoringCase((*prev).clone(), path.clone()));
         }
         seen.push(path);
@@ -452,10 +458,11 @@ pub fn plan(
 /// contract and feature allow it; elsewhere PSEC's default holds, which the
 /// `ingress` self-test property shows.
 fn ingress_table(psec: &PsecFacts) -> Option<IngressPolicy> {
-    psec.supports(Feature::IngressTable).then_some(IngressPolicy {
-        default_action: FilterAction::Deny,
-        host_loopback: FilterAction::Deny,
-    })
+    psec.supports(Feature::IngressTable)
+        .then_some(IngressPolicy {
+            default_action: FilterAction::Deny,
+            host_loopback: FilterAction::Deny,
+        })
 }
 
 fn protected_entries<'a>(
@@ -520,7 +527,10 @@ pub(crate) mod tests {
         }
         let want = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{}: {e} (OZ0_BLESS=1 writes it)", path.display()));
-        assert_eq!(actual, want, "golden/{name} differs (OZ0_BLESS=1 rewrites it)");
+        assert_eq!(
+            actual, want,
+            "golden/{name} differs (OZ0_BLESS=1 rewrites it)"
+        );
     }
 
     fn p(s: &str) -> String {
@@ -606,7 +616,9 @@ pub(crate) mod tests {
         let plan = plan(&spec, &host(), &V1_0_DENY, Some(&relay)).unwrap();
         golden("plan_relay.json", &json(&plan));
         // The token is in the environment only, never in the container spec.
-        assert!(!serde_json::to_string(&plan.request).unwrap().contains("run-token"));
+        assert!(!serde_json::to_string(&plan.request)
+            .unwrap()
+            .contains("run-token"));
     }
 
     #[test]
@@ -628,7 +640,10 @@ pub(crate) mod tests {
         assert_eq!(r.fs_read_write, [w("C:\\jobs\\j1"), host().run_temp]);
         assert_eq!(
             r.fs_deny,
-            [w("C:\\Users\\me\\AppData\\Local\\orchestrator-zero-node"), w("C:\\jobs\\j2")]
+            [
+                w("C:\\Users\\me\\AppData\\Local\\orchestrator-zero-node"),
+                w("C:\\jobs\\j2")
+            ]
         );
         assert!(r.fs_read_only.contains(&w("C:\\jobs\\j1\\.git\\hooks")));
         assert!(r.fs_read_only.contains(&w("C:\\jobs\\j1\\.git\\config")));
@@ -663,7 +678,11 @@ pub(crate) mod tests {
         let cases: &[(&str, Edit, &str)] = &[
             (
                 "data dir in another case",
-                |r, _| r.read = vec![p("c:\\users\\ME\\appdata\\local\\ORCHESTRATOR-ZERO-NODE\\identity")],
+                |r, _| {
+                    r.read = vec![p(
+                        "c:\\users\\ME\\appdata\\local\\ORCHESTRATOR-ZERO-NODE\\identity",
+                    )]
+                },
                 "overlaps the node's data directory",
             ),
             (
@@ -717,7 +736,9 @@ pub(crate) mod tests {
             let (mut r, mut h) = (req(), host());
             edit(&mut r, &mut h);
             let spec = RunSpec::new(r).expect(name);
-            let e = plan(&spec, &h, &V1_0_DENY, None).expect_err(name).to_string();
+            let e = plan(&spec, &h, &V1_0_DENY, None)
+                .expect_err(name)
+                .to_string();
             assert!(e.contains(want), "{name}: {e}");
         }
     }

@@ -344,7 +344,11 @@ impl fmt::Display for NoPsec {
             }
             NoPsec::ContractUnavailable => write!(f, "{DLL} supports no PSEC contract 1.x"),
             NoPsec::VersionQueryFailed { hresult } => {
-                write!(f, "{EXPORT_VERSION} failed with HRESULT {:#010x}", *hresult as u32)
+                write!(
+                    f,
+                    "{EXPORT_VERSION} failed with HRESULT {:#010x}",
+                    *hresult as u32
+                )
             }
             NoPsec::SupportQueryFailed { hresult } => write!(
                 f,
@@ -502,7 +506,10 @@ pub(crate) mod tests {
                 |p| p.create_close = CreateClose::Failed { hresult: 7 },
                 NoPsec::CreateFailed { hresult: 7 },
             ),
-            (|p| p.create_close = CreateClose::NotRun, NoPsec::CreateNotRun),
+            (
+                |p| p.create_close = CreateClose::NotRun,
+                NoPsec::CreateNotRun,
+            ),
         ];
         for (edit, want) in cases {
             let mut p = found("26300.9711", Some(1), 0x1);

@@ -82,7 +82,10 @@ impl RelayPorts {
     }
 
     /// Gives the lowest port this node does not hold and `try_bind` gets.
-    pub fn allocate(&mut self, mut try_bind: impl FnMut(RelayPort) -> bool) -> Result<RelayPort, RelayError> {
+    pub fn allocate(
+        &mut self,
+        mut try_bind: impl FnMut(RelayPort) -> bool,
+    ) -> Result<RelayPort, RelayError> {
         for i in 0..MAX_RELAYS {
             if self.held & (1 << i) != 0 {
                 continue;
@@ -300,7 +303,11 @@ mod tests {
             enabled: true,
             blocks_inbound_by_default: true,
         };
-        let all = [on(Profile::Domain), on(Profile::Private), on(Profile::Public)];
+        let all = [
+            on(Profile::Domain),
+            on(Profile::Private),
+            on(Profile::Public),
+        ];
         assert_eq!(check_firewall(&all), Ok(()));
         let mut off = all;
         off[1].enabled = false;
@@ -319,8 +326,12 @@ mod tests {
     #[test]
     fn scoped_rule_golden() {
         let program =
-            WinPath::parse("C:\\Program Files\\Orchestrator Zero\\orchestrator-zero-node.exe").unwrap();
-        let sid = PackageSid::parse("S-1-15-2-1234567890-123456789-1234567890-123456789-1234567890-123456789-1234567890").unwrap();
+            WinPath::parse("C:\\Program Files\\Orchestrator Zero\\orchestrator-zero-node.exe")
+                .unwrap();
+        let sid = PackageSid::parse(
+            "S-1-15-2-1234567890-123456789-1234567890-123456789-1234567890-123456789-1234567890",
+        )
+        .unwrap();
         let r = firewall_rule(&program, &sid);
         assert_eq!(r.comment, "# In an elevated PowerShell, once: lets this node's relay alone receive connections, on 127.0.0.1 and its ports only.");
         assert_eq!(
@@ -333,12 +344,20 @@ mod tests {
         );
         // A quote in a path cannot end the string early.
         let odd = WinPath::parse("C:\\O'Brien\\node.exe").unwrap();
-        assert!(firewall_rule(&odd, &sid).add.contains("-Program 'C:\\O''Brien\\node.exe'"));
+        assert!(firewall_rule(&odd, &sid)
+            .add
+            .contains("-Program 'C:\\O''Brien\\node.exe'"));
     }
 
     #[test]
     fn sids_are_strict() {
-        for bad in ["S-1-5-18", "S-1-15-2-", "S-1-15-2-1;calc", "S-1-15-2-1 -Action Allow", "S-1-15-2-1--2"] {
+        for bad in [
+            "S-1-5-18",
+            "S-1-15-2-",
+            "S-1-15-2-1;calc",
+            "S-1-15-2-1 -Action Allow",
+            "S-1-15-2-1--2",
+        ] {
             assert!(PackageSid::parse(bad).is_err(), "{bad}");
         }
     }

@@ -140,7 +140,10 @@ mod tests {
         let e = decide_route(Some(OsStr::new("Relay")), || SelfDial::Connected).unwrap_err();
         assert_eq!(e, RouteError::BadValue("Relay".into()));
         assert!(e.to_string().contains("neither bridge nor relay"));
-        assert_eq!(parse_route_env(Some(OsStr::new(""))).unwrap_err(), RouteError::BadValue(String::new()));
+        assert_eq!(
+            parse_route_env(Some(OsStr::new(""))).unwrap_err(),
+            RouteError::BadValue(String::new())
+        );
         assert_eq!(Route::Relay.to_string(), "relay");
     }
 

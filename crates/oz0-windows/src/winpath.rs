@@ -31,7 +31,9 @@ pub struct WinPath(String);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WinPathError {
     /// Not `X:\…`.
-    #[error("{0:?} is not an absolute Windows path: name it with its drive letter, e.g. C:\\work\\job1")]
+    #[error(
+        "{0:?} is not an absolute Windows path: name it with its drive letter, e.g. C:\\work\\job1"
+    )]
     NotDrivePath(String),
     /// `\\server\share`, `\\?\…` or `\\.\…`.
     #[error("{0:?} is a UNC or device path, which PSEC rules cannot be relied on to match: use a path on a local drive letter")]

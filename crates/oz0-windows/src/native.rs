@@ -1,0 +1,385 @@
+//! The native layer: the only system calls of this crate, and its only `unsafe`.
+//!
+//! - [`probe`]: reads the edition and build from the registry, asks
+//!   `IsApiSetImplemented`, loads `processmodel.dll` from System32 only,
+//!   resolves its exports with `GetProcAddress`, asks the contract version
+//!   and the feature bits, and creates and closes the minimal spec of
+//!   [`crate::psec_wire`]. It needs no administrator and changes nothing.
+//! - [`Job`]: a job object with a plan's limits, kill-on-close and UI limits.
+//!
+//! On other systems [`probe`] and [`Job::create`] return
+//! [`NativeError::NotWindows`]. This module is type-checked for
+//! `x86_64-pc-windows-msvc` and `-gnu`; it runs only on Windows.
+#![allow(unsafe_code)]
+
+#[cfg(not(windows))]
+use crate::plan::JobLimits;
+#[cfg(not(windows))]
+use crate::probe::PsecProbe;
+
+/// A system call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NativeError {
+    /// Not on Windows.
+    #[error("not Windows: PSEC exists only on Windows 11")]
+    NotWindows,
+    /// A call failed with a Win32 error.
+    #[error("{call} failed with Windows error {code}")]
+    Win32 {
+        /// The call.
+        call: &'static str,
+        /// `GetLastError` or the returned code.
+        code: u32,
+    },
+    /// A value Windows returned is not Unicode.
+    #[error(transparent)]
+    Env(#[from] crate::env::WinEnvError),
+}
+
+#[cfg(not(windows))]
+/// Probes PSEC. Not Windows here.
+pub fn probe() -> Result<PsecProbe, NativeError> {
+    Err(NativeError::NotWindows)
+}
+
+#[cfg(not(windows))]
+/// A job object (never created off Windows).
+#[derive(Debug)]
+pub struct Job(());
+
+#[cfg(not(windows))]
+impl Job {
+    /// Creates a job object. Not Windows here.
+    pub fn create(_limits: &JobLimits) -> Result<Job, NativeError> {
+        Err(NativeError::NotWindows)
+    }
+}
+
+#[cfg(windows)]
+pub use imp::{probe, Job};
+
+#[cfg(windows)]
+mod imp {
+    use std::ffi::c_void;
+
+    use windows_sys::Win32::Foundation::{
+        CloseHandle, GetLastError, ERROR_SUCCESS, HANDLE, HMODULE,
+    };
+    use windows_sys::Win32::System::JobObjects::{
+        CreateJobObjectW, JobObjectBasicUIRestrictions, JobObjectExtendedLimitInformation,
+        SetInformationJobObject, JOBOBJECT_BASIC_UI_RESTRICTIONS,
+        JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+    };
+    use windows_sys::Win32::System::LibraryLoader::{
+        GetProcAddress, LoadLibraryExW, LOAD_LIBRARY_SEARCH_SYSTEM32,
+    };
+    use windows_sys::Win32::System::Registry::{
+        RegGetValueW, HKEY_LOCAL_MACHINE, RRF_RT_REG_DWORD, RRF_RT_REG_SZ,
+    };
+    use windows_sys::Win32::System::WindowsProgramming::IsApiSetImplemented;
+
+    use super::NativeError;
+    use crate::plan::{self, JobLimits};
+    use crate::probe::{
+        self, Contract, CreateClose, Edition, Exports, PsecProbe, SupportAnswer, VersionAnswer,
+        WindowsBuild,
+    };
+
+    // Our portable constants are the system's: checked when this module is
+    // type-checked for Windows.
+    const _: () = {
+        use windows_sys::Win32::System::JobObjects as J;
+        assert!(plan::JOB_LIMIT_ACTIVE_PROCESS == J::JOB_OBJECT_LIMIT_ACTIVE_PROCESS);
+        assert!(plan::JOB_LIMIT_JOB_TIME == J::JOB_OBJECT_LIMIT_JOB_TIME);
+        assert!(plan::JOB_LIMIT_JOB_MEMORY == J::JOB_OBJECT_LIMIT_JOB_MEMORY);
+        assert!(
+            plan::JOB_LIMIT_DIE_ON_UNHANDLED_EXCEPTION
+                == J::JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION
+        );
+        assert!(plan::JOB_LIMIT_KILL_ON_JOB_CLOSE == J::JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE);
+        let ui = J::JOB_OBJECT_UILIMIT_HANDLES
+            | J::JOB_OBJECT_UILIMIT_READCLIPBOARD
+            | J::JOB_OBJECT_UILIMIT_WRITECLIPBOARD
+            | J::JOB_OBJECT_UILIMIT_SYSTEMPARAMETERS
+            | J::JOB_OBJECT_UILIMIT_DISPLAYSETTINGS
+            | J::JOB_OBJECT_UILIMIT_GLOBALATOMS
+            | J::JOB_OBJECT_UILIMIT_DESKTOP
+            | J::JOB_OBJECT_UILIMIT_EXITWINDOWS;
+        // 0x200 (input injection) is newer than these bindings.
+        assert!(plan::UI_RESTRICTIONS == ui | 0x200);
+    };
+
+    type PfnCreate = unsafe extern "system" fn(*const c_void, u32, u32, *mut HANDLE) -> i32;
+    type PfnQuerySupport = unsafe extern "system" fn(*mut u64) -> i32;
+    type PfnVersion = unsafe extern "system" fn(u32, *mut u8, *mut u32) -> i32;
+    type PfnClose = unsafe extern "system" fn(HANDLE);
+    type RawProc = unsafe extern "system" fn() -> isize;
+
+    fn wide(s: &str) -> Vec<u16> {
+        s.encode_utf16().chain(std::iter::once(0)).collect()
+    }
+
+    fn last_error() -> u32 {
+        // SAFETY: reads the calling thread's last-error value; no preconditions.
+        unsafe { GetLastError() }
+    }
+
+    const CURRENT_VERSION: &str = "SOFTWARE\\Microsoft\\Windows NT\\CurrentVersion";
+
+    fn reg_string(value: &str) -> Option<String> {
+        let (key, name) = (wide(CURRENT_VERSION), wide(value));
+        let mut buf = [0u16; 128];
+        let mut bytes = (buf.len() * 2) as u32;
+        // SAFETY: key and name are NUL-terminated and outlive the call; buf
+        // is writable for `bytes` bytes, and RegGetValueW writes at most that
+        // many (it NUL-terminates REG_SZ with RRF_RT_REG_SZ).
+        let rc = unsafe {
+            RegGetValueW(
+                HKEY_LOCAL_MACHINE,
+                key.as_ptr(),
+                name.as_ptr(),
+                RRF_RT_REG_SZ,
+                std::ptr::null_mut(),
+                buf.as_mut_ptr().cast(),
+                &mut bytes,
+            )
+        };
+        if rc != ERROR_SUCCESS {
+            return None;
+        }
+        let units = (bytes as usize / 2).saturating_sub(1).min(buf.len());
+        String::from_utf16(&buf[..units]).ok()
+    }
+
+    fn reg_dword(value: &str) -> Option<u32> {
+        let (key, name) = (wide(CURRENT_VERSION), wide(value));
+        let mut v = 0u32;
+        let mut bytes = 4u32;
+        // SAFETY: as in reg_string; `v` is writable for 4 bytes.
+        let rc = unsafe {
+            RegGetValueW(
+                HKEY_LOCAL_MACHINE,
+                key.as_ptr(),
+                name.as_ptr(),
+                RRF_RT_REG_DWORD,
+                std::ptr::null_mut(),
+                (&mut v as *mut u32).cast(),
+                &mut bytes,
+            )
+        };
+        (rc == ERROR_SUCCESS).then_some(v)
+    }
+
+    fn resolve(module: HMODULE, name: &std::ffi::CStr) -> Option<RawProc> {
+        // SAFETY: `module` is a loaded module handle that is never freed;
+        // `name` is NUL-terminated.
+        unsafe { GetProcAddress(module, name.as_ptr().cast()) }
+    }
+
+    /// Probes PSEC the way MXC does; see the module documentation.
+    pub fn probe() -> Result<PsecProbe, NativeError> {
+        let edition = match reg_string("InstallationType").as_deref() {
+            Some("Client") => Edition::Client,
+            // Server, Server Core, Nano Server — and anything unknown, which
+            // is not a client we know PSEC on.
+            _ => Edition::Server,
+        };
+        let build = match (reg_string("CurrentBuildNumber"), reg_dword("UBR")) {
+            (Some(b), Some(ubr)) => WindowsBuild::parse(&format!("{b}.{ubr}")).ok(),
+            _ => None,
+        };
+        let mut p = PsecProbe {
+            edition,
+            build,
+            api_set_implemented: false,
+            exports: Exports::default(),
+            version: None,
+            support: None,
+            create_close: CreateClose::NotRun,
+        };
+        let api_set = c"api-win-appmodel-processmodel~securityenvironment";
+        debug_assert_eq!(api_set.to_str(), Ok(probe::API_SET));
+        // SAFETY: `api_set` is a NUL-terminated ANSI string.
+        p.api_set_implemented = unsafe { IsApiSetImplemented(api_set.as_ptr().cast()) } != 0;
+        if !p.api_set_implemented {
+            return Ok(p);
+        }
+        let dll = wide(probe::DLL);
+        // SAFETY: `dll` is NUL-terminated; LOAD_LIBRARY_SEARCH_SYSTEM32 looks
+        // in System32 only, so no planted copy elsewhere is loaded. The module
+        // stays loaded for the process's life (never freed).
+        let module = unsafe {
+            LoadLibraryExW(
+                dll.as_ptr(),
+                std::ptr::null_mut(),
+                LOAD_LIBRARY_SEARCH_SYSTEM32,
+            )
+        };
+        if module.is_null() {
+            return Ok(p);
+        }
+        let create = resolve(module, c"CreateProcessSecurityEnvironment");
+        let query = resolve(module, c"QueryProcessSecurityEnvironmentSupport");
+        let close = resolve(module, c"CloseProcessSecurityEnvironment");
+        let version = resolve(module, c"IsProcessSecurityEnvironmentVersionSupported");
+        p.exports = Exports {
+            create: create.is_some(),
+            query_support: query.is_some(),
+            close: close.is_some(),
+            version: version.is_some(),
+        };
+        let (Some(create), Some(query), Some(close)) = (create, query, close) else {
+            return Ok(p);
+        };
+        let mut contract = Contract::V1_0;
+        if let Some(version) = version {
+            // SAFETY: the export has this signature (HRESULT(DWORD, BOOLEAN*, DWORD*)).
+            let version: PfnVersion =
+                unsafe { std::mem::transmute::<RawProc, PfnVersion>(version) };
+            let (mut available, mut minor) = (0u8, 0u32);
+            // SAFETY: both out-pointers are valid for the call.
+            let hr = unsafe { version(1, &mut available, &mut minor) };
+            p.version = Some(if hr < 0 {
+                VersionAnswer::Failed { hresult: hr }
+            } else if available == 0 {
+                VersionAnswer::Unavailable
+            } else {
+                let minor = u16::try_from(minor).unwrap_or(u16::MAX);
+                contract = Contract { major: 1, minor };
+                VersionAnswer::Available { minor }
+            });
+            if !matches!(p.version, Some(VersionAnswer::Available { .. })) {
+                return Ok(p);
+            }
+        }
+        // SAFETY: the export has this signature (HRESULT(UINT64*)).
+        let query: PfnQuerySupport =
+            unsafe { std::mem::transmute::<RawProc, PfnQuerySupport>(query) };
+        let mut bits = 0u64;
+        // SAFETY: `bits` is a valid out-pointer.
+        let hr = unsafe { query(&mut bits) };
+        p.support = Some(if hr < 0 {
+            SupportAnswer::Failed { hresult: hr }
+        } else {
+            SupportAnswer::Flags { bits }
+        });
+        if hr < 0 {
+            return Ok(p);
+        }
+        // SAFETY: the exports have these signatures
+        // (HRESULT(LPCVOID, DWORD, FLAGS, HANDLE*) and void(HANDLE)).
+        let (create, close): (PfnCreate, PfnClose) = unsafe {
+            (
+                std::mem::transmute::<RawProc, PfnCreate>(create),
+                std::mem::transmute::<RawProc, PfnClose>(close),
+            )
+        };
+        let spec = crate::psec_wire::minimal_spec(Contract::V1_0.min(contract));
+        let mut env: HANDLE = std::ptr::null_mut();
+        // SAFETY: `spec` is a live buffer of the given length; `env` is a
+        // valid out-pointer; flags 0 asks for no special behaviour.
+        let hr = unsafe { create(spec.as_ptr().cast(), spec.len() as u32, 0, &mut env) };
+        p.create_close = if hr < 0 || env.is_null() {
+            CreateClose::Failed { hresult: hr }
+        } else {
+            // SAFETY: `env` came from a successful create and is closed once.
+            unsafe { close(env) };
+            CreateClose::Passed
+        };
+        Ok(p)
+    }
+
+    /// A job object; closing it (drop) ends every process in it.
+    #[derive(Debug)]
+    pub struct Job(HANDLE);
+
+    impl Job {
+        /// Creates an unnamed job with the plan's limits. Any failure closes
+        /// it and is returned: no process is ever placed in a job whose
+        /// limits did not take.
+        pub fn create(limits: &JobLimits) -> Result<Job, NativeError> {
+            // SAFETY: null attributes and name create an unnamed job that
+            // this process alone holds.
+            let h = unsafe { CreateJobObjectW(std::ptr::null(), std::ptr::null()) };
+            if h.is_null() {
+                return Err(NativeError::Win32 {
+                    call: "CreateJobObjectW",
+                    code: last_error(),
+                });
+            }
+            let job = Job(h);
+            // SAFETY: an all-zero JOBOBJECT_EXTENDED_LIMIT_INFORMATION is a
+            // valid value (plain integers).
+            let mut info: JOBOBJECT_EXTENDED_LIMIT_INFORMATION = unsafe { std::mem::zeroed() };
+            info.BasicLimitInformation.LimitFlags = limits.limit_flags;
+            info.BasicLimitInformation.ActiveProcessLimit = limits.active_processes.unwrap_or(0);
+            info.BasicLimitInformation.PerJobUserTimeLimit =
+                limits.job_user_time_100ns.unwrap_or(0);
+            info.JobMemoryLimit = limits
+                .job_memory_bytes
+                .map_or(0, |b| usize::try_from(b).unwrap_or(usize::MAX));
+            // SAFETY: `info` is a valid struct of the size passed, for the
+            // class that expects it; the handle is ours.
+            let ok = unsafe {
+                SetInformationJobObject(
+                    job.0,
+                    JobObjectExtendedLimitInformation,
+                    (&info as *const JOBOBJECT_EXTENDED_LIMIT_INFORMATION).cast(),
+                    std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
+                )
+            };
+            if ok == 0 {
+                return Err(NativeError::Win32 {
+                    call: "SetInformationJobObject(ExtendedLimitInformation)",
+                    code: last_error(),
+                });
+            }
+            let ui = JOBOBJECT_BASIC_UI_RESTRICTIONS {
+                UIRestrictionsClass: limits.ui_restrictions,
+            };
+            // SAFETY: as above, for the UI restrictions class.
+            let ok = unsafe {
+                SetInformationJobObject(
+                    job.0,
+                    JobObjectBasicUIRestrictions,
+                    (&ui as *const JOBOBJECT_BASIC_UI_RESTRICTIONS).cast(),
+                    std::mem::size_of::<JOBOBJECT_BASIC_UI_RESTRICTIONS>() as u32,
+                )
+            };
+            if ok == 0 {
+                return Err(NativeError::Win32 {
+                    call: "SetInformationJobObject(BasicUIRestrictions)",
+                    code: last_error(),
+                });
+            }
+            Ok(job)
+        }
+
+        /// The raw handle, for assigning a suspended child.
+        pub fn handle(&self) -> HANDLE {
+            self.0
+        }
+    }
+
+    impl Drop for Job {
+        fn drop(&mut self) {
+            // SAFETY: the handle is ours and closed once; with
+            // kill-on-close this ends every process in the job.
+            unsafe { CloseHandle(self.0) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(not(windows))]
+    #[test]
+    fn off_windows_the_probe_says_so() {
+        assert_eq!(super::probe(), Err(super::NativeError::NotWindows));
+        let limits = crate::plan::tests::minimal_plan().job;
+        assert!(matches!(
+            super::Job::create(&limits),
+            Err(super::NativeError::NotWindows)
+        ));
+    }
+}
