@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::error::{is_denied, JobError};
 use crate::fs::{CgroupFs, RealFs};
-use crate::probe::{procs_of, JobMode, Layout, V2_REQUIRED};
+use crate::probe::{controllers_of, procs_of, JobMode, Layout};
 
 /// Every job cgroup's name starts with this; the rest is
 /// `<node pid>-<node start time in clock ticks>-<run id>`, so a later node can
@@ -267,7 +267,14 @@ impl Job {
             }
         };
         if version == Version::V2 {
-            prepare_v2_root(fs.as_ref(), &parents[0].1)?;
+            let mut wanted = Vec::new();
+            if limits.memory_mib.is_some() {
+                wanted.push(("memory", "--memory"));
+            }
+            if limits.processes.is_some() {
+                wanted.push(("pids", "--processes"));
+            }
+            prepare_v2_root(fs.as_ref(), &parents[0].1, &wanted)?;
         }
         let mut job = Job {
             fs,
@@ -770,12 +777,33 @@ fn rmdir_tree(fs: &dyn CgroupFs, dir: &Path, depth: usize) -> Result<(), (PathBu
     }
 }
 
-/// Makes a v2 job parent usable: its children need `memory` and `pids`
-/// enabled in its `cgroup.subtree_control`, and a cgroup with controllers
-/// enabled for its children may hold no process. When the parent is the
-/// node's own cgroup, the node's processes move into the leaf `oz0-node`
-/// first. Idempotent.
-fn prepare_v2_root(fs: &dyn CgroupFs, root: &Path) -> Result<(), JobError> {
+/// Makes a v2 job parent usable: its children need the controllers of the
+/// requested limits (`memory`, `pids`) enabled in its
+/// `cgroup.subtree_control`, and a cgroup with controllers enabled for its
+/// children may hold no process. When the parent is the node's own cgroup,
+/// the node's processes move into the leaf `oz0-node` first. CPU usage
+/// (`cpu.stat`) and `cgroup.kill` need no controller. Idempotent.
+fn prepare_v2_root(
+    fs: &dyn CgroupFs,
+    root: &Path,
+    wanted: &[(&'static str, &'static str)],
+) -> Result<(), JobError> {
+    let offered = controllers_of(fs, root);
+    if let Some((ctl, limit)) = wanted.iter().find(|(c, _)| !offered.iter().any(|o| o == c)) {
+        return Err(JobError::Unenforceable {
+            limit,
+            reason: format!(
+                "{} offers no {ctl} controller (cgroup.controllers: [{}])",
+                root.display(),
+                offered.join(" ")
+            ),
+            fix: format!(
+                "delegate a cgroup with {ctl} (systemd `Delegate=yes`), or use cgroup v1 \
+                 (`oz0-node setup cgroups --user {}`)",
+                crate::setup::user_name(fs, fs.euid())
+            ),
+        });
+    }
     let sc = root.join("cgroup.subtree_control");
     let enabled: Vec<String> = fs
         .read(&sc)
@@ -784,9 +812,9 @@ fn prepare_v2_root(fs: &dyn CgroupFs, root: &Path) -> Result<(), JobError> {
             let fix = fix_for(fs, &Version::V2, &e, "cgroup.subtree_control");
             io_err("read", &sc, e, fix)
         })?;
-    let missing: Vec<&str> = V2_REQUIRED
+    let missing: Vec<&str> = wanted
         .iter()
-        .copied()
+        .map(|(c, _)| *c)
         .filter(|c| !enabled.iter().any(|e| e == c))
         .collect();
     if missing.is_empty() {

@@ -67,7 +67,9 @@ pub use job::{
 pub use probe::{
     probe_mode, probe_mode_with, CgroupVersion, JobMode, ProbeFacts, ProbeOptions, ProbeResult,
 };
-pub use setup::{setup_delegation, setup_delegation_with, SetupMode, SetupReport};
+pub use setup::{
+    setup_delegation, setup_delegation_in, setup_delegation_with, SetupMode, SetupReport,
+};
 
 /// Tasks the sandbox itself keeps in the job: bubblewrap's outer process and
 /// its pid-namespace init. See "What `--processes N` counts" above.

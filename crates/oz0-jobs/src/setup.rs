@@ -60,6 +60,23 @@ pub fn setup_delegation_with(
     user: &str,
     mode: SetupMode,
 ) -> Result<SetupReport, JobError> {
+    setup_delegation_in(fs, user, mode, DELEGATED_DIR)
+}
+
+/// As [`setup_delegation_with`], with another folder name than `oz0` (tests,
+/// or a node whose `--cgroup-root` names another folder).
+pub fn setup_delegation_in(
+    fs: &dyn CgroupFs,
+    user: &str,
+    mode: SetupMode,
+    dir_name: &str,
+) -> Result<SetupReport, JobError> {
+    if dir_name.is_empty() || dir_name.contains('/') || dir_name.starts_with('.') {
+        return Err(JobError::Unavailable {
+            reason: format!("{dir_name:?} is not a folder name"),
+            fix: "name one folder, e.g. `oz0`".into(),
+        });
+    }
     let euid = fs.euid();
     if euid != 0 {
         return Err(JobError::NotRoot(euid));
@@ -120,7 +137,7 @@ pub fn setup_delegation_with(
                 .collect::<Vec<_>>()
                 .join(" ");
             fs.write(&sc, &value).map_err(|e| io("write", &sc, e))?;
-            let dir = h.point.join(DELEGATED_DIR);
+            let dir = h.point.join(dir_name);
             mkdir_ok(fs, &dir)?;
             // The delegatee must not own the limits of its own parent, so only
             // these three files and the folder are handed over.
@@ -168,7 +185,7 @@ pub fn setup_delegation_with(
                     continue;
                 }
                 seen.push(h.point.clone());
-                let dir = h.point.join(DELEGATED_DIR);
+                let dir = h.point.join(dir_name);
                 mkdir_ok(fs, &dir)?;
                 for f in ["", "cgroup.procs", "tasks"] {
                     let p = if f.is_empty() {

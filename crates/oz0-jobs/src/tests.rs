@@ -227,6 +227,37 @@ fn v2_create_moves_the_node_to_a_leaf_and_writes_every_limit() {
 }
 
 #[test]
+fn v2_limit_without_its_controller_is_refused() {
+    let fs = v2_host(true);
+    fs.poke(&Path::new(OWN).join("cgroup.controllers"), "cpu memory");
+    let mode = JobMode::V2 { root: OWN.into() };
+    let e = Job::create_with(fs.clone(), &mode, &run("r1"), &limits()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            JobError::Unenforceable {
+                limit: "--processes",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("offers no pids controller"), "{e}");
+    no_jobs_left(&fs, CG);
+    // The node was not moved for a job that was refused.
+    assert!(!fs.exists(&PathBuf::from(OWN).join("oz0-node")));
+    // CPU time and kill need no controller.
+    let l = Limits {
+        cpu_seconds: Some(1),
+        ..Default::default()
+    };
+    Job::create_with(fs.clone(), &mode, &run("r2"), &l)
+        .unwrap()
+        .remove()
+        .unwrap();
+}
+
+#[test]
 fn v2_kill_uses_cgroup_kill_and_remove_leaves_nothing() {
     let fs = v2_host(true);
     let mode = JobMode::V2 { root: OWN.into() };
@@ -363,7 +394,7 @@ fn supervisor_kills_at_the_timeout() {
 fn cleanup_removes_only_jobs_of_dead_nodes() {
     let fs = v2_host(true);
     let mode = JobMode::V2 { root: OWN.into() };
-    let live = Job::create_with(fs.clone(), &mode, &run("live"), &Limits::default()).unwrap();
+    let live = Job::create_with(fs.clone(), &mode, &run("live"), &limits()).unwrap();
     // A job of node pid 999 (dead), and one of a reused pid 4243 (other start time).
     for n in ["oz0-job-999-5-old", "oz0-job-4243-7-reused"] {
         fs.make_cgroup(&format!("{OWN}/{n}"), true);

@@ -1,0 +1,341 @@
+//! Real-kernel tests of cgroup v1 jobs.
+//!
+//! The `root_` tests run as root against a temporary subtree
+//! (`oz0-itest-<pid>-<test>`) of each v1 hierarchy. `root_delegated_user_*`
+//! delegates such a subtree to the unprivileged user `oz0test` with
+//! [`setup_delegation_in`] and re-runs this test binary as that user (via
+//! `setpriv`) to create, place, limit, kill and remove a job unprivileged.
+//!
+//! Needs: root, cgroup v1 memory + pids mounted, `/usr/bin/python3`,
+//! `setpriv`, and the user `oz0test`. Missing any, a test prints why and is
+//! skipped — unless `OZ0_MUST_WORK=1`, when it fails. Every cgroup made here
+//! is removed, also when a test fails (the guard's `Drop`).
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use oz0_jobs::{
+    probe_mode, setup_delegation_in, CgroupVersion, Job, JobError, JobMode, LimitHit, ProbeOptions,
+    RealFs, RunId, SetupMode, Supervisor, Verdict,
+};
+use oz0_policy::Limits;
+
+#[test]
+fn root_v1_pids_limit_holds_and_kill_empties_the_job() {
+    let Some(t) = TempTree::new("root_v1_pids_limit_holds", "pids") else {
+        return;
+    };
+    pids_limit_holds(&t.mode, "pids");
+}
+
+#[test]
+fn root_v1_memory_limit_oom_kills_128_mib_and_allows_16() {
+    let Some(t) = TempTree::new("root_v1_memory_limit", "mem") else {
+        return;
+    };
+    let job = Job::create(
+        &t.mode,
+        &RunId::new("mem").unwrap(),
+        &limits(Some(64), Some(16), None),
+    )
+    .expect("create job");
+    // Touch every page so the memory is really used.
+    let alloc = |mib: u32| {
+        format!(
+            "a = bytearray({mib} << 20)\nfor i in range(0, len(a), 4096):\n    a[i] = 1\nprint('done', flush=True)\n"
+        )
+    };
+    let mut small = spawn_py(&alloc(16));
+    job.place_pid(small.id()).unwrap();
+    go(&mut small);
+    assert_eq!(first_line(&mut small), "done");
+    assert!(small.wait().unwrap().success());
+    assert!(!job.stats().oom_killed);
+
+    let mut big = spawn_py(&alloc(128));
+    job.place_pid(big.id()).unwrap();
+    go(&mut big);
+    let st = big.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&st),
+        Some(9),
+        "128 MiB under 64 MiB must be killed, got {st:?}"
+    );
+    let out = job.outcome();
+    assert!(out.stats.oom_killed, "{out:?}");
+    assert!(out.stats.oom_kills >= 1);
+    assert_eq!(out.limit_hit, Some(LimitHit::Memory));
+    let peak = out.stats.memory_peak_bytes.unwrap();
+    assert!(peak > 32 << 20 && peak <= 64 << 20, "peak {peak}");
+    assert!(out.enforced[0].mechanism.contains("memory.limit_in_bytes"));
+    job.remove().unwrap();
+}
+
+#[test]
+fn root_v1_cpu_seconds_supervisor_stops_a_spinner() {
+    let Some(t) = TempTree::new("root_v1_cpu_seconds", "cpu") else {
+        return;
+    };
+    if !matches!(
+        t.mode,
+        JobMode::V1 {
+            cpuacct: Some(_),
+            ..
+        }
+    ) {
+        skip("root_v1_cpu_seconds", "no cpuacct hierarchy");
+        return;
+    }
+    let l = Limits {
+        cpu_seconds: Some(1),
+        timeout_seconds: Some(20),
+        ..Default::default()
+    };
+    let job = Job::create(&t.mode, &RunId::new("cpu").unwrap(), &l).expect("create");
+    let mut c = spawn_py("while True:\n    pass\n");
+    job.place_pid(c.id()).unwrap();
+    go(&mut c);
+    let t0 = Instant::now();
+    let mut sup = Supervisor::new(&l, t0);
+    let verdict = loop {
+        if let Some(v) = sup.check(Some(&job), Instant::now()).unwrap() {
+            break v;
+        }
+        std::thread::sleep(sup.next_poll(Instant::now()).unwrap());
+    };
+    let wall = t0.elapsed();
+    let Verdict::CpuTime { used_usec, .. } = verdict else {
+        panic!("{verdict:?}")
+    };
+    assert!(
+        used_usec > 1_000_000 && used_usec < 1_300_000,
+        "used {used_usec}"
+    );
+    assert!(wall < Duration::from_secs(5), "took {wall:?}");
+    let st = c.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(9));
+    assert_eq!(job.outcome().limit_hit, Some(LimitHit::CpuTime));
+    job.remove().unwrap();
+}
+
+#[test]
+fn root_v1_procs_files_are_cloexec_and_place_a_child() {
+    let Some(t) = TempTree::new("root_v1_procs_files", "files") else {
+        return;
+    };
+    let job = Job::create(
+        &t.mode,
+        &RunId::new("files").unwrap(),
+        &limits(None, Some(8), None),
+    )
+    .unwrap();
+    let files = job.procs_files().unwrap();
+    assert_eq!(files.len(), job.procs_paths().len());
+    for f in &files {
+        let fl = rustix::io::fcntl_getfd(f).unwrap();
+        assert!(fl.contains(rustix::io::FdFlags::CLOEXEC));
+    }
+    let mut c = spawn_py("print('ok', flush=True)\n");
+    for mut f in &files {
+        f.write_all(c.id().to_string().as_bytes()).unwrap();
+    }
+    assert_eq!(job.pids(), vec![c.id() as i32]);
+    go(&mut c);
+    assert_eq!(first_line(&mut c), "ok");
+    c.wait().unwrap();
+    drop(files);
+    job.remove().unwrap();
+}
+
+#[test]
+fn root_v1_drop_removes_a_job_with_processes() {
+    let Some(t) = TempTree::new("root_v1_drop", "drop") else {
+        return;
+    };
+    let mut c = spawn_py("import time\ntime.sleep(60)\n");
+    let paths = {
+        let job = Job::create(
+            &t.mode,
+            &RunId::new("drop").unwrap(),
+            &limits(None, Some(8), None),
+        )
+        .unwrap();
+        job.place_pid(c.id()).unwrap();
+        job.paths()
+    };
+    // Drop killed the child and removed the folders (a zombie is not in a cgroup).
+    let st = c.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(9));
+    for p in paths {
+        assert!(!p.exists(), "{} left behind", p.display());
+    }
+}
+
+/// Root part: delegate a temporary subtree to `oz0test`, check ownership,
+/// then run the unprivileged part of this binary as that user.
+#[test]
+fn root_delegated_user_creates_limits_and_removes_a_job() {
+    const T: &str = "root_delegated_user";
+    if !is_root() {
+        skip(T, "needs root");
+        return;
+    }
+    if Command::new("id")
+        .arg(USER)
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        skip(T, &format!("needs the user {USER} (useradd {USER})"));
+        return;
+    }
+    if !Path::new("/usr/bin/setpriv").exists() || !Path::new(PY).exists() {
+        skip(T, "needs /usr/bin/setpriv and /usr/bin/python3");
+        return;
+    }
+    let name = format!("oz0-itest-{}-deleg", std::process::id());
+    let rep = match setup_delegation_in(&RealFs, USER, SetupMode::V1, &name) {
+        Ok(r) => r,
+        Err(e) => {
+            skip(T, &format!("setup: {e}"));
+            return;
+        }
+    };
+    // Removed on drop, whatever happens below.
+    let _guard = TempTree {
+        dirs: rep.delegated.clone(),
+        mode: JobMode::Unavailable {
+            reason: String::new(),
+            fix: String::new(),
+        },
+    };
+    // A root-owned sibling the user may not use.
+    let denied = format!("oz0-itest-{}-denied", std::process::id());
+    let denied_dirs: Vec<PathBuf> = rep
+        .delegated
+        .iter()
+        .map(|d| d.parent().unwrap().join(&denied))
+        .collect();
+    for d in &denied_dirs {
+        std::fs::create_dir(d).unwrap();
+    }
+    let _guard2 = TempTree {
+        dirs: denied_dirs,
+        mode: JobMode::Unavailable {
+            reason: String::new(),
+            fix: String::new(),
+        },
+    };
+    for p in &rep.chowned {
+        let m = std::fs::metadata(p).unwrap();
+        assert_eq!((m.uid(), m.gid()), (rep.uid, rep.gid), "{}", p.display());
+    }
+    assert!(rep.controllers.contains(&"memory".to_string()));
+
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("/usr/bin/setpriv")
+        .args([
+            &format!("--reuid={}", rep.uid),
+            &format!("--regid={}", rep.gid),
+            "--clear-groups",
+            "--",
+        ])
+        .arg(&exe)
+        .args([
+            "--exact",
+            "unprivileged_part_as_delegated_user",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, format!("{name}:{denied}"))
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "unprivileged part failed:\n{text}");
+    for l in text
+        .lines()
+        .filter(|l| l.starts_with("fail-closed") || l.starts_with("unprivileged"))
+    {
+        eprintln!("as {USER}: {l}");
+    }
+    assert!(
+        text.contains("unprivileged part: ok"),
+        "did not run:\n{text}"
+    );
+}
+
+/// The unprivileged part (runs only when started by the test above).
+#[test]
+fn unprivileged_part_as_delegated_user() {
+    let Ok(v) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (name, denied) = v.split_once(':').unwrap();
+    assert!(!is_root());
+    let probe = probe_mode(&ProbeOptions {
+        cgroup_root: Some(PathBuf::from(name)),
+        version: None,
+    });
+    assert!(
+        matches!(probe.mode, JobMode::V1 { .. }),
+        "{:?}",
+        probe.facts
+    );
+    pids_limit_holds(&probe.mode, "user");
+
+    // A root-owned parent: the probe says why and names the fix ...
+    let p = probe_mode(&ProbeOptions {
+        cgroup_root: Some(PathBuf::from(denied)),
+        version: Some(CgroupVersion::V1),
+    });
+    let JobMode::Unavailable { fix, .. } = &p.mode else {
+        panic!("{:?}", p.mode)
+    };
+    assert!(
+        fix.contains("oz0-node setup cgroups --user oz0test"),
+        "{fix}"
+    );
+    // ... and a job forced there fails closed, leaving nothing.
+    let JobMode::V1 {
+        memory,
+        pids,
+        cpuacct,
+        freezer,
+    } = &probe.mode
+    else {
+        unreachable!()
+    };
+    let swap = |d: &PathBuf| d.parent().unwrap().join(denied);
+    let forced = JobMode::V1 {
+        memory: swap(memory),
+        pids: swap(pids),
+        cpuacct: cpuacct.as_ref().map(swap),
+        freezer: freezer.as_ref().map(swap),
+    };
+    let e = Job::create(
+        &forced,
+        &RunId::new("denied").unwrap(),
+        &limits(Some(64), Some(8), None),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, JobError::Io { .. }), "{msg}");
+    assert!(msg.contains("permission denied"), "{msg}");
+    assert!(
+        msg.contains("oz0-node setup cgroups --user oz0test"),
+        "{msg}"
+    );
+    println!("fail-closed message: {msg}");
+    println!("unprivileged part: ok");
+}
