@@ -5,17 +5,22 @@
 //! on its stdin) so that the job variant can place it before it ends; the job
 //! variant adds `Job::create` (with memory and process limits), placing the
 //! child's pid in every hierarchy, and `Job::remove`. A plain `/bin/true`
-//! fork/exec is printed for scale. Run: `cargo bench -p oz0-jobs` (needs a
-//! usable cgroup mode: root, or a delegated subtree).
+//! fork/exec is printed for scale. Rounds alternate between the variants and
+//! medians are reported, so background load hits both alike.
+//!
+//! Run: `cargo bench -p oz0-jobs` (needs a usable cgroup mode: root, or a
+//! delegated subtree). As root it works under a temporary folder
+//! `oz0-bench-<pid>` in each hierarchy and removes it at the end.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use oz0_jobs::{probe_mode, Job, JobMode, ProbeOptions, RunId};
 use oz0_policy::Limits;
 
-const ROUNDS: u32 = 200;
+const ROUNDS: usize = 200;
 
 fn spawn_wait_byte() -> std::process::Child {
     Command::new("head")
@@ -35,92 +40,108 @@ fn finish(mut c: std::process::Child) {
     c.wait().expect("wait");
 }
 
-fn per_round(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6 / f64::from(ROUNDS)
+fn median(v: &mut [Duration]) -> f64 {
+    v.sort();
+    v[v.len() / 2].as_secs_f64() * 1e6
+}
+
+fn parents(mode: &JobMode) -> Vec<PathBuf> {
+    match mode {
+        JobMode::V2 { root } => vec![root.clone()],
+        JobMode::V1 {
+            memory,
+            pids,
+            cpuacct,
+            freezer,
+        } => [Some(memory), Some(pids), cpuacct.as_ref(), freezer.as_ref()]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect(),
+        JobMode::Unavailable { .. } => Vec::new(),
+    }
 }
 
 fn main() {
-    let probe = probe_mode(&ProbeOptions::default());
+    let is_root = rustix::process::geteuid().is_root();
+    let opts = ProbeOptions {
+        cgroup_root: is_root.then(|| PathBuf::from(format!("oz0-bench-{}", std::process::id()))),
+        version: None,
+    };
+    let probe = probe_mode(&opts);
     if let JobMode::Unavailable { reason, fix } = &probe.mode {
         println!("job_start: skipped: {reason} — {fix}");
         return;
     }
+    let made: Vec<PathBuf> = parents(&probe.mode)
+        .into_iter()
+        .filter(|p| !p.exists())
+        .collect();
     let limits = Limits {
         memory_mib: Some(64),
         processes: Some(8),
         cpu_seconds: None,
         timeout_seconds: None,
     };
-    // Warm up both paths.
+    let run = |tag: &str, i: usize| RunId::new(&format!("{tag}{i}")).unwrap();
+    // Warm up.
     for i in 0..10 {
         finish(spawn_wait_byte());
-        let job = Job::create(
-            &probe.mode,
-            &RunId::new(&format!("bw{i}")).unwrap(),
-            &limits,
-        )
-        .expect("create");
-        job.remove().expect("remove");
+        Job::create(&probe.mode, &run("w", i), &limits)
+            .expect("create")
+            .remove()
+            .expect("remove");
     }
-
-    let t = Instant::now();
-    for _ in 0..ROUNDS {
-        Command::new("/bin/true").status().expect("true");
-    }
-    let plain_true = t.elapsed();
-
-    let t = Instant::now();
-    for _ in 0..ROUNDS {
-        finish(spawn_wait_byte());
-    }
-    let plain = t.elapsed();
-
-    let t = Instant::now();
+    let (mut t_true, mut t_plain, mut t_job) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut t_create, mut t_place, mut t_remove) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..ROUNDS {
-        let job = Job::create(&probe.mode, &RunId::new(&format!("b{i}")).unwrap(), &limits)
-            .expect("create");
+        let t = Instant::now();
+        Command::new("/bin/true").status().expect("true");
+        t_true.push(t.elapsed());
+
+        let t = Instant::now();
+        finish(spawn_wait_byte());
+        t_plain.push(t.elapsed());
+
+        let t = Instant::now();
+        let job = Job::create(&probe.mode, &run("b", i), &limits).expect("create");
+        let t1 = Instant::now();
         let c = spawn_wait_byte();
         job.place_pid(c.id()).expect("place");
         finish(c);
+        let t2 = Instant::now();
         job.remove().expect("remove");
+        let t3 = Instant::now();
+        t_job.push(t3 - t);
+        t_create.push(t1 - t);
+        t_place.push(t2 - t1);
+        t_remove.push(t3 - t2);
     }
-    let with_job = t.elapsed();
-
-    let t = Instant::now();
-    for i in 0..ROUNDS {
-        let job = Job::create(&probe.mode, &RunId::new(&format!("c{i}")).unwrap(), &limits)
-            .expect("create");
-        job.remove().expect("remove");
+    for p in made.iter().rev() {
+        let _ = std::fs::remove_dir(p);
     }
-    let job_only = t.elapsed();
-
+    let (tt, tp, tj) = (
+        median(&mut t_true),
+        median(&mut t_plain),
+        median(&mut t_job),
+    );
     println!(
-        "job_start: mode {} ({ROUNDS} rounds each)",
+        "job_start: mode {} ({ROUNDS} alternating rounds, medians)",
         probe.facts.mode
     );
+    println!("  fork/exec /bin/true:                {tt:8.1} us");
+    println!("  fork/exec head -c1 (baseline):      {tp:8.1} us");
+    println!("  same in a job (create+place+remove): {tj:7.1} us");
     println!(
-        "  fork/exec /bin/true:             {:8.1} us",
-        per_round(plain_true)
+        "    create {:.1} us, spawn+place+exit {:.1} us, remove {:.1} us",
+        median(&mut t_create),
+        median(&mut t_place),
+        median(&mut t_remove)
     );
     println!(
-        "  fork/exec head -c1 (baseline):   {:8.1} us",
-        per_round(plain)
-    );
-    println!(
-        "  same + job create/place/remove:  {:8.1} us",
-        per_round(with_job)
-    );
-    println!(
-        "  job create+remove alone:         {:8.1} us",
-        per_round(job_only)
-    );
-    println!(
-        "  ratio with job / baseline:       {:8.2}x  (extra {:.1} us per run)",
-        with_job.as_secs_f64() / plain.as_secs_f64(),
-        per_round(with_job) - per_round(plain)
-    );
-    println!(
-        "  ratio job create+remove / fork-exec /bin/true: {:.2}x",
-        job_only.as_secs_f64() / plain_true.as_secs_f64()
+        "  ratio job / baseline: {:.2}x (extra {:.1} us per run); extra / fork-exec /bin/true: {:.2}x",
+        tj / tp,
+        tj - tp,
+        (tj - tp) / tt
     );
 }

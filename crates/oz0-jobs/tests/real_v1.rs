@@ -265,7 +265,7 @@ fn root_delegated_user_creates_limits_and_removes_a_job() {
     assert!(out.status.success(), "unprivileged part failed:\n{text}");
     for l in text
         .lines()
-        .filter(|l| l.starts_with("fail-closed") || l.starts_with("unprivileged"))
+        .filter(|l| l.contains("fail-closed message") || l.contains("unprivileged part:"))
     {
         eprintln!("as {USER}: {l}");
     }
