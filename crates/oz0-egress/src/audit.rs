@@ -84,9 +84,14 @@ impl AuditRecord {
     /// Replaces `secret` wherever the client's own text put it (a token sent
     /// as a host name or in a URL is still the token).
     pub(crate) fn redact(&mut self, secret: &str) {
-        for field in [&mut self.target, &mut self.host, &mut self.reason, &mut self.addr]
-            .into_iter()
-            .flatten()
+        for field in [
+            &mut self.target,
+            &mut self.host,
+            &mut self.reason,
+            &mut self.addr,
+        ]
+        .into_iter()
+        .flatten()
         {
             if field.contains(secret) {
                 *field = field.replace(secret, "<token>");

@@ -2,12 +2,19 @@
 //! every connection is forwarded, byte for byte, to the run's proxy socket.
 //!
 //! It runs inside every sandbox with egress, so it is small, synchronous and
-//! uses only `std`: one thread per direction per connection, a bounded
-//! number of connections, no parsing (the proxy does all of that). It holds
-//! no secret: the token travels inside the client's own requests.
+//! uses only `std` (plus `rustix` for `splice(2)`): one thread per direction
+//! per connection, a bounded number of connections, no parsing (the proxy
+//! does all of that). It holds no secret: the token travels inside the
+//! client's own requests.
+//!
+//! Bytes move with `splice(2)` through a pipe (no copy into userspace); if
+//! the kernel or a seccomp filter refuses `splice`, a plain read/write loop
+//! takes over. Each connection needs `socket(AF_UNIX)` + `connect` to the
+//! proxy socket, so the process running the bridge must be allowed those.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -17,8 +24,10 @@ use std::time::Duration;
 /// Most connections the bridge carries at once; the next waits in the
 /// listen backlog until one closes. Each costs two threads.
 pub const MAX_BRIDGE_CONNECTIONS: usize = 128;
-/// Copy buffer per direction.
+/// Copy buffer per direction (fallback path).
 pub const BRIDGE_BUFFER: usize = 64 * 1024;
+/// Pipe size asked for per direction when splicing (best effort).
+pub const PIPE_SIZE: usize = 1024 * 1024;
 /// Stack of each copy thread (the buffer is on the heap).
 const THREAD_STACK: usize = 64 * 1024;
 
@@ -100,7 +109,11 @@ fn carry(tcp: TcpStream, target: &Path) -> io::Result<()> {
             // EOF from the client: half-close so the proxy sees it. An error
             // (reset): close the proxy side fully, which ends the other
             // direction too.
-            let how = if r.is_ok() { Shutdown::Write } else { Shutdown::Both };
+            let how = if r.is_ok() {
+                Shutdown::Write
+            } else {
+                Shutdown::Both
+            };
             let _ = unix_w.shutdown(how);
             r
         })?;
@@ -115,7 +128,51 @@ fn carry(tcp: TcpStream, target: &Path) -> io::Result<()> {
     down.and(up)
 }
 
-fn pump(mut from: impl Read, mut to: impl Write) -> io::Result<()> {
+/// Moves bytes `from` → `to` until EOF: by `splice(2)` when possible.
+fn pump<R: Read + AsFd, W: Write + AsFd>(from: R, to: W) -> io::Result<()> {
+    match splice_pump(&from, &to) {
+        Ok(()) => Ok(()),
+        Err(Spliced::Unsupported) => copy_pump(from, to),
+        Err(Spliced::Io(e)) => Err(e),
+    }
+}
+
+enum Spliced {
+    /// Nothing was moved; fall back to copying.
+    Unsupported,
+    Io(io::Error),
+}
+
+fn splice_pump(from: &impl AsFd, to: &impl AsFd) -> Result<(), Spliced> {
+    use rustix::io::Errno;
+    use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};
+    let (pipe_r, pipe_w) = pipe_with(PipeFlags::CLOEXEC).map_err(|_| Spliced::Unsupported)?;
+    let size = fcntl_setpipe_size(&pipe_w, PIPE_SIZE).unwrap_or(64 * 1024);
+    let mut moved = false;
+    loop {
+        let n = match splice(from, None, &pipe_w, None, size, SpliceFlags::MOVE) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(Errno::INTR) => continue,
+            Err(Errno::INVAL | Errno::NOSYS | Errno::PERM | Errno::ACCESS) if !moved => {
+                return Err(Spliced::Unsupported)
+            }
+            Err(e) => return Err(Spliced::Io(e.into())),
+        };
+        moved = true;
+        let mut left = n;
+        while left > 0 {
+            match splice(&pipe_r, None, to, None, left, SpliceFlags::MOVE) {
+                Ok(0) => return Err(Spliced::Io(io::ErrorKind::WriteZero.into())),
+                Ok(k) => left -= k,
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(Spliced::Io(e.into())),
+            }
+        }
+    }
+}
+
+fn copy_pump(mut from: impl Read, mut to: impl Write) -> io::Result<()> {
     let mut buf = vec![0u8; BRIDGE_BUFFER];
     loop {
         let n = match from.read(&mut buf) {

@@ -1,8 +1,8 @@
 //! The proxy: one tokio runtime for the node, one unix socket per run.
 
 use std::convert::Infallible;
-use std::future::Future as _;
 use std::fmt;
+use std::future::Future as _;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::fs::MetadataExt as _;
@@ -503,18 +503,28 @@ async fn handle(
                     let resolver = shared.resolver.clone();
                     let n = name.clone();
                     let lookup = tokio::task::spawn_blocking(move || resolver.resolve(&n, p.get()));
-                    let ips = match tokio::time::timeout(shared.limits.resolve_timeout, lookup).await {
-                        Ok(Ok(Ok(ips))) => ips,
-                        Ok(Ok(Err(e))) => {
-                            return fail(StatusCode::BAD_GATEWAY, format!("could not resolve {name}: {e}"))
-                        }
-                        Ok(Err(e)) => {
-                            return fail(StatusCode::BAD_GATEWAY, format!("lookup of {name} failed: {e}"))
-                        }
-                        Err(_) => {
-                            return fail(StatusCode::GATEWAY_TIMEOUT, format!("lookup of {name} timed out"))
-                        }
-                    };
+                    let ips =
+                        match tokio::time::timeout(shared.limits.resolve_timeout, lookup).await {
+                            Ok(Ok(Ok(ips))) => ips,
+                            Ok(Ok(Err(e))) => {
+                                return fail(
+                                    StatusCode::BAD_GATEWAY,
+                                    format!("could not resolve {name}: {e}"),
+                                )
+                            }
+                            Ok(Err(e)) => {
+                                return fail(
+                                    StatusCode::BAD_GATEWAY,
+                                    format!("lookup of {name} failed: {e}"),
+                                )
+                            }
+                            Err(_) => {
+                                return fail(
+                                    StatusCode::GATEWAY_TIMEOUT,
+                                    format!("lookup of {name} timed out"),
+                                )
+                            }
+                        };
                     let mut ok = Vec::new();
                     let mut refused = None;
                     for ip in ips {
@@ -526,7 +536,9 @@ async fn handle(
                         }
                     }
                     if ok.is_empty() {
-                        return deny(refused.map_or(DenyReason::NoAddress, DenyReason::RestrictedAddress));
+                        return deny(
+                            refused.map_or(DenyReason::NoAddress, DenyReason::RestrictedAddress),
+                        );
                     }
                     ok.dedup();
                     ok
@@ -590,7 +602,10 @@ async fn handle(
     let mut rec = with_target(Decision::Allow, StatusCode::OK);
     rec.addr = Some(upstream.addr.to_string());
     if upstream.sender.ready().await.is_err() {
-        return fail(StatusCode::BAD_GATEWAY, format!("{}: connection closed", upstream.addr));
+        return fail(
+            StatusCode::BAD_GATEWAY,
+            format!("{}: connection closed", upstream.addr),
+        );
     }
     let meter = Arc::new(Meter {
         record: Mutex::new(rec),
@@ -615,13 +630,17 @@ async fn handle(
         .path_and_query()
         .map_or("/", |pq| pq.as_str())
         .to_string();
-    parts.uri = origin.parse::<Uri>().unwrap_or_else(|_| Uri::from_static("/"));
+    parts.uri = origin
+        .parse::<Uri>()
+        .unwrap_or_else(|_| Uri::from_static("/"));
     parts.version = Version::HTTP_11;
     let idle = shared.limits.idle_timeout;
     let body = Metered::new(body, meter.clone(), true, idle);
     let sent = tokio::time::timeout(
         idle,
-        upstream.sender.send_request(Request::from_parts(parts, body)),
+        upstream
+            .sender
+            .send_request(Request::from_parts(parts, body)),
     )
     .await;
     let addr = upstream.addr;
@@ -683,7 +702,11 @@ fn target_of(req: &Request<Incoming>) -> Result<(Host, Port), String> {
         Some(s) if s.eq_ignore_ascii_case("https") => {
             return Err("https:// URLs go through CONNECT (set HTTPS_PROXY)".into())
         }
-        Some(s) => return Err(format!("only http:// URLs and CONNECT are proxied, not {s}://")),
+        Some(s) => {
+            return Err(format!(
+                "only http:// URLs and CONNECT are proxied, not {s}://"
+            ))
+        }
         None => {
             return Err(
                 "this is a proxy: send an absolute URL (GET http://host/path) or CONNECT host:port"
@@ -811,7 +834,11 @@ where
         _ = watchdog => Some(format!("idle for {}s", idle.as_secs())),
         _ = wait_closed(closed) => Some("the run ended".into()),
     };
-    (up.load(Ordering::Relaxed), down.load(Ordering::Relaxed), why)
+    (
+        up.load(Ordering::Relaxed),
+        down.load(Ordering::Relaxed),
+        why,
+    )
 }
 
 /// A stream that counts the bytes read from it.
@@ -865,7 +892,11 @@ struct Meter {
 
 impl Drop for Meter {
     fn drop(&mut self) {
-        let mut r = self.record.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut r = self
+            .record
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         r.bytes_up = self.up.load(Ordering::Relaxed);
         r.bytes_down = self.down.load(Ordering::Relaxed);
         r.duration_ms = self.start.elapsed().as_millis() as u64;
@@ -912,7 +943,11 @@ where
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(d) = frame.data_ref() {
-                    let n = if this.up { &this.meter.up } else { &this.meter.down };
+                    let n = if this.up {
+                        &this.meter.up
+                    } else {
+                        &this.meter.down
+                    };
                     n.fetch_add(d.len() as u64, Ordering::Relaxed);
                 }
                 this.timer = None;
@@ -926,11 +961,11 @@ where
                     .timer
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
                 match timer.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Some(Err(format!(
-                        "no body data for {}s",
-                        idle.as_secs()
-                    )
-                    .into()))),
+                    Poll::Ready(()) => {
+                        Poll::Ready(Some(Err(
+                            format!("no body data for {}s", idle.as_secs()).into()
+                        )))
+                    }
                     Poll::Pending => Poll::Pending,
                 }
             }
@@ -967,10 +1002,7 @@ mod tests {
             ("accept", "*/*"),
             ("user-agent", "t"),
         ] {
-            h.append(
-                HeaderName::from_static(n),
-                HeaderValue::from_static(v),
-            );
+            h.append(HeaderName::from_static(n), HeaderValue::from_static(v));
         }
         strip_hop_headers(&mut h);
         let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();

@@ -40,7 +40,8 @@ impl Token {
     /// boundary): exactly 64 lowercase hex digits.
     pub fn from_secret(s: &str) -> Result<Token, EgressError> {
         let ok = s.len() == 2 * TOKEN_BYTES
-            && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if ok {
             Ok(Token(s.to_string()))
         } else {
@@ -125,7 +126,11 @@ mod tests {
     use super::*;
 
     fn basic(s: &str) -> Vec<u8> {
-        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(s)).into_bytes()
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(s)
+        )
+        .into_bytes()
     }
 
     #[test]
@@ -154,7 +159,14 @@ mod tests {
         let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
-            ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"]
+            [
+                "HTTP_PROXY",
+                "http_proxy",
+                "HTTPS_PROXY",
+                "https_proxy",
+                "ALL_PROXY",
+                "all_proxy"
+            ]
         );
         assert!(env.iter().all(|(_, v)| *v == url));
     }
@@ -203,7 +215,13 @@ mod tests {
 
     #[test]
     fn from_secret_refuses_other_shapes() {
-        for s in ["", "abc", &"AB".repeat(32), &"g".repeat(64), &"a".repeat(65)] {
+        for s in [
+            "",
+            "abc",
+            &"AB".repeat(32),
+            &"g".repeat(64),
+            &"a".repeat(65),
+        ] {
             assert!(Token::from_secret(s).is_err(), "{s}");
         }
     }

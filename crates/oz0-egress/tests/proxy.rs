@@ -18,7 +18,12 @@ fn connect_to_an_allowed_ip_literal_tunnels() {
     let echo = echo_server();
     let (run, token) = f.run("r1", &[format!("127.0.0.1:{echo}")], &[]);
     let mut c = unix(run.socket_path());
-    write!(c, "CONNECT 127.0.0.1:{echo} HTTP/1.1\r\nHost: 127.0.0.1:{echo}\r\n{}\r\n", basic(&token)).unwrap();
+    write!(
+        c,
+        "CONNECT 127.0.0.1:{echo} HTTP/1.1\r\nHost: 127.0.0.1:{echo}\r\n{}\r\n",
+        basic(&token)
+    )
+    .unwrap();
     let r = read_resp(&mut c, true).unwrap();
     assert_eq!(r.status, 200, "{r:?}");
     c.write_all(b"ping through the tunnel").unwrap();
@@ -29,7 +34,10 @@ fn connect_to_an_allowed_ip_literal_tunnels() {
     // Bearer works too; the odd spelling 127.1 is the same literal.
     let r = ask(
         run.socket_path(),
-        &format!("CONNECT 127.1:{echo} HTTP/1.1\r\nProxy-Authorization: Bearer {}\r\n\r\n", token.expose()),
+        &format!(
+            "CONNECT 127.1:{echo} HTTP/1.1\r\nProxy-Authorization: Bearer {}\r\n\r\n",
+            token.expose()
+        ),
     );
     assert_eq!(r.status, 200, "{r:?}");
 }
@@ -67,7 +75,11 @@ fn plain_http_is_forwarded_without_proxy_headers() {
     assert!(r.body.ends_with("hello"), "{r:?}");
     drop(c);
     std::thread::sleep(std::time::Duration::from_millis(100));
-    let allowed: Vec<_> = f.records().into_iter().filter(|r| r.decision == Decision::Allow).collect();
+    let allowed: Vec<_> = f
+        .records()
+        .into_iter()
+        .filter(|r| r.decision == Decision::Allow)
+        .collect();
     assert_eq!(allowed.len(), 2, "{allowed:?}");
     assert_eq!(allowed[1].bytes_up, 5);
     assert!(allowed[1].bytes_down > 0);
@@ -80,15 +92,30 @@ fn forwarded_port_answers_only_when_forwarded() {
     let echo = echo_server();
     let (run, token) = f.run("r1", &[], &[web, echo]);
     for host in ["127.0.0.1", "localhost", "LOCALHOST."] {
-        let r = ask(run.socket_path(), &format!("GET http://{host}:{web}/ HTTP/1.1\r\n{}\r\n", basic(&token)));
+        let r = ask(
+            run.socket_path(),
+            &format!("GET http://{host}:{web}/ HTTP/1.1\r\n{}\r\n", basic(&token)),
+        );
         assert_eq!(r.status, 200, "{host}: {r:?}");
     }
-    let r = ask(run.socket_path(), &format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n", basic(&token)));
+    let r = ask(
+        run.socket_path(),
+        &format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n", basic(&token)),
+    );
     assert_eq!(r.status, 200, "{r:?}");
     let (other, token2) = f.run("r2", &[], &[1]);
-    let r = ask(other.socket_path(), &format!("GET http://127.0.0.1:{web}/ HTTP/1.1\r\n{}\r\n", basic(&token2)));
+    let r = ask(
+        other.socket_path(),
+        &format!(
+            "GET http://127.0.0.1:{web}/ HTTP/1.1\r\n{}\r\n",
+            basic(&token2)
+        ),
+    );
     assert_eq!(r.status, 403, "{r:?}");
-    let r = ask(other.socket_path(), &format!("CONNECT localhost:{web} HTTP/1.1\r\n{}\r\n", basic(&token2)));
+    let r = ask(
+        other.socket_path(),
+        &format!("CONNECT localhost:{web} HTTP/1.1\r\n{}\r\n", basic(&token2)),
+    );
     assert_eq!(r.status, 403, "{r:?}");
     assert!(r.body.contains("not forwarded"), "{r:?}");
     assert_eq!(f.calls(), 0);
@@ -107,22 +134,56 @@ fn tokens_are_checked_first_and_per_run() {
         ("none", connect("")),
         ("wrong", connect(&basic(&wrong))),
         ("other run's", connect(&basic(&token_b))),
-        ("other run's bearer", connect(&format!("Proxy-Authorization: Bearer {}\r\n", token_b.expose()))),
-        ("user not oz0", connect(&format!("Proxy-Authorization: Basic {}\r\n", base64_encode(&format!("root:{}", token_a.expose()))))),
-        ("twice", connect(&format!("{}{}", basic(&token_a), basic(&token_a)))),
-        ("in the URL only", format!("GET http://oz0:{}@127.0.0.1:{echo}/ HTTP/1.1\r\n\r\n", token_a.expose())),
+        (
+            "other run's bearer",
+            connect(&format!(
+                "Proxy-Authorization: Bearer {}\r\n",
+                token_b.expose()
+            )),
+        ),
+        (
+            "user not oz0",
+            connect(&format!(
+                "Proxy-Authorization: Basic {}\r\n",
+                base64_encode(&format!("root:{}", token_a.expose()))
+            )),
+        ),
+        (
+            "twice",
+            connect(&format!("{}{}", basic(&token_a), basic(&token_a))),
+        ),
+        (
+            "in the URL only",
+            format!(
+                "GET http://oz0:{}@127.0.0.1:{echo}/ HTTP/1.1\r\n\r\n",
+                token_a.expose()
+            ),
+        ),
         // Refused by token before its target is even parsed.
-        ("bad target, no token", "CONNECT x.invalid HTTP/1.1\r\n\r\n".to_string()),
+        (
+            "bad target, no token",
+            "CONNECT x.invalid HTTP/1.1\r\n\r\n".to_string(),
+        ),
     ];
     for (name, req) in &cases {
         let r = ask(a.socket_path(), req);
         assert_eq!(r.status, 407, "{name}: {r:?}");
-        assert!(r.head.contains("Proxy-Authenticate: Basic realm=\"oz0\"") || r.head.to_ascii_lowercase().contains("proxy-authenticate: basic realm=\"oz0\""), "{name}: {r:?}");
+        assert!(
+            r.head.contains("Proxy-Authenticate: Basic realm=\"oz0\"")
+                || r.head
+                    .to_ascii_lowercase()
+                    .contains("proxy-authenticate: basic realm=\"oz0\""),
+            "{name}: {r:?}"
+        );
     }
     assert_eq!(ask(a.socket_path(), &connect(&basic(&token_a))).status, 200);
     assert_eq!(ask(b.socket_path(), &connect(&basic(&token_b))).status, 200);
     assert_eq!(ask(b.socket_path(), &connect(&basic(&token_a))).status, 407);
-    let auth = f.records().iter().filter(|r| r.decision == Decision::Auth).count();
+    let auth = f
+        .records()
+        .iter()
+        .filter(|r| r.decision == Decision::Auth)
+        .count();
     assert_eq!(auth, cases.len() + 1);
 }
 
@@ -130,35 +191,62 @@ fn tokens_are_checked_first_and_per_run() {
 fn unlisted_hosts_get_403_naming_why() {
     let f = Fixture::new();
     f.map("api.example.com", "127.0.0.1");
-    let (run, token) = f.run("r1", &["api.example.com:443".into(), "*.wild.example".into()], &[]);
+    let (run, token) = f.run(
+        "r1",
+        &["api.example.com:443".into(), "*.wild.example".into()],
+        &[],
+    );
     let cases = [
-        ("CONNECT other.example.com:443", "not in this run's allowlist"),
+        (
+            "CONNECT other.example.com:443",
+            "not in this run's allowlist",
+        ),
         ("CONNECT api.example.com:80", "not in this run's allowlist"),
         ("CONNECT wild.example:443", "not in this run's allowlist"),
         ("CONNECT 127.0.0.1:443", "not in this run's allowlist"),
         ("CONNECT [::1]:443", "not in this run's allowlist"),
-        ("GET http://other.example.com/", "not in this run's allowlist"),
+        (
+            "GET http://other.example.com/",
+            "not in this run's allowlist",
+        ),
         ("CONNECT x.invalid:443", ".invalid"),
         ("CONNECT a.wild.invalid:443", ".invalid"),
         ("GET http://X.INVALID./", ".invalid"),
     ];
     for (line, why) in cases {
-        let r = ask(run.socket_path(), &format!("{line} HTTP/1.1\r\n{}\r\n", basic(&token)));
+        let r = ask(
+            run.socket_path(),
+            &format!("{line} HTTP/1.1\r\n{}\r\n", basic(&token)),
+        );
         assert_eq!(r.status, 403, "{line}: {r:?}");
         assert!(r.body.contains(why), "{line}: {r:?}");
     }
-    assert_eq!(f.calls(), 0, "no lookup for refused names: {:?}", f.resolver.asked.lock().unwrap());
+    assert_eq!(
+        f.calls(),
+        0,
+        "no lookup for refused names: {:?}",
+        f.resolver.asked.lock().unwrap()
+    );
 }
 
 #[test]
 fn invalid_names_trigger_no_lookup_but_allowed_names_do() {
     let f = Fixture::new();
     let (run, token) = f.run("r1", &["*.example.com".into()], &[]);
-    let r = ask(run.socket_path(), &format!("CONNECT x.invalid:443 HTTP/1.1\r\n{}\r\n", basic(&token)));
+    let r = ask(
+        run.socket_path(),
+        &format!("CONNECT x.invalid:443 HTTP/1.1\r\n{}\r\n", basic(&token)),
+    );
     assert_eq!(r.status, 403);
     assert_eq!(f.calls(), 0);
     // The counter works: an allowed (unmapped) name is looked up once.
-    let r = ask(run.socket_path(), &format!("CONNECT a.example.com:443 HTTP/1.1\r\n{}\r\n", basic(&token)));
+    let r = ask(
+        run.socket_path(),
+        &format!(
+            "CONNECT a.example.com:443 HTTP/1.1\r\n{}\r\n",
+            basic(&token)
+        ),
+    );
     assert_eq!(r.status, 502, "{r:?}");
     assert_eq!(f.calls(), 1);
 }
@@ -170,16 +258,32 @@ fn a_name_resolving_to_loopback_is_refused_unless_the_address_is_named() {
     f.map("svc.test", "127.0.0.1");
     f.map("meta.test", "169.254.169.254");
     f.map("v6.test", "::ffff:127.0.0.1");
-    let (run, token) = f.run("r1", &["svc.test".into(), "meta.test".into(), "v6.test".into()], &[]);
-    for (name, class) in [("svc.test", "loopback"), ("meta.test", "metadata"), ("v6.test", "loopback")] {
-        let r = ask(run.socket_path(), &format!("CONNECT {name}:{echo} HTTP/1.1\r\n{}\r\n", basic(&token)));
+    let (run, token) = f.run(
+        "r1",
+        &["svc.test".into(), "meta.test".into(), "v6.test".into()],
+        &[],
+    );
+    for (name, class) in [
+        ("svc.test", "loopback"),
+        ("meta.test", "metadata"),
+        ("v6.test", "loopback"),
+    ] {
+        let r = ask(
+            run.socket_path(),
+            &format!("CONNECT {name}:{echo} HTTP/1.1\r\n{}\r\n", basic(&token)),
+        );
         assert_eq!(r.status, 403, "{name}: {r:?}");
         assert!(r.body.contains(class), "{name}: {r:?}");
     }
     assert_eq!(f.calls(), 3);
     let (named, token2) = f.run("r2", &["svc.test".into(), format!("127.0.0.1:{echo}")], &[]);
     let mut c = unix(named.socket_path());
-    write!(c, "CONNECT svc.test:{echo} HTTP/1.1\r\n{}\r\n", basic(&token2)).unwrap();
+    write!(
+        c,
+        "CONNECT svc.test:{echo} HTTP/1.1\r\n{}\r\n",
+        basic(&token2)
+    )
+    .unwrap();
     assert_eq!(read_resp(&mut c, true).unwrap().status, 200);
     c.write_all(b"x").unwrap();
     let mut b = [0u8; 1];
@@ -187,7 +291,10 @@ fn a_name_resolving_to_loopback_is_refused_unless_the_address_is_named() {
     drop(c);
     std::thread::sleep(std::time::Duration::from_millis(100));
     let rec = f.records().into_iter().rfind(|r| r.run == "r2").unwrap();
-    assert_eq!(rec.addr.as_deref(), Some(format!("127.0.0.1:{echo}").as_str()));
+    assert_eq!(
+        rec.addr.as_deref(),
+        Some(format!("127.0.0.1:{echo}").as_str())
+    );
     assert_eq!((rec.bytes_up, rec.bytes_down), (1, 1));
 }
 
@@ -200,33 +307,116 @@ fn bad_requests_get_400_and_the_proxy_lives_on() {
     let big = "a".repeat(20 * 1024);
     let huge = "a".repeat(1024 * 1024);
     let cases: Vec<(&str, String, u16)> = vec![
-        ("oversized header", format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{auth}X-Big: {big}\r\n\r\n"), 400),
-        ("head over the parse buffer", format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{auth}X-Big: {huge}\r\n\r\n"), 431),
-        ("no port", format!("CONNECT 127.0.0.1 HTTP/1.1\r\n{auth}\r\n"), 400),
-        ("port 0", format!("CONNECT 127.0.0.1:0 HTTP/1.1\r\n{auth}\r\n"), 400),
-        ("port too big", format!("CONNECT 127.0.0.1:65536 HTTP/1.1\r\n{auth}\r\n"), 400),
-        ("empty host", format!("CONNECT :443 HTTP/1.1\r\n{auth}\r\n"), 400),
-        ("path target", format!("CONNECT /etc/passwd HTTP/1.1\r\n{auth}\r\n"), 400),
-        ("url target", format!("CONNECT http://127.0.0.1:{echo}/ HTTP/1.1\r\n{auth}\r\n"), 400),
-        ("userinfo target", format!("CONNECT u@127.0.0.1:{echo} HTTP/1.1\r\n{auth}\r\n"), 400),
-        ("bad name", format!("CONNECT a..b:443 HTTP/1.1\r\n{auth}\r\n"), 400),
-        ("bad ipv4", format!("CONNECT 256.1.1.1:443 HTTP/1.1\r\n{auth}\r\n"), 400),
-        ("origin form", format!("GET / HTTP/1.1\r\nHost: x\r\n{auth}\r\n"), 400),
-        ("https url", format!("GET https://127.0.0.1:{echo}/ HTTP/1.1\r\n{auth}\r\n"), 400),
-        ("ftp url", format!("GET ftp://127.0.0.1:{echo}/ HTTP/1.1\r\n{auth}\r\n"), 400),
-        ("crlf in target", format!("CONNECT 127.0.0.1:{echo}\r\nX: y HTTP/1.1\r\n{auth}\r\n"), 400),
-        ("nul in header", format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{auth}X-A: a\0b\r\n\r\n"), 400),
-        ("nul in target", format!("CONNECT 127.0.0.1\0:{echo} HTTP/1.1\r\n{auth}\r\n"), 400),
-        ("bare lf garbage", "\n\n\n\u{1}\u{2}garbage\r\n\r\n".to_string(), 400),
-        ("space in name", format!("GET http://a b/ HTTP/1.1\r\n{auth}\r\n"), 400),
+        (
+            "oversized header",
+            format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{auth}X-Big: {big}\r\n\r\n"),
+            400,
+        ),
+        (
+            "head over the parse buffer",
+            format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{auth}X-Big: {huge}\r\n\r\n"),
+            431,
+        ),
+        (
+            "no port",
+            format!("CONNECT 127.0.0.1 HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "port 0",
+            format!("CONNECT 127.0.0.1:0 HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "port too big",
+            format!("CONNECT 127.0.0.1:65536 HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "empty host",
+            format!("CONNECT :443 HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "path target",
+            format!("CONNECT /etc/passwd HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "url target",
+            format!("CONNECT http://127.0.0.1:{echo}/ HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "userinfo target",
+            format!("CONNECT u@127.0.0.1:{echo} HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "bad name",
+            format!("CONNECT a..b:443 HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "bad ipv4",
+            format!("CONNECT 256.1.1.1:443 HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "origin form",
+            format!("GET / HTTP/1.1\r\nHost: x\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "https url",
+            format!("GET https://127.0.0.1:{echo}/ HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "ftp url",
+            format!("GET ftp://127.0.0.1:{echo}/ HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "crlf in target",
+            format!("CONNECT 127.0.0.1:{echo}\r\nX: y HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "nul in header",
+            format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{auth}X-A: a\0b\r\n\r\n"),
+            400,
+        ),
+        (
+            "nul in target",
+            format!("CONNECT 127.0.0.1\0:{echo} HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
+        (
+            "bare lf garbage",
+            "\n\n\n\u{1}\u{2}garbage\r\n\r\n".to_string(),
+            400,
+        ),
+        (
+            "space in name",
+            format!("GET http://a b/ HTTP/1.1\r\n{auth}\r\n"),
+            400,
+        ),
     ];
     for (name, req, want) in &cases {
         let r = ask(run.socket_path(), req);
         assert_eq!(r.status, *want, "{name}: {r:?}");
     }
-    let r = ask(run.socket_path(), &format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{auth}\r\n"));
+    let r = ask(
+        run.socket_path(),
+        &format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{auth}\r\n"),
+    );
     assert_eq!(r.status, 200);
-    let bad = f.records().iter().filter(|r| r.decision == Decision::Bad).count();
+    let bad = f
+        .records()
+        .iter()
+        .filter(|r| r.decision == Decision::Bad)
+        .count();
     assert_eq!(bad, cases.len(), "{:#?}", f.records());
 }
 
@@ -236,15 +426,38 @@ fn audit_records_every_decision_and_never_the_token() {
     let echo = echo_server();
     let (run, token) = f.run("audit-run", &[format!("127.0.0.1:{echo}")], &[]);
     let secret = token.expose().to_string();
-    ask(run.socket_path(), &format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n", basic(&token)));
-    ask(run.socket_path(), &format!("CONNECT other.test:1 HTTP/1.1\r\n{}\r\n", basic(&token)));
-    ask(run.socket_path(), &format!("GET http://oz0:{secret}@127.0.0.1:{echo}/?token={secret} HTTP/1.1\r\n\r\n"));
-    ask(run.socket_path(), &format!("GET http://oz0:{secret}@127.0.0.1:{echo}/?token={secret} HTTP/1.1\r\n{}\r\n", basic(&token)));
-    ask(run.socket_path(), &format!("CONNECT {secret}:1 HTTP/1.1\r\n{}\r\n", basic(&token)));
+    ask(
+        run.socket_path(),
+        &format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n", basic(&token)),
+    );
+    ask(
+        run.socket_path(),
+        &format!("CONNECT other.test:1 HTTP/1.1\r\n{}\r\n", basic(&token)),
+    );
+    ask(
+        run.socket_path(),
+        &format!("GET http://oz0:{secret}@127.0.0.1:{echo}/?token={secret} HTTP/1.1\r\n\r\n"),
+    );
+    ask(
+        run.socket_path(),
+        &format!(
+            "GET http://oz0:{secret}@127.0.0.1:{echo}/?token={secret} HTTP/1.1\r\n{}\r\n",
+            basic(&token)
+        ),
+    );
+    ask(
+        run.socket_path(),
+        &format!("CONNECT {secret}:1 HTTP/1.1\r\n{}\r\n", basic(&token)),
+    );
     std::thread::sleep(std::time::Duration::from_millis(100));
     let recs = f.records();
     let kinds: Vec<Decision> = recs.iter().map(|r| r.decision).collect();
-    for want in [Decision::Allow, Decision::Deny, Decision::Auth, Decision::Bad] {
+    for want in [
+        Decision::Allow,
+        Decision::Deny,
+        Decision::Auth,
+        Decision::Bad,
+    ] {
         assert!(kinds.contains(&want), "{want:?} missing in {recs:#?}");
     }
     for r in &recs {
@@ -262,7 +475,12 @@ fn dropping_the_guard_closes_the_socket() {
     let (run, token) = f.run("r1", &[format!("127.0.0.1:{echo}")], &[]);
     let path = run.socket_path().to_path_buf();
     let mut c = unix(&path);
-    write!(c, "CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n", basic(&token)).unwrap();
+    write!(
+        c,
+        "CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n",
+        basic(&token)
+    )
+    .unwrap();
     assert_eq!(read_resp(&mut c, true).unwrap().status, 200);
     drop(run);
     assert!(!path.exists());
@@ -278,10 +496,19 @@ fn bridge_carries_connect_and_plain_http() {
     let f = Fixture::new();
     let echo = echo_server();
     let web = http_server();
-    let (run, token) = f.run("r1", &[format!("127.0.0.1:{echo}"), format!("127.0.0.1:{web}")], &[]);
+    let (run, token) = f.run(
+        "r1",
+        &[format!("127.0.0.1:{echo}"), format!("127.0.0.1:{web}")],
+        &[],
+    );
     let port = bridge(run.socket_path());
     let mut c = tcp(port);
-    write!(c, "CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n", basic(&token)).unwrap();
+    write!(
+        c,
+        "CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n",
+        basic(&token)
+    )
+    .unwrap();
     assert_eq!(read_resp(&mut c, true).unwrap().status, 200);
     let data: Vec<u8> = (0..1_000_000u32).map(|i| i as u8).collect();
     let mut w = c.try_clone().unwrap();
@@ -292,7 +519,12 @@ fn bridge_carries_connect_and_plain_http() {
     writer.join().unwrap();
     assert!(got == data);
     let mut c = tcp(port);
-    write!(c, "GET http://127.0.0.1:{web}/via-bridge HTTP/1.1\r\n{}\r\n", basic(&token)).unwrap();
+    write!(
+        c,
+        "GET http://127.0.0.1:{web}/via-bridge HTTP/1.1\r\n{}\r\n",
+        basic(&token)
+    )
+    .unwrap();
     let r = read_resp(&mut c, false).unwrap();
     assert!(r.body.starts_with("GET /via-bridge"), "{r:?}");
     let mut c = tcp(port);
@@ -311,7 +543,17 @@ fn curl_through_the_bridge() {
     let port = bridge(run.socket_path());
     let curl = |extra: &[&str], proxy: &str, url: &str| {
         let out = Command::new("curl")
-            .args(["-sS", "--noproxy", "", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10"])
+            .args([
+                "-sS",
+                "--noproxy",
+                "",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "10",
+            ])
             .args(extra)
             .args(["--proxy", proxy, url])
             .env_remove("NO_PROXY")
@@ -356,7 +598,11 @@ except urllib.error.HTTPError as e:
             .env("TARGET", target)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
     let target = format!("http://127.0.0.1:{web}/py");

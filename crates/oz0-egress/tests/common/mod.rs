@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use oz0_egress::{AuditRecord, Proxy, ProxyConfig, ProxyHandle, Resolver, RunEgress, RunGuard, Token};
+use oz0_egress::{
+    AuditRecord, Proxy, ProxyConfig, ProxyHandle, Resolver, RunEgress, RunGuard, Token,
+};
 use oz0_policy::net::{Egress, HostName};
 
 /// Maps test names to addresses and counts every call.
@@ -118,7 +120,10 @@ impl Drop for Fixture {
 
 pub fn basic(token: &Token) -> String {
     use base64_encode as b64;
-    format!("Proxy-Authorization: Basic {}\r\n", b64(&format!("oz0:{}", token.expose())))
+    format!(
+        "Proxy-Authorization: Basic {}\r\n",
+        b64(&format!("oz0:{}", token.expose()))
+    )
 }
 
 /// Standard base64 (tests only; the proxy decodes with the base64 crate).
@@ -221,7 +226,10 @@ pub fn read_resp(s: &mut dyn Conn, connect: bool) -> io::Result<Resp> {
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
         if s.read(&mut b)? == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("eof after {:?}", String::from_utf8_lossy(&head))));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("eof after {:?}", String::from_utf8_lossy(&head)),
+            ));
         }
         head.push(b[0]);
     }
@@ -229,7 +237,11 @@ pub fn read_resp(s: &mut dyn Conn, connect: bool) -> io::Result<Resp> {
     let status: u16 = head[9..12].parse().unwrap();
     let len = head
         .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap()))
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse::<usize>().unwrap())
+        })
         .unwrap_or(0);
     let mut body = vec![0; if connect && status == 200 { 0 } else { len }];
     s.read_exact(&mut body)?;
@@ -282,7 +294,10 @@ pub fn have(tool: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        assert!(!must_work(), "{tool} is required (OZ0_MUST_WORK=1) but not found");
+        assert!(
+            !must_work(),
+            "{tool} is required (OZ0_MUST_WORK=1) but not found"
+        );
         eprintln!("skipped: {tool} not found");
     }
     ok
