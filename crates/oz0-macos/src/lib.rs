@@ -1,1 +1,41 @@
-//! `oz0-macos`: macOS tier 1 (Seatbelt) and tier 2 (Apple's `container`), as data.
+//! `oz0-macos` owns macOS tier 1 and tier 2 as data: the Seatbelt profile
+//! and `sandbox-exec` argument list generated from a run's spec
+//! ([`seatbelt`]), and Apple's `container` availability decision and
+//! argument list for one microVM tool server ([`container`]).
+//!
+//! # Threat model
+//!
+//! The command (or tool server) is hostile; the caller names what it gets.
+//! For tier 1 the profile is the boundary: it denies by default, takes every
+//! run path as a parameter (never pasted into its text, so no path can add a
+//! rule), lets the run write only its work folder, `--write` folders and its
+//! TEMP, read only the system, `--read` paths and the node binary, reach only
+//! the proxy's port on localhost, and neither write the protected entries
+//! (`oz0_policy::protected`, the one list, even when missing) nor remove or
+//! rename `.git`, the writable folders or their ancestors. Limits Seatbelt
+//! cannot enforce for a whole run (memory, processes, CPU time) are refused,
+//! never silently dropped. For tier 2 Apple's VMs run outside tier 1 (they
+//! are started by Apple's launchd services); their kernel is the boundary,
+//! with no network device, a read-only root, no capabilities, the node's
+//! uid:gid, whole CPUs, memory and a process limit, and variables only in a
+//! file the node's user alone can read.
+//!
+//! # What is verified where
+//!
+//! - **Tested on Linux**: the profile text, parameters, argv and environment
+//!   (golden files under `golden/`), that no run path reaches the profile
+//!   text, the protections and their parameters, the refusals; the
+//!   `container` argument lists (golden), CPU rounding, the env file's rules,
+//!   mode 0600 and removal, and the availability table.
+//! - **Only type-checked** for `aarch64-apple-darwin`: the same code (there
+//!   is no native part yet; the caller runs the argv).
+//! - **Needs a real macOS 26 machine on Apple silicon**: that `sandbox-exec`
+//!   accepts the profile and enforces it as written (in particular that a
+//!   rename is refused by `file-write-unlink` on its source, and that the
+//!   listed Mach services suffice for common programs), and that
+//!   `container` 1.5.0 accepts every flag used here (`--ulimit`, `--tmpfs`,
+//!   `--mount … readonly`) and that a proxy socket in a shared folder is
+//!   reachable from the guest. None of that is claimed here.
+
+pub mod container;
+pub mod seatbelt;
