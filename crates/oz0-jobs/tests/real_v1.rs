@@ -339,3 +339,42 @@ fn unprivileged_part_as_delegated_user() {
     println!("fail-closed message: {msg}");
     println!("unprivileged part: ok");
 }
+
+#[test]
+fn root_v1_cleanup_stale_removes_a_dead_nodes_job() {
+    let Some(t) = TempTree::new("root_v1_cleanup_stale", "stale") else {
+        return;
+    };
+    // A job as a node that died would have left it: pid 1 with a start time
+    // that is not pid 1's, holding a live process.
+    let name = "oz0-job-1-999999999-gone";
+    let dirs: Vec<PathBuf> = t.dirs.iter().map(|d| d.join(name)).collect();
+    for d in &t.dirs {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    for d in &dirs {
+        std::fs::create_dir(d).unwrap();
+    }
+    let mut c = spawn_py("import time\ntime.sleep(60)\n");
+    for d in &dirs {
+        std::fs::write(d.join("cgroup.procs"), c.id().to_string()).unwrap();
+    }
+    // And a live job of this process, which must stay.
+    let live = Job::create(
+        &t.mode,
+        &RunId::new("live").unwrap(),
+        &limits(None, Some(8), None),
+    )
+    .unwrap();
+    let rep = oz0_jobs::cleanup_stale(&t.mode);
+    assert_eq!(rep.live, 1, "{rep:?}");
+    assert!(rep.failed.is_empty(), "{rep:?}");
+    assert_eq!(rep.removed.len(), dirs.len(), "{rep:?}");
+    for d in &dirs {
+        assert!(!d.exists(), "{} left", d.display());
+    }
+    let st = c.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(9));
+    assert!(live.paths().iter().all(|p| p.exists()));
+    live.remove().unwrap();
+}
