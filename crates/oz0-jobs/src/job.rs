@@ -274,7 +274,17 @@ impl Job {
             if limits.processes.is_some() {
                 wanted.push(("pids", "--processes"));
             }
-            prepare_v2_root(fs.as_ref(), &parents[0].1, &wanted)?;
+            let root = &parents[0].1;
+            if !fs.exists(root) {
+                // A parent the probe found creatable (we are root): make it.
+                if let Err(e) = fs.mkdir(root) {
+                    if e.kind() != io::ErrorKind::AlreadyExists {
+                        let fix = fix_for(fs.as_ref(), &Version::V2, &e, "the cgroup parent");
+                        return Err(io_err("create", root, e, fix));
+                    }
+                }
+            }
+            prepare_v2_root(fs.as_ref(), root, &wanted)?;
         }
         let mut job = Job {
             fs,

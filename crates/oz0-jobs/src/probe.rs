@@ -466,6 +466,10 @@ fn probe_v2(
             vec![p.to_path_buf()]
         }
         Some(p) => vec![join_rel(&h.point, &p.to_string_lossy())],
+        // Root needs no delegation, and its own cgroup is often a login
+        // session's scope that is not ours to reorganise: it uses `oz0`
+        // (made on demand) first.
+        None if fs.euid() == 0 => vec![h.point.join(DELEGATED_DIR), h.own.clone()],
         None => vec![h.own.clone(), h.point.join(DELEGATED_DIR)],
     };
     let mut reasons = Vec::new();
@@ -475,7 +479,11 @@ fn probe_v2(
                 return Ok(Found {
                     mode: JobMode::V2 { root: c.clone() },
                     why,
-                    controllers: controllers_of(fs, c),
+                    controllers: if fs.exists(c) {
+                        controllers_of(fs, c)
+                    } else {
+                        V2_REQUIRED.iter().map(|s| s.to_string()).collect()
+                    },
                     roots: vec![c.clone()],
                     kill: if fs.exists(&c.join("cgroup.kill")) || c != &h.point {
                         "cgroup.kill"
@@ -493,6 +501,17 @@ fn probe_v2(
 fn check_v2_candidate(fs: &dyn CgroupFs, h: &Hier, c: &Path) -> Result<String, String> {
     let d = c.display();
     if !fs.exists(c) {
+        let offered: Vec<String> = fs
+            .read(&h.point.join("cgroup.subtree_control"))
+            .map(|s| s.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        let enabled = V2_REQUIRED.iter().all(|w| offered.iter().any(|o| o == w));
+        if fs.euid() == 0 && c.parent() == Some(h.point.as_path()) && enabled {
+            return Ok(format!(
+                "{d} is made on demand by root, with [{}] enabled at the root",
+                offered.join(" ")
+            ));
+        }
         return Err(format!("{d} does not exist"));
     }
     let ctl = controllers_of(fs, c);

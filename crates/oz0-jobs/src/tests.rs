@@ -227,6 +227,54 @@ fn v2_create_moves_the_node_to_a_leaf_and_writes_every_limit() {
 }
 
 #[test]
+fn v2_as_root_uses_a_folder_of_its_own_not_its_session() {
+    let fs = FakeFs::new(0);
+    fs.mount(CG, FakeMount::V2);
+    fs.set_root_controllers(CG, "cpu memory pids");
+    fs.poke(
+        &Path::new(CG).join("cgroup.subtree_control"),
+        "cpu memory pids",
+    );
+    fs.set_writable(CG, true);
+    for seg in ["user.slice", "user.slice/session-1.scope"] {
+        fs.make_cgroup(&format!("{CG}/{seg}"), true);
+        fs.poke(
+            &Path::new(CG).join(seg).join("cgroup.subtree_control"),
+            if seg == "user.slice" {
+                "cpu memory pids"
+            } else {
+                ""
+            },
+        );
+    }
+    fs.add_process(&format!("{CG}/user.slice/session-1.scope"), 4242);
+    fs.set_self(
+        "0::/user.slice/session-1.scope\n",
+        "30 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+    );
+    let fs = Arc::new(fs);
+    let r = probe_mode_with(fs.as_ref(), &ProbeOptions::default());
+    assert_eq!(
+        r.mode,
+        JobMode::V2 {
+            root: "/sys/fs/cgroup/oz0".into()
+        }
+    );
+    let job = Job::create_with(fs.clone(), &r.mode, &run("r1"), &limits()).unwrap();
+    assert_eq!(
+        fs.content("/sys/fs/cgroup/oz0/cgroup.subtree_control")
+            .unwrap(),
+        "memory pids"
+    );
+    // The session was left alone.
+    assert!(!fs.exists(Path::new(
+        "/sys/fs/cgroup/user.slice/session-1.scope/oz0-node"
+    )));
+    job.remove().unwrap();
+    no_jobs_left(&fs, CG);
+}
+
+#[test]
 fn v2_limit_without_its_controller_is_refused() {
     let fs = v2_host(true);
     fs.poke(&Path::new(OWN).join("cgroup.controllers"), "cpu memory");
