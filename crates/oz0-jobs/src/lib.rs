@@ -61,8 +61,8 @@ mod setup;
 pub use error::JobError;
 pub use fs::{CgroupFs, RealFs};
 pub use job::{
-    cleanup_stale, CleanupReport, Enforced, Job, JobOutcome, JobStats, LimitHit, RunId, Supervisor,
-    Verdict, CPU_POLL_MAX, JOB_PREFIX,
+    cleanup_stale, cleanup_stale_with, CleanupReport, Enforced, Job, JobOutcome, JobStats,
+    LimitHit, RunId, Supervisor, Verdict, CPU_POLL_MAX, JOB_PREFIX,
 };
 pub use probe::{
     probe_mode, probe_mode_with, CgroupVersion, JobMode, ProbeFacts, ProbeOptions, ProbeResult,
