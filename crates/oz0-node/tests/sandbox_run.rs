@@ -1,0 +1,750 @@
+//! Black-box tests of `oz0-node sandbox run`: what a sandboxed process can
+//! and cannot do, seen through its own eyes (the probe) and from the host.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{marker, processes_with, stderr, stdout, Env, TempDir};
+
+macro_rules! ready {
+    () => {
+        if !common::sandbox_ready() {
+            return;
+        }
+    };
+}
+
+#[test]
+fn writes_work_dir_and_write_paths() {
+    ready!();
+    let env = Env::new("write");
+    let extra = env.root.join("extra");
+    std::fs::create_dir(&extra).unwrap();
+    let extra_s = extra.display().to_string();
+    let out = env.sh(
+        &["--write", &extra_s],
+        &format!("echo one > f && echo two > {extra_s}/g && cat f {extra_s}/g"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "one\ntwo\n");
+    assert_eq!(
+        std::fs::read_to_string(env.work.join("f")).unwrap(),
+        "one\n"
+    );
+    assert_eq!(std::fs::read_to_string(extra.join("g")).unwrap(), "two\n");
+}
+
+#[test]
+fn cannot_write_system_host_tmp_or_outside() {
+    ready!();
+    let env = Env::new("nowrite");
+    let outside = TempDir::new("outside");
+    let target = outside.join("target");
+    std::fs::write(&target, "original").unwrap();
+    std::os::unix::fs::symlink(&target, env.work.join("link")).unwrap();
+    let host_tmp = format!("/tmp/oz0-host-tmp-{}", marker("tmp"));
+    let r = env.probe(
+        &[],
+        &[
+            "--write",
+            "/etc/oz0-probe",
+            "--write",
+            "/usr/oz0-probe",
+            "--write",
+            "/oz0-probe-root",
+            "--write",
+            &host_tmp,
+            "--write",
+            &format!("{}/link", env.work.display()),
+            "--write",
+            &format!("{}", target.display()),
+            "--no-syscalls",
+        ],
+    );
+    let w = &r["write"];
+    assert_eq!(w["/etc/oz0-probe"], "EROFS", "{r}");
+    assert_eq!(w["/usr/oz0-probe"], "EROFS", "{r}");
+    assert_eq!(w["/oz0-probe-root"], "EROFS", "{r}");
+    // /tmp inside is the run's own: the write lands there, never on the host.
+    assert_eq!(w[&host_tmp], "ok", "{r}");
+    assert!(
+        !std::path::Path::new(&host_tmp).exists(),
+        "host /tmp was written"
+    );
+    // The link points at a path the run cannot see.
+    assert_eq!(w[&format!("{}/link", env.work.display())], "ENOENT", "{r}");
+    assert_eq!(w[&format!("{}", target.display())], "ENOENT", "{r}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "original");
+}
+
+#[test]
+fn hard_links_cannot_reach_outside() {
+    ready!();
+    let env = Env::new("hardlink");
+    let outside = TempDir::new("ro");
+    std::fs::write(outside.join("ref.txt"), "reference").unwrap();
+    let ro = outside.join("ref.txt").display().to_string();
+    let w = env.work.display().to_string();
+    let r = env.probe(
+        &["--read", &ro],
+        &[
+            "--link",
+            &format!("/etc/hostname:{w}/h1"),
+            "--link",
+            &format!("{ro}:{w}/h2"),
+            "--link",
+            &format!("/oz0/oz0-node:{w}/h3"),
+            "--no-syscalls",
+        ],
+    );
+    for (k, v) in r["link"].as_object().unwrap() {
+        assert_eq!(v, "EXDEV", "{k}: {r}");
+    }
+    assert!(!env.work.join("h1").exists() && !env.work.join("h2").exists());
+}
+
+#[test]
+fn cannot_read_home_secrets_data_dir_or_node_environment() {
+    ready!();
+    let env = Env::new("secrets");
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/nonexistent".into());
+    // A stand-in for ~/.ssh in a home-like folder next to the work dir.
+    let fake_home = env.root.join("home");
+    std::fs::create_dir_all(fake_home.join(".ssh")).unwrap();
+    std::fs::write(fake_home.join(".ssh/id_ed25519"), "PRIVATE-KEY").unwrap();
+    let data = env.data.display().to_string();
+    let r = {
+        let mut args = vec!["/oz0/oz0-node", "sandbox", "probe", "--no-syscalls"];
+        let key = format!("{data}/identity/node.key");
+        let ssh = format!("{}/.ssh/id_ed25519", fake_home.display());
+        let real_ssh = format!("{home}/.ssh");
+        let extra = [
+            "--read",
+            key.as_str(),
+            "--list",
+            data.as_str(),
+            "--read",
+            ssh.as_str(),
+            "--list",
+            real_ssh.as_str(),
+            "--list",
+            home.as_str(),
+            "--read",
+            "/proc/1/environ",
+            "--read",
+            "/etc/shadow",
+        ];
+        args.extend(extra);
+        let out = env
+            .cmd(&[], args)
+            .env("OZ0_SECRET_TOKEN", "tok-should-not-leak")
+            .env("AWS_SECRET_ACCESS_KEY", "aws-should-not-leak")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    assert_eq!(
+        r["read"][format!("{data}/identity/node.key")],
+        "ENOENT",
+        "{r}"
+    );
+    assert_eq!(r["list"][data.as_str()], "ENOENT", "{r}");
+    assert_eq!(
+        r["read"][format!("{}/.ssh/id_ed25519", fake_home.display())],
+        "ENOENT",
+        "{r}"
+    );
+    assert_eq!(r["list"][format!("{home}/.ssh")], "ENOENT", "{r}");
+    assert_eq!(r["list"][home.as_str()], "ENOENT", "{r}");
+    assert_ne!(r["read"]["/etc/shadow"], "ok", "{r}");
+    // bubblewrap's pid 1: unreadable under Landlock; and never holding secrets.
+    let pid1 = env.sh(
+        &[],
+        "cat /proc/1/environ /proc/1/cmdline 2>/dev/null | tr '\\0' ' '",
+    );
+    let text = stdout(&pid1);
+    assert!(!text.contains("should-not-leak"), "{text}");
+}
+
+#[test]
+fn bubblewrap_pid1_carries_no_secret() {
+    ready!();
+    let env = Env::new("pid1");
+    // Whether or not /proc/1 is readable, its command line names no path,
+    // variable or value of the run.
+    let secret_dir = env.root.join("secret-named-dir");
+    std::fs::create_dir(&secret_dir).unwrap();
+    let out = env
+        .cmd(
+            &["--read", &secret_dir.display().to_string(), "--env", "API_TOKEN=sk-live-123"],
+            ["/bin/sh", "-c", "cat /proc/1/cmdline | tr '\\0' ' '; echo; cat /proc/1/environ | tr '\\0' ' '; echo END"],
+        )
+        .env("NODE_SECRET", "node-secret-value")
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(text.contains("END"), "{}", stderr(&out));
+    for s in [
+        "sk-live-123",
+        "node-secret-value",
+        "secret-named-dir",
+        "API_TOKEN",
+    ] {
+        assert!(!text.contains(s), "{s} visible via /proc/1: {text}");
+    }
+}
+
+#[test]
+fn environment_is_exactly_what_was_given() {
+    ready!();
+    let env = Env::new("env");
+    let envfile = env.root.join("env.list");
+    std::fs::write(&envfile, "# comment\nFROM_FILE=f v\n\n").unwrap();
+    let out = env
+        .cmd(
+            &[
+                "--env",
+                "GIVEN=yes",
+                "--env",
+                "PASSED",
+                "--env-file",
+                &envfile.display().to_string(),
+            ],
+            ["/usr/bin/env"],
+        )
+        .env("PASSED", "through")
+        .env("OZ0_NODE_SETTING", "x")
+        .env("NOT_GIVEN", "no")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut lines: Vec<String> = stdout(&out).lines().map(String::from).collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        vec![
+            "FROM_FILE=f v",
+            "GIVEN=yes",
+            "HOME=/tmp",
+            "PASSED=through",
+            "PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+            "TMPDIR=/tmp",
+        ]
+    );
+}
+
+#[test]
+fn node_variables_and_sandbox_variables_are_refused() {
+    ready!();
+    let env = Env::new("envrefuse");
+    let marker_file = env.work.join("ran");
+    for bad in [
+        "OZ0_TOKEN=1",
+        "HOME=/root",
+        "HTTP_PROXY=x",
+        "1BAD=x",
+        "UNSET_VARIABLE_X",
+    ] {
+        let out = env.sh(&["--env", bad], &format!("touch {}", marker_file.display()));
+        assert_eq!(out.status.code(), Some(125), "{bad}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("sandbox refused"),
+            "{bad}: {}",
+            stderr(&out)
+        );
+        assert!(!marker_file.exists(), "{bad}: the command ran");
+    }
+}
+
+#[test]
+fn syscalls_are_refused_with_the_expected_errno() {
+    ready!();
+    let env = Env::new("syscalls");
+    let r = env.probe(&[], &[]);
+    let s = &r["syscalls"];
+    let want = [
+        ("ptrace", "EPERM"),
+        ("process_vm_readv", "EPERM"),
+        ("mount", "EPERM"),
+        ("io_uring_setup", "EPERM"),
+        ("bpf", "EPERM"),
+        ("perf_event_open", "EPERM"),
+        ("keyctl", "EPERM"),
+        ("add_key", "EPERM"),
+        ("userfaultfd", "EPERM"),
+        ("kexec_load", "EPERM"),
+        ("init_module", "EPERM"),
+        ("tiocsti", "EPERM"),
+        ("socket_netlink", "EAFNOSUPPORT"),
+        ("socket_vsock", "EAFNOSUPPORT"),
+        ("socket_packet", "EAFNOSUPPORT"),
+        ("unshare_user", "EPERM"),
+        ("unshare_mount_ns", "EPERM"),
+        ("socket_unix", "ok"),
+        ("socket_inet", "ok"),
+    ];
+    for (k, v) in want {
+        assert_eq!(s[k], v, "{k}: {r}");
+    }
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(s["x32_getpid"], "ENOSYS", "{r}");
+    }
+    assert_eq!(r["cap_eff"], "0000000000000000", "{r}");
+    assert_eq!(r["cap_prm"], "0000000000000000", "{r}");
+    assert_eq!(r["no_new_privs"], "1", "{r}");
+    assert_eq!(r["seccomp"], "2", "{r}");
+    // The command inherits stdin, stdout, stderr — and the probe's own /proc read.
+    let fds: Vec<String> = serde_json::from_value(r["open_fds"].clone()).unwrap();
+    assert!(fds.len() <= 4, "unexpected descriptors: {fds:?}");
+}
+
+#[test]
+fn nested_user_namespace_is_refused_even_by_unshare_command() {
+    ready!();
+    let env = Env::new("unshare");
+    let out = env.sh(&[], "unshare -U true; echo rc=$?");
+    assert!(
+        stdout(&out).contains("rc=1"),
+        "{} {}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
+
+#[test]
+fn network_is_loopback_only() {
+    ready!();
+    let env = Env::new("net");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let host_target = format!("127.0.0.1:{port}");
+    let r = env.probe(&[], &["--connect", &host_target, "--no-syscalls"]);
+    assert_eq!(r["connect"][&host_target], "ECONNREFUSED", "{r}");
+    let out = env.sh(
+        &[],
+        "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '",
+    );
+    assert_eq!(stdout(&out).trim(), "lo", "{}", stderr(&out));
+}
+
+#[test]
+fn git_works_but_hooks_config_and_rename_are_protected() {
+    ready!();
+    if !std::path::Path::new("/usr/bin/git").exists()
+        && !std::path::Path::new("/usr/local/bin/git").exists()
+    {
+        common::skip("git is not installed");
+        return;
+    }
+    let env = Env::new("git");
+    let g = "git -c user.name=t -c user.email=t@example.invalid";
+    // git init inside works (no .git yet: the run's own repository).
+    let out = env.sh(
+        &[],
+        &format!("git init -q . && echo a > a && git add a && {g} commit -qm one && echo ok"),
+    );
+    assert!(
+        stdout(&out).contains("ok"),
+        "{} {}",
+        stdout(&out),
+        stderr(&out)
+    );
+    // Now .git exists: a second run may commit, but not touch hooks/config or move .git.
+    std::fs::write(
+        env.work.join(".git/hooks/pre-commit"),
+        "#!/bin/sh\nexit 0\n",
+    )
+    .unwrap();
+    let script = format!(
+        "echo b > b && git add b && {g} commit -qm two && echo commit=ok; \
+         echo 'echo pwned' > .git/hooks/pre-commit && echo hook=written; \
+         echo x > .git/hooks/post-checkout && echo newhook=written; \
+         echo '[core]' >> .git/config && echo config=written; \
+         git config core.hooksPath /tmp && echo hookspath=written; \
+         mv .git .git-aside && echo rename=done; \
+         rm -rf .git 2>/dev/null; test -d .git && echo git=still-there; \
+         mkdir .claude/x 2>/dev/null && echo claude=written; \
+         echo '{{}}' > .mcp.json && echo mcp=written; \
+         echo alias > .bashrc && echo bashrc=written; true"
+    );
+    let out = env.sh(&[], &script);
+    let text = stdout(&out);
+    assert!(text.contains("commit=ok"), "{text} {}", stderr(&out));
+    for bad in [
+        "hook=written",
+        "newhook=written",
+        "config=written",
+        "hookspath=written",
+        "rename=done",
+        "claude=written",
+        "mcp=written",
+        "bashrc=written",
+    ] {
+        assert!(!text.contains(bad), "{bad}: {text}");
+    }
+    assert!(text.contains("git=still-there"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(env.work.join(".git/hooks/pre-commit")).unwrap(),
+        "#!/bin/sh\nexit 0\n"
+    );
+    assert!(!std::fs::read_to_string(env.work.join(".git/config"))
+        .unwrap()
+        .contains("hooksPath"));
+    // Placeholders for missing names are gone after the run.
+    for n in [".claude", ".mcp.json", ".bashrc", ".vscode"] {
+        assert!(!env.work.join(n).exists(), "{n} left behind");
+    }
+    assert!(!env.work.join(".git/hooks/post-checkout").exists());
+}
+
+#[test]
+fn existing_settings_folders_stay_read_only() {
+    ready!();
+    let env = Env::new("settings");
+    std::fs::create_dir(env.work.join(".claude")).unwrap();
+    std::fs::write(env.work.join(".claude/settings.json"), "{}").unwrap();
+    let out = env.sh(
+        &[],
+        "echo evil > .claude/settings.json; echo rc=$?; mv .claude c2; echo mv=$?",
+    );
+    let text = stdout(&out);
+    assert!(text.contains("rc=1") || text.contains("rc=2"), "{text}");
+    assert!(!text.contains("mv=0"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(env.work.join(".claude/settings.json")).unwrap(),
+        "{}"
+    );
+}
+
+#[test]
+fn protected_symlink_refuses_the_run() {
+    ready!();
+    let env = Env::new("protlink");
+    std::os::unix::fs::symlink("/etc", env.work.join(".vscode")).unwrap();
+    let out = env.sh(&[], "touch ran");
+    assert_eq!(out.status.code(), Some(125));
+    assert!(stderr(&out).contains(".vscode"), "{}", stderr(&out));
+    assert!(!env.work.join("ran").exists());
+}
+
+fn wait_gone(marker: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if processes_with(marker).is_empty() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Writes a bash script into the work dir, so that the marker appears in the
+/// sandboxed processes' command lines and not in `oz0-node`'s.
+fn script(env: &Env, body: &str) -> [String; 2] {
+    let path = env.work.join("script.sh");
+    std::fs::write(&path, body).unwrap();
+    ["/bin/bash".to_string(), path.display().to_string()]
+}
+
+#[test]
+fn no_process_outlives_the_run() {
+    ready!();
+    let env = Env::new("tree");
+    let m = marker("bg");
+    // The first process exits at once, leaving daemonised grandchildren.
+    let cmd = script(
+        &env,
+        &format!("(setsid bash -c 'exec -a {m}-a sleep 600' &)\n(exec -a {m}-b sleep 600 &)\nsleep 0.2\nexit 7\n"),
+    );
+    let out = env.cmd(&[], cmd).output().unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    // `sandbox run` returned only after every process was gone: none now.
+    assert!(
+        processes_with(&m).is_empty(),
+        "left behind: {:?}",
+        processes_with(&m)
+    );
+}
+
+#[test]
+fn timeout_kills_the_whole_tree() {
+    ready!();
+    let env = Env::new("timeout");
+    let m = marker("to");
+    let start = Instant::now();
+    let cmd = script(
+        &env,
+        &format!("(exec -a {m}-a sleep 600 &)\nexec -a {m}-b sleep 600\n"),
+    );
+    let out = env.cmd(&["--timeout", "1"], cmd).output().unwrap();
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert!(start.elapsed() < Duration::from_secs(30));
+    assert!(stderr(&out).contains("--timeout"), "{}", stderr(&out));
+    assert!(processes_with(&m).is_empty(), "left behind");
+}
+
+/// Starts a run of two long sleeps and waits until both are up.
+fn start_two_sleeps(env: &Env, m: &str, extra: &[&str]) -> std::process::Child {
+    let cmd = script(
+        env,
+        &format!("(exec -a {m}-a sleep 600 &)\nexec -a {m}-b sleep 600\n"),
+    );
+    let child = env
+        .cmd(extra, cmd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_with(m).len() < 2 {
+        assert!(Instant::now() < deadline, "the run did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+#[test]
+fn killing_the_node_kills_the_run() {
+    ready!();
+    let env = Env::new("sigkill");
+    let m = marker("kill");
+    let mut child = start_two_sleeps(&env, &m, &[]);
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(
+        wait_gone(&m),
+        "left behind after SIGKILL of oz0-node: {:?}",
+        processes_with(&m)
+    );
+}
+
+#[test]
+fn sigterm_cancels_and_waits_for_the_tree() {
+    ready!();
+    let env = Env::new("sigterm");
+    let m = marker("term");
+    let status_file = env.root.join("status.json");
+    let mut child = start_two_sleeps(
+        &env,
+        &m,
+        &["--json-status", &status_file.display().to_string()],
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let st = child.wait().unwrap();
+    // Returned only once every process was gone.
+    assert!(processes_with(&m).is_empty(), "left behind");
+    assert_eq!(
+        st.code(),
+        Some(137),
+        "the run was killed with SIGKILL: 128+9"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap()).unwrap();
+    assert_eq!(doc["outcome"], "cancelled");
+}
+
+#[test]
+fn exit_statuses() {
+    ready!();
+    let env = Env::new("exit");
+    assert_eq!(env.sh(&[], "exit 0").status.code(), Some(0));
+    assert_eq!(env.sh(&[], "exit 42").status.code(), Some(42));
+    assert_eq!(env.sh(&[], "kill -SEGV $$").status.code(), Some(128 + 11));
+    let out = env.cmd(&[], ["no-such-command-oz0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(
+        stderr(&out).contains("no-such-command-oz0"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(env.work.join("noexec"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(
+        env.work.join("noexec"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let out = env.cmd(&[], [env.work.join("noexec")]).output().unwrap();
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_requests_are_refused_and_nothing_runs() {
+    ready!();
+    let env = Env::new("bad");
+    let marker_file = env.work.join("ran");
+    let touch = format!("touch {}", marker_file.display());
+    let w = env.work.display().to_string();
+    let data = env.data.display().to_string();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--work".into(), "relative".into()],
+            "not an absolute path",
+        ),
+        (vec!["--work".into(), format!("{w}/../work")], "\"..\""),
+        (
+            vec!["--work".into(), format!("{w}/missing")],
+            "does not exist",
+        ),
+        (
+            vec![
+                "--work".into(),
+                w.clone(),
+                "--read".into(),
+                format!("{data}/identity"),
+            ],
+            "data directory",
+        ),
+        (
+            vec!["--work".into(), w.clone(), "--read".into(), "/".into()],
+            "whole system",
+        ),
+        (
+            vec!["--work".into(), w.clone(), "--write".into(), "/etc".into()],
+            "system path",
+        ),
+        (
+            vec!["--work".into(), w.clone(), "--timeout".into(), "0".into()],
+            "between 1",
+        ),
+        (
+            vec!["--work".into(), w.clone(), "--memory".into(), "64".into()],
+            "cannot enforce",
+        ),
+        (
+            vec![
+                "--work".into(),
+                w.clone(),
+                "--bwrap".into(),
+                "/nonexistent/bwrap".into(),
+            ],
+            "apt-get install bubblewrap",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = Command::new(common::node())
+            .args(["sandbox", "run", "--data-dir", &data])
+            .args(&args)
+            .args(["--", "/bin/sh", "-c", &touch])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(want), "{args:?}: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out).lines().count(),
+            1,
+            "one line: {}",
+            stderr(&out)
+        );
+        assert!(!marker_file.exists(), "{args:?}: the command ran");
+    }
+    // A symlinked work dir is named by its real path instead.
+    let link = env.root.join("worklink");
+    std::os::unix::fs::symlink(&env.work, &link).unwrap();
+    let out = Command::new(common::node())
+        .args(["sandbox", "run", "--data-dir", &data, "--work"])
+        .arg(&link)
+        .args(["--", "/bin/sh", "-c", &touch])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+    // Non-UTF-8 paths are refused.
+    use std::os::unix::ffi::OsStrExt;
+    let out = Command::new(common::node())
+        .args(["sandbox", "run", "--data-dir", &data, "--work"])
+        .arg(std::ffi::OsStr::from_bytes(b"/tmp/\xff"))
+        .args(["--", "/bin/sh", "-c", &touch])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(stderr(&out).contains("UTF-8"), "{}", stderr(&out));
+    assert!(!marker_file.exists());
+    // Usage errors are 2.
+    let out = Command::new(common::node())
+        .args(["sandbox", "run", "--no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn json_status_reports_what_was_enforced() {
+    ready!();
+    let env = Env::new("status");
+    let status_file = env.root.join("s.json");
+    let out = env.sh(
+        &["--json-status", &status_file.display().to_string()],
+        "exit 3",
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap()).unwrap();
+    assert_eq!(doc["schema"], 1);
+    assert_eq!(doc["outcome"], "exited");
+    assert_eq!(doc["exit_code"], 3);
+    assert_eq!(doc["enforced"]["no_new_privs"], true);
+    let ns: Vec<String> = serde_json::from_value(doc["enforced"]["namespaces"].clone()).unwrap();
+    for n in ["user", "pid", "net", "ipc", "uts", "cgroup"] {
+        assert!(ns.contains(&n.to_string()), "{n}");
+    }
+    let ll = &doc["enforced"]["landlock"];
+    let abi = oz0_sys_landlock_abi();
+    if abi > 0 {
+        assert_eq!(ll["enforced"], "full", "{doc}");
+        assert_eq!(ll["kernel_abi"], abi);
+    } else {
+        assert_eq!(ll["enforced"], "none", "{doc}");
+    }
+    // A refused run is recorded too.
+    let out = env.sh(
+        &[
+            "--json-status",
+            &status_file.display().to_string(),
+            "--memory",
+            "1",
+        ],
+        "true",
+    );
+    assert_eq!(out.status.code(), Some(125));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap()).unwrap();
+    assert_eq!(doc["outcome"], "sandbox_error");
+}
+
+fn oz0_sys_landlock_abi() -> u64 {
+    // Ask the binary itself, outside any sandbox.
+    let out = Command::new(common::node())
+        .args(["sandbox", "probe", "--no-syscalls"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["landlock_abi"].as_u64().unwrap()
+}
+
+#[test]
+fn stdin_and_stdout_are_the_callers() {
+    ready!();
+    let env = Env::new("stdio");
+    let mut child = env
+        .cmd(&[], ["/bin/cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello through the sandbox\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(stdout(&out), "hello through the sandbox\n");
+}
