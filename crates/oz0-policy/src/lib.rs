@@ -14,6 +14,7 @@
 //! most restrictive one.
 
 pub mod env;
+pub mod facts;
 pub mod limits;
 pub mod net;
 pub mod path;

@@ -194,6 +194,7 @@ mod tests {
         assert!(matches!(AbsPath::new(&long), Err(PathError::TooLong(_))));
     }
 
+    #[cfg(unix)]
     #[test]
     fn refuses_non_utf8() {
         use std::ffi::OsStr;

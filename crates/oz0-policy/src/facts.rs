@@ -1,0 +1,299 @@
+//! What a node reports about itself: facts, never prose.
+//!
+//! The node sends these to the edge; the edge words every fix itself from
+//! [`FixKind`], and keeps a build number, a contract version or a failed
+//! property only when it matches a strict pattern or is one of the eight
+//! [`Property`] values. Nothing here is free text meant for display, except
+//! fields named `*_raw` that the edge must validate or drop.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the facts document.
+pub const FACTS_SCHEMA: u32 = 1;
+
+/// The eight self-test properties, in the order they are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Property {
+    /// A process starts, writes its work dir; its children end with it.
+    Launch,
+    /// Writes outside and reads of the data dir are refused.
+    Files,
+    /// Only the proxy, with the run's token and allowlist.
+    Egress,
+    /// Nothing outside reaches a listener inside.
+    Ingress,
+    /// Memory, processes, CPU, kill on close.
+    JobLimits,
+    /// A process that cannot be put in its job never runs.
+    FailClosed,
+    /// `.git/hooks`, `.git/config` read-only; `.git` unmovable.
+    ProtectedPaths,
+    /// The caller's variables, what is needed, the proxy's; no `OZ0_`.
+    Environment,
+}
+
+impl Property {
+    /// All eight, in order.
+    pub const ALL: [Property; 8] = [
+        Property::Launch,
+        Property::Files,
+        Property::Egress,
+        Property::Ingress,
+        Property::JobLimits,
+        Property::FailClosed,
+        Property::ProtectedPaths,
+        Property::Environment,
+    ];
+
+    /// The name used in output and facts.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Property::Launch => "launch",
+            Property::Files => "files",
+            Property::Egress => "egress",
+            Property::Ingress => "ingress",
+            Property::JobLimits => "job_limits",
+            Property::FailClosed => "fail_closed",
+            Property::ProtectedPaths => "protected_paths",
+            Property::Environment => "environment",
+        }
+    }
+
+    /// Parses one of the eight names; anything else is `None`.
+    pub fn parse(s: &str) -> Option<Property> {
+        Property::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+/// The kind of fix a node needs; the edge words it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FixKind {
+    /// bubblewrap missing or too old.
+    InstallBubblewrap,
+    /// Ubuntu's AppArmor blocks unprivileged user namespaces.
+    UsernsAppArmor,
+    /// `user.max_user_namespaces` is 0.
+    UsernsMaxZero,
+    /// Debian's `kernel.unprivileged_userns_clone` is 0.
+    UsernsDebianClone,
+    /// User namespaces fail for another reason (e.g. a container's seccomp).
+    UsernsOther,
+    /// No seccomp in the kernel.
+    NoSeccomp,
+    /// No cgroup this user can drive: delegate one (`oz0-node setup cgroups`).
+    DelegateCgroups,
+    /// The self-test failed at a property: `sandbox check --self-test` says how.
+    SelfTestFailed,
+    /// The node was started with `--sandbox none`.
+    SandboxDisabled,
+    /// Windows: PSEC present, node not started with `--sandbox psec`.
+    PsecStartWithFlag,
+    /// Windows: this build has no PSEC.
+    PsecMissing,
+    /// Windows Server has no tier 1.
+    WindowsServer,
+    /// macOS: `sandbox-exec` missing.
+    SeatbeltMissing,
+    /// Platform without tier 1 support in this build.
+    UnsupportedPlatform,
+}
+
+/// Operating system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Os {
+    /// Linux.
+    Linux,
+    /// macOS.
+    Macos,
+    /// Windows.
+    Windows,
+}
+
+/// The machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Platform {
+    /// OS.
+    pub os: Os,
+    /// CPU architecture (`x86_64`, `aarch64`).
+    pub arch: String,
+    /// Kernel release (Linux `uname -r`) or OS build (Windows `26200.9457`); validated by the edge.
+    pub build_raw: String,
+}
+
+/// The sandbox mechanism and what it is made of.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mechanism {
+    /// `bubblewrap`, `seatbelt`, `psec` or `none`.
+    pub kind: String,
+    /// bubblewrap's version (`0.8.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bwrap_version: Option<String>,
+    /// Landlock ABI (0: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock_abi: Option<u32>,
+    /// seccomp filters available.
+    #[serde(default)]
+    pub seccomp: bool,
+    /// How job limits are enforced: `cgroup_v2`, `cgroup_v1` or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_mode: Option<String>,
+    /// Windows: PSEC contract (`1.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psec_contract: Option<String>,
+    /// Windows: PSEC features.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub psec_features: Vec<String>,
+}
+
+/// The self-test's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "status", content = "property")]
+pub enum SelfTest {
+    /// Not run (no tier 1 to test, or `--sandbox none`).
+    NotRun,
+    /// All eight held.
+    Passed,
+    /// This property failed.
+    Failed(Property),
+}
+
+/// Why microVMs are not offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MicrovmReason {
+    /// `OZ0_MICROVM=off`.
+    Off,
+    /// No tier 1 to run the monitor in.
+    NoTier1,
+    /// No VMM found.
+    NoVmm,
+    /// The VMM is not a pinned release and was not named explicitly.
+    Unpinned,
+    /// `/dev/kvm` missing or not accessible.
+    NoKvmAccess,
+    /// The kernel refused to create a VM.
+    KvmRefused,
+    /// The test VM did not boot in time.
+    TestVmDidNotBoot,
+    /// The platform has no microVM support in this build.
+    Unsupported,
+}
+
+/// MicroVM state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Microvm {
+    /// True when a test VM booted inside tier 1.
+    pub ready: bool,
+    /// Why not, when not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<MicrovmReason>,
+    /// Whether the VMM is a pinned release (when one was found).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<bool>,
+}
+
+/// Everything a node reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeFacts {
+    /// [`FACTS_SCHEMA`].
+    pub schema: u32,
+    /// The node binary's version.
+    pub node_version: String,
+    /// The machine.
+    pub platform: Platform,
+    /// The tier the self-test proved.
+    pub tier_proven: u8,
+    /// The tier work is routed at (Windows PSEC: always 0).
+    pub tier_routed: u8,
+    /// The mechanism.
+    pub mechanism: Mechanism,
+    /// The self-test.
+    pub self_test: SelfTest,
+    /// What to fix, if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix: Option<FixKind>,
+    /// MicroVMs.
+    pub microvm: Microvm,
+    /// Scheduler labels (`sandbox.tier`, `isolation.microvm`, `runtime.oci`, `arch`).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl NodeFacts {
+    /// The labels that follow from the other facts.
+    pub fn derive_labels(&mut self, oci_ready: bool) {
+        let mut l = BTreeMap::new();
+        l.insert("sandbox.tier".to_string(), self.tier_routed.to_string());
+        l.insert(
+            "isolation.microvm".to_string(),
+            if self.microvm.ready {
+                "ready"
+            } else {
+                "unavailable"
+            }
+            .to_string(),
+        );
+        l.insert(
+            "runtime.oci".to_string(),
+            if oci_ready { "ready" } else { "unavailable" }.to_string(),
+        );
+        l.insert("arch".to_string(), self.platform.arch.clone());
+        self.labels = l;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn property_names_round_trip() {
+        for p in Property::ALL {
+            assert_eq!(Property::parse(p.as_str()), Some(p));
+            assert_eq!(serde_json::to_value(p).unwrap(), p.as_str());
+        }
+        assert_eq!(Property::parse("files; rm -rf"), None);
+    }
+
+    #[test]
+    fn facts_reject_unknown_fields() {
+        let f = NodeFacts {
+            schema: FACTS_SCHEMA,
+            node_version: "0.1.0".into(),
+            platform: Platform {
+                os: Os::Linux,
+                arch: "x86_64".into(),
+                build_raw: "6.18".into(),
+            },
+            tier_proven: 1,
+            tier_routed: 1,
+            mechanism: Mechanism {
+                kind: "bubblewrap".into(),
+                ..Default::default()
+            },
+            self_test: SelfTest::Failed(Property::Egress),
+            fix: Some(FixKind::SelfTestFailed),
+            microvm: Microvm {
+                ready: false,
+                reason: Some(MicrovmReason::TestVmDidNotBoot),
+                pinned: None,
+            },
+            labels: BTreeMap::new(),
+        };
+        let mut v = serde_json::to_value(&f).unwrap();
+        assert_eq!(v["self_test"]["status"], "failed");
+        assert_eq!(v["self_test"]["property"], "egress");
+        let back: NodeFacts = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(back, f);
+        v["extra"] = serde_json::json!("<script>");
+        assert!(serde_json::from_value::<NodeFacts>(v).is_err());
+    }
+}
