@@ -20,7 +20,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use oz0_policy::{AbsPath, RunSpec};
 use rustix::event::{poll, PollFd, PollFlags};
@@ -34,8 +34,7 @@ use crate::plan::{self, fds, Placeholder, PlaceholderKind, Plan, RunDir};
 use crate::stage::StageConfig;
 
 /// How to launch.
-#[derive(Debug)]
-pub struct LaunchOptions {
+pub struct LaunchOptions<'a> {
     /// bubblewrap.
     pub bwrap: PathBuf,
     /// The node binary to bind as the stage.
@@ -44,7 +43,16 @@ pub struct LaunchOptions {
     pub cancel: Option<OwnedFd>,
     /// Where the run's private host folder goes (default: the temp dir).
     pub scratch: Option<PathBuf>,
+    /// The node's egress proxy; required when the run has egress.
+    pub proxy: Option<&'a oz0_egress::ProxyHandle>,
+    /// Where the run's job goes; required when the run has job limits.
+    pub jobs: Option<&'a oz0_jobs::JobMode>,
+    /// Seccomp profile, devices: what the launcher adds to the spec.
+    pub extras: plan::Extras,
 }
+
+/// The status of a run killed at its `--timeout` (as `timeout(1)` uses).
+pub const EXIT_TIMEOUT: i32 = 124;
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -55,6 +63,8 @@ pub enum Ended {
     Exited,
     /// `--timeout` was reached and the run was killed.
     Timeout,
+    /// `--cpu-seconds` was used up and the run was killed.
+    CpuTime,
     /// The run was cancelled (the node got a signal).
     Cancelled,
     /// The command could not be executed (not found: 127, otherwise 126).
@@ -83,6 +93,33 @@ pub struct RunOutcome {
     pub seccomp: SeccompSummary,
     /// Protected paths and how each was held.
     pub protected: Vec<plan::Protected>,
+    /// The job: limits enforced, counters, the limit hit.
+    pub job: Option<JobReport>,
+    /// Egress: the proxy's run socket and the bridge.
+    pub egress: Option<EgressReport>,
+}
+
+/// The run's job, for the status.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobReport {
+    /// `cgroup_v2` or `cgroup_v1`.
+    pub mode: &'static str,
+    /// What the job said at the end.
+    #[serde(flatten)]
+    pub outcome: oz0_jobs::JobOutcome,
+    /// How CPU time and wall time were supervised.
+    pub supervisor: String,
+}
+
+/// The run's egress, for the status.
+#[derive(Debug, Clone, Serialize)]
+pub struct EgressReport {
+    /// The allowlist, canonical.
+    pub allow: Vec<String>,
+    /// Forwarded node-local ports.
+    pub forward: Vec<u16>,
+    /// The bridge's port inside the run.
+    pub bridge_port: Option<u16>,
 }
 
 /// Seccomp, summarised for the status.
@@ -106,6 +143,12 @@ pub enum SandboxError {
     /// bubblewrap missing or unusable.
     #[error(transparent)]
     Bwrap(#[from] bwrap::BwrapError),
+    /// The job could not be made (fail closed).
+    #[error("the run's job could not be made, so nothing runs: {0}")]
+    Job(String),
+    /// The egress proxy could not take the run.
+    #[error("the egress proxy could not take the run: {0}")]
+    Egress(String),
     /// A limit that this build cannot enforce was asked for.
     #[error("{0} was asked for, and this node cannot enforce it: the run is refused rather than run without it")]
     Unenforceable(&'static str),
@@ -215,42 +258,110 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
 }
 
 /// Plans a run without starting it (for `--dry-run` and tests).
-pub fn plan_only(spec: &RunSpec, node_exe: &Path, run_dir: &RunDir) -> Result<Plan, SandboxError> {
+pub fn plan_only(
+    spec: &RunSpec,
+    node_exe: &Path,
+    run_dir: &RunDir,
+    extras: &plan::Extras,
+) -> Result<Plan, SandboxError> {
     let facts = host::gather(spec, node_exe)?;
-    Ok(plan::plan(spec, &facts, run_dir)?)
+    Ok(plan::plan(spec, &facts, run_dir, extras)?)
 }
 
 /// Runs `spec` to its end. `Err` means the command never ran.
-pub fn run(spec: &RunSpec, opts: LaunchOptions) -> Result<RunOutcome, SandboxError> {
-    if spec.limits.memory_mib.is_some() {
-        return Err(SandboxError::Unenforceable("--memory"));
+pub fn run(spec: &RunSpec, opts: LaunchOptions<'_>) -> Result<RunOutcome, SandboxError> {
+    if spec.limits.needs_job() && opts.jobs.is_none() {
+        let which = if spec.limits.memory_mib.is_some() {
+            "--memory"
+        } else if spec.limits.processes.is_some() {
+            "--processes"
+        } else {
+            "--cpu-seconds"
+        };
+        return Err(SandboxError::Unenforceable(which));
     }
-    if spec.limits.processes.is_some() {
-        return Err(SandboxError::Unenforceable("--processes"));
-    }
-    if spec.limits.cpu_seconds.is_some() {
-        return Err(SandboxError::Unenforceable("--cpu-seconds"));
-    }
-    if spec.egress.is_enabled() {
+    if spec.egress.is_enabled() && opts.proxy.is_none() {
         return Err(SandboxError::Unenforceable("egress (--allow/--forward)"));
     }
     let started = Instant::now();
     let run_id = new_run_id();
     let base = opts.scratch.clone().unwrap_or_else(std::env::temp_dir);
     let scratch = Scratch::create(&base, &run_id)?;
-    let plan = plan_only(spec, &opts.node_exe, &scratch.run_dir)?;
-    let result = execute(&plan, &opts, &run_id, started, spec.limits.timeout_seconds);
+
+    // The job first: if it cannot be made, nothing else happens.
+    let job = match (spec.limits.needs_job(), opts.jobs) {
+        (true, Some(mode)) => {
+            let id = oz0_jobs::RunId::new(&run_id).map_err(|e| SandboxError::Job(e.to_string()))?;
+            Some(
+                oz0_jobs::Job::create(mode, &id, &spec.limits)
+                    .map_err(|e| SandboxError::Job(e.to_string()))?,
+            )
+        }
+        _ => None,
+    };
+
+    let mut extras = opts.extras.clone();
+    let mut bridge = None;
+    let mut egress_guard = None;
+    if let (true, Some(proxy)) = (spec.egress.is_enabled(), opts.proxy) {
+        let token =
+            oz0_egress::Token::generate().map_err(|e| SandboxError::Egress(e.to_string()))?;
+        let socket_path = scratch.dir.join("egress.sock");
+        let guard = proxy
+            .add_run(oz0_egress::RunEgress {
+                run_id: run_id.clone(),
+                token: token.clone(),
+                egress: spec.egress.clone(),
+                socket_path: socket_path.clone(),
+            })
+            .map_err(|e| SandboxError::Egress(e.to_string()))?;
+        extras.egress_socket =
+            Some(AbsPath::from_path(&socket_path).map_err(prep("the egress socket path"))?);
+        bridge = Some(crate::stage::BridgeConfig {
+            token: token.expose().to_string(),
+        });
+        egress_guard = Some(guard);
+    }
+
+    let facts = host::gather(spec, &opts.node_exe)?;
+    let plan = plan::plan(spec, &facts, &scratch.run_dir, &extras)?;
+    let result = execute(&plan, &opts, &run_id, started, spec, job.as_ref(), bridge);
     remove_placeholders(&plan.placeholders);
+    drop(egress_guard);
+    let result = result.map(|mut o| {
+        if let Some(j) = &job {
+            o.job = Some(JobReport {
+                mode: j.version_name(),
+                outcome: j.outcome(),
+                supervisor: oz0_jobs::Supervisor::new(&spec.limits, started).describe(),
+            });
+        }
+        if spec.egress.is_enabled() {
+            o.egress = Some(EgressReport {
+                allow: spec.egress.allow.iter().map(|a| a.to_string()).collect(),
+                forward: spec.egress.forward.iter().map(|p| p.get()).collect(),
+                bridge_port: o.egress.as_ref().and_then(|e| e.bridge_port),
+            });
+        }
+        o
+    });
+    if let Some(j) = job {
+        // Every process is gone already; this only removes the folders.
+        let _ = j.kill();
+        let _ = j.remove();
+    }
     drop(scratch);
     result
 }
 
 fn execute(
     plan: &Plan,
-    opts: &LaunchOptions,
+    opts: &LaunchOptions<'_>,
     run_id: &str,
     started: Instant,
-    timeout: Option<u64>,
+    spec: &RunSpec,
+    job: Option<&oz0_jobs::Job>,
+    bridge: Option<crate::stage::BridgeConfig>,
 ) -> Result<RunOutcome, SandboxError> {
     let mut args = Vec::new();
     for a in plan.bwrap_args() {
@@ -263,6 +374,7 @@ fn execute(
         env: plan.env.clone(),
         landlock: plan.landlock.clone(),
         seccomp: plan.seccomp,
+        bridge,
     };
     let cfg_fd = sealed_memfd(
         "oz0-stage",
@@ -285,6 +397,16 @@ fn execute(
     pass(&mut setup, cfg_fd, fds::CONFIG)?;
     pass(&mut setup, status_w, fds::STATUS)?;
     pass(&mut setup, real_stderr, fds::STDERR)?;
+    // bubblewrap joins the job before it executes; if it cannot, it never
+    // runs (the spawn fails).
+    if let Some(j) = job {
+        for f in j
+            .procs_files()
+            .map_err(|e| SandboxError::Job(e.to_string()))?
+        {
+            setup.join_cgroup(f);
+        }
+    }
 
     let mut cmd = Command::new(&opts.bwrap);
     cmd.env_clear()
@@ -310,15 +432,15 @@ fn execute(
         .and_then(|pid| pidfd_open(pid, PidfdFlags::empty()).ok())
         .ok_or_else(|| SandboxError::Start("cannot watch bubblewrap (pidfd_open)".into()))?;
 
-    let deadline = timeout.map(|s| started + Duration::from_secs(s));
+    let mut supervisor = oz0_jobs::Supervisor::new(&spec.limits, started);
     let mut status = File::from(status_r);
     let mut status_buf = Vec::new();
     let mut status_open = true;
     let mut killed: Option<Ended> = None;
     loop {
-        let wait = match (deadline, &killed) {
-            (Some(d), None) => Some(d.saturating_duration_since(Instant::now())),
-            _ => None,
+        let wait = match &killed {
+            None => supervisor.next_poll(Instant::now()),
+            Some(_) => None,
         };
         let mut pfds = vec![PollFd::new(&outer, PollFlags::IN)];
         if status_open {
@@ -351,12 +473,28 @@ fn execute(
         if outer_done {
             break;
         }
-        if killed.is_none() && (cancelled || deadline.is_some_and(|d| Instant::now() >= d)) {
-            killed = Some(if cancelled {
-                Ended::Cancelled
-            } else {
-                Ended::Timeout
-            });
+        if killed.is_some() {
+            continue;
+        }
+        if cancelled {
+            killed = Some(Ended::Cancelled);
+        } else {
+            // The supervisor kills the job itself on a verdict; a failure to
+            // read the job's counters is treated as a verdict (fail closed).
+            killed = match supervisor.check(job, Instant::now()) {
+                Ok(None) => None,
+                Ok(Some(oz0_jobs::Verdict::Timeout { .. })) => Some(Ended::Timeout),
+                Ok(Some(oz0_jobs::Verdict::CpuTime { .. })) => Some(Ended::CpuTime),
+                Err(e) => {
+                    eprintln!("oz0-node: stopping the run: {e}");
+                    Some(Ended::Cancelled)
+                }
+            };
+        }
+        if killed.is_some() {
+            if let Some(j) = job {
+                let _ = j.kill();
+            }
             kill_tree(init.as_ref(), &outer);
         }
     }
@@ -390,7 +528,7 @@ fn execute(
         .code()
         .unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(&exit).unwrap_or(0));
     let (ended, exit_code) = match (killed, report.not_executed) {
-        (Some(Ended::Timeout), _) => (Ended::Timeout, 124),
+        (Some(Ended::Timeout), _) => (Ended::Timeout, EXIT_TIMEOUT),
         (Some(k), _) => (k, code),
         (None, Some((c, reason))) => (Ended::NotExecuted { reason }, c),
         (None, None) => (Ended::Exited, code),
@@ -413,6 +551,12 @@ fn execute(
                 .collect(),
         },
         protected: plan.protected.clone(),
+        job: None,
+        egress: report.bridge_port.map(|p| EgressReport {
+            allow: Vec::new(),
+            forward: Vec::new(),
+            bridge_port: Some(p),
+        }),
     })
 }
 
@@ -440,6 +584,7 @@ fn read_child_pid(json: &mut impl io::BufRead) -> Option<i32> {
 #[derive(Debug, Default, PartialEq, Eq)]
 struct StageReport {
     started: bool,
+    bridge_port: Option<u16>,
     landlock: Option<LandlockReport>,
     error: Option<String>,
     not_executed: Option<(i32, String)>,
@@ -452,6 +597,7 @@ impl StageReport {
             let (tag, rest) = line.split_once(' ').unwrap_or((line, ""));
             match tag {
                 "S" => r.started = true,
+                "B" => r.bridge_port = rest.trim().parse().ok(),
                 "L" => r.landlock = serde_json::from_str(rest).ok(),
                 "E" => r.error = Some(rest.to_string()),
                 "X" => {

@@ -100,6 +100,13 @@ pub enum Mount {
         /// Path inside.
         dest: AbsPath,
     },
+    /// A host device, bound with device access.
+    DevBind {
+        /// Host path.
+        src: AbsPath,
+        /// Path inside.
+        dest: AbsPath,
+    },
     /// Make `dest` read-only (not recursive).
     RemountRo {
         /// Path inside.
@@ -112,6 +119,7 @@ impl Mount {
         match self {
             Mount::RoBind { dest, .. }
             | Mount::Bind { dest, .. }
+            | Mount::DevBind { dest, .. }
             | Mount::Symlink { dest, .. }
             | Mount::Proc { dest }
             | Mount::Dev { dest }
@@ -184,6 +192,30 @@ pub struct RunDir {
     pub empty_dir: AbsPath,
 }
 
+/// What the launcher adds to a run beyond the caller's spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extras {
+    /// The seccomp profile (a VM monitor gets [`Profile::Vmm`]).
+    pub profile: Profile,
+    /// Host devices the run may use (e.g. `/dev/kvm` for a VM monitor).
+    pub devices: Vec<AbsPath>,
+    /// The run's egress proxy socket on the host, mounted at [`EGRESS_SOCKET_INSIDE`].
+    pub egress_socket: Option<AbsPath>,
+}
+
+impl Default for Extras {
+    fn default() -> Self {
+        Extras {
+            profile: Profile::Default,
+            devices: Vec::new(),
+            egress_socket: None,
+        }
+    }
+}
+
+/// Where the run's egress proxy socket is inside.
+pub const EGRESS_SOCKET_INSIDE: &str = "/oz0/egress.sock";
+
 /// The whole plan for one run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
@@ -233,6 +265,9 @@ pub enum PlanError {
     /// A protected path is also named writable.
     #[error("--write {0} names a protected path (agents' settings, shell start-up files, .git/hooks, .git/config), which runs never write")]
     ProtectedWritable(AbsPath),
+    /// A device outside /dev.
+    #[error("{0} is not under /dev: only devices are bound with device access")]
+    NotADevice(AbsPath),
     /// The host facts do not match the spec (a bug).
     #[error("host facts do not cover {0}")]
     NoFacts(AbsPath),
@@ -243,7 +278,12 @@ fn abs(s: &str) -> AbsPath {
 }
 
 /// Makes the plan. Pure: everything about the host comes from `host`.
-pub fn plan(spec: &RunSpec, host: &HostFacts, run_dir: &RunDir) -> Result<Plan, PlanError> {
+pub fn plan(
+    spec: &RunSpec,
+    host: &HostFacts,
+    run_dir: &RunDir,
+    extras: &Extras,
+) -> Result<Plan, PlanError> {
     let mut mounts = Vec::new();
     let mut landlock = LandlockRules::default();
 
@@ -279,6 +319,22 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, run_dir: &RunDir) -> Result<Plan, 
         dest: abs(NODE_BIN_INSIDE),
     });
     landlock.read.push(NODE_BIN_INSIDE.to_string());
+    // 3b. The run's own proxy socket (its only way out), and devices.
+    if let Some(sock) = &extras.egress_socket {
+        mounts.push(Mount::RoBind {
+            src: sock.clone(),
+            dest: abs(EGRESS_SOCKET_INSIDE),
+        });
+    }
+    for d in &extras.devices {
+        if !d.starts_with(&abs("/dev")) {
+            return Err(PlanError::NotADevice(d.clone()));
+        }
+        mounts.push(Mount::DevBind {
+            src: d.clone(),
+            dest: d.clone(),
+        });
+    }
 
     // 4. The caller's paths and the protected paths, parents before children.
     let mut user = Vec::new();
@@ -369,7 +425,7 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, run_dir: &RunDir) -> Result<Plan, 
         cwd: spec.work.clone(),
         argv: spec.command.clone(),
         landlock,
-        seccomp: Profile::Default,
+        seccomp: extras.profile,
     })
 }
 
@@ -479,6 +535,9 @@ impl Plan {
                 Mount::Dev { dest } => a.extend(["--dev".into(), dest.to_string()]),
                 Mount::Tmpfs { dest } => a.extend(["--tmpfs".into(), dest.to_string()]),
                 Mount::RemountRo { dest } => a.extend(["--remount-ro".into(), dest.to_string()]),
+                Mount::DevBind { src, dest } => {
+                    a.extend(["--dev-bind".into(), src.to_string(), dest.to_string()])
+                }
             }
         }
         a.extend([
@@ -574,7 +633,7 @@ mod tests {
 
     #[test]
     fn golden_minimal_run() {
-        let plan = plan(&spec(|_| {}), &basic_host(), &run_dir()).unwrap();
+        let plan = plan(&spec(|_| {}), &basic_host(), &run_dir(), &Extras::default()).unwrap();
         let args = plan.bwrap_args().join(" ");
         let expect_prefix = "--unshare-user --unshare-ipc --unshare-pid --unshare-net --unshare-uts --unshare-cgroup \
 --disable-userns --die-with-parent --new-session --clearenv --cap-drop ALL --hostname oz0 \
@@ -595,7 +654,7 @@ mod tests {
 
     #[test]
     fn nothing_but_what_is_named_is_mounted() {
-        let plan = plan(&spec(|_| {}), &basic_host(), &run_dir()).unwrap();
+        let plan = plan(&spec(|_| {}), &basic_host(), &run_dir(), &Extras::default()).unwrap();
         for m in &plan.mounts {
             if let Mount::RoBind { src, .. } | Mount::Bind { src, .. } = m {
                 let ok = ["/usr", "/etc", "/opt/oz0/oz0-node", "/w"].contains(&src.as_str())
@@ -612,11 +671,11 @@ mod tests {
     #[test]
     fn environment_is_exactly_the_callers_plus_needs() {
         let s = spec(|r| r.env = vec![oz0_policy::EnvVar::parse("LANG=C").unwrap()]);
-        let plan = plan(&s, &basic_host(), &run_dir()).unwrap();
+        let plan = plan(&s, &basic_host(), &run_dir(), &Extras::default()).unwrap();
         let names: Vec<_> = plan.env.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, vec!["LANG", "PATH", "HOME", "TMPDIR"]);
         let s = spec(|r| r.env = vec![oz0_policy::EnvVar::parse("PATH=/x").unwrap()]);
-        let plan = super::plan(&s, &basic_host(), &run_dir()).unwrap();
+        let plan = super::plan(&s, &basic_host(), &run_dir(), &Extras::default()).unwrap();
         assert_eq!(plan.env.iter().filter(|(n, _)| n == "PATH").count(), 1);
         assert!(plan.env.contains(&("PATH".into(), "/x".into())));
     }
@@ -639,7 +698,7 @@ mod tests {
                 prot("/w/sub", Entry::Missing, &[]),
             ],
         );
-        let plan = plan(&s, &h, &run_dir()).unwrap();
+        let plan = plan(&s, &h, &run_dir(), &Extras::default()).unwrap();
         let pos = |needle: &Mount| plan.mounts.iter().position(|m| m == needle).unwrap();
         let w = pos(&Mount::Bind {
             src: p("/w"),
@@ -673,7 +732,7 @@ mod tests {
                 ],
             )],
         );
-        let plan = plan(&spec(|_| {}), &h, &run_dir()).unwrap();
+        let plan = plan(&spec(|_| {}), &h, &run_dir(), &Extras::default()).unwrap();
         let git = plan
             .mounts
             .iter()
@@ -721,12 +780,13 @@ mod tests {
             vec![root("/w", Entry::Dir)],
             vec![prot("/w", Entry::File, &[])],
         );
-        let plan = plan(&spec(|_| {}), &h, &run_dir()).unwrap();
+        let plan = plan(&spec(|_| {}), &h, &run_dir(), &Extras::default()).unwrap();
         assert!(plan.mounts.contains(&Mount::RoBind {
             src: p("/w/.git"),
             dest: p("/w/.git")
         }));
-        let plan = super::plan(&spec(|_| {}), &basic_host(), &run_dir()).unwrap();
+        let plan =
+            super::plan(&spec(|_| {}), &basic_host(), &run_dir(), &Extras::default()).unwrap();
         assert!(plan.protected.contains(&Protected {
             path: p("/w/.git"),
             how: Protection::AbsentGit
@@ -856,7 +916,7 @@ mod tests {
         ];
         for (name, make, want) in cases {
             let (s, h) = make();
-            let e = plan(&s, &h, &run_dir()).expect_err(name);
+            let e = plan(&s, &h, &run_dir(), &Extras::default()).expect_err(name);
             assert!(want(&e), "{name}: {e:?}");
             assert!(!e.to_string().is_empty());
         }

@@ -35,6 +35,77 @@ pub struct StageConfig {
     pub landlock: LandlockRules,
     /// Seccomp profile.
     pub seccomp: Profile,
+    /// The egress bridge, when the run has egress.
+    pub bridge: Option<BridgeConfig>,
+}
+
+/// The in-sandbox bridge to the run's proxy socket.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BridgeConfig {
+    /// The run's token, for the proxy variables.
+    pub token: String,
+}
+
+impl std::fmt::Debug for BridgeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BridgeConfig { token: <redacted> }")
+    }
+}
+
+/// The hidden argument that makes the node binary act as the bridge.
+pub const BRIDGE_ARG: &str = "__oz0-bridge";
+
+/// The bridge's listener descriptor.
+const BRIDGE_LISTENER_FD: i32 = 3;
+
+/// Runs the bridge: forwards each connection on the inherited loopback
+/// listener to the run's proxy socket. Returns the exit code.
+pub fn bridge_main() -> i32 {
+    let listener = match oz0_sys::spawn::inherited_fd(BRIDGE_LISTENER_FD) {
+        Ok(fd) => std::net::TcpListener::from(fd),
+        Err(e) => {
+            eprintln!("oz0-node: {BRIDGE_ARG} is started only inside a run (no listener: {e})");
+            return STAGE_FAILED;
+        }
+    };
+    match oz0_egress::bridge::serve(
+        listener,
+        std::path::Path::new(crate::plan::EGRESS_SOCKET_INSIDE),
+    ) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("oz0-node: egress bridge: {e}");
+            1
+        }
+    }
+}
+
+/// Binds the bridge's listener on the run's own loopback and starts the
+/// bridge (already under the run's Landlock and seccomp). Returns the proxy
+/// variables for the command.
+fn start_bridge(b: &BridgeConfig) -> Result<(u16, Vec<(String, String)>), String> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .map_err(|e| format!("egress bridge: cannot listen on the run's loopback: {e}"))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| format!("egress bridge: {e}"))?
+        .port();
+    let mut setup = oz0_sys::spawn::ChildSetup::new();
+    setup
+        .pass_fd(std::os::fd::OwnedFd::from(listener), BRIDGE_LISTENER_FD)
+        .map_err(|e| format!("egress bridge: {e}"))?;
+    let mut cmd = Command::new(crate::plan::NODE_BIN_INSIDE);
+    cmd.arg(BRIDGE_ARG)
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    setup.install(&mut cmd);
+    cmd.spawn()
+        .map_err(|e| format!("egress bridge: cannot start: {e}"))?;
+    let token =
+        oz0_egress::Token::from_secret(&b.token).map_err(|e| format!("egress bridge: {e}"))?;
+    Ok((port, token.proxy_env(port)))
 }
 
 /// Exit status of the stage when the sandbox could not be completed.
@@ -52,12 +123,15 @@ pub fn main() -> i32 {
     let _ = rustix::io::fcntl_setfd(&status, rustix::io::FdFlags::CLOEXEC);
     let _ = status.write_all(b"S\n");
     match prepare() {
-        Ok((cfg, report)) => {
+        Ok((cfg, report, bridge_port)) => {
             let _ = writeln!(
                 status,
                 "L {}",
                 serde_json::to_string(&report).unwrap_or_default()
             );
+            if let Some(port) = bridge_port {
+                let _ = writeln!(status, "B {port}");
+            }
             let err = Command::new(&cfg.argv[0])
                 .args(&cfg.argv[1..])
                 .env_clear()
@@ -77,7 +151,20 @@ pub fn main() -> i32 {
     }
 }
 
-fn prepare() -> Result<(StageConfig, landlock::LandlockReport), String> {
+type Prepared = (StageConfig, landlock::LandlockReport, Option<u16>);
+
+fn prepare() -> Result<Prepared, String> {
+    let (mut cfg, report) = restrict()?;
+    let mut port = None;
+    if let Some(b) = cfg.bridge.take() {
+        let (p, vars) = start_bridge(&b)?;
+        cfg.env.extend(vars);
+        port = Some(p);
+    }
+    Ok((cfg, report, port))
+}
+
+fn restrict() -> Result<(StageConfig, landlock::LandlockReport), String> {
     let mut raw = Vec::new();
     File::from(
         oz0_sys::spawn::inherited_fd(fds::CONFIG).map_err(|e| format!("no configuration: {e}"))?,

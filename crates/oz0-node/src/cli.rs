@@ -23,6 +23,31 @@ enum Top {
     /// Run, check and inspect sandboxes.
     #[command(subcommand)]
     Sandbox(SandboxCmd),
+    /// One-time machine setup that needs root.
+    #[command(subcommand)]
+    Setup(SetupCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum SetupCmd {
+    /// Delegate a cgroup subtree to the node's user, so that its runs can have
+    /// --memory, --processes and --cpu-seconds limits. Run once, as root.
+    ///
+    /// cgroup v2 hosts with systemd need no setup when the node runs in a
+    /// unit with Delegate=yes. Elsewhere this makes an `oz0` folder in each
+    /// hierarchy (v1: memory, pids, cpuacct, freezer; v2: the unified one with
+    /// memory, pids and cpu enabled) owned by USER.
+    Cgroups {
+        /// The node's user.
+        #[arg(long)]
+        user: String,
+        /// Which layout: auto (v2 when it has memory and pids, else v1), v1, v2.
+        #[arg(long, default_value = "auto")]
+        mode: String,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -103,6 +128,10 @@ pub struct RunArgs {
     /// [default: $XDG_DATA_HOME/oz0-node or ~/.local/share/oz0-node].
     #[arg(long = "data-dir", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Where run jobs (cgroups) are made [default: probed: the node's own
+    /// delegated cgroup v2, else the `oz0` folder `oz0-node setup cgroups` made].
+    #[arg(long = "cgroup-root", value_name = "DIR")]
+    pub cgroup_root: Option<PathBuf>,
     /// The bubblewrap binary [default: bwrap on PATH, then /usr/bin/bwrap].
     #[arg(long, value_name = "PATH")]
     pub bwrap: Option<PathBuf>,
@@ -131,5 +160,49 @@ pub fn main() -> i32 {
     match cli.cmd {
         Top::Sandbox(SandboxCmd::Run(a)) => crate::run::run(a),
         Top::Sandbox(SandboxCmd::Probe(a)) => crate::probe::main(a),
+        Top::Setup(SetupCmd::Cgroups { user, mode, json }) => setup_cgroups(&user, &mode, json),
+    }
+}
+
+fn setup_cgroups(user: &str, mode: &str, json: bool) -> i32 {
+    let mode = match mode {
+        "auto" => oz0_jobs::SetupMode::Auto,
+        "v1" => oz0_jobs::SetupMode::V1,
+        "v2" => oz0_jobs::SetupMode::V2,
+        other => {
+            eprintln!("oz0-node: --mode {other:?}: use auto, v1 or v2");
+            return Exit::Usage.code();
+        }
+    };
+    match oz0_jobs::setup_delegation(user, mode) {
+        Ok(r) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r).expect("report serialises")
+                );
+            } else {
+                println!(
+                    "Delegated cgroup {:?} to {} (uid {}): {}",
+                    r.version,
+                    r.user,
+                    r.uid,
+                    r.delegated
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                println!("Controllers: {}", r.controllers.join(", "));
+                if !r.next.is_empty() {
+                    println!("Next: {}", r.next);
+                }
+            }
+            Exit::Ok.code()
+        }
+        Err(e) => {
+            eprintln!("oz0-node: setup cgroups: {e}");
+            Exit::CheckFailed.code()
+        }
     }
 }

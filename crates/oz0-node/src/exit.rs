@@ -14,9 +14,12 @@ pub enum Exit {
     Timeout = 124,
     /// The sandbox refused the run or could not start it: the command never ran.
     Sandbox = 125,
-    /// The command was found but could not be executed.
+    /// The command was found but could not be executed (set by the
+    /// in-sandbox stage, `oz0_linux::stage`).
+    #[allow(dead_code)]
     NotExecutable = 126,
-    /// The command was not found inside the sandbox.
+    /// The command was not found inside the sandbox (set by the stage).
+    #[allow(dead_code)]
     NotFound = 127,
 }
 
@@ -24,5 +27,16 @@ impl Exit {
     /// The numeric status.
     pub fn code(self) -> i32 {
         self as i32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Exit;
+
+    #[test]
+    fn statuses_match_the_sandbox_layers() {
+        assert_eq!(Exit::Sandbox.code(), oz0_linux::stage::STAGE_FAILED);
+        assert_eq!(Exit::Timeout.code(), oz0_linux::launch::EXIT_TIMEOUT);
     }
 }

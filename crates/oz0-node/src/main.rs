@@ -17,6 +17,11 @@ fn main() {
     {
         std::process::exit(oz0_linux::stage::main());
     }
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(oz0_linux::stage::BRIDGE_ARG))
+    {
+        std::process::exit(oz0_linux::stage::bridge_main());
+    }
     let code = cli::main();
     std::process::exit(code);
 }

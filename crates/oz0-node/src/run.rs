@@ -134,22 +134,15 @@ fn write_status(path: &Path, doc: &serde_json::Value) -> std::io::Result<()> {
 }
 
 fn outcome_doc(o: &RunOutcome) -> serde_json::Value {
-    let outcome = match &o.ended {
-        Ended::Exited => "exited",
-        Ended::Timeout => "timeout",
-        Ended::Cancelled => "cancelled",
-        Ended::NotExecuted { .. } => "not_executed",
-    };
-    let reason = match &o.ended {
-        Ended::NotExecuted { reason } => Some(reason.clone()),
-        Ended::Timeout => Some(
-            "the wall-time limit (--timeout) was reached; every process of the run was killed"
-                .into(),
-        ),
-        Ended::Cancelled => {
-            Some("the node was told to stop (signal); every process of the run was killed".into())
-        }
-        Ended::Exited => None,
+    let limit_hit = o.job.as_ref().and_then(|j| j.outcome.limit_hit);
+    let (outcome, reason): (&str, Option<&str>) = match &o.ended {
+        Ended::NotExecuted { reason } => ("not_executed", Some(reason.as_str())),
+        Ended::Timeout => ("timeout", Some("the wall-time limit (--timeout) was reached; every process of the run was killed")),
+        Ended::CpuTime => ("cpu_time", Some("the CPU-time limit (--cpu-seconds) was used up; every process of the run was killed")),
+        Ended::Cancelled => ("cancelled", Some("the node was told to stop (signal); every process of the run was killed")),
+        Ended::Exited if limit_hit == Some(oz0_jobs::LimitHit::Memory) => ("out_of_memory", Some("the memory limit (--memory) was reached and the kernel killed processes of the run")),
+        Ended::Exited if limit_hit == Some(oz0_jobs::LimitHit::Processes) => ("exited", Some("the process limit (--processes) refused at least one new process")),
+        Ended::Exited => ("exited", None),
     };
     json!({
         "schema": STATUS_SCHEMA,
@@ -167,7 +160,11 @@ fn outcome_doc(o: &RunOutcome) -> serde_json::Value {
             "seccomp": o.seccomp,
             "landlock": o.landlock,
             "protected": o.protected,
-            "limits": {"timeout": "supervisor (SIGKILL of the run's pid namespace)"},
+            "limits": {
+                "timeout": "supervisor: SIGKILL of the run's pid namespace (and its job)",
+                "job": o.job,
+            },
+            "egress": o.egress,
         },
     })
 }
@@ -203,7 +200,7 @@ pub fn run(args: RunArgs) -> i32 {
             empty_dir: oz0_policy::AbsPath::from_path(&dir.join("oz0-run-DRYRUN/empty.d"))
                 .expect("temp dir is UTF-8"),
         };
-        return match oz0_linux::launch::plan_only(&spec, &node_exe, &run_dir) {
+        return match oz0_linux::launch::plan_only(&spec, &node_exe, &run_dir, &Default::default()) {
             Ok(plan) => {
                 let env_names: Vec<&str> = plan.env.iter().map(|(n, _)| n.as_str()).collect();
                 let doc = json!({
@@ -230,23 +227,62 @@ pub fn run(args: RunArgs) -> i32 {
         Ok(b) => b,
         Err(e) => return refuse(e),
     };
+    let job_mode = if spec.limits.needs_job() {
+        let probed = oz0_jobs::probe_mode(&oz0_jobs::ProbeOptions {
+            cgroup_root: args.cgroup_root.clone(),
+            version: None,
+        });
+        if let oz0_jobs::JobMode::Unavailable { reason, fix } = &probed.mode {
+            return refuse(format!(
+                "--memory/--processes/--cpu-seconds need a job (cgroup) this user can make: {reason} — {fix}"
+            ));
+        }
+        // Job folders of runs whose node died are removed before a new one is made.
+        let _ = oz0_jobs::cleanup_stale(&probed.mode);
+        Some(probed.mode)
+    } else {
+        None
+    };
+    let proxy = if spec.egress.is_enabled() {
+        match oz0_egress::Proxy::start(oz0_egress::ProxyConfig::default()) {
+            Ok(p) => Some(p),
+            Err(e) => return refuse(format!("the egress proxy could not start: {e}")),
+        }
+    } else {
+        None
+    };
     let opts = LaunchOptions {
         bwrap,
         node_exe,
         cancel: cancel_pipe(),
         scratch: None,
+        proxy: proxy.as_ref(),
+        jobs: job_mode.as_ref(),
+        extras: Default::default(),
     };
     let result = oz0_linux::launch::run(&spec, opts);
+    if let Some(p) = proxy {
+        p.shutdown();
+    }
     let (code, doc) = match &result {
         Ok(o) => {
             if let Ended::NotExecuted { reason } = &o.ended {
                 eprintln!("oz0-node: {reason}");
             }
-            if o.ended == Ended::Timeout {
-                eprintln!(
+            match o.ended {
+                Ended::Timeout => eprintln!(
                     "oz0-node: the run reached its --timeout of {}s and was killed",
                     spec.limits.timeout_seconds.unwrap_or(0)
-                );
+                ),
+                Ended::CpuTime => eprintln!(
+                    "oz0-node: the run used up its --cpu-seconds of {}s and was killed",
+                    spec.limits.cpu_seconds.unwrap_or(0)
+                ),
+                _ => {}
+            }
+            if o.job.as_ref().and_then(|j| j.outcome.limit_hit) == Some(oz0_jobs::LimitHit::Memory)
+            {
+                eprintln!("oz0-node: the run reached its --memory limit; the kernel killed processes of the run");
             }
             (o.exit_code, outcome_doc(o))
         }
