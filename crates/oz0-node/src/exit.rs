@@ -10,7 +10,9 @@ pub enum Exit {
     CheckFailed = 1,
     /// The command line was wrong (also clap's own usage errors).
     Usage = 2,
-    /// `--timeout` was reached; the run was killed.
+    /// `--timeout` was reached; the run was killed (set by the launcher,
+    /// `oz0_linux::launch::EXIT_TIMEOUT`).
+    #[allow(dead_code)]
     Timeout = 124,
     /// The sandbox refused the run or could not start it: the command never ran.
     Sandbox = 125,
