@@ -49,6 +49,18 @@ pub struct LaunchOptions<'a> {
     pub jobs: Option<&'a oz0_jobs::JobMode>,
     /// Seccomp profile, devices: what the launcher adds to the spec.
     pub extras: plan::Extras,
+    /// Where the command's stdin and stdout go.
+    pub stdio: StdioMode,
+}
+
+/// The command's stdin and stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StdioMode {
+    /// The caller's (MCP over stdio, interactive use).
+    #[default]
+    Inherit,
+    /// `/dev/null` both (the self-test's runs).
+    Null,
 }
 
 /// The status of a run killed at its `--timeout` (as `timeout(1)` uses).
@@ -411,8 +423,14 @@ fn execute(
     let mut cmd = Command::new(&opts.bwrap);
     cmd.env_clear()
         .args(Plan::bwrap_command())
-        .stdin(Stdio::inherit())
-        .stdout(Stdio::inherit())
+        .stdin(match opts.stdio {
+            StdioMode::Inherit => Stdio::inherit(),
+            StdioMode::Null => Stdio::null(),
+        })
+        .stdout(match opts.stdio {
+            StdioMode::Inherit => Stdio::inherit(),
+            StdioMode::Null => Stdio::null(),
+        })
         .stderr(Stdio::from(capture_w));
     setup.install(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| {
@@ -539,7 +557,8 @@ fn execute(
         exit_code,
         duration_ms: started.elapsed().as_millis() as u64,
         landlock: report.landlock,
-        namespaces: plan::NAMESPACES
+        namespaces: plan
+            .namespaces
             .iter()
             .map(|s| s.trim_start_matches("--unshare-"))
             .collect(),

@@ -19,4 +19,4 @@ pub mod seccomp;
 pub mod stage;
 pub mod userns;
 
-pub use launch::{run, Ended, LaunchOptions, RunOutcome, SandboxError};
+pub use launch::{run, Ended, LaunchOptions, RunOutcome, SandboxError, StdioMode};

@@ -201,6 +201,25 @@ pub struct Extras {
     pub devices: Vec<AbsPath>,
     /// The run's egress proxy socket on the host, mounted at [`EGRESS_SOCKET_INSIDE`].
     pub egress_socket: Option<AbsPath>,
+    /// A deliberate weakness, for the self-test's own failure tests only.
+    pub fault: Option<Fault>,
+}
+
+/// A deliberate weakness of one run. **It weakens the sandbox.** Only the
+/// self-test injects one, into its own runs, to prove that its checks can
+/// fail; a self-test with a fault injected never reports a tier above 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Share the host's pid namespace (background processes survive).
+    SharePid,
+    /// Share the host's network namespace.
+    ShareNet,
+    /// Bind this host folder (e.g. the data directory) into the run.
+    Expose(AbsPath),
+    /// Do not hold protected paths.
+    NoProtectedPaths,
+    /// Pass this node variable to the command.
+    LeakEnv(String, String),
 }
 
 impl Default for Extras {
@@ -209,6 +228,7 @@ impl Default for Extras {
             profile: Profile::Default,
             devices: Vec::new(),
             egress_socket: None,
+            fault: None,
         }
     }
 }
@@ -219,6 +239,8 @@ pub const EGRESS_SOCKET_INSIDE: &str = "/oz0/egress.sock";
 /// The whole plan for one run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
+    /// Namespace flags (always [`NAMESPACES`] unless a self-test fault).
+    pub namespaces: Vec<&'static str>,
     /// Mount operations, in order.
     pub mounts: Vec<Mount>,
     /// Protected paths and how each is held.
@@ -390,8 +412,16 @@ pub fn plan(
         protected: &mut protected,
         placeholders: &mut placeholders,
     };
-    for facts in &host.protected {
-        holder.root(facts)?;
+    if extras.fault != Some(Fault::NoProtectedPaths) {
+        for facts in &host.protected {
+            holder.root(facts)?;
+        }
+    }
+    if let Some(Fault::Expose(p)) = &extras.fault {
+        user.push(Mount::RoBind {
+            src: p.clone(),
+            dest: p.clone(),
+        });
     }
     for w in &spec.write {
         if protected
@@ -416,8 +446,21 @@ pub fn plan(
     }
     env.push(("HOME".into(), TMP_INSIDE.into()));
     env.push(("TMPDIR".into(), TMP_INSIDE.into()));
+    if let Some(Fault::LeakEnv(n, v)) = &extras.fault {
+        env.push((n.clone(), v.clone()));
+    }
+    let namespaces = NAMESPACES
+        .iter()
+        .copied()
+        .filter(|n| match extras.fault {
+            Some(Fault::SharePid) => *n != "--unshare-pid",
+            Some(Fault::ShareNet) => *n != "--unshare-net",
+            _ => true,
+        })
+        .collect();
 
     Ok(Plan {
+        namespaces,
         mounts,
         protected,
         placeholders,
@@ -507,7 +550,7 @@ impl Plan {
     /// command, which bubblewrap takes only from its real command line, is
     /// [`Plan::bwrap_command`].
     pub fn bwrap_args(&self) -> Vec<String> {
-        let mut a: Vec<String> = NAMESPACES.iter().map(|s| s.to_string()).collect();
+        let mut a: Vec<String> = self.namespaces.iter().map(|s| s.to_string()).collect();
         for s in [
             "--disable-userns",
             "--die-with-parent",

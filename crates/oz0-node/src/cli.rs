@@ -26,6 +26,19 @@ enum Top {
     /// One-time machine setup that needs root.
     #[command(subcommand)]
     Setup(SetupCmd),
+    /// The node daemon: probe, self-test, publish facts, stay up.
+    ///
+    /// Creates its data directory (mode 0700) and node key on first start,
+    /// probes the machine, runs the eight-property self-test once, logs each
+    /// check, writes <data-dir>/facts.json, and reports tier 1 only when the
+    /// self-test passed (tier 0 with the failed property otherwise). SIGTERM
+    /// or SIGINT stop it cleanly.
+    Run(crate::node::NodeArgs),
+    /// Print this node's facts (from <data-dir>/facts.json, written by `run`).
+    ///
+    /// --format nfd prints a Kubernetes Node Feature Discovery local feature
+    /// file (features.d); --format kv plain key=value lines.
+    Facts(crate::node::FactsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -75,6 +88,14 @@ enum SandboxCmd {
     ///   oz0-node sandbox run --work "$PWD" --env LANG=C.UTF-8 -- make test
     #[command(verbatim_doc_comment)]
     Run(RunArgs),
+    /// Probe this machine: which tier it can have, the facts, and the fix.
+    ///
+    /// Asks the system (is bubblewrap there and can it create a user
+    /// namespace, seccomp, Landlock ABI, which cgroup mode can enforce job
+    /// limits, /dev/kvm), never a version number. Changes nothing and needs
+    /// no root. With --self-test, proves tier 1 by running the eight-property
+    /// self-test through the real sandbox (exit 0 only when all eight hold).
+    Check(crate::check::CheckArgs),
     /// Report what this process can see and do (for use inside a sandbox).
     ///
     /// Prints one JSON object: capabilities, no_new_privs, seccomp mode, the
@@ -160,6 +181,9 @@ pub fn main() -> i32 {
     match cli.cmd {
         Top::Sandbox(SandboxCmd::Run(a)) => crate::run::run(a),
         Top::Sandbox(SandboxCmd::Probe(a)) => crate::probe::main(a),
+        Top::Sandbox(SandboxCmd::Check(a)) => crate::check::main(a),
+        Top::Run(a) => crate::node::run(a),
+        Top::Facts(a) => crate::node::facts(a),
         Top::Setup(SetupCmd::Cgroups { user, mode, json }) => setup_cgroups(&user, &mode, json),
     }
 }

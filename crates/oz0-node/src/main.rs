@@ -4,8 +4,10 @@
 //! probe, so that there is one file to pin, verify and ship. Only `main`
 //! exits; every status is documented in [`exit::Exit`] and the README.
 
+mod check;
 mod cli;
 mod exit;
+mod node;
 mod probe;
 mod run;
 

@@ -259,6 +259,7 @@ pub fn run(args: RunArgs) -> i32 {
         proxy: proxy.as_ref(),
         jobs: job_mode.as_ref(),
         extras: Default::default(),
+        stdio: oz0_linux::StdioMode::Inherit,
     };
     let result = oz0_linux::launch::run(&spec, opts);
     if let Some(p) = proxy {

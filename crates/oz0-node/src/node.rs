@@ -1,0 +1,294 @@
+//! `oz0-node run` (the node daemon's start) and `oz0-node facts`.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use oz0_policy::facts::{Microvm, MicrovmReason, NodeFacts};
+use oz0_selftest::facts::{self, SandboxMode};
+
+use crate::exit::Exit;
+
+/// `run` flags.
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    /// auto: the strongest wall this machine proves; none: tier 0, no
+    /// sandbox (work runs with the node's own permissions); psec: Windows only.
+    #[arg(long, value_enum, default_value_t = Sandbox::Auto)]
+    pub sandbox: Sandbox,
+    /// The node's data directory [default: $XDG_DATA_HOME/oz0-node or ~/.local/share/oz0-node].
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Where run jobs (cgroups) are made [default: probed].
+    #[arg(long = "cgroup-root", value_name = "DIR")]
+    pub cgroup_root: Option<PathBuf>,
+    /// The bubblewrap binary [default: bwrap on PATH, then /usr/bin/bwrap].
+    #[arg(long, value_name = "PATH")]
+    pub bwrap: Option<PathBuf>,
+    /// Start, publish the facts, and exit instead of staying up.
+    #[arg(long)]
+    pub once: bool,
+}
+
+/// `--sandbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Sandbox {
+    /// The strongest wall the machine proves.
+    Auto,
+    /// No sandbox (tier 0).
+    None,
+    /// Windows 11's PSEC (Windows only).
+    Psec,
+}
+
+/// `facts` flags.
+#[derive(Debug, Args)]
+pub struct FactsArgs {
+    /// json (the document), nfd (Node Feature Discovery features.d file), kv (key=value lines).
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    pub format: Format,
+    /// The node's data directory.
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// `facts --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// The facts document.
+    Json,
+    /// Kubernetes Node Feature Discovery local feature file.
+    Nfd,
+    /// key=value lines.
+    Kv,
+}
+
+/// The label prefix in NFD feature files.
+pub const NFD_PREFIX: &str = "oz0.dev/";
+
+fn log(msg: &str) {
+    eprintln!("oz0-node: {msg}");
+}
+
+/// Makes the data directory private, creating it if needed. A directory
+/// others can read is made private again, with a warning.
+pub fn prepare_data_dir(d: &Path) -> Result<(), String> {
+    match fs::symlink_metadata(d) {
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(format!(
+                "--data-dir {} is a symbolic link: name the real folder",
+                d.display()
+            ))
+        }
+        Ok(m) if !m.is_dir() => {
+            return Err(format!(
+                "--data-dir {} is not a folder: name a folder (it is created if missing)",
+                d.display()
+            ))
+        }
+        Ok(m) => {
+            if m.permissions().mode() & 0o077 != 0 {
+                fs::set_permissions(d, fs::Permissions::from_mode(0o700)).map_err(|e| {
+                    format!(
+                        "--data-dir {} is readable by others and cannot be made private: {e}",
+                        d.display()
+                    )
+                })?;
+                log(&format!(
+                    "warning: the data directory {} was readable by others (mode {:o}); it is now 0700",
+                    d.display(),
+                    m.permissions().mode() & 0o777
+                ));
+            }
+        }
+        Err(_) => fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(d)
+            .map_err(|e| format!("cannot create the data directory {}: {e}", d.display()))?,
+    }
+    let probe = d.join(".oz0-write-test");
+    fs::write(&probe, b"")
+        .and_then(|_| fs::remove_file(&probe))
+        .map_err(|e| format!("the data directory {} is not writable: {e}", d.display()))?;
+    Ok(())
+}
+
+/// Creates the node key on first start (32 bytes from the OS random source,
+/// mode 0600 in a 0700 folder).
+pub fn ensure_key(d: &Path) -> Result<PathBuf, String> {
+    let dir = d.join("identity");
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let key = dir.join("node.key");
+    if key.exists() {
+        return Ok(key);
+    }
+    let mut seed = [0u8; 32];
+    rustix::rand::getrandom(&mut seed, rustix::rand::GetRandomFlags::empty())
+        .map_err(|e| format!("the OS random source failed: {e}"))?;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&key)
+        .map_err(|e| format!("cannot create {}: {e}", key.display()))?;
+    f.write_all(&seed)
+        .map_err(|e| format!("cannot write {}: {e}", key.display()))?;
+    log(&format!("created the node key {}", key.display()));
+    Ok(key)
+}
+
+fn write_facts(d: &Path, f: &NodeFacts) -> Result<PathBuf, String> {
+    let path = d.join("facts.json");
+    let tmp = d.join(".facts.json.tmp");
+    let text = serde_json::to_string_pretty(f).expect("facts serialise") + "\n";
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut h| h.write_all(text.as_bytes()))
+        .and_then(|_| fs::rename(&tmp, &path))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// The microVM state this build can offer on Linux.
+fn microvm_state() -> Microvm {
+    let reason = match std::env::var("OZ0_MICROVM").as_deref() {
+        Ok("off") => MicrovmReason::Off,
+        _ => MicrovmReason::NoVmm,
+    };
+    Microvm {
+        ready: false,
+        reason: Some(reason),
+        pinned: None,
+    }
+}
+
+/// Runs the node daemon's start.
+pub fn run(a: NodeArgs) -> i32 {
+    if a.sandbox == Sandbox::Psec {
+        eprintln!("oz0-node: --sandbox psec is Windows-only (Windows 11's process security environment); on Linux use --sandbox auto");
+        return Exit::Usage.code();
+    }
+    let data_dir = match crate::run::data_dir(a.data_dir.as_deref()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("oz0-node: {e}");
+            return Exit::Usage.code();
+        }
+    };
+    if let Err(e) = prepare_data_dir(&data_dir).and_then(|_| ensure_key(&data_dir)) {
+        eprintln!("oz0-node: {e}");
+        return Exit::CheckFailed.code();
+    }
+    // Signals are taken before anything starts, so a stop is never lost.
+    let stop = match signal_stream() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("oz0-node: cannot watch for signals: {e}");
+            return Exit::CheckFailed.code();
+        }
+    };
+    let mode = match a.sandbox {
+        Sandbox::None => SandboxMode::None,
+        _ => SandboxMode::Auto,
+    };
+    let probe = oz0_selftest::check::probe(a.bwrap.as_deref(), a.cgroup_root.clone());
+    let report = oz0_selftest::check::report(&probe);
+    log(&report.headline);
+    log(&report.facts_line);
+    if let Some(f) = &report.fix {
+        log(f);
+    }
+    let outcome = if mode == SandboxMode::Auto {
+        crate::check::self_test(&probe, &report, Some(data_dir.clone()), None, |l| {
+            log(&crate::check::line_text(l))
+        })
+    } else {
+        log("--sandbox none: no sandbox; work runs with this node's own permissions (tier 0)");
+        None
+    };
+    let facts = facts::assemble(&probe, &report, outcome.as_ref(), mode, microvm_state());
+    if let Some(o) = &outcome {
+        let bw = probe
+            .bwrap
+            .as_ref()
+            .map(|b| b.version.clone())
+            .unwrap_or_default();
+        log(&crate::check::closing(o, &bw));
+    }
+    match write_facts(&data_dir, &facts) {
+        Ok(p) => log(&format!(
+            "facts written to {}: tier proven {}, routed {}",
+            p.display(),
+            facts.tier_proven,
+            facts.tier_routed
+        )),
+        Err(e) => {
+            eprintln!("oz0-node: {e}");
+            return Exit::CheckFailed.code();
+        }
+    }
+    if a.once {
+        return Exit::Ok.code();
+    }
+    log("ready; SIGTERM or SIGINT stops the node");
+    // The seam where work from the edge is taken: until an edge is named,
+    // the node only holds its facts.
+    let mut buf = [0u8; 1];
+    let _ = std::io::Read::read(&mut &stop, &mut buf);
+    log("stopping");
+    Exit::Ok.code()
+}
+
+fn signal_stream() -> std::io::Result<std::os::unix::net::UnixStream> {
+    let (r, w) = std::os::unix::net::UnixStream::pair()?;
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::low_level::pipe::register(sig, w.try_clone()?)?;
+    }
+    Ok(r)
+}
+
+/// Prints the facts.
+pub fn facts(a: FactsArgs) -> i32 {
+    let data_dir = match crate::run::data_dir(a.data_dir.as_deref()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("oz0-node: {e}");
+            return Exit::Usage.code();
+        }
+    };
+    let path = data_dir.join("facts.json");
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("oz0-node: cannot read {}: {e}: start the node once (`oz0-node run --once`) to write them", path.display());
+            return Exit::CheckFailed.code();
+        }
+    };
+    let f: NodeFacts = match serde_json::from_str(&text) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!(
+                "oz0-node: {} is not a facts document of this version: {e}",
+                path.display()
+            );
+            return Exit::CheckFailed.code();
+        }
+    };
+    match a.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&f).expect("serialises")),
+        Format::Nfd => print!("{}", facts::label_lines(&f, NFD_PREFIX)),
+        Format::Kv => print!("{}", facts::label_lines(&f, "")),
+    }
+    Exit::Ok.code()
+}

@@ -1,0 +1,16 @@
+//! `oz0-selftest` owns what a Linux node says about its wall:
+//! [`check`] asks the system what it has (never a version number) and decides
+//! the tier and the fix; [`selftest`] proves tier 1 by checking the eight
+//! properties of DESIGN §5 through the real `sandbox run` machinery; [`facts`]
+//! assembles what the node reports.
+//!
+//! Threat model: the self-test is the node's only evidence for the tier it
+//! reports, so each check must be able to fail. Every check runs real
+//! sandboxes on this machine, connects only to listeners it opened on
+//! loopback, and works in a temporary folder it removes. Faults can be
+//! injected (to prove that a check fails); a self-test with a fault injected
+//! never reports a tier above 0.
+
+pub mod check;
+pub mod facts;
+pub mod selftest;
