@@ -1,0 +1,62 @@
+//! The edge: the control plane that decides where work runs.
+//!
+//! It owns the node registry (each node's ed25519 public key, under one
+//! tenant), signed fact reports, the edge's *sanitized* view of each node's
+//! facts, routing by the tier a node **proved** (per-tier queues, label
+//! matching, leases with expiry), the operator API behind `oz0 node show` and
+//! `oz0 node list`, the server-rendered Nodes page, and [`client`], the library
+//! a node daemon uses to talk to it.
+//!
+//! # Threat model
+//!
+//! - **Nodes are not trusted for words.** A node may be compromised or simply
+//!   wrong. Everything it sends is parsed into [`oz0_policy::facts::NodeFacts`]
+//!   (unknown fields refused), then [`sanitize`]d: a build, a version, a
+//!   contract, a label or a name is kept only when it matches a strict pattern
+//!   or a closed set, and anything else is dropped and counted. Fixes are
+//!   worded by the edge from the fix *kind*. No node-supplied prose reaches a
+//!   page, the API or a log verbatim; the Nodes page escapes every value anyway
+//!   and forbids scripts by its Content-Security-Policy.
+//! - **The edge enforces the routing rule itself.** A node's routed tier is
+//!   recomputed from its facts: tier 0 unless its self-test passed; Windows
+//!   (PSEC, a preview) is routed at tier 0 whatever it claims; tier 2 needs a
+//!   booted microVM. A node routed at tier 0 cannot poll the tier-1 queue.
+//! - **Reports are authenticated.** Every node request is signed with the
+//!   node's key over (method, path, node id, timestamp, nonce, body); forged
+//!   signatures, unknown nodes, timestamps outside the skew window and
+//!   replayed nonces are refused. Registration additionally needs the
+//!   tenant's enrolment token. Tokens are compared as SHA-256 digests in
+//!   constant time and never logged.
+//! - **Work is never run twice at once.** A job is handed out under a lease;
+//!   it is handed again only after that lease expired, and the old holder's
+//!   renewals and completion are refused from then on. The client computes a
+//!   local deadline that is never later than the edge's.
+//! - **Out of scope here:** transport confidentiality (run the edge behind a
+//!   TLS terminator; node requests are signed, but the edge's answers are
+//!   not), and a malicious database.
+
+#[cfg(feature = "server")]
+pub mod api;
+pub mod auth;
+pub mod client;
+mod http;
+#[cfg(feature = "server")]
+pub mod page;
+pub mod routing;
+pub mod sanitize;
+#[cfg(feature = "server")]
+pub mod store;
+pub mod time;
+pub mod wire;
+
+#[cfg(feature = "server")]
+pub use api::{serve, Edge, EdgeConfig};
+#[cfg(feature = "server")]
+pub use store::Store;
+
+/// Largest request body the edge reads (a facts report, a job, a poll).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Largest facts report, signed body included.
+pub const MAX_REPORT_BYTES: usize = 16 * 1024;
+/// Largest job payload, as JSON text.
+pub const MAX_PAYLOAD_BYTES: usize = 32 * 1024;

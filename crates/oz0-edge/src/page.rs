@@ -1,0 +1,84 @@
+//! The Nodes page: server-rendered HTML, every value escaped, no script.
+//!
+//! Only edge-worded text and pattern-checked values reach this page (see
+//! [`crate::sanitize`]); it escapes them all anyway, and the edge serves it
+//! with a Content-Security-Policy that allows no script at all.
+
+use crate::wire::NodeView;
+use crate::time::format_utc;
+
+/// Escapes text for HTML element content and quoted attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1b1f24}\
+h1{font-size:20px;margin:0 0 4px}p.sub{color:#57606a;margin:0 0 16px}\
+table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #d0d7de;padding:6px 8px;text-align:left;vertical-align:top}\
+th{background:#f6f8fa;font-weight:600}td.t1{color:#116329;font-weight:600}td.t0{color:#9a6700;font-weight:600}\
+small{color:#57606a}code{font-family:ui-monospace,monospace;font-size:12px}";
+
+/// Renders the page.
+pub fn render_nodes(nodes: &[NodeView], tenant: Option<&str>, now_ms: i64) -> String {
+    let mut h = String::with_capacity(4096 + nodes.len() * 800);
+    h.push_str("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Nodes · oz0 edge</title><style>");
+    h.push_str(STYLE);
+    h.push_str("</style></head><body><h1>Nodes</h1><p class=\"sub\">");
+    match tenant {
+        Some(t) => h.push_str(&format!("Tenant {} · ", escape(t))),
+        None => h.push_str("All tenants · "),
+    }
+    let routed1 = nodes.iter().filter(|n| n.tier_routed >= 1).count();
+    h.push_str(&format!(
+        "{} node(s), {} routed at tier 1 or higher · {}</p>",
+        nodes.len(),
+        routed1,
+        escape(&format_utc(now_ms))
+    ));
+    h.push_str("<table><thead><tr><th>Node</th><th>Tenant</th><th>Platform</th><th>Tier</th><th>Mechanism</th><th>Fix</th><th>MicroVMs</th><th>Last report</th></tr></thead><tbody>");
+    for n in nodes {
+        let class = if n.tier_routed >= 1 { "t1" } else { "t0" };
+        let name = n.name.as_deref().map(|s| format!("{}<br>", escape(s))).unwrap_or_default();
+        let note = n.routed_note.as_deref().map(|s| format!("<br><small>{}</small>", escape(s))).unwrap_or_default();
+        let dropped = if n.dropped_last > 0 {
+            format!("<br><small>{} field(s) dropped from this report</small>", n.dropped_last)
+        } else {
+            String::new()
+        };
+        h.push_str(&format!(
+            "<tr><td>{name}<code>{}</code></td><td>{}</td><td>{}</td><td class=\"{class}\">{}{note}</td><td>{}</td><td>{}</td><td>MicroVMs: {}</td><td>{}{dropped}</td></tr>",
+            escape(&n.id),
+            escape(&n.tenant),
+            escape(&n.platform_line),
+            escape(&n.tier_line),
+            escape(&n.mechanism_line),
+            escape(n.fix.as_deref().unwrap_or("none")),
+            escape(&n.microvm_line),
+            escape(n.last_report.as_deref().unwrap_or("never")),
+        ));
+    }
+    h.push_str("</tbody></table></body></html>\n");
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup_and_controls() {
+        assert_eq!(escape("<script>alert('x')</script>&\"\u{7}"), "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;\u{fffd}");
+    }
+}

@@ -1,0 +1,192 @@
+//! The API's request and response bodies, shared by the edge and its clients.
+
+use serde::{Deserialize, Serialize};
+
+use crate::sanitize::Sanitized;
+
+/// An API error: a status, a stable code and the edge's reason.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    #[serde(skip, default = "default_status")]
+    pub status: u16,
+    /// Stable code (`no_eligible_node`, `tier_not_routed`, `lease_lost`, …).
+    pub error: String,
+    /// Why, in the edge's words.
+    pub reason: String,
+}
+
+pub(crate) fn default_status() -> u16 {
+    500
+}
+
+
+/// A registration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
+    /// The tenant.
+    pub tenant: String,
+    /// The node's ed25519 public key (base64url).
+    pub public_key: String,
+    /// A host name for display (dropped unless it matches `^[a-z0-9][a-z0-9.-]{0,62}$`).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// The answer to a registration.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Registered {
+    /// The node's id.
+    pub node_id: String,
+    /// Its tenant.
+    pub tenant: String,
+}
+
+
+/// How the edge sees one node.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NodeView {
+    /// Id.
+    pub id: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Name, when it matched the host name pattern.
+    pub name: Option<String>,
+    /// Tier proven (as the edge accepts it).
+    pub tier_proven: u8,
+    /// Tier routed (the edge's decision).
+    pub tier_routed: u8,
+    /// `tier 1 proven, routed at 1`.
+    pub tier_line: String,
+    /// `linux x86_64 6.1.0-28-amd64`.
+    pub platform_line: String,
+    /// `bubblewrap 0.8.0, Landlock ABI 7, seccomp, cgroup v2`.
+    pub mechanism_line: String,
+    /// The fix, in the edge's words.
+    pub fix: Option<String>,
+    /// The `MicroVMs` line.
+    pub microvm_line: String,
+    /// Why routed lower than claimed.
+    pub routed_note: Option<String>,
+    /// Last report, Unix ms.
+    pub last_report_ms: Option<i64>,
+    /// Last report, UTC.
+    pub last_report: Option<String>,
+    /// Last request, Unix ms.
+    pub last_seen_ms: i64,
+    /// Fields dropped from the last report.
+    pub dropped_last: i64,
+    /// Fields dropped, all reports.
+    pub dropped_total: i64,
+    /// The sanitized facts.
+    pub facts: Option<Sanitized>,
+}
+
+
+/// A poll of one tier's queue.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PollRequest {
+    /// The queue's tier.
+    pub tier: u8,
+}
+
+/// A job handed out.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LeasedJobView {
+    /// Job id.
+    pub job_id: String,
+    /// The lease's id: renew and complete with it.
+    pub lease_id: String,
+    /// The lease lasts this long from when the edge answered.
+    pub lease_ms: i64,
+    /// Tier.
+    pub tier: u8,
+    /// `internal`, `webhook`, `event` or `chat`.
+    pub origin: String,
+    /// `shell`, `harness` or `tool`.
+    pub kind: String,
+    /// How many times it was handed out, this one included.
+    pub attempt: i64,
+    /// What to run.
+    pub payload: serde_json::Value,
+}
+
+/// The answer to a poll.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PollResponse {
+    /// A job, or none.
+    pub job: Option<LeasedJobView>,
+}
+
+
+/// A lease renewal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenewRequest {
+    /// The lease.
+    pub lease_id: String,
+}
+
+/// The answer to a renewal.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Renewed {
+    /// The lease lasts this long from when the edge answered.
+    pub lease_ms: i64,
+}
+
+
+/// A job's end.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteRequest {
+    /// The lease.
+    pub lease_id: String,
+    /// Whether it succeeded.
+    pub succeeded: bool,
+    /// Its exit status, when it has one.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+}
+
+
+/// A job accepted.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Accepted {
+    /// Its id.
+    pub job_id: String,
+    /// The tier it needs (its queue).
+    pub tier: u8,
+    /// Live nodes that can take it.
+    pub eligible_nodes: i64,
+}
+
+
+/// A job's state, for operators.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct JobView {
+    /// Id.
+    pub job_id: String,
+    /// `queued`, `leased`, `succeeded` or `failed`.
+    pub state: String,
+    /// Tier.
+    pub tier: u8,
+    /// The node holding or having held it.
+    pub node_id: Option<String>,
+    /// Times handed out.
+    pub attempts: i64,
+    /// Exit status.
+    pub exit_code: Option<i64>,
+}
+
+
+/// Query of the node list.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodesQuery {
+    /// Only this tenant.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
