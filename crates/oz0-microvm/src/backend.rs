@@ -1,0 +1,354 @@
+//! The two VMMs and the monitor command each runs inside tier 1.
+//!
+//! Both commands are pure functions of their inputs (golden-tested below):
+//! they name paths and numbers only, never a secret, because the monitor's
+//! command line is visible to other processes of the node's user.
+//!
+//! - **smolvm** (production): `machine create` → `start` → `exec` → `delete`
+//!   in one tier-1 run, so that killing the run takes the VM with it. Its own
+//!   seccomp and Landlock are set to enforce; `--net` is never used.
+//! - **QEMU in software emulation** (tests only, `OZ0_MICROVM_TEST_BACKEND=qemu-tcg`):
+//!   a Debian kernel and busybox initramfs (`scripts/build-test-guest.sh`),
+//!   `-nic none`, `/work` and `/oz0` over 9p, and the `oz0.mux` virtio-serial
+//!   port bound to a unix socket in the VM's folder. It never counts toward
+//!   `isolation.microvm=ready`.
+
+use std::path::{Path, PathBuf};
+
+use crate::pin::Vmm;
+
+/// The variable that selects the test backend.
+pub const TEST_BACKEND_VAR: &str = "OZ0_MICROVM_TEST_BACKEND";
+/// Its one value.
+pub const TEST_BACKEND_QEMU: &str = "qemu-tcg";
+/// Names the folder `scripts/build-test-guest.sh` filled.
+pub const TEST_GUEST_VAR: &str = "OZ0_MICROVM_TEST_GUEST";
+/// Names the QEMU binary (default: `qemu-system-x86_64` on PATH).
+pub const TEST_QEMU_VAR: &str = "OZ0_MICROVM_TEST_QEMU";
+
+/// The node binary inside tier 1 (bound there by the launcher), shared
+/// read-only into the test guest as `/oz0`.
+pub const NODE_DIR_INSIDE: &str = "/oz0";
+
+/// The QEMU test guest: what `build-test-guest.sh` made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestGuest {
+    /// `qemu-system-x86_64`.
+    pub qemu: PathBuf,
+    /// The folder holding `vmlinuz` and `initrd.cpio`.
+    pub dir: PathBuf,
+}
+
+impl TestGuest {
+    /// The kernel.
+    pub fn kernel(&self) -> PathBuf {
+        self.dir.join("vmlinuz")
+    }
+    /// The initramfs.
+    pub fn initrd(&self) -> PathBuf {
+        self.dir.join("initrd.cpio")
+    }
+}
+
+/// Which VMM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// smolvm on KVM.
+    Smolvm(Vmm),
+    /// QEMU/TCG, for tests.
+    QemuTcg(TestGuest),
+}
+
+impl Backend {
+    /// For reports: backend and acceleration.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Backend::Smolvm(_) => "smolvm (libkrun, KVM)",
+            Backend::QemuTcg(_) => "qemu (software emulation, TCG; test backend)",
+        }
+    }
+}
+
+/// What the monitor is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MonitorInput<'a> {
+    /// The shared work folder (host path; the same path inside tier 1).
+    pub work: &'a Path,
+    /// The VM's `vmm/` folder.
+    pub vmm_dir: &'a Path,
+    /// Memory, MiB.
+    pub memory_mib: u32,
+    /// Whole vCPUs.
+    pub cpus: u32,
+}
+
+/// The QEMU command inside tier 1.
+pub fn qemu_argv(g: &TestGuest, m: &MonitorInput<'_>) -> Vec<String> {
+    let p = |x: &Path| x.display().to_string();
+    let vmm = |n: &str| p(&m.vmm_dir.join(n));
+    let mut a: Vec<String> = vec![p(&g.qemu)];
+    let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
+    push(&["-nodefaults", "-no-user-config", "-no-reboot"]);
+    push(&["-machine", "pc,accel=tcg", "-cpu", "max"]);
+    push(&["-display", "none", "-vga", "none", "-monitor", "none"]);
+    // No network device at all.
+    push(&["-nic", "none"]);
+    // QEMU's own seccomp filter on top of tier 1's.
+    push(&[
+        "-sandbox",
+        "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+    ]);
+    let mem = m.memory_mib.to_string();
+    let cpus = m.cpus.to_string();
+    push(&["-m", &mem, "-smp", &cpus]);
+    let (kernel, initrd) = (p(&g.kernel()), p(&g.initrd()));
+    push(&["-kernel", &kernel, "-initrd", &initrd]);
+    push(&[
+        "-append",
+        "console=ttyS0 panic=-1 loglevel=4 rdinit=/init tsc=reliable no_timer_check",
+    ]);
+    let console = format!("file,id=con,path={}", vmm("console.log"));
+    push(&["-chardev", &console, "-serial", "chardev:con"]);
+    let mux = format!("socket,id=mux,path={}", vmm("mux.sock"));
+    push(&["-device", "virtio-serial-pci,id=vs"]);
+    push(&["-chardev", &mux]);
+    push(&[
+        "-device",
+        &format!(
+            "virtserialport,bus=vs.0,chardev=mux,name={}",
+            crate::guest::PORT_NAME
+        ),
+    ]);
+    let work = format!("local,id=work,path={},security_model=none", p(m.work));
+    push(&[
+        "-fsdev",
+        &work,
+        "-device",
+        "virtio-9p-pci,fsdev=work,mount_tag=work",
+    ]);
+    let node = format!("local,id=oz0,path={NODE_DIR_INSIDE},security_model=none,readonly=on");
+    push(&[
+        "-fsdev",
+        &node,
+        "-device",
+        "virtio-9p-pci,fsdev=oz0,mount_tag=oz0",
+    ]);
+    a
+}
+
+/// One smolvm run: everything the script needs, none of it secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SmolvmRun<'a> {
+    /// The monitor's input.
+    pub m: MonitorInput<'a>,
+    /// The VM's name.
+    pub name: String,
+    /// `--image`.
+    pub image: Option<&'a str>,
+    /// Guest uid and gid.
+    pub uid: u32,
+    /// Guest gid.
+    pub gid: u32,
+    /// The names of the server's variables; each value is in a file
+    /// `vmm/env/<NAME>` (0600) that smolvm reads (`--secret-file`).
+    pub env_names: Vec<&'a str>,
+    /// The server's command.
+    pub command: &'a [String],
+    /// Where smolvm's stderr goes (the probe reads it), or the caller's.
+    pub log: Option<PathBuf>,
+    /// Keep stdin open (`-i`): the server's MCP input.
+    pub interactive: bool,
+}
+
+/// The monitor's argv for smolvm: `/bin/sh -c` with a script whose
+/// arguments are the three smolvm command lines, separated by `--oz0--`.
+pub fn smolvm_argv(vmm: &Vmm, r: &SmolvmRun<'_>) -> Vec<String> {
+    let cli = vmm.cli.display().to_string();
+    let mut create = vec![
+        "machine".to_string(),
+        "create".into(),
+        "--name".into(),
+        r.name.clone(),
+        "-v".into(),
+        format!("{}:/work", r.m.work.display()),
+        "--cpus".into(),
+        r.m.cpus.to_string(),
+        "--mem".into(),
+        r.m.memory_mib.to_string(),
+    ];
+    if let Some(i) = r.image {
+        create.push("--image".into());
+        create.push(i.to_string());
+    }
+    let start = vec![
+        "machine".to_string(),
+        "start".into(),
+        "--name".into(),
+        r.name.clone(),
+    ];
+    let mut exec = vec![
+        "machine".to_string(),
+        "exec".into(),
+        "--name".into(),
+        r.name.clone(),
+        "-u".into(),
+        format!("{}:{}", r.uid, r.gid),
+        "-w".into(),
+        "/work".into(),
+        "-e".into(),
+        "HOME=/tmp".into(),
+        "-e".into(),
+        "TMPDIR=/tmp".into(),
+    ];
+    if r.interactive {
+        exec.push("-i".into());
+    }
+    for n in &r.env_names {
+        exec.push("--secret-file".into());
+        exec.push(format!("{n}={}", r.m.vmm_dir.join("env").join(n).display()));
+    }
+    exec.push("--".into());
+    exec.extend(r.command.iter().cloned());
+    let delete = vec![
+        "machine".to_string(),
+        "delete".into(),
+        "--name".into(),
+        r.name.clone(),
+        "-f".into(),
+    ];
+    let log = r
+        .log
+        .as_ref()
+        .map(|l| l.display().to_string())
+        .unwrap_or_else(|| "/dev/stderr".into());
+    // The script splits its arguments at `--oz0--` into the three command
+    // lines; nothing is interpolated into its text.
+    let script = r#"cli=$1; log=$2; shift 2
+a=""; b=""; c=""; d=""; part=1
+for x in "$@"; do
+  if [ "$x" = "--oz0--" ]; then part=$((part+1)); continue; fi
+  case $part in
+    1) a="$a$(printf '%s\037' "$x")";; 2) b="$b$(printf '%s\037' "$x")";;
+    3) c="$c$(printf '%s\037' "$x")";; 4) d="$d$(printf '%s\037' "$x")";;
+  esac
+done
+run() { IFS=$(printf '\037'); set -f; set -- $1; unset IFS; "$cli" "$@"; }
+status=0
+run "$a" 2>>"$log" && run "$b" 2>>"$log" || status=$?
+if [ "$status" = 0 ]; then run "$c"; status=$?; fi
+run "$d" >/dev/null 2>>"$log"
+exit $status"#;
+    let mut argv = vec![
+        "/bin/sh".to_string(),
+        "-c".into(),
+        script.into(),
+        "oz0-smolvm".into(),
+        cli,
+        log,
+    ];
+    for (i, part) in [create, start, exec, delete].into_iter().enumerate() {
+        if i > 0 {
+            argv.push("--oz0--".into());
+        }
+        argv.extend(part);
+    }
+    argv
+}
+
+/// smolvm's own variables: its libraries, its agent, its data under the
+/// VM's folder, and its seccomp and Landlock set to enforce.
+pub fn smolvm_env(vmm: &Vmm, vmm_dir: &Path) -> Vec<(String, String)> {
+    let d = vmm_dir.display().to_string();
+    let mut env = vec![
+        ("SMOLVM_LIB_DIR".to_string(), vmm.dir.display().to_string()),
+        ("SMOLVM_SECCOMP".into(), "enforce".into()),
+        ("SMOLVM_LANDLOCK".into(), "enforce".into()),
+        ("XDG_DATA_HOME".into(), format!("{d}/data")),
+        ("XDG_CACHE_HOME".into(), format!("{d}/cache")),
+        ("XDG_CONFIG_HOME".into(), format!("{d}/config")),
+        ("XDG_RUNTIME_DIR".into(), format!("{d}/run")),
+    ];
+    if let Some((_, p)) = vmm
+        .files
+        .iter()
+        .find(|(r, _)| *r == crate::pin::Role::AgentRootfs)
+    {
+        env.push(("SMOLVM_AGENT_ROOTFS".into(), p.display().to_string()));
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qemu_command_has_no_network_and_one_shared_work_folder() {
+        let g = TestGuest {
+            qemu: "/usr/bin/qemu-system-x86_64".into(),
+            dir: "/g".into(),
+        };
+        let m = MonitorInput {
+            work: Path::new("/w"),
+            vmm_dir: Path::new("/tmp/oz0-vm-1-2/vmm"),
+            memory_mib: 256,
+            cpus: 1,
+        };
+        let a = qemu_argv(&g, &m);
+        let s = a.join(" ");
+        assert!(s.contains("-nic none") && s.contains("-nodefaults"), "{s}");
+        assert!(!s.contains("-netdev") && !s.contains("virtio-net"), "{s}");
+        assert_eq!(a.iter().filter(|x| x.starts_with("local,")).count(), 2);
+        assert!(s.contains("local,id=work,path=/w,security_model=none "));
+        assert!(s.contains("path=/oz0,security_model=none,readonly=on"));
+        assert!(s.contains("socket,id=mux,path=/tmp/oz0-vm-1-2/vmm/mux.sock"));
+        assert!(s.contains("name=oz0.mux"));
+        assert!(s.contains("-m 256 -smp 1"));
+    }
+
+    #[test]
+    fn smolvm_script_never_uses_net_and_carries_no_secret_value() {
+        let vmm = Vmm {
+            dir: "/opt/smolvm".into(),
+            cli: "/opt/smolvm/smol-vmm".into(),
+            files: vec![(
+                crate::pin::Role::AgentRootfs,
+                "/opt/smolvm/agent-rootfs.tar".into(),
+            )],
+            pinned: true,
+            warning: None,
+        };
+        let cmd = vec!["/app/server".to_string(), "--stdio".into()];
+        let r = SmolvmRun {
+            m: MonitorInput {
+                work: Path::new("/w"),
+                vmm_dir: Path::new("/tmp/oz0-vm-a-b/vmm"),
+                memory_mib: 512,
+                cpus: 2,
+            },
+            name: "oz0-a".into(),
+            image: Some("oci:x"),
+            uid: 1000,
+            gid: 1000,
+            env_names: vec!["ACME_TOKEN"],
+            command: &cmd,
+            log: None,
+            interactive: true,
+        };
+        let a = smolvm_argv(&vmm, &r);
+        assert!(!a.iter().any(|x| x == "--net"));
+        let s = a[3..].join(" ");
+        assert_eq!(
+            s,
+            "oz0-smolvm /opt/smolvm/smol-vmm /dev/stderr \
+machine create --name oz0-a -v /w:/work --cpus 2 --mem 512 --image oci:x --oz0-- \
+machine start --name oz0-a --oz0-- \
+machine exec --name oz0-a -u 1000:1000 -w /work -e HOME=/tmp -e TMPDIR=/tmp -i \
+--secret-file ACME_TOKEN=/tmp/oz0-vm-a-b/vmm/env/ACME_TOKEN -- /app/server --stdio --oz0-- \
+machine delete --name oz0-a -f"
+        );
+        let env = smolvm_env(&vmm, Path::new("/tmp/oz0-vm-a-b/vmm"));
+        assert!(env.contains(&("SMOLVM_SECCOMP".into(), "enforce".into())));
+        assert!(env.contains(&("SMOLVM_LANDLOCK".into(), "enforce".into())));
+    }
+}

@@ -1,0 +1,340 @@
+//! Pinning: the node runs only a VMM whose every loaded file has the SHA-256
+//! of a release it pins, unless the operator names the folder explicitly.
+//!
+//! `OZ0_MICROVM` decides: unset — find `smolvm` (or the wheel's `smol-vmm`)
+//! on `PATH` and require the pins; `off` — no microVMs; a path — that folder,
+//! pinned if it matches, otherwise run anyway with `pinned: false` and a
+//! warning. The node never downloads or updates a VMM.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// The variable that names or disables the VMM.
+pub const MICROVM_VAR: &str = "OZ0_MICROVM";
+
+/// The smolvm release this node pins.
+pub const PINNED_RELEASE: &str = "1.24.0";
+
+/// One pinned file: its name in the folder and its SHA-256.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PinnedFile {
+    /// What it is.
+    pub role: Role,
+    /// File name in the VMM's folder.
+    pub name: &'static str,
+    /// Lowercase hex SHA-256.
+    pub sha256: &'static str,
+}
+
+/// What a pinned file is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The smolvm command line.
+    Cli,
+    /// libkrun, the VMM library.
+    Libkrun,
+    /// libkrunfw, the guest kernel.
+    Libkrunfw,
+    /// The guest agent's root file system.
+    AgentRootfs,
+}
+
+/// smolvm 1.24.0 as shipped in the PyPI wheel
+/// `smolmachines-1.24.0-cp39-abi3-manylinux_2_34_x86_64.whl` (folder `smol/`).
+pub const SMOLVM_1_24_0_WHEEL_X86_64: &[PinnedFile] = &[
+    PinnedFile {
+        role: Role::Cli,
+        name: "smol-vmm",
+        sha256: "072676b0bc66e2c9d96b0b6af3091ad4cbda0217becdda966566a36cc0d137b6",
+    },
+    PinnedFile {
+        role: Role::Libkrun,
+        name: "libkrun.so.2",
+        sha256: "616609688ae42d2fadedb3b9f888ec8bc42b8ed1cd06d6f2acdb09d3c0cea4f3",
+    },
+    PinnedFile {
+        role: Role::Libkrunfw,
+        name: "libkrunfw.so.5",
+        sha256: "55551f064c961b51954df4be7103b5c8232d1c8231140afb55ac2e748ec1ceb1",
+    },
+    PinnedFile {
+        role: Role::AgentRootfs,
+        name: "agent-rootfs.tar",
+        sha256: "15daa904b19fb1879d09369f3c4779365e008db3d889c6096dc3a16b3edf682f",
+    },
+];
+
+/// Every layout this build pins.
+pub const PINNED_LAYOUTS: &[&[PinnedFile]] = &[SMOLVM_1_24_0_WHEEL_X86_64];
+
+/// Names the CLI may have in a folder (release tarball, wheel).
+pub const CLI_NAMES: &[&str] = &["smolvm", "smol-vmm"];
+
+/// The VMM the node will use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vmm {
+    /// Its folder.
+    pub dir: PathBuf,
+    /// The CLI.
+    pub cli: PathBuf,
+    /// Each loaded file with its role (paths inside `dir`).
+    pub files: Vec<(Role, PathBuf)>,
+    /// True when every file matched a pinned release.
+    pub pinned: bool,
+    /// Set when `pinned` is false: what differed.
+    pub warning: Option<String>,
+}
+
+/// What `OZ0_MICROVM` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// `off`.
+    Off,
+    /// Unset or empty: search `PATH`, pins required.
+    Search,
+    /// A folder named by the operator.
+    Named(PathBuf),
+}
+
+impl Selection {
+    /// Reads the variable's value.
+    pub fn from_value(v: Option<&str>) -> Selection {
+        match v.map(str::trim) {
+            None | Some("") => Selection::Search,
+            Some("off") => Selection::Off,
+            Some(p) => Selection::Named(PathBuf::from(p)),
+        }
+    }
+}
+
+/// Why no VMM can be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PinError {
+    /// `OZ0_MICROVM=off`.
+    #[error("microVMs are turned off ({MICROVM_VAR}=off)")]
+    Off,
+    /// Nothing found.
+    #[error("no smolvm found on PATH: install smolvm {PINNED_RELEASE} (pip install --require-hashes smolmachines=={PINNED_RELEASE}, or the release tarball) and put it on PATH, or name its folder with {MICROVM_VAR}=/path")]
+    NotFound,
+    /// A named folder lacks a file.
+    #[error("{dir}: no {name} there: name the folder holding smolvm and its libraries ({MICROVM_VAR}=/path)")]
+    Missing {
+        /// The folder.
+        dir: PathBuf,
+        /// The missing file.
+        name: String,
+    },
+    /// Found, but not what we pin.
+    #[error("smolvm is not a release this node pins, so it does not run it: {detail}; install smolvm {PINNED_RELEASE} unmodified, or name its folder with {MICROVM_VAR}=/path to run it unpinned")]
+    Unpinned {
+        /// Which file and how.
+        detail: String,
+    },
+    /// A file could not be read.
+    #[error("{path}: {error}: the node's user must be able to read smolvm's files")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        error: String,
+    },
+}
+
+/// SHA-256 of a file, lowercase hex.
+pub fn sha256_file(path: &Path) -> Result<String, PinError> {
+    let err = |e: std::io::Error| PinError::Read {
+        path: path.to_path_buf(),
+        error: e.to_string(),
+    };
+    let mut f = File::open(path).map_err(err)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf).map_err(err)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Checks the folder `dir` against each pinned layout. `Ok` with the first
+/// layout that matches entirely; `Err(detail)` naming the first mismatch of
+/// the closest layout otherwise.
+fn check_layouts(dir: &Path) -> Result<Result<Vmm, String>, PinError> {
+    let mut best: Option<String> = None;
+    for layout in PINNED_LAYOUTS {
+        let mut files = Vec::new();
+        let mut mismatch = None;
+        for p in layout.iter() {
+            let path = dir.join(p.name);
+            if std::fs::symlink_metadata(&path).is_err() {
+                mismatch = Some(format!("{} is missing", path.display()));
+                break;
+            }
+            let got = sha256_file(&path)?;
+            if got != p.sha256 {
+                mismatch = Some(format!(
+                    "{} has SHA-256 {got}, not the {} of smolvm {PINNED_RELEASE}",
+                    path.display(),
+                    p.sha256
+                ));
+                break;
+            }
+            files.push((p.role, path));
+        }
+        match mismatch {
+            None => {
+                let cli = files
+                    .iter()
+                    .find(|(r, _)| *r == Role::Cli)
+                    .map(|(_, p)| p.clone())
+                    .expect("every layout pins its CLI");
+                return Ok(Ok(Vmm {
+                    dir: dir.to_path_buf(),
+                    cli,
+                    files,
+                    pinned: true,
+                    warning: None,
+                }));
+            }
+            Some(m) => {
+                best.get_or_insert(m);
+            }
+        }
+    }
+    Ok(Err(best.unwrap_or_else(|| "no pinned layout".into())))
+}
+
+/// The files a folder holds that smolvm loads, whatever their hashes.
+fn unpinned_files(dir: &Path) -> Result<Vmm, PinError> {
+    let cli = CLI_NAMES
+        .iter()
+        .map(|n| dir.join(n))
+        .find(|p| p.is_file())
+        .ok_or_else(|| PinError::Missing {
+            dir: dir.to_path_buf(),
+            name: CLI_NAMES.join(" or "),
+        })?;
+    let mut files = vec![(Role::Cli, cli.clone())];
+    for (role, names) in [
+        (Role::Libkrun, &["libkrun.so.2", "libkrun.so"][..]),
+        (Role::Libkrunfw, &["libkrunfw.so.5", "libkrunfw.so"][..]),
+        (Role::AgentRootfs, &["agent-rootfs.tar", "agent-rootfs"][..]),
+    ] {
+        if let Some(p) = names.iter().map(|n| dir.join(n)).find(|p| p.exists()) {
+            files.push((role, p));
+        }
+    }
+    Ok(Vmm {
+        dir: dir.to_path_buf(),
+        cli,
+        files,
+        pinned: false,
+        warning: None,
+    })
+}
+
+/// Finds the VMM: `selection` from `OZ0_MICROVM`, `path_var` the `PATH` to
+/// search. Every file is hashed now; call again before each use.
+pub fn select(selection: &Selection, path_var: Option<&str>) -> Result<Vmm, PinError> {
+    match selection {
+        Selection::Off => Err(PinError::Off),
+        Selection::Named(dir) => match check_layouts(dir)? {
+            Ok(vmm) => Ok(vmm),
+            Err(detail) => {
+                let mut vmm = unpinned_files(dir)?;
+                vmm.warning = Some(format!(
+                    "smolvm in {} is not a release this node pins ({detail}); it runs only because {MICROVM_VAR} names it",
+                    dir.display()
+                ));
+                Ok(vmm)
+            }
+        },
+        Selection::Search => {
+            let found = path_var
+                .unwrap_or("")
+                .split(':')
+                .filter(|d| !d.is_empty())
+                .flat_map(|d| CLI_NAMES.iter().map(move |n| Path::new(d).join(n)))
+                .find(|p| p.is_file())
+                .ok_or(PinError::NotFound)?;
+            // A symlink on PATH (the README's `ln -s`) leads to the folder.
+            let real = std::fs::canonicalize(&found).map_err(|e| PinError::Read {
+                path: found.clone(),
+                error: e.to_string(),
+            })?;
+            let dir = real.parent().unwrap_or(Path::new("/")).to_path_buf();
+            match check_layouts(&dir)? {
+                Ok(vmm) => Ok(vmm),
+                Err(detail) => Err(PinError::Unpinned { detail }),
+            }
+        }
+    }
+}
+
+/// Re-checks a VMM's files just before use: a pinned VMM whose file changed
+/// since it was selected is refused.
+pub fn recheck(vmm: &Vmm) -> Result<(), PinError> {
+    if !vmm.pinned {
+        return Ok(());
+    }
+    match check_layouts(&vmm.dir)? {
+        Ok(_) => Ok(()),
+        Err(detail) => Err(PinError::Unpinned { detail }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection_values() {
+        assert_eq!(Selection::from_value(None), Selection::Search);
+        assert_eq!(Selection::from_value(Some("")), Selection::Search);
+        assert_eq!(Selection::from_value(Some("off")), Selection::Off);
+        assert_eq!(
+            Selection::from_value(Some("/opt/smolvm")),
+            Selection::Named("/opt/smolvm".into())
+        );
+    }
+
+    #[test]
+    fn pins_are_well_formed() {
+        for l in PINNED_LAYOUTS {
+            assert!(l.iter().any(|p| p.role == Role::Cli));
+            for p in l.iter() {
+                assert_eq!(p.sha256.len(), 64);
+                assert!(p
+                    .sha256
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+            }
+        }
+    }
+
+    #[test]
+    fn fake_folder_is_refused_on_path_and_unpinned_when_named() {
+        let d = std::env::temp_dir().join(format!("oz0-pin-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("smolvm"), b"#!/bin/sh\n").unwrap();
+        let e = select(&Selection::Search, d.to_str()).unwrap_err();
+        assert!(matches!(e, PinError::Unpinned { .. }), "{e:?}");
+        assert!(e.to_string().contains("not a release this node pins"));
+        let v = select(&Selection::Named(d.clone()), None).unwrap();
+        assert!(!v.pinned && v.warning.is_some());
+        assert_eq!(
+            select(&Selection::Search, Some("/nonexistent")),
+            Err(PinError::NotFound)
+        );
+        assert_eq!(select(&Selection::Off, None), Err(PinError::Off));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

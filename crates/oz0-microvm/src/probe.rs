@@ -1,0 +1,332 @@
+//! The microVM probe: `ready` only when a test VM booted inside tier 1 and
+//! answered, within a timeout.
+//!
+//! A usable `/dev/kvm` proves nothing (a software KVM module can accept
+//! `KVM_CREATE_VM` and then fail every real guest); only a boot does. The
+//! QEMU test backend is never probed here: it never makes a node
+//! `isolation.microvm=ready`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use oz0_linux::launch::{Ended, LaunchOptions};
+use oz0_linux::seccomp::Profile;
+use oz0_policy::facts::{Microvm, MicrovmReason};
+use oz0_policy::{AbsPath, EnvVar, Limits, RunRequest, RunSpec};
+use serde::Serialize;
+
+use crate::backend::{self, MonitorInput, SmolvmRun};
+use crate::pin::{self, PinError, Selection};
+use crate::vmdir::VmDir;
+
+/// Default time a test VM has to boot and answer.
+pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the probe needs to know.
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    /// From `OZ0_MICROVM`.
+    pub selection: Selection,
+    /// `PATH`, to find smolvm.
+    pub path_var: Option<String>,
+    /// Whether this node has tier 1 (its self-test passed).
+    pub tier1: bool,
+    /// bubblewrap (None: not found, which means no tier 1 either).
+    pub bwrap: Option<PathBuf>,
+    /// The node binary.
+    pub node_exe: PathBuf,
+    /// The node's data directory.
+    pub data_dir: PathBuf,
+    /// The temp dir for the test VM's folder.
+    pub tmp: PathBuf,
+    /// The KVM device (normally `/dev/kvm`).
+    pub kvm: PathBuf,
+    /// How long the test VM has.
+    pub timeout: Duration,
+    /// `std::env::consts::OS`/`ARCH` of this build.
+    pub platform: (&'static str, &'static str),
+}
+
+impl ProbeOptions {
+    /// The node's defaults, from its environment.
+    pub fn from_env(
+        tier1: bool,
+        bwrap: Option<PathBuf>,
+        node_exe: PathBuf,
+        data_dir: PathBuf,
+    ) -> Self {
+        ProbeOptions {
+            selection: Selection::from_value(std::env::var(pin::MICROVM_VAR).ok().as_deref()),
+            path_var: std::env::var("PATH").ok(),
+            tier1,
+            bwrap,
+            node_exe,
+            data_dir,
+            tmp: std::env::temp_dir(),
+            kvm: PathBuf::from(crate::vm::KVM_DEVICE),
+            timeout: DEFAULT_PROBE_TIMEOUT,
+            platform: (std::env::consts::OS, std::env::consts::ARCH),
+        }
+    }
+}
+
+/// The probe's answer: the facts, and the detail for logs.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeReport {
+    /// What the node reports (`facts.microvm`).
+    pub microvm: Microvm,
+    /// One line for the log: what happened, and the fix.
+    pub detail: String,
+    /// A warning (an unpinned VMM named by `OZ0_MICROVM`).
+    pub warning: Option<String>,
+    /// How long the test boot took, when one was tried.
+    pub boot_ms: Option<u64>,
+}
+
+fn no(reason: MicrovmReason, pinned: Option<bool>, detail: impl Into<String>) -> ProbeReport {
+    ProbeReport {
+        microvm: Microvm {
+            ready: false,
+            reason: Some(reason),
+            pinned,
+        },
+        detail: detail.into(),
+        warning: None,
+        boot_ms: None,
+    }
+}
+
+/// Reads the smolvm log for a kernel that refused to make a VM.
+pub fn classify_failure(log: &str) -> MicrovmReason {
+    let l = log.to_ascii_lowercase();
+    if l.contains("kvm_create_vm")
+        || (l.contains("kvm")
+            && l.contains("create")
+            && (l.contains("refused") || l.contains("failed") || l.contains("error")))
+    {
+        MicrovmReason::KvmRefused
+    } else {
+        MicrovmReason::TestVmDidNotBoot
+    }
+}
+
+/// Probes microVM support on this node.
+pub fn probe(o: &ProbeOptions) -> ProbeReport {
+    if o.selection == Selection::Off {
+        return no(
+            MicrovmReason::Off,
+            None,
+            format!("microVMs are turned off ({}=off)", pin::MICROVM_VAR),
+        );
+    }
+    if o.platform != ("linux", "x86_64") {
+        return no(
+            MicrovmReason::Unsupported,
+            None,
+            format!(
+                "this build pins smolvm for linux/x86_64 only, not {}/{}",
+                o.platform.0, o.platform.1
+            ),
+        );
+    }
+    let bwrap = match (&o.bwrap, o.tier1) {
+        (Some(b), true) => b.clone(),
+        _ => {
+            return no(
+                MicrovmReason::NoTier1,
+                None,
+                "no tier 1 on this node, and a VM monitor never runs outside it: fix tier 1 first (sandbox check)",
+            )
+        }
+    };
+    let vmm = match pin::select(&o.selection, o.path_var.as_deref()) {
+        Ok(v) => v,
+        Err(e @ (PinError::NotFound | PinError::Missing { .. })) => {
+            return no(MicrovmReason::NoVmm, None, e.to_string())
+        }
+        Err(e @ PinError::Unpinned { .. }) => {
+            return no(MicrovmReason::Unpinned, Some(false), e.to_string())
+        }
+        Err(e) => return no(MicrovmReason::NoVmm, None, e.to_string()),
+    };
+    let pinned = Some(vmm.pinned);
+    let warning = vmm.warning.clone();
+    let with_warning = |mut r: ProbeReport| {
+        r.warning = warning.clone();
+        r
+    };
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&o.kvm)
+    {
+        Ok(_) => {}
+        Err(e) => {
+            let fix = if e.kind() == std::io::ErrorKind::NotFound {
+                "no hardware virtualisation here, or the kvm module is not loaded"
+            } else {
+                "give the node's user /dev/kvm: sudo usermod -aG kvm <user>, then log in again"
+            };
+            return with_warning(no(
+                MicrovmReason::NoKvmAccess,
+                pinned,
+                format!("{}: {e}: {fix}", o.kvm.display()),
+            ));
+        }
+    }
+    with_warning(boot_smolvm(o, &bwrap, &vmm, pinned))
+}
+
+fn boot_smolvm(
+    o: &ProbeOptions,
+    bwrap: &Path,
+    vmm: &pin::Vmm,
+    pinned: Option<bool>,
+) -> ProbeReport {
+    let fail = |r, d: String| no(r, pinned, d);
+    let vmdir = match VmDir::create(&o.tmp, &o.data_dir) {
+        Ok(d) => d,
+        Err(e) => {
+            return fail(
+                MicrovmReason::TestVmDidNotBoot,
+                format!("the test VM's folder: {e}"),
+            )
+        }
+    };
+    let work = vmdir.dir.join("work");
+    let vmm_dir = vmdir.vmm();
+    if let Err(e) = std::fs::create_dir(&work) {
+        return fail(
+            MicrovmReason::TestVmDidNotBoot,
+            format!("the test VM's folder: {e}"),
+        );
+    }
+    let log = vmm_dir.join("smolvm.log");
+    let cmd = vec!["true".to_string()];
+    let run = SmolvmRun {
+        m: MonitorInput {
+            work: &work,
+            vmm_dir: &vmm_dir,
+            memory_mib: 256,
+            cpus: 1,
+        },
+        name: format!("oz0-probe-{}", vmdir.id),
+        image: None,
+        uid: rustix::process::getuid().as_raw(),
+        gid: rustix::process::getgid().as_raw(),
+        env_names: Vec::new(),
+        command: &cmd,
+        log: Some(log.clone()),
+        interactive: false,
+    };
+    let s = |p: &Path| p.display().to_string();
+    let env: Result<Vec<EnvVar>, _> = backend::smolvm_env(vmm, &vmm_dir)
+        .iter()
+        .map(|(k, v)| EnvVar::new(k, v))
+        .collect();
+    let spec = env.map_err(|e| e.to_string()).and_then(|env| {
+        RunSpec::new(RunRequest {
+            work: s(&work),
+            read: vec![s(&vmm.dir)],
+            write: vec![s(&vmm_dir)],
+            env,
+            allow: Vec::new(),
+            forward: Vec::new(),
+            limits: Limits {
+                timeout_seconds: Some(o.timeout.as_secs().max(1)),
+                ..Limits::default()
+            },
+            data_dir: s(&o.data_dir),
+            command: backend::smolvm_argv(vmm, &run),
+        })
+        .map_err(|e| e.to_string())
+    });
+    let spec = match spec {
+        Ok(s) => s,
+        Err(e) => {
+            return fail(
+                MicrovmReason::NoTier1,
+                format!("tier 1 refused the test VM's monitor: {e}"),
+            )
+        }
+    };
+    let kvm = match AbsPath::from_path(&o.kvm) {
+        Ok(k) => k,
+        Err(e) => return fail(MicrovmReason::NoKvmAccess, e.to_string()),
+    };
+    let started = Instant::now();
+    let r = oz0_linux::launch::run(
+        &spec,
+        LaunchOptions {
+            bwrap: bwrap.to_path_buf(),
+            node_exe: o.node_exe.clone(),
+            cancel: None,
+            scratch: None,
+            proxy: None,
+            jobs: None,
+            extras: oz0_linux::plan::Extras {
+                profile: Profile::Vmm,
+                devices: vec![kvm],
+                ..Default::default()
+            },
+            stdio: oz0_linux::launch::StdioMode::Null,
+        },
+    );
+    let ms = started.elapsed().as_millis() as u64;
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    let tail: String = log_text
+        .lines()
+        .rev()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" | ");
+    drop(vmdir);
+    let mut rep = match r {
+        Err(e) => fail(MicrovmReason::NoTier1, format!("tier 1 refused the test VM's monitor: {e}")),
+        Ok(out) if out.ended == Ended::Exited && out.exit_code == 0 => ProbeReport {
+            microvm: Microvm {
+                ready: true,
+                reason: None,
+                pinned,
+            },
+            detail: format!("smolvm booted inside tier 1 in {ms} ms"),
+            warning: None,
+            boot_ms: Some(ms),
+        },
+        Ok(out) if out.ended == Ended::Timeout => fail(
+            MicrovmReason::TestVmDidNotBoot,
+            format!(
+                "/dev/kvm is there, but the test VM did not boot in {} s inside tier 1 (a KVM that accepts VMs and fails guests, e.g. nested or software virtualisation){}",
+                o.timeout.as_secs(),
+                if tail.is_empty() { String::new() } else { format!(": {tail}") }
+            ),
+        ),
+        Ok(out) => fail(
+            classify_failure(&log_text),
+            format!(
+                "the test VM did not boot inside tier 1 (status {} after {ms} ms){}",
+                out.exit_code,
+                if tail.is_empty() { String::new() } else { format!(": {tail}") }
+            ),
+        ),
+    };
+    rep.boot_ms = Some(ms);
+    rep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classify() {
+        assert_eq!(
+            classify_failure("Error: KVM_CREATE_VM failed: EPERM"),
+            MicrovmReason::KvmRefused
+        );
+        assert_eq!(
+            classify_failure("agent did not respond"),
+            MicrovmReason::TestVmDidNotBoot
+        );
+    }
+}

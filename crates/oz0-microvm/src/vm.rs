@@ -1,0 +1,681 @@
+//! One VM per tool server: create, start, exec with MCP over the caller's
+//! stdin/stdout, delete — whatever ended it.
+//!
+//! The monitor is always a tier-1 run ([`oz0_linux::launch::run`], seccomp
+//! profile `vmm`) that sees the system read-only, `/work`, the VM's own
+//! `vmm/` folder and the VMM's files, nothing else; it has no egress of its
+//! own. The run ends when the server exits (the guest reports its status),
+//! when the caller's input ends and the server does not exit within
+//! [`EOF_GRACE`], on SIGTERM/SIGINT/SIGHUP, or when the monitor dies; in
+//! every case the tier-1 run is killed, which takes the VM with it, and the
+//! VM's folder and record are removed.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use oz0_linux::launch::{Ended, LaunchOptions, RunOutcome};
+use oz0_linux::seccomp::Profile;
+use oz0_policy::{AbsPath, EnvVar, Limits, RunRequest, RunSpec};
+
+use crate::backend::{self, Backend, MonitorInput};
+use crate::guest::GuestConfig;
+use crate::mux::{self, Kind};
+use crate::vmdir::VmDir;
+
+/// How long a server may run on after its input ended.
+pub const EOF_GRACE: Duration = Duration::from_secs(5);
+/// Default memory of a VM, MiB.
+pub const DEFAULT_MEMORY_MIB: u32 = 512;
+/// The device a KVM monitor is given (its only one).
+pub const KVM_DEVICE: &str = "/dev/kvm";
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct VmRequest {
+    /// The work folder, shared as `/work`.
+    pub work: PathBuf,
+    /// Memory, MiB.
+    pub memory_mib: u32,
+    /// Whole vCPUs.
+    pub cpus: u32,
+    /// Hosts the server may reach through the proxy.
+    pub allow: Vec<String>,
+    /// Node-local ports it may reach through the proxy.
+    pub forward: Vec<u16>,
+    /// The server's variables (names already checked by
+    /// [`crate::manifest::vm_variable_refusal`]).
+    pub env: Vec<(String, String)>,
+    /// The image (smolvm).
+    pub image: Option<String>,
+    /// The server's command.
+    pub command: Vec<String>,
+    /// The node's data directory (VM records go under `microvm/vms/`).
+    pub data_dir: PathBuf,
+    /// Time from start until the guest agent must answer.
+    pub boot_timeout: Duration,
+    /// Tier-1 limits on the monitor (e.g. `--memory`, `--timeout`).
+    pub monitor_limits: Limits,
+}
+
+/// Where and with what the monitor runs.
+pub struct VmHost<'a> {
+    /// bubblewrap.
+    pub bwrap: PathBuf,
+    /// The node binary (bound at `/oz0/oz0-node` in tier 1 and, for the test
+    /// backend, the guest agent).
+    pub node_exe: PathBuf,
+    /// The VMM.
+    pub backend: Backend,
+    /// The egress proxy; required when the request has egress.
+    pub proxy: Option<&'a oz0_egress::ProxyHandle>,
+    /// Where tier-1 jobs go; required with monitor limits that need one.
+    pub jobs: Option<&'a oz0_jobs::JobMode>,
+    /// The temp dir for VM folders.
+    pub tmp: PathBuf,
+    /// Turn SIGTERM/SIGINT/SIGHUP into a stop of this VM.
+    pub handle_signals: bool,
+}
+
+/// The caller's side of the server's stdio.
+pub struct VmIo {
+    /// The server's stdin.
+    pub input: Box<dyn Read + Send>,
+    /// The server's stdout.
+    pub output: Box<dyn Write + Send>,
+    /// The server's stderr.
+    pub errors: Box<dyn Write + Send>,
+}
+
+impl VmIo {
+    /// This process's stdin, stdout and stderr.
+    pub fn std() -> VmIo {
+        VmIo {
+            input: Box::new(std::io::stdin()),
+            output: Box::new(std::io::stdout()),
+            errors: Box::new(std::io::stderr()),
+        }
+    }
+}
+
+/// How a VM ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "how")]
+pub enum VmEnded {
+    /// The server exited with `exit_code`.
+    ServerExited,
+    /// A signal stopped it.
+    Signalled,
+    /// The caller's input ended and the server did not exit in time.
+    InputEnded,
+    /// The guest did not answer in time.
+    BootTimeout,
+    /// The guest agent could not start the server.
+    GuestFailed {
+        /// Why.
+        reason: String,
+    },
+    /// The monitor ended before the server did.
+    MonitorEnded,
+}
+
+/// What a VM did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VmOutcome {
+    /// The VM's id.
+    pub vm_id: String,
+    /// How it ended.
+    pub ended: VmEnded,
+    /// The server's status (128+N for signal N); 125 when it never ran.
+    pub exit_code: i32,
+    /// Milliseconds from start until the guest agent answered.
+    pub answered_ms: Option<u64>,
+    /// The guest's bridge port, when the VM had egress.
+    pub bridge_port: Option<u16>,
+    /// The monitor's tier-1 outcome.
+    #[serde(skip)]
+    pub monitor: Option<RunOutcome>,
+    /// The tail of the guest's console (test backend), for diagnosis.
+    pub console_tail: String,
+}
+
+/// The status of a VM that could not run its server.
+pub const EXIT_VM_FAILED: i32 = 125;
+
+/// Why a VM could not be run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    /// The request is malformed.
+    #[error("{0}")]
+    Request(String),
+    /// The VM's folder or record.
+    #[error(
+        "the VM's folder under {tmp}: {error}: the temp dir must be writable by the node's user"
+    )]
+    Folder {
+        /// The temp dir.
+        tmp: PathBuf,
+        /// The error.
+        error: String,
+    },
+    /// The egress proxy could not take the VM.
+    #[error("the egress proxy could not take the VM: {0}")]
+    Egress(String),
+    /// Tier 1 refused the monitor: no VM runs outside it.
+    #[error("the VM monitor could not run inside tier 1, so no VM runs: {0}")]
+    Tier1(String),
+    /// The VMM's files changed since they were checked.
+    #[error(transparent)]
+    Pin(#[from] crate::pin::PinError),
+}
+
+fn cancel_pair() -> Result<(OwnedFd, UnixStream), VmError> {
+    let (r, w) = UnixStream::pair().map_err(|e| VmError::Request(format!("socketpair: {e}")))?;
+    Ok((OwnedFd::from(r), w))
+}
+
+fn env_vars(list: &[(String, String)]) -> Result<Vec<EnvVar>, VmError> {
+    list.iter()
+        .map(|(k, v)| EnvVar::new(k, v).map_err(|e| VmError::Request(e.to_string())))
+        .collect()
+}
+
+fn utf8(p: &Path) -> Result<String, VmError> {
+    p.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| VmError::Request(format!("{p:?} is not valid UTF-8")))
+}
+
+fn console_tail(vmm: &Path) -> String {
+    let text = std::fs::read(vmm.join("console.log")).unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// Runs one server in one VM, to its end.
+pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, VmError> {
+    let started = Instant::now();
+    if req.command.is_empty() {
+        return Err(VmError::Request(
+            "no server command given: put it after --, e.g. `-- /app/server --stdio`".into(),
+        ));
+    }
+    for (n, _) in &req.env {
+        if let Some(why) = crate::manifest::vm_variable_refusal(n) {
+            return Err(VmError::Request(format!("--env: {why}")));
+        }
+    }
+    let work = std::fs::canonicalize(&req.work)
+        .map_err(|e| VmError::Request(format!("--work {}: {e}", req.work.display())))?;
+    let egress = oz0_policy::net::Egress::parse(&req.allow, &req.forward)
+        .map_err(|e| VmError::Request(e.to_string()))?;
+    if let Backend::Smolvm(v) = &host.backend {
+        crate::pin::recheck(v)?;
+        if egress.is_enabled() {
+            return Err(VmError::Request(
+                "egress (--allow/--forward) into a smolvm guest is not available in this build: run the tool without egress".into(),
+            ));
+        }
+    }
+    crate::vmdir::cleanup_stale(&host.tmp, &req.data_dir);
+    let vmdir = VmDir::create(&host.tmp, &req.data_dir).map_err(|e| VmError::Folder {
+        tmp: host.tmp.clone(),
+        error: e.to_string(),
+    })?;
+    let vmm_dir = vmdir.vmm();
+
+    // The VM's proxy run: its socket is outside `vmm/`, so only the node
+    // reaches it; the guest reaches it through the mux.
+    let mut egress_guard = None;
+    let mut token = None;
+    let egress_sock = vmdir.dir.join("egress.sock");
+    if egress.is_enabled() {
+        let proxy = host.proxy.ok_or_else(|| {
+            VmError::Egress("egress was asked for and the node has no proxy".into())
+        })?;
+        let t = oz0_egress::Token::generate().map_err(|e| VmError::Egress(e.to_string()))?;
+        egress_guard = Some(
+            proxy
+                .add_run(oz0_egress::RunEgress {
+                    run_id: format!("vm-{}", vmdir.id),
+                    token: t.clone(),
+                    egress: egress.clone(),
+                    socket_path: egress_sock.clone(),
+                })
+                .map_err(|e| VmError::Egress(e.to_string()))?,
+        );
+        token = Some(t);
+    }
+
+    let input = MonitorInput {
+        work: &work,
+        vmm_dir: &vmm_dir,
+        memory_mib: req.memory_mib,
+        cpus: req.cpus.max(1),
+    };
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    let (argv, env, read, devices) = match &host.backend {
+        Backend::QemuTcg(g) => (
+            backend::qemu_argv(g, &input),
+            Vec::new(),
+            vec![utf8(&g.dir)?],
+            Vec::new(),
+        ),
+        Backend::Smolvm(v) => {
+            let env_dir = vmm_dir.join("env");
+            std::fs::create_dir(&env_dir).map_err(|e| VmError::Folder {
+                tmp: host.tmp.clone(),
+                error: e.to_string(),
+            })?;
+            for (n, val) in &req.env {
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(env_dir.join(n))
+                    .map_err(|e| VmError::Folder {
+                        tmp: host.tmp.clone(),
+                        error: e.to_string(),
+                    })?;
+                f.write_all(val.as_bytes()).map_err(|e| VmError::Folder {
+                    tmp: host.tmp.clone(),
+                    error: e.to_string(),
+                })?;
+            }
+            let run = backend::SmolvmRun {
+                m: input.clone(),
+                name: format!("oz0-{}", vmdir.id),
+                image: req.image.as_deref(),
+                uid,
+                gid,
+                env_names: req.env.iter().map(|(n, _)| n.as_str()).collect(),
+                command: &req.command,
+                log: None,
+                interactive: true,
+            };
+            (
+                backend::smolvm_argv(v, &run),
+                backend::smolvm_env(v, &vmm_dir),
+                vec![utf8(&v.dir)?],
+                vec![AbsPath::new(KVM_DEVICE).map_err(|e| VmError::Request(e.to_string()))?],
+            )
+        }
+    };
+    let spec = RunSpec::new(RunRequest {
+        work: utf8(&work)?,
+        read,
+        write: vec![utf8(&vmm_dir)?],
+        env: env_vars(&env)?,
+        allow: Vec::new(),
+        forward: Vec::new(),
+        limits: req.monitor_limits.clone(),
+        data_dir: utf8(&req.data_dir)?,
+        command: argv,
+    })
+    .map_err(|e| VmError::Tier1(e.to_string()))?;
+
+    let (cancel_r, cancel_w) = cancel_pair()?;
+    let signalled = Arc::new(AtomicBool::new(false));
+    if host.handle_signals {
+        for sig in [
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ] {
+            let _ = signal_hook::flag::register(sig, signalled.clone());
+            if let Ok(w) = cancel_w.try_clone() {
+                let _ = signal_hook::low_level::pipe::register(sig, w);
+            }
+        }
+    }
+
+    let listener =
+        match &host.backend {
+            Backend::QemuTcg(_) => Some(UnixListener::bind(vmm_dir.join("mux.sock")).map_err(
+                |e| VmError::Folder {
+                    tmp: host.tmp.clone(),
+                    error: format!("mux socket: {e}"),
+                },
+            )?),
+            Backend::Smolvm(_) => None,
+        };
+
+    let opts = LaunchOptions {
+        bwrap: host.bwrap.clone(),
+        node_exe: host.node_exe.clone(),
+        cancel: Some(cancel_r),
+        scratch: None,
+        proxy: None,
+        jobs: host.jobs,
+        extras: oz0_linux::plan::Extras {
+            profile: Profile::Vmm,
+            devices,
+            ..Default::default()
+        },
+        stdio: match host.backend {
+            // The server's stdio travels over the mux; QEMU gets none.
+            Backend::QemuTcg(_) => oz0_linux::launch::StdioMode::Null,
+            Backend::Smolvm(_) => oz0_linux::launch::StdioMode::Inherit,
+        },
+    };
+    let done = Arc::new(AtomicBool::new(false));
+    let stream_slot: Arc<Mutex<Option<UnixStream>>> = Arc::new(Mutex::new(None));
+    let VmIo {
+        input,
+        mut output,
+        mut errors,
+    } = io;
+
+    let (monitor, session) = thread::scope(|s| {
+        let launcher = {
+            let (done, slot) = (done.clone(), stream_slot.clone());
+            let spec = &spec;
+            s.spawn(move || {
+                let r = oz0_linux::launch::run(spec, opts);
+                done.store(true, Ordering::SeqCst);
+                if let Some(st) = slot.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                    let _ = st.shutdown(Shutdown::Both);
+                }
+                r
+            })
+        };
+        let session = match &listener {
+            None => Session::default(),
+            Some(l) => {
+                let cfg = GuestConfig {
+                    argv: req.command.clone(),
+                    env: req.env.clone(),
+                    uid,
+                    gid,
+                    egress_token: token.as_ref().map(|t| t.expose().to_string()),
+                };
+                let ctx = SessionCtx {
+                    listener: l,
+                    done: &done,
+                    slot: &stream_slot,
+                    cancel: &cancel_w,
+                    started,
+                    boot_timeout: req.boot_timeout,
+                    egress_sock: egress_guard.as_ref().map(|_| egress_sock.clone()),
+                };
+                drive(&ctx, &cfg, input, &mut *output, &mut *errors)
+            }
+        };
+        // Whatever ended the session ends the VM.
+        let _ = (&cancel_w).write_all(b"x");
+        let monitor = launcher.join().expect("the launcher thread does not panic");
+        (monitor, session)
+    });
+    drop(egress_guard);
+    let tail = console_tail(&vmm_dir);
+    drop(vmdir);
+    let monitor = monitor.map_err(|e| VmError::Tier1(e.to_string()))?;
+    let signalled = signalled.load(Ordering::SeqCst);
+    let (ended, exit_code) = match (&host.backend, session.exit) {
+        (Backend::Smolvm(_), _) => match monitor.ended {
+            _ if signalled => (VmEnded::Signalled, 143),
+            Ended::Exited => (VmEnded::ServerExited, monitor.exit_code),
+            Ended::Timeout => (VmEnded::BootTimeout, monitor.exit_code),
+            _ => (VmEnded::MonitorEnded, monitor.exit_code),
+        },
+        (_, Some(code)) => (VmEnded::ServerExited, code),
+        (_, None) if signalled => (VmEnded::Signalled, 143),
+        (_, None) => match session.failure {
+            Some(f) => (f, EXIT_VM_FAILED),
+            None => (VmEnded::MonitorEnded, EXIT_VM_FAILED),
+        },
+    };
+    Ok(VmOutcome {
+        vm_id: monitor.run_id.clone(),
+        ended,
+        exit_code,
+        answered_ms: session.answered_ms,
+        bridge_port: session.bridge_port,
+        monitor: Some(monitor),
+        console_tail: tail,
+    })
+}
+
+#[derive(Default)]
+struct Session {
+    exit: Option<i32>,
+    answered_ms: Option<u64>,
+    bridge_port: Option<u16>,
+    failure: Option<VmEnded>,
+}
+
+struct SessionCtx<'a> {
+    listener: &'a UnixListener,
+    done: &'a AtomicBool,
+    slot: &'a Mutex<Option<UnixStream>>,
+    cancel: &'a UnixStream,
+    started: Instant,
+    boot_timeout: Duration,
+    egress_sock: Option<PathBuf>,
+}
+
+type Shared = Arc<Mutex<UnixStream>>;
+
+fn send(w: &Shared, kind: Kind, chan: u32, data: &[u8]) -> std::io::Result<()> {
+    let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
+    mux::write_frame(&mut *s, kind, chan, data)
+}
+
+fn accept(ctx: &SessionCtx<'_>) -> Option<UnixStream> {
+    ctx.listener.set_nonblocking(true).ok()?;
+    let deadline = ctx.started + ctx.boot_timeout;
+    loop {
+        match ctx.listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).ok()?;
+                return Some(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if ctx.done.load(Ordering::SeqCst) || Instant::now() > deadline {
+                    return None;
+                }
+                thread::sleep(Duration::from_millis(5));
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+fn drive(
+    ctx: &SessionCtx<'_>,
+    cfg: &GuestConfig,
+    mut input: Box<dyn Read + Send>,
+    output: &mut (dyn Write + Send),
+    errors: &mut (dyn Write + Send),
+) -> Session {
+    let mut session = Session::default();
+    let Some(stream) = accept(ctx) else {
+        session.failure = Some(if ctx.done.load(Ordering::SeqCst) {
+            VmEnded::MonitorEnded
+        } else {
+            VmEnded::BootTimeout
+        });
+        return session;
+    };
+    if let Ok(c) = stream.try_clone() {
+        *ctx.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+    }
+    if ctx.done.load(Ordering::SeqCst) {
+        return session;
+    }
+    let mut reader = match stream.try_clone() {
+        Ok(r) => r,
+        Err(_) => return session,
+    };
+    let writer: Shared = Arc::new(Mutex::new(stream));
+    let Ok(cfg_json) = serde_json::to_vec(cfg) else {
+        return session;
+    };
+    if cfg_json.len() > mux::MAX_CONFIG {
+        session.failure = Some(VmEnded::GuestFailed {
+            reason: "the server's command and variables exceed 64 KiB".into(),
+        });
+        return session;
+    }
+    if send(&writer, Kind::Config, 0, &cfg_json).is_err() {
+        return session;
+    }
+    // Until the agent answers, reads time out at the boot deadline.
+    let remaining = (ctx.started + ctx.boot_timeout).saturating_duration_since(Instant::now());
+    let _ = reader.set_read_timeout(Some(remaining.max(Duration::from_millis(1))));
+
+    let conns: Arc<Mutex<HashMap<u32, UnixStream>>> = Arc::new(Mutex::new(HashMap::new()));
+    loop {
+        let frame = match mux::read_frame(&mut reader) {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e)
+                if session.answered_ms.is_none()
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+            {
+                session.failure = Some(VmEnded::BootTimeout);
+                break;
+            }
+            Err(e) => {
+                if e.kind() == std::io::ErrorKind::InvalidData {
+                    let _ = writeln!(
+                        errors,
+                        "oz0-node: the guest broke the VM protocol ({e}); the VM is stopped"
+                    );
+                }
+                break;
+            }
+        };
+        match frame.kind {
+            Kind::Ready if session.answered_ms.is_none() => {
+                session.answered_ms = Some(ctx.started.elapsed().as_millis() as u64);
+                if frame.payload.len() == 2 {
+                    session.bridge_port =
+                        Some(u16::from_be_bytes([frame.payload[0], frame.payload[1]]));
+                }
+                let _ = reader.set_read_timeout(None);
+                let (w, cancel) = (writer.clone(), ctx.cancel.try_clone().ok());
+                let mut inp = std::mem::replace(&mut input, Box::new(std::io::empty()));
+                // Detached: a caller's input that never ends must not hold
+                // the VM's end.
+                thread::spawn(move || {
+                    let mut buf = vec![0u8; 32 * 1024];
+                    loop {
+                        match inp.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if send(&w, Kind::Stdin, 0, &buf[..n]).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                    let _ = send(&w, Kind::StdinEof, 0, &[]);
+                    thread::sleep(EOF_GRACE);
+                    if let Some(mut c) = cancel {
+                        let _ = c.write_all(b"e");
+                    }
+                });
+            }
+            Kind::Stdout => {
+                let _ = output
+                    .write_all(&frame.payload)
+                    .and_then(|_| output.flush());
+            }
+            Kind::Stderr => {
+                let _ = errors.write_all(&frame.payload);
+            }
+            Kind::Exit if frame.payload.len() == 4 => {
+                let p = &frame.payload;
+                session.exit = Some(i32::from_be_bytes([p[0], p[1], p[2], p[3]]));
+                break;
+            }
+            Kind::Failed => {
+                session.failure = Some(VmEnded::GuestFailed {
+                    reason: String::from_utf8_lossy(&frame.payload).into_owned(),
+                });
+                break;
+            }
+            Kind::Open => open_conn(ctx, &writer, &conns, frame.chan),
+            Kind::Data => {
+                let c = conns.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(mut s) = c.get(&frame.chan) {
+                    let _ = s.write_all(&frame.payload);
+                }
+            }
+            Kind::Close => {
+                if let Some(s) = conns
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&frame.chan)
+                {
+                    let _ = s.shutdown(Shutdown::Write);
+                }
+            }
+            // Frames only the node sends, or a second Ready: ignored.
+            _ => {}
+        }
+    }
+    for (_, s) in conns.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+        let _ = s.shutdown(Shutdown::Both);
+    }
+    session
+}
+
+fn open_conn(
+    ctx: &SessionCtx<'_>,
+    writer: &Shared,
+    conns: &Arc<Mutex<HashMap<u32, UnixStream>>>,
+    chan: u32,
+) {
+    let refuse = || {
+        let _ = send(writer, Kind::Close, chan, &[]);
+    };
+    let Some(sock) = &ctx.egress_sock else {
+        return refuse();
+    };
+    {
+        let c = conns.lock().unwrap_or_else(|e| e.into_inner());
+        if c.len() >= crate::guest::MAX_GUEST_CONNECTIONS || c.contains_key(&chan) {
+            return refuse();
+        }
+    }
+    let Ok(s) = UnixStream::connect(sock) else {
+        return refuse();
+    };
+    let Ok(mut r) = s.try_clone() else {
+        return refuse();
+    };
+    conns
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(chan, s);
+    let w = writer.clone();
+    thread::spawn(move || {
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if send(&w, Kind::Data, chan, &buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = send(&w, Kind::Close, chan, &[]);
+    });
+}
