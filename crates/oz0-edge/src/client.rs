@@ -129,6 +129,7 @@ impl ClientError {
 const KEY_PREFIX: &str = "oz0-node-key-v1 ed25519 ";
 
 /// The node's identity: an ed25519 key.
+#[derive(Clone)]
 pub struct NodeKey {
     signing: SigningKey,
     id: String,

@@ -124,15 +124,15 @@ pub fn is_version(s: &str) -> bool {
 }
 
 /// A Linux kernel release: `^\d{1,2}\.\d{1,3}(\.\d{1,4}){0,2}` then
-/// optionally `-` and a local version of ASCII letters and digits separated
+/// optionally `-` or `+` and a local version of ASCII letters and digits separated
 /// by single `.`, `_`, `+`, `~` or `-` (`6.1.0-28-amd64`,
 /// `5.15.167.4-microsoft-standard-WSL2`), 64 characters at most.
 pub fn is_kernel_release(s: &str) -> bool {
     if !short(s) {
         return false;
     }
-    let (head, tail) = match s.split_once('-') {
-        Some((h, t)) => (h, Some(t)),
+    let (head, tail) = match s.find(['-', '+']) {
+        Some(i) => (&s[..i], Some(&s[i + 1..])),
         None => (s, None),
     };
     let parts: Vec<&str> = head.split('.').collect();
