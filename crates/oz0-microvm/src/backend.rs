@@ -26,9 +26,8 @@ pub const TEST_GUEST_VAR: &str = "OZ0_MICROVM_TEST_GUEST";
 /// Names the QEMU binary (default: `qemu-system-x86_64` on PATH).
 pub const TEST_QEMU_VAR: &str = "OZ0_MICROVM_TEST_QEMU";
 
-/// The node binary inside tier 1 (bound there by the launcher), shared
-/// read-only into the test guest as `/oz0`.
-pub const NODE_DIR_INSIDE: &str = "/oz0";
+/// The node binary's name in the folder shared as the guest's `/oz0`.
+pub const NODE_IN_GUEST: &str = "oz0-node";
 
 /// The QEMU test guest: what `build-test-guest.sh` made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,9 +39,15 @@ pub struct TestGuest {
 }
 
 impl TestGuest {
-    /// The kernel.
+    /// The kernel: the uncompressed `vmlinux` when the script could
+    /// extract it (it boots faster under emulation), else `vmlinuz`.
     pub fn kernel(&self) -> PathBuf {
-        self.dir.join("vmlinuz")
+        let raw = self.dir.join("vmlinux");
+        if raw.is_file() {
+            raw
+        } else {
+            self.dir.join("vmlinuz")
+        }
     }
     /// The initramfs.
     pub fn initrd(&self) -> PathBuf {
@@ -80,6 +85,9 @@ pub struct MonitorInput<'a> {
     pub memory_mib: u32,
     /// Whole vCPUs.
     pub cpus: u32,
+    /// The folder holding only the node binary (`oz0-node`), shared
+    /// read-only with the guest as `/oz0`.
+    pub node_dir: &'a Path,
 }
 
 /// The QEMU command inside tier 1.
@@ -126,7 +134,10 @@ pub fn qemu_argv(g: &TestGuest, m: &MonitorInput<'_>) -> Vec<String> {
         "-device",
         "virtio-9p-pci,fsdev=work,mount_tag=work",
     ]);
-    let node = format!("local,id=oz0,path={NODE_DIR_INSIDE},security_model=none,readonly=on");
+    let node = format!(
+        "local,id=oz0,path={},security_model=none,readonly=on",
+        p(m.node_dir)
+    );
     push(&[
         "-fsdev",
         &node,
@@ -293,6 +304,7 @@ mod tests {
             vmm_dir: Path::new("/tmp/oz0-vm-1-2/vmm"),
             memory_mib: 256,
             cpus: 1,
+            node_dir: Path::new("/tmp/oz0-vm-1-2/node"),
         };
         let a = qemu_argv(&g, &m);
         let s = a.join(" ");
@@ -300,7 +312,7 @@ mod tests {
         assert!(!s.contains("-netdev") && !s.contains("virtio-net"), "{s}");
         assert_eq!(a.iter().filter(|x| x.starts_with("local,")).count(), 2);
         assert!(s.contains("local,id=work,path=/w,security_model=none "));
-        assert!(s.contains("path=/oz0,security_model=none,readonly=on"));
+        assert!(s.contains("path=/tmp/oz0-vm-1-2/node,security_model=none,readonly=on"));
         assert!(s.contains("socket,id=mux,path=/tmp/oz0-vm-1-2/vmm/mux.sock"));
         assert!(s.contains("name=oz0.mux"));
         assert!(s.contains("-m 256 -smp 1"));
@@ -325,6 +337,7 @@ mod tests {
                 vmm_dir: Path::new("/tmp/oz0-vm-a-b/vmm"),
                 memory_mib: 512,
                 cpus: 2,
+                node_dir: Path::new("/tmp/oz0-vm-a-b/node"),
             },
             name: "oz0-a".into(),
             image: Some("oci:x"),

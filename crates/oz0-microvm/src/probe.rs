@@ -209,6 +209,7 @@ fn boot_smolvm(
             vmm_dir: &vmm_dir,
             memory_mib: 256,
             cpus: 1,
+            node_dir: &vmm_dir,
         },
         name: format!("oz0-probe-{}", vmdir.id),
         image: None,

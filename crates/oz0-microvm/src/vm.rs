@@ -256,9 +256,24 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
         token = Some(t);
     }
 
+    // The guest's `/oz0`: a folder holding only the node binary (a link
+    // when the file system allows, else a copy), read-only for the monitor.
+    let node_dir = vmdir.dir.join("node");
+    if let Backend::QemuTcg(_) = &host.backend {
+        let made = std::fs::create_dir(&node_dir).and_then(|_| {
+            let dest = node_dir.join(backend::NODE_IN_GUEST);
+            std::fs::hard_link(&host.node_exe, &dest)
+                .or_else(|_| std::fs::copy(&host.node_exe, &dest).map(|_| ()))
+        });
+        made.map_err(|e| VmError::Folder {
+            tmp: host.tmp.clone(),
+            error: format!("the node binary for the guest: {e}"),
+        })?;
+    }
     let input = MonitorInput {
         work: &work,
         vmm_dir: &vmm_dir,
+        node_dir: &node_dir,
         memory_mib: req.memory_mib,
         cpus: req.cpus.max(1),
     };
@@ -268,7 +283,7 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
         Backend::QemuTcg(g) => (
             backend::qemu_argv(g, &input),
             Vec::new(),
-            vec![utf8(&g.dir)?],
+            vec![utf8(&g.dir)?, utf8(&node_dir)?],
             Vec::new(),
         ),
         Backend::Smolvm(v) => {
