@@ -157,8 +157,7 @@ pub fn explain_failure(stderr: &str) -> String {
     let line = stderr
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .last()
+        .rfind(|l| !l.is_empty())
         .unwrap_or("bubblewrap exited before starting the sandbox, saying nothing")
         .to_string();
     let l = line.to_ascii_lowercase();

@@ -85,6 +85,8 @@ const NS_FLAGS: &[u64] = &[
     libc::CLONE_NEWCGROUP as u64,
     0x80, // CLONE_NEWTIME
 ];
+// The ioctl request type differs between C libraries and architectures.
+#[allow(clippy::unnecessary_cast)]
 const TTY_INJECT: &[u64] = &[libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
 const ALLOWED_FAMILIES: &[u64] = &[
     libc::AF_UNIX as u64,

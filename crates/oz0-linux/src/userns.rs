@@ -52,7 +52,8 @@ mod tests {
 
     #[test]
     fn table() {
-        let cases: &[(&[(&str, &str)], &[Block])] = &[
+        type Files = &'static [(&'static str, &'static str)];
+        let cases: &[(Files, &[Block])] = &[
             (&[], &[]),
             (
                 &[(

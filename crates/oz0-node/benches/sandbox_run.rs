@@ -1,1 +1,110 @@
-fn main() {}
+//! Benchmark: the wall time of `oz0-node sandbox run -- /bin/true` against
+//! bare bubblewrap, measured in the same run, alternating, and printed as
+//! medians and a ratio. Not a test: nothing here asserts a time.
+//!
+//! `cargo bench -p oz0-node --bench sandbox_run [-- RUNS]`. The baseline is
+//! `bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true` (bare
+//! bubblewrap needs a root to find /bin/true in).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn p90(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[(v.len() * 9) / 10]
+}
+
+fn time(cmd: &mut Command) -> Duration {
+    let t = Instant::now();
+    let st = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .expect("runs");
+    let d = t.elapsed();
+    assert!(st.success(), "{cmd:?} failed: {st:?}");
+    d
+}
+
+fn main() {
+    let runs: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(50)
+        .max(30);
+    let node = std::env::var_os("OZ0_NODE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_oz0-node")));
+    let bwrap = ["/usr/bin/bwrap", "/usr/local/bin/bwrap"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("bubblewrap is installed");
+    let work = std::env::temp_dir().join(format!("oz0-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let work = work.canonicalize().unwrap();
+    let data = std::env::temp_dir().join(format!("oz0-bench-data-{}", std::process::id()));
+
+    let mut bare = Vec::new();
+    let mut ours = Vec::new();
+    let bare_cmd = || {
+        let mut c = Command::new(bwrap);
+        c.args([
+            "--unshare-all",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "/bin/true",
+        ]);
+        c
+    };
+    let our_cmd = || {
+        let mut c = Command::new(&node);
+        c.args(["sandbox", "run", "--work"])
+            .arg(&work)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--", "/bin/true"]);
+        c
+    };
+    // Warm up the page cache for both.
+    for _ in 0..3 {
+        time(&mut bare_cmd());
+        time(&mut our_cmd());
+    }
+    for _ in 0..runs {
+        bare.push(time(&mut bare_cmd()));
+        ours.push(time(&mut our_cmd()));
+    }
+    let (mb, mo) = (median(&mut bare), median(&mut ours));
+    let (pb, po) = (p90(&mut bare), p90(&mut ours));
+    println!(
+        "sandbox_run: {runs} runs each, alternating, as uid {}",
+        rustix_uid()
+    );
+    println!("  bare bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true: median {:.2} ms, p90 {:.2} ms", ms(mb), ms(pb));
+    println!("  oz0-node sandbox run -- /bin/true:                             median {:.2} ms, p90 {:.2} ms", ms(mo), ms(po));
+    println!("  ratio (median): {:.2} (target <= 2.0)", ms(mo) / ms(mb));
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn rustix_uid() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_string())
+        })
+        .unwrap_or_else(|| "?".into())
+}

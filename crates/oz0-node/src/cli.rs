@@ -19,6 +19,8 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once per process; boxing the larger variants would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Top {
     /// Run, check and inspect sandboxes.
     #[command(subcommand)]
@@ -64,6 +66,7 @@ enum SetupCmd {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
 enum SandboxCmd {
     /// Run one command at tier 1 (Linux: bubblewrap + seccomp + Landlock).
     ///

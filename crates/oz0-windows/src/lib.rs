@@ -8,7 +8,7 @@
 //!   function ([`check::report`]) of the facts, `--sandbox psec` and the
 //!   self-test. Windows is **routed as tier 0 always**.
 //! - [`plan`]: a run's [`oz0_policy::RunSpec`] translated into the PSEC
-//!   container request, the job's limits, the environment ([`env`]), the
+//!   container request, the job's limits, the environment ([`mod@env`]), the
 //!   command line ([`cmdline`]) and the protected entries, as plain data.
 //! - [`launch`]: the launch contract (suspended → in a kill-on-close job →
 //!   resumed; not placed ⇒ never runs) as a sequence over a trait.

@@ -1,0 +1,282 @@
+//! Benchmark: a run's egress (bridge inside the run + the run's proxy)
+//! against direct loopback on the host, measured in the same invocation,
+//! alternating. Prints figures and ratios; asserts nothing.
+//!
+//! - Bulk: `curl` downloads N MiB from a server this program runs on
+//!   127.0.0.1, directly on the host (the baseline) and from inside a run
+//!   through its proxy, both as a proxied plain-HTTP request and through a
+//!   CONNECT tunnel. Throughput is curl's own (bytes / its transfer time), so
+//!   process and sandbox start-up are not counted.
+//! - Latency: one small request per new connection, curl's `time_total`,
+//!   directly and through the proxy; median and p99, and the difference.
+//!
+//! ```text
+//! cargo build --release -p oz0-node
+//! cargo run --release -p oz0-node --example bench_egress [-- MIB [REPEATS [REQUESTS]]]
+//! ```
+//!
+//! Run it as the user a node runs as (not root). `OZ0_NODE_BIN` names the
+//! `oz0-node` binary when it is not next to this example's folder.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const CHUNK: usize = 1 << 20;
+
+fn node() -> PathBuf {
+    if let Some(p) = std::env::var_os("OZ0_NODE_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("own path");
+    // target/<profile>/examples/bench_egress -> target/<profile>/oz0-node
+    let p = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|d| d.join("oz0-node"))
+        .expect("target folder");
+    if !p.exists() {
+        eprintln!(
+            "{} is missing: build it first (cargo build --release -p oz0-node) or set OZ0_NODE_BIN",
+            p.display()
+        );
+        std::process::exit(2);
+    }
+    p
+}
+
+fn read_head(s: &mut TcpStream) -> bool {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 2048];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+        }
+    }
+    true
+}
+
+/// Serves `bytes` of zeros to every request.
+fn bulk_server(bytes: u64) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                if !read_head(&mut s) {
+                    return;
+                }
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {bytes}\r\nConnection: close\r\n\r\n"
+                );
+                if s.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                let zeros = vec![0u8; CHUNK];
+                let mut left = bytes;
+                while left > 0 {
+                    let n = left.min(CHUNK as u64) as usize;
+                    if s.write_all(&zeros[..n]).is_err() {
+                        return;
+                    }
+                    left -= n as u64;
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Answers every request with a tiny body, then closes.
+fn small_server() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let _ = s.set_nodelay(true);
+                if read_head(&mut s) {
+                    let _ = s.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    );
+                }
+            });
+        }
+    });
+    port
+}
+
+fn host_curl(args: &[&str]) -> String {
+    let out = Command::new("curl")
+        .args(["-s", "--noproxy", "*", "-o", "/dev/null"])
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .output()
+        .expect("curl on the host");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+struct Sandbox {
+    node: PathBuf,
+    work: PathBuf,
+    data: PathBuf,
+}
+
+impl Sandbox {
+    /// Runs `script` in a run allowed `allow`; returns its stdout.
+    fn sh(&self, allow: &[String], script: &str) -> String {
+        let path = self.work.join("bench.sh");
+        std::fs::write(&path, script).unwrap();
+        let mut c = Command::new(&self.node);
+        c.args(["sandbox", "run", "--work"])
+            .arg(&self.work)
+            .arg("--data-dir")
+            .arg(&self.data);
+        for a in allow {
+            c.args(["--allow", a]);
+        }
+        let out = c
+            .arg("--")
+            .arg("/bin/sh")
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("oz0-node");
+        if !out.status.success() {
+            eprintln!(
+                "the run failed ({:?}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .filter(|l| !l.starts_with("oz0-egress "))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            std::process::exit(1);
+        }
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// `SIZE TIME` from curl -> MiB/s.
+fn mib_per_s(line: &str, want: u64) -> f64 {
+    let mut it = line.split_whitespace();
+    let size: f64 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let secs: f64 = it.next().and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
+    if size as u64 != want {
+        eprintln!("short transfer: {size} of {want} bytes ({line:?})");
+        std::process::exit(1);
+    }
+    size / secs / (1024.0 * 1024.0)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mib: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(256);
+    let repeats: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let requests: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(300);
+    let bytes = mib << 20;
+
+    let node = node();
+    let base = std::env::temp_dir().join(format!("oz0-bench-egress-{}", std::process::id()));
+    let work = base.join("work");
+    let data = base.join("data");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    let sb = Sandbox { node, work, data };
+
+    let bulk = bulk_server(bytes);
+    let small = small_server();
+    let allow = vec![format!("127.0.0.1:{bulk}"), format!("127.0.0.1:{small}")];
+    let bulk_url = format!("http://127.0.0.1:{bulk}/bulk");
+    let small_url = format!("http://127.0.0.1:{small}/");
+    let w = "%{size_download} %{time_total}\\n";
+
+    println!("bench_egress: {mib} MiB x {repeats} per mode, {requests} new connections per mode; curl's own timers");
+    // Warm-up (page cache, first-run costs).
+    host_curl(&["-w", "%{size_download}", &bulk_url]);
+    sb.sh(&allow, &format!("curl -s -o /dev/null {small_url}\n"));
+
+    let (mut direct, mut proxied, mut tunnel) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..repeats {
+        let d = host_curl(&["-w", "%{size_download} %{time_total}", &bulk_url]);
+        direct.push(mib_per_s(&d, bytes));
+        let inside = sb.sh(
+            &allow,
+            &format!(
+                "curl -s -o /dev/null -w '{w}' {bulk_url}\ncurl -s -p -o /dev/null -w '{w}' {bulk_url}\n"
+            ),
+        );
+        let mut lines = inside.lines();
+        proxied.push(mib_per_s(lines.next().unwrap_or(""), bytes));
+        tunnel.push(mib_per_s(lines.next().unwrap_or(""), bytes));
+    }
+    let (d, p, t) = (median(&mut direct), median(&mut proxied), median(&mut tunnel));
+    println!("bulk throughput (median of {repeats}):");
+    println!("  direct loopback on the host   {d:9.1} MiB/s  (baseline)");
+    println!(
+        "  run -> bridge -> proxy (HTTP) {p:9.1} MiB/s  ratio {:.2}",
+        p / d
+    );
+    println!(
+        "  run -> bridge -> proxy (CONNECT) {t:6.1} MiB/s  ratio {:.2}",
+        t / d
+    );
+    println!("  target: ratio >= 0.80");
+
+    // Latency per new connection.
+    let mut d_lat = Vec::new();
+    for _ in 0..requests {
+        let out = host_curl(&["-w", "%{time_total}", &small_url]);
+        d_lat.push(out.trim().parse::<f64>().unwrap_or(f64::NAN) * 1e3);
+    }
+    let loop_script = |extra: &str| {
+        format!(
+            "i=0; while [ $i -lt {requests} ]; do curl -s {extra} -o /dev/null -w '%{{time_total}}\\n' {small_url}; i=$((i+1)); done\n"
+        )
+    };
+    let parse = |s: String| -> Vec<f64> {
+        s.lines()
+            .filter_map(|l| l.trim().parse::<f64>().ok())
+            .map(|v| v * 1e3)
+            .collect()
+    };
+    let mut p_lat = parse(sb.sh(&allow, &loop_script("")));
+    let mut t_lat = parse(sb.sh(&allow, &loop_script("-p")));
+    let (dm, d99) = (median(&mut d_lat), pct(&mut d_lat, 0.99));
+    let (pm, p99) = (median(&mut p_lat), pct(&mut p_lat, 0.99));
+    let (tm, t99) = (median(&mut t_lat), pct(&mut t_lat, 0.99));
+    println!("latency per new connection, ms (median / p99):");
+    println!("  direct loopback on the host      {dm:7.3} / {d99:7.3}  (baseline)");
+    println!(
+        "  through the proxy (HTTP)         {pm:7.3} / {p99:7.3}  added {:+.3} / {:+.3}",
+        pm - dm,
+        p99 - d99
+    );
+    println!(
+        "  through the proxy (CONNECT)      {tm:7.3} / {t99:7.3}  added {:+.3} / {:+.3}",
+        tm - dm,
+        t99 - d99
+    );
+    let _ = std::fs::remove_dir_all(&base);
+    std::thread::sleep(Duration::from_millis(10));
+}
