@@ -142,7 +142,7 @@ chmod 755 "$root/init"
 cp "$k/boot/vmlinuz-$kver" "$work/vmlinuz"
 # The uncompressed kernel boots several seconds faster in software
 # emulation (no decompressor to emulate): the bzImage's xz payload.
-off=$(grep -obUaP '\xfd7zXZ\x00' "$work/vmlinuz" | head -n1 | cut -d: -f1)
+off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$work/vmlinuz" | head -n1 | cut -d: -f1)
 if [ -n "$off" ]; then
   tail -c +$((off + 1)) "$work/vmlinuz" | xz -dcq > "$work/vmlinux" 2>/dev/null || true
   if [ "$(head -c4 "$work/vmlinux" | od -An -c | tr -d ' ')" = "177ELF" ]; then
