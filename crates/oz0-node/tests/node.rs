@@ -1,0 +1,373 @@
+//! Black-box tests of `sandbox check`, the self-test, `run` and `facts`.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{node, stderr, stdout, TempDir};
+
+macro_rules! ready {
+    () => {
+        if !common::sandbox_ready() {
+            return;
+        }
+    };
+}
+
+fn oz0(args: &[&str]) -> std::process::Output {
+    Command::new(node())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+const ORDER: [&str; 8] = [
+    "launch",
+    "files",
+    "egress",
+    "ingress",
+    "job_limits",
+    "fail_closed",
+    "protected_paths",
+    "environment",
+];
+
+#[test]
+fn check_reports_tier_1_and_its_facts() {
+    ready!();
+    let o = oz0(&["sandbox", "check"]);
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
+    assert!(lines[0].starts_with("Sandbox: tier 1: bubblewrap"), "{out}");
+    assert!(
+        lines[1].starts_with("Linux ") && lines[1].contains("user namespaces: yes"),
+        "{out}"
+    );
+    assert!(!out.contains("Fix:"), "{out}");
+    let o = oz0(&["sandbox", "check", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["tier"], 1);
+    assert_eq!(v["proven"], false, "a probe alone proves nothing");
+    assert!(v["probe"]["landlock_abi"].is_u64());
+}
+
+#[test]
+fn self_test_passes_all_eight_in_order() {
+    ready!();
+    let data = TempDir::new("st-data");
+    let o = oz0(&["sandbox", "check", "--self-test", "--data-dir", &data.s()]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
+    let st: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("Self-test "))
+        .collect();
+    assert_eq!(st.len(), 8, "{out}");
+    for (l, p) in st.iter().zip(ORDER) {
+        assert!(l.starts_with(&format!("Self-test {p}: ok (")), "{l}");
+    }
+    let last = out.lines().last().unwrap();
+    assert!(
+        last.starts_with("Sandbox: tier 1: ")
+            && last.contains("passed the node's self-test (8 checks"),
+        "{last}"
+    );
+    // The data directory existed: its listing and key were checked, not only a stand-in.
+    assert!(
+        out.contains(&format!("the node's data directory {}", data.s())),
+        "{out}"
+    );
+}
+
+#[test]
+fn self_test_json() {
+    ready!();
+    let o = oz0(&["sandbox", "check", "--self-test", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["tier"], 1);
+    assert_eq!(v["proven"], true);
+    let lines = v["self_test"]["lines"].as_array().unwrap();
+    let names: Vec<&str> = lines
+        .iter()
+        .map(|l| l["property"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ORDER);
+    assert!(lines.iter().all(|l| l["ok"] == true && l["ms"].is_u64()));
+}
+
+#[test]
+fn each_property_can_fail_and_then_the_tier_is_0() {
+    ready!();
+    for p in ORDER {
+        let o = oz0(&["sandbox", "check", "--self-test", "--inject-fault", p]);
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(1), "{p}: {out}");
+        let failed: Vec<&str> = out.lines().filter(|l| l.contains(": failed (")).collect();
+        assert_eq!(failed.len(), 1, "{p}: {out}");
+        assert!(
+            failed[0].starts_with(&format!("Self-test {p}: failed (")),
+            "{p}: {out}"
+        );
+        // Every property before it held; nothing after it ran.
+        let idx = ORDER.iter().position(|x| *x == p).unwrap();
+        for before in &ORDER[..idx] {
+            assert!(
+                out.contains(&format!("Self-test {before}: ok (")),
+                "{p}: {out}"
+            );
+        }
+        for after in &ORDER[idx + 1..] {
+            assert!(!out.contains(&format!("Self-test {after}:")), "{p}: {out}");
+        }
+        assert!(
+            out.contains("Sandbox: tier 0: a fault was injected into the self-test; it failed at"),
+            "{p}: {out}"
+        );
+    }
+    let o = oz0(&[
+        "sandbox",
+        "check",
+        "--self-test",
+        "--inject-fault",
+        "nonsense",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn check_names_the_fix_when_bubblewrap_is_missing() {
+    ready!();
+    let o = oz0(&["sandbox", "check", "--bwrap", "/nonexistent/bwrap"]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        out.lines()
+            .next()
+            .unwrap()
+            .starts_with("Sandbox: tier 0: bubblewrap is missing"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Fix: ") && out.contains("apt-get install bubblewrap"),
+        "{out}"
+    );
+    let o = oz0(&[
+        "sandbox",
+        "check",
+        "--self-test",
+        "--bwrap",
+        "/nonexistent/bwrap",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("Sandbox: tier 0"));
+}
+
+#[test]
+fn check_names_the_fix_when_no_cgroup_can_be_used() {
+    ready!();
+    // A cgroup folder this user does not own: job limits cannot be enforced.
+    let root = [
+        "/sys/fs/cgroup/pids",
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).join("cgroup.procs").exists())
+    .unwrap();
+    let o = oz0(&["sandbox", "check", "--cgroup-root", root]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.starts_with("Sandbox: tier 0: no cgroup this user can drive"),
+        "{out}"
+    );
+    assert!(out.contains("Fix: "), "{out}");
+}
+
+#[test]
+fn psec_is_windows_only() {
+    let o = oz0(&["sandbox", "check", "--psec"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("Windows"));
+    let d = TempDir::new("psec");
+    let o = oz0(&["run", "--sandbox", "psec", "--data-dir", &d.s(), "--once"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("Windows-only"), "{}", stderr(&o));
+}
+
+#[test]
+fn run_once_creates_data_dir_key_and_facts() {
+    ready!();
+    let base = TempDir::new("run");
+    let data = base.join("node-data");
+    let d = data.display().to_string();
+    let o = oz0(&["run", "--once", "--data-dir", &d]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700);
+    assert_eq!(mode(&data.join("identity/node.key")), 0o600);
+    assert_eq!(
+        std::fs::metadata(data.join("identity/node.key"))
+            .unwrap()
+            .len(),
+        32
+    );
+    for p in ORDER {
+        assert!(err.contains(&format!("Self-test {p}: ok")), "{p}: {err}");
+    }
+    let facts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("facts.json")).unwrap()).unwrap();
+    assert_eq!(facts["tier_proven"], 1);
+    assert_eq!(facts["tier_routed"], 1);
+    assert_eq!(facts["self_test"]["status"], "passed");
+    assert_eq!(facts["mechanism"]["kind"], "bubblewrap");
+    assert_eq!(facts["labels"]["sandbox.tier"], "1");
+    assert_eq!(facts["microvm"]["ready"], false);
+    // The key survives a restart.
+    let key = std::fs::read(data.join("identity/node.key")).unwrap();
+    let o = oz0(&["run", "--once", "--data-dir", &d]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(std::fs::read(data.join("identity/node.key")).unwrap(), key);
+    let o = oz0(&["facts", "--format", "nfd", "--data-dir", &d]);
+    let nfd = stdout(&o);
+    assert!(nfd.lines().any(|l| l == "oz0.dev/sandbox.tier=1"), "{nfd}");
+    assert!(
+        nfd.lines()
+            .all(|l| l.starts_with("oz0.dev/") && l.contains('=')),
+        "{nfd}"
+    );
+    let o = oz0(&["facts", "--format", "kv", "--data-dir", &d]);
+    assert!(stdout(&o).lines().any(|l| l == "sandbox.tier=1"));
+}
+
+#[test]
+fn run_with_sandbox_none_reports_tier_0() {
+    let base = TempDir::new("none");
+    let d = base.join("data").display().to_string();
+    let o = oz0(&["run", "--once", "--sandbox", "none", "--data-dir", &d]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let facts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(base.join("data/facts.json")).unwrap())
+            .unwrap();
+    assert_eq!(facts["tier_proven"], 0);
+    assert_eq!(facts["self_test"]["status"], "not_run");
+    assert_eq!(facts["fix"], "sandbox_disabled");
+}
+
+#[test]
+fn failed_self_test_reports_tier_0_with_the_property() {
+    ready!();
+    let base = TempDir::new("fail");
+    let d = base.join("data").display().to_string();
+    // A cgroup root the user cannot use: probing finds tier 1's other parts,
+    // yet job limits are unavailable, so the node cannot be tier 1.
+    let o = oz0(&[
+        "run",
+        "--once",
+        "--data-dir",
+        &d,
+        "--cgroup-root",
+        "/sys/fs/cgroup/pids",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let facts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(base.join("data/facts.json")).unwrap())
+            .unwrap();
+    assert_eq!(facts["tier_proven"], 0, "{facts}");
+    assert_eq!(facts["fix"], "delegate_cgroups", "{facts}");
+}
+
+#[test]
+fn bad_data_dirs() {
+    let base = TempDir::new("baddata");
+    let file = base.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let o = oz0(&[
+        "run",
+        "--once",
+        "--sandbox",
+        "none",
+        "--data-dir",
+        &file.display().to_string(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("is not a folder"), "{}", stderr(&o));
+    // Readable by others: made private, with a warning.
+    let open = base.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = oz0(&[
+        "run",
+        "--once",
+        "--sandbox",
+        "none",
+        "--data-dir",
+        &open.display().to_string(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("was readable by others"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::metadata(&open).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    // Unwritable.
+    let ro = base.join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o500)).unwrap();
+    let o = oz0(&[
+        "run",
+        "--once",
+        "--sandbox",
+        "none",
+        "--data-dir",
+        &ro.join("sub").display().to_string(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cannot create the data directory"),
+        "{}",
+        stderr(&o)
+    );
+    let o = oz0(&["run", "--no-such-flag"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn run_stays_up_until_sigterm() {
+    let base = TempDir::new("daemon");
+    let d = base.join("data").display().to_string();
+    let mut child = Command::new(node())
+        .args(["run", "--sandbox", "none", "--data-dir", &d])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !base.join("data/facts.json").exists() {
+        assert!(Instant::now() < deadline, "no facts written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the node did not stay up"
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("stopping"), "{}", stderr(&out));
+}
