@@ -230,7 +230,11 @@ fn main() {
         proxied.push(mib_per_s(lines.next().unwrap_or(""), bytes));
         tunnel.push(mib_per_s(lines.next().unwrap_or(""), bytes));
     }
-    let (d, p, t) = (median(&mut direct), median(&mut proxied), median(&mut tunnel));
+    let (d, p, t) = (
+        median(&mut direct),
+        median(&mut proxied),
+        median(&mut tunnel),
+    );
     println!("bulk throughput (median of {repeats}):");
     println!("  direct loopback on the host   {d:9.1} MiB/s  (baseline)");
     println!(
