@@ -201,14 +201,12 @@ fn vm_folders(st: &Stage) -> Vec<PathBuf> {
 }
 
 fn records_pid(st: &Stage) -> Option<(u32, PathBuf)> {
-    for r in vm_folders(st) {
-        let rec: Value = serde_json::from_slice(&std::fs::read(&r).ok()?).ok()?;
-        return Some((
-            rec["pid"].as_u64()? as u32,
-            PathBuf::from(rec["dir"].as_str()?),
-        ));
-    }
-    None
+    let r = vm_folders(st).into_iter().next()?;
+    let rec: Value = serde_json::from_slice(&std::fs::read(&r).ok()?).ok()?;
+    Some((
+        rec["pid"].as_u64()? as u32,
+        PathBuf::from(rec["dir"].as_str()?),
+    ))
 }
 
 fn http_server() -> (u16, std::thread::JoinHandle<()>) {

@@ -1,0 +1,193 @@
+//! The pin check against the real smolvm 1.24.0 files (from the PyPI wheel
+//! `smolmachines==1.24.0`, unpacked; folder in `OZ0_SMOLVM_DIR`, default
+//! `/tmp/smolwheel/x/smol`), and each probe reason.
+//!
+//! Get the files: `pip download --no-deps smolmachines==1.24.0 -d D && unzip -q D/*.whl -d D/x`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use oz0_microvm::pin::{self, PinError, Selection};
+use oz0_microvm::probe::{probe, ProbeOptions};
+use oz0_policy::facts::MicrovmReason;
+
+fn smolvm_dir() -> Option<PathBuf> {
+    let d = std::env::var_os("OZ0_SMOLVM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/smolwheel/x/smol"));
+    if d.join("smol-vmm").is_file() {
+        return Some(d);
+    }
+    if std::env::var("OZ0_MUST_WORK").as_deref() == Ok("1") {
+        panic!(
+            "OZ0_MUST_WORK=1 and no smolvm 1.24.0 files in {}",
+            d.display()
+        );
+    }
+    eprintln!(
+        "SKIP: no smolvm 1.24.0 files in {} (see this file's header)",
+        d.display()
+    );
+    None
+}
+
+fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("oz0-pintest-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn copy_vmm(from: &Path, to: &Path) {
+    for n in [
+        "smol-vmm",
+        "libkrun.so.2",
+        "libkrunfw.so.5",
+        "agent-rootfs.tar",
+    ] {
+        std::fs::copy(from.join(n), to.join(n)).unwrap();
+    }
+}
+
+fn opts(selection: Selection, path: Option<&Path>) -> ProbeOptions {
+    let base = temp("probe");
+    ProbeOptions {
+        selection,
+        path_var: path.map(|p| p.display().to_string()),
+        tier1: true,
+        bwrap: Some(PathBuf::from("/usr/bin/bwrap")),
+        node_exe: PathBuf::from(env!("CARGO_BIN_EXE_oz0-vm-testnode")),
+        data_dir: base.join("data"),
+        tmp: std::env::temp_dir(),
+        kvm: PathBuf::from("/dev/kvm"),
+        timeout: Duration::from_secs(20),
+        platform: ("linux", "x86_64"),
+    }
+}
+
+#[test]
+fn real_release_is_pinned_and_a_modified_byte_is_refused() {
+    let Some(dir) = smolvm_dir() else { return };
+    let v = pin::select(&Selection::Named(dir.clone()), None).unwrap();
+    assert!(v.pinned && v.warning.is_none());
+    assert_eq!(v.files.len(), 4);
+    let v = pin::select(&Selection::Search, dir.to_str()).unwrap();
+    assert!(v.pinned);
+    assert!(pin::recheck(&v).is_ok());
+
+    let m = temp("modified");
+    copy_vmm(&dir, &m);
+    let lib = m.join("libkrun.so.2");
+    let mut bytes = std::fs::read(&lib).unwrap();
+    bytes[4096] ^= 1;
+    std::fs::write(&lib, bytes).unwrap();
+    let e = pin::select(&Selection::Search, m.to_str()).unwrap_err();
+    assert!(matches!(e, PinError::Unpinned { .. }), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("smolvm is not a release this node pins"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("libkrun.so.2"), "{e}");
+    // Named explicitly: runs, pinned false, with a warning.
+    let v = pin::select(&Selection::Named(m.clone()), None).unwrap();
+    assert!(!v.pinned);
+    assert!(v.warning.as_deref().unwrap().contains("OZ0_MICROVM"));
+    // A pinned VMM modified after selection is refused at its next use.
+    let g = temp("late");
+    copy_vmm(&dir, &g);
+    let v = pin::select(&Selection::Search, g.to_str()).unwrap();
+    std::fs::write(g.join("agent-rootfs.tar"), b"changed").unwrap();
+    assert!(matches!(pin::recheck(&v), Err(PinError::Unpinned { .. })));
+    for d in [m, g] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}
+
+#[test]
+fn probe_reasons_without_a_boot() {
+    let r = probe(&opts(Selection::Off, None));
+    assert_eq!(r.microvm.reason, Some(MicrovmReason::Off));
+    let mut o = opts(Selection::Search, Some(Path::new("/nonexistent")));
+    o.platform = ("macos", "aarch64");
+    assert_eq!(probe(&o).microvm.reason, Some(MicrovmReason::Unsupported));
+    let mut o = opts(Selection::Search, Some(Path::new("/nonexistent")));
+    o.tier1 = false;
+    assert_eq!(probe(&o).microvm.reason, Some(MicrovmReason::NoTier1));
+    let r = probe(&opts(Selection::Search, Some(Path::new("/nonexistent"))));
+    assert_eq!(r.microvm.reason, Some(MicrovmReason::NoVmm));
+    assert!(!r.microvm.ready);
+
+    let fake = temp("fake");
+    std::fs::write(
+        fake.join("smolvm"),
+        "#!/bin/sh\necho 'Error: KVM_CREATE_VM failed: Operation not permitted' >&2\nexit 1\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(fake.join("smolvm"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    let r = probe(&opts(Selection::Search, Some(&fake)));
+    assert_eq!(r.microvm.reason, Some(MicrovmReason::Unpinned));
+    assert_eq!(r.microvm.pinned, Some(false));
+
+    let mut o = opts(Selection::Named(fake.clone()), None);
+    o.kvm = PathBuf::from("/nonexistent/kvm");
+    let r = probe(&o);
+    assert_eq!(r.microvm.reason, Some(MicrovmReason::NoKvmAccess));
+    assert!(
+        r.warning.is_some(),
+        "an unpinned VMM named explicitly warns"
+    );
+
+    // A kernel that refuses to make a VM (as the fake smolvm reports it).
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok()
+    {
+        let r = probe(&opts(Selection::Named(fake.clone()), None));
+        assert_eq!(
+            r.microvm.reason,
+            Some(MicrovmReason::KvmRefused),
+            "{}",
+            r.detail
+        );
+    } else {
+        eprintln!("SKIP KvmRefused: /dev/kvm is not usable by this user");
+    }
+    std::fs::remove_dir_all(fake).unwrap();
+}
+
+/// The honest answer on a machine whose /dev/kvm accepts VMs but fails
+/// every guest: not ready, the test VM did not boot.
+#[test]
+fn probe_real_smolvm_inside_tier1() {
+    let Some(dir) = smolvm_dir() else { return };
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_err()
+    {
+        eprintln!("SKIP: /dev/kvm is not usable by this user");
+        return;
+    }
+    let r = probe(&opts(Selection::Search, Some(&dir)));
+    eprintln!("probe: {}", serde_json::to_string(&r).unwrap());
+    assert_eq!(r.microvm.pinned, Some(true));
+    if r.microvm.ready {
+        eprintln!("this machine boots smolvm inside tier 1");
+    } else {
+        assert!(
+            matches!(
+                r.microvm.reason,
+                Some(MicrovmReason::TestVmDidNotBoot | MicrovmReason::KvmRefused)
+            ),
+            "{r:?}"
+        );
+    }
+}
