@@ -139,6 +139,8 @@ pub struct EgressReport {
 pub struct SeccompSummary {
     /// Profile name.
     pub profile: crate::seccomp::Profile,
+    /// New unix sockets refused to the command (`--allow-unix-sockets` lifts it).
+    pub unix_sockets_refused: bool,
     /// Refused system calls.
     pub refused: Vec<&'static str>,
 }
@@ -387,6 +389,7 @@ fn execute(
         landlock: plan.landlock.clone(),
         seccomp: plan.seccomp,
         bridge,
+        deny_unix_sockets: plan.deny_unix_sockets,
     };
     let cfg_fd = sealed_memfd(
         "oz0-stage",
@@ -564,6 +567,7 @@ fn execute(
             .collect(),
         seccomp: SeccompSummary {
             profile: plan.seccomp,
+            unix_sockets_refused: plan.deny_unix_sockets,
             refused: crate::seccomp::rules(plan.seccomp)
                 .iter()
                 .map(|r| r.name)

@@ -257,6 +257,8 @@ pub struct Plan {
     pub landlock: LandlockRules,
     /// The seccomp profile.
     pub seccomp: Profile,
+    /// New unix sockets refused to the command.
+    pub deny_unix_sockets: bool,
 }
 
 /// Why no plan could be made. Each names the path and the fix.
@@ -469,6 +471,7 @@ pub fn plan(
         argv: spec.command.clone(),
         landlock,
         seccomp: extras.profile,
+        deny_unix_sockets: !spec.allow_unix_sockets && extras.profile == Profile::Default,
     })
 }
 

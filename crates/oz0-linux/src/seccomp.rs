@@ -203,6 +203,51 @@ pub fn rules(profile: Profile) -> Vec<Rule> {
     r
 }
 
+/// The rule installed last, after the egress bridge has started and right
+/// before the command executes: no new unix-domain sockets by `socket(2)`
+/// (pairs from `socketpair(2)` stay allowed). A command therefore cannot
+/// connect to a host service's socket that happens to lie in a folder it was
+/// given; the bridge, started before, keeps reaching the run's proxy socket.
+pub fn unix_socket_rule() -> Rule {
+    Rule {
+        name: "socket(AF_UNIX)",
+        nr: libc::SYS_socket,
+        when: When::Dword {
+            arg: 0,
+            values: &[libc::AF_UNIX as u64],
+        },
+        errno: libc::EPERM,
+        why: "new unix sockets could reach host services' sockets in the run's folders",
+    }
+}
+
+/// Compiles [`unix_socket_rule`] on its own.
+pub fn compile_unix_deny() -> Result<BpfProgram, SeccompError> {
+    let err = |e: seccompiler::BackendError| SeccompError(e.to_string());
+    let r = unix_socket_rule();
+    let When::Dword { arg, values } = r.when else {
+        unreachable!("the unix rule matches a dword")
+    };
+    let rules = values
+        .iter()
+        .map(|&v| {
+            SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, v)
+                .and_then(|c| SeccompRule::new(vec![c]))
+                .map_err(err)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut map = BTreeMap::new();
+    map.insert(r.nr, rules);
+    let filter = SeccompFilter::new(
+        map,
+        SeccompAction::Allow,
+        SeccompAction::Errno(r.errno as u32),
+        arch()?,
+    )
+    .map_err(err)?;
+    filter.try_into().map_err(err)
+}
+
 /// The argument of `clone` that holds the flags.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 const CLONE_FLAGS_ARG: u8 = 0;
@@ -368,6 +413,11 @@ mod tests {
         nrs.dedup();
         assert_eq!(nrs.len(), rs.len());
         assert!(rs.iter().all(|r| !r.why.is_empty()));
+    }
+
+    #[test]
+    fn unix_rule_compiles() {
+        assert!(!compile_unix_deny().unwrap().is_empty());
     }
 
     #[test]

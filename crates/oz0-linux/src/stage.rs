@@ -37,6 +37,8 @@ pub struct StageConfig {
     pub seccomp: Profile,
     /// The egress bridge, when the run has egress.
     pub bridge: Option<BridgeConfig>,
+    /// Refuse new unix sockets to the command (after the bridge started).
+    pub deny_unix_sockets: bool,
 }
 
 /// The in-sandbox bridge to the run's proxy socket.
@@ -160,6 +162,10 @@ fn prepare() -> Result<Prepared, String> {
         let (p, vars) = start_bridge(&b)?;
         cfg.env.extend(vars);
         port = Some(p);
+    }
+    if cfg.deny_unix_sockets {
+        let p = seccomp::compile_unix_deny().map_err(|e| e.to_string())?;
+        seccomp::install(&[p]).map_err(|e| e.to_string())?;
     }
     Ok((cfg, report, port))
 }

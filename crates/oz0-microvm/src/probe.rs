@@ -237,6 +237,8 @@ fn boot_smolvm(
                 timeout_seconds: Some(o.timeout.as_secs().max(1)),
                 ..Limits::default()
             },
+            // The monitor talks to its guest over unix sockets in its own folder.
+            allow_unix_sockets: true,
             data_dir: s(&o.data_dir),
             command: backend::smolvm_argv(vmm, &run),
         })

@@ -334,6 +334,8 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
         allow: Vec::new(),
         forward: Vec::new(),
         limits: req.monitor_limits.clone(),
+        // The monitor talks to its guest over unix sockets in its own folder.
+        allow_unix_sockets: true,
         data_dir: utf8(&req.data_dir)?,
         command: argv,
     })

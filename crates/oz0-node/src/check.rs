@@ -138,6 +138,21 @@ pub fn main(a: CheckArgs) -> i32 {
         .as_ref()
         .map(|b| b.version.clone())
         .unwrap_or_else(|_| "bubblewrap".into());
+    let tier1 = match &outcome {
+        Some(o) => o.tier() == 1,
+        None => report.tier == 1,
+    };
+    let microvm = match std::env::var("OZ0_MICROVM").as_deref() {
+        Ok("off") => None,
+        _ => data_dir_for_vm(a.data_dir.as_deref()).map(|d| {
+            oz0_microvm::probe::probe(&oz0_microvm::probe::ProbeOptions::from_env(
+                tier1,
+                probe.bwrap.as_ref().ok().map(|b| b.path.clone()),
+                std::env::current_exe().unwrap_or_default(),
+                d,
+            ))
+        }),
+    };
     let tier = match &outcome {
         Some(o) => o.tier(),
         None if a.self_test => 0,
@@ -154,6 +169,7 @@ pub fn main(a: CheckArgs) -> i32 {
             "fix": report.fix,
             "probe": check::probe_json(&probe),
             "self_test": outcome,
+            "microvm": microvm.as_ref().map(|m| serde_json::json!({"facts": m.microvm, "detail": m.detail, "warning": m.warning})),
         });
         println!(
             "{}",
@@ -171,8 +187,24 @@ pub fn main(a: CheckArgs) -> i32 {
     } else if a.self_test {
         println!("Sandbox: tier 0: the self-test cannot run without tier 1's mechanisms (above)");
     }
+    if !json {
+        match &microvm {
+            Some(m) => {
+                println!("MicroVMs: {}", m.detail);
+                if let Some(w) = &m.warning {
+                    println!("Warning: {w}");
+                }
+            }
+            None => println!("MicroVMs: off (OZ0_MICROVM=off)"),
+        }
+    }
     match (a.self_test, tier) {
         (_, 1) => Exit::Ok.code(),
         _ => Exit::CheckFailed.code(),
     }
+}
+
+/// The data directory the microVM probe records its test VM under.
+fn data_dir_for_vm(flag: Option<&std::path::Path>) -> Option<PathBuf> {
+    crate::run::data_dir(flag).ok()
 }

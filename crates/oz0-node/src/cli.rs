@@ -99,6 +99,13 @@ enum SandboxCmd {
     /// no root. With --self-test, proves tier 1 by running the eight-property
     /// self-test through the real sandbox (exit 0 only when all eight hold).
     Check(crate::check::CheckArgs),
+    /// Run one tool server in a microVM whose monitor runs inside tier 1 (tier 2).
+    ///
+    /// The server's stdin and stdout are this command's (MCP over stdio). The
+    /// VM has no network device; with --allow/--forward the run's egress proxy
+    /// is carried into the guest. The work folder is the guest's /work. The
+    /// VM and its folder are removed whatever ends it.
+    Vm(oz0_microvm::cli::VmArgs),
     /// Report what this process can see and do (for use inside a sandbox).
     ///
     /// Prints one JSON object: capabilities, no_new_privs, seccomp mode, the
@@ -145,6 +152,11 @@ pub struct RunArgs {
     /// Let the command reach the node-local 127.0.0.1:PORT through the proxy.
     #[arg(long = "forward", value_name = "PORT")]
     pub forward: Vec<u16>,
+    /// Let the command create unix sockets. By default it cannot (socket
+    /// pairs still work), so that it cannot reach a host service's socket in
+    /// a folder it was given.
+    #[arg(long = "allow-unix-sockets")]
+    pub allow_unix_sockets: bool,
     /// Write the run's status (how it ended, what was enforced) as JSON to FILE.
     #[arg(long = "json-status", value_name = "FILE")]
     pub json_status: Option<PathBuf>,
@@ -185,6 +197,7 @@ pub fn main() -> i32 {
         Top::Sandbox(SandboxCmd::Run(a)) => crate::run::run(a),
         Top::Sandbox(SandboxCmd::Probe(a)) => crate::probe::main(a),
         Top::Sandbox(SandboxCmd::Check(a)) => crate::check::main(a),
+        Top::Sandbox(SandboxCmd::Vm(a)) => oz0_microvm::cli::vm_main(a),
         Top::Run(a) => crate::node::run(a),
         Top::Facts(a) => crate::node::facts(a),
         Top::Setup(SetupCmd::Cgroups { user, mode, json }) => setup_cgroups(&user, &mode, json),

@@ -24,6 +24,11 @@ fn main() {
     {
         std::process::exit(oz0_linux::stage::bridge_main());
     }
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(oz0_microvm::guest::GUEST_ARG))
+    {
+        std::process::exit(oz0_microvm::guest::main());
+    }
     let code = cli::main();
     std::process::exit(code);
 }

@@ -160,17 +160,27 @@ fn write_facts(d: &Path, f: &NodeFacts) -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// The microVM state this build can offer on Linux.
-fn microvm_state() -> Microvm {
-    let reason = match std::env::var("OZ0_MICROVM").as_deref() {
-        Ok("off") => MicrovmReason::Off,
-        _ => MicrovmReason::NoVmm,
-    };
-    Microvm {
-        ready: false,
-        reason: Some(reason),
-        pinned: None,
+/// Probes microVMs: only with tier 1 proven, by booting a test VM inside it.
+pub fn microvm_state(tier1: bool, bwrap: Option<PathBuf>, data_dir: &Path) -> Microvm {
+    let removed = oz0_microvm::vmdir::cleanup_stale(&std::env::temp_dir(), data_dir);
+    if !removed.is_empty() {
+        log(&format!(
+            "removed {} stale microVM folder(s)",
+            removed.len()
+        ));
     }
+    let node_exe = std::env::current_exe().unwrap_or_default();
+    let r = oz0_microvm::probe::probe(&oz0_microvm::probe::ProbeOptions::from_env(
+        tier1,
+        bwrap,
+        node_exe,
+        data_dir.to_path_buf(),
+    ));
+    if let Some(w) = &r.warning {
+        log(&format!("warning: {w}"));
+    }
+    log(&format!("MicroVMs: {}", r.detail));
+    r.microvm
 }
 
 /// Runs the node daemon's start.
@@ -217,7 +227,20 @@ pub fn run(a: NodeArgs) -> i32 {
         log("--sandbox none: no sandbox; work runs with this node's own permissions (tier 0)");
         None
     };
-    let facts = facts::assemble(&probe, &report, outcome.as_ref(), mode, microvm_state());
+    let tier1 = outcome.as_ref().is_some_and(|o| o.tier() == 1);
+    let microvm = match std::env::var("OZ0_MICROVM").as_deref() {
+        Ok("off") => Microvm {
+            ready: false,
+            reason: Some(MicrovmReason::Off),
+            pinned: None,
+        },
+        _ => microvm_state(
+            tier1,
+            probe.bwrap.as_ref().ok().map(|b| b.path.clone()),
+            &data_dir,
+        ),
+    };
+    let facts = facts::assemble(&probe, &report, outcome.as_ref(), mode, microvm);
     if let Some(o) = &outcome {
         let bw = probe
             .bwrap

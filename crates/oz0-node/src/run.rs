@@ -107,6 +107,7 @@ fn request(args: &RunArgs) -> Result<RunRequest, String> {
             timeout_seconds: args.timeout,
         },
         data_dir: utf8("--data-dir", &data_dir)?,
+        allow_unix_sockets: args.allow_unix_sockets,
         command,
     })
 }

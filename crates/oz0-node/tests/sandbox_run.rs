@@ -284,7 +284,7 @@ fn syscalls_are_refused_with_the_expected_errno() {
         ("socket_packet", "EAFNOSUPPORT"),
         ("unshare_user", "EPERM"),
         ("unshare_mount_ns", "EPERM"),
-        ("socket_unix", "ok"),
+        ("socket_unix", "EPERM"),
         ("socket_inet", "ok"),
     ];
     for (k, v) in want {
@@ -300,6 +300,30 @@ fn syscalls_are_refused_with_the_expected_errno() {
     // The command inherits stdin, stdout, stderr — and the probe's own /proc read.
     let fds: Vec<String> = serde_json::from_value(r["open_fds"].clone()).unwrap();
     assert!(fds.len() <= 4, "unexpected descriptors: {fds:?}");
+}
+
+#[test]
+fn unix_sockets_only_when_allowed() {
+    ready!();
+    let env = Env::new("unix");
+    // Socket pairs always work; new unix sockets only with --allow-unix-sockets.
+    let script = "python3 -c 'import socket; socket.socketpair(); print(\"pair ok\")'; \
+                  python3 -c 'import socket; socket.socket(socket.AF_UNIX); print(\"socket ok\")' 2>/dev/null; true";
+    let out = env.sh(&[], script);
+    assert!(
+        stdout(&out).contains("pair ok"),
+        "{} {}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(!stdout(&out).contains("socket ok"), "{}", stdout(&out));
+    let out = env.sh(&["--allow-unix-sockets"], script);
+    assert!(
+        stdout(&out).contains("socket ok"),
+        "{} {}",
+        stdout(&out),
+        stderr(&out)
+    );
 }
 
 #[test]

@@ -50,6 +50,10 @@ pub struct RunRequest {
     pub limits: Limits,
     /// The node's data directory, which the run must never see.
     pub data_dir: String,
+    /// Let the command create unix sockets (refused by default: they could
+    /// reach host services' sockets in the folders the run is given).
+    #[serde(default)]
+    pub allow_unix_sockets: bool,
     /// The command and its arguments.
     pub command: Vec<String>,
 }
@@ -71,6 +75,8 @@ pub struct RunSpec {
     pub limits: Limits,
     /// The node's data directory (hidden from the run).
     pub data_dir: AbsPath,
+    /// Unix sockets allowed to the command.
+    pub allow_unix_sockets: bool,
     /// The command (non-empty).
     pub command: Vec<String>,
 }
@@ -196,6 +202,7 @@ impl RunSpec {
             egress,
             limits: req.limits,
             data_dir,
+            allow_unix_sockets: req.allow_unix_sockets,
             command: req.command,
         })
     }
