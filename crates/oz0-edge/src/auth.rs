@@ -70,11 +70,22 @@ pub fn node_id(public_key: &VerifyingKey) -> String {
 /// `^n[0-9a-f]{24}$`.
 pub fn is_node_id(s: &str) -> bool {
     let b = s.as_bytes();
-    b.len() == 25 && b[0] == b'n' && b[1..].iter().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+    b.len() == 25
+        && b[0] == b'n'
+        && b[1..]
+            .iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
 }
 
 /// The bytes a node signs.
-pub fn signed_message(method: &str, path: &str, node: &str, ts_ms: i64, nonce: &str, body: &[u8]) -> Vec<u8> {
+pub fn signed_message(
+    method: &str,
+    path: &str,
+    node: &str,
+    ts_ms: i64,
+    nonce: &str,
+    body: &[u8],
+) -> Vec<u8> {
     let mut m = Vec::with_capacity(body.len() + 128);
     m.extend_from_slice(b"oz0-edge-request-v1\n");
     for part in [method, path, node, &ts_ms.to_string(), nonce] {
@@ -106,13 +117,19 @@ pub fn decode_key(s: &str) -> Result<VerifyingKey, AuthError> {
 
 /// `^[A-Za-z0-9_-]{22}$`: 16 bytes in base64url.
 pub fn is_nonce(s: &str) -> bool {
-    s.len() == 22 && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+    s.len() == 22
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
 }
 
 /// Verifies a signature (strictly: no malleable encodings).
 pub fn verify(key: &VerifyingKey, node: &str, msg: &[u8], sig_b64: &str) -> Result<(), AuthError> {
-    let bytes = B64.decode(sig_b64).map_err(|_| AuthError::Header(H_SIGNATURE))?;
-    let arr: [u8; 64] = bytes.try_into().map_err(|_| AuthError::Header(H_SIGNATURE))?;
+    let bytes = B64
+        .decode(sig_b64)
+        .map_err(|_| AuthError::Header(H_SIGNATURE))?;
+    let arr: [u8; 64] = bytes
+        .try_into()
+        .map_err(|_| AuthError::Header(H_SIGNATURE))?;
     key.verify_strict(msg, &Signature::from_bytes(&arr))
         .map_err(|_| AuthError::Signature(node.to_string()))
 }
@@ -157,12 +174,29 @@ mod tests {
         let sk = SigningKey::from_bytes(&[7u8; 32]);
         let id = node_id(&sk.verifying_key());
         assert!(is_node_id(&id));
-        let msg = signed_message("POST", "/v1/node/facts", &id, 5, "AAAAAAAAAAAAAAAAAAAAAA", b"{}");
+        let msg = signed_message(
+            "POST",
+            "/v1/node/facts",
+            &id,
+            5,
+            "AAAAAAAAAAAAAAAAAAAAAA",
+            b"{}",
+        );
         let sig = B64.encode(sk.sign(&msg).to_bytes());
         assert!(verify(&sk.verifying_key(), &id, &msg, &sig).is_ok());
-        let other = signed_message("POST", "/v1/node/poll", &id, 5, "AAAAAAAAAAAAAAAAAAAAAA", b"{}");
+        let other = signed_message(
+            "POST",
+            "/v1/node/poll",
+            &id,
+            5,
+            "AAAAAAAAAAAAAAAAAAAAAA",
+            b"{}",
+        );
         assert!(verify(&sk.verifying_key(), &id, &other, &sig).is_err());
-        assert_eq!(decode_key(&encode_key(&sk.verifying_key())).unwrap(), sk.verifying_key());
+        assert_eq!(
+            decode_key(&encode_key(&sk.verifying_key())).unwrap(),
+            sk.verifying_key()
+        );
         assert!(decode_key("AAAA").is_err());
     }
 

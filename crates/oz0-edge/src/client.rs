@@ -39,8 +39,8 @@ use crate::auth;
 use crate::http::{self, EdgeUrl};
 use crate::routing::JobRequest;
 use crate::wire::{
-    Accepted, ApiError, CompleteRequest, JobView, LeasedJobView, NodeView, PollRequest, PollResponse, RegisterRequest, Registered, RenewRequest,
-    Renewed,
+    Accepted, ApiError, CompleteRequest, JobView, LeasedJobView, NodeView, PollRequest,
+    PollResponse, RegisterRequest, Registered, RenewRequest, Renewed,
 };
 
 /// The node's deadline is the lease less this fraction of it (clock rate
@@ -158,15 +158,28 @@ impl NodeKey {
     /// Loads the key at `path`, or makes one there: the file mode 0600, its
     /// folder 0700. A key file others can read is refused.
     pub fn load_or_create(path: &Path) -> Result<NodeKey, ClientError> {
-        let kerr = |source| ClientError::KeyFile { path: path.to_path_buf(), source };
+        let kerr = |source| ClientError::KeyFile {
+            path: path.to_path_buf(),
+            source,
+        };
         if let Some(dir) = path.parent() {
-            make_private_dir(dir).map_err(|source| ClientError::KeyFile { path: dir.to_path_buf(), source })?;
+            make_private_dir(dir).map_err(|source| ClientError::KeyFile {
+                path: dir.to_path_buf(),
+                source,
+            })?;
         }
         match std::fs::read_to_string(path) {
             Ok(text) => {
                 check_private(path)?;
-                let b = text.trim_end().strip_prefix(KEY_PREFIX).and_then(|b| B64.decode(b).ok());
-                let seed: [u8; 32] = b.and_then(|b| b.try_into().ok()).ok_or_else(|| ClientError::KeyFormat { path: path.to_path_buf() })?;
+                let b = text
+                    .trim_end()
+                    .strip_prefix(KEY_PREFIX)
+                    .and_then(|b| B64.decode(b).ok());
+                let seed: [u8; 32] =
+                    b.and_then(|b| b.try_into().ok())
+                        .ok_or_else(|| ClientError::KeyFormat {
+                            path: path.to_path_buf(),
+                        })?;
                 Ok(NodeKey::from_seed(seed))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -180,7 +193,9 @@ impl NodeKey {
                 let _ = std::fs::remove_file(&tmp);
                 match linked {
                     Ok(()) => Ok(key),
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => NodeKey::load_or_create(path),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        NodeKey::load_or_create(path)
+                    }
                     Err(e) => Err(kerr(e)),
                 }
             }
@@ -204,14 +219,22 @@ impl NodeKey {
         let nonce = auth::random_id();
         let msg = auth::signed_message(method, path, &self.id, ts, &nonce, body);
         let sig = B64.encode(self.signing.sign(&msg).to_bytes());
-        vec![(auth::H_NODE, self.id.clone()), (auth::H_TIMESTAMP, ts.to_string()), (auth::H_NONCE, nonce), (auth::H_SIGNATURE, sig)]
+        vec![
+            (auth::H_NODE, self.id.clone()),
+            (auth::H_TIMESTAMP, ts.to_string()),
+            (auth::H_NONCE, nonce),
+            (auth::H_SIGNATURE, sig),
+        ]
     }
 }
 
 #[cfg(unix)]
 fn make_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
     let meta = std::fs::metadata(dir)?;
     if meta.permissions().mode() & 0o077 != 0 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
@@ -229,7 +252,11 @@ fn make_private_dir(dir: &Path) -> std::io::Result<()> {
 fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
     f.write_all(data)?;
     f.sync_all()
 }
@@ -237,7 +264,10 @@ fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
 #[cfg(not(unix))]
 fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
     f.write_all(data)?;
     f.sync_all()
 }
@@ -245,9 +275,18 @@ fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
 #[cfg(unix)]
 fn check_private(path: &Path) -> Result<(), ClientError> {
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path).map_err(|source| ClientError::KeyFile { path: path.to_path_buf(), source })?.permissions().mode();
+    let mode = std::fs::metadata(path)
+        .map_err(|source| ClientError::KeyFile {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .permissions()
+        .mode();
     if mode & 0o077 != 0 {
-        return Err(ClientError::KeyPermissions { path: path.to_path_buf(), mode: mode & 0o7777 });
+        return Err(ClientError::KeyPermissions {
+            path: path.to_path_buf(),
+            mode: mode & 0o7777,
+        });
     }
     Ok(())
 }
@@ -259,7 +298,10 @@ fn check_private(_path: &Path) -> Result<(), ClientError> {
 
 fn decode<T: DeserializeOwned>(status: u16, body: &[u8]) -> Result<T, ClientError> {
     if (200..300).contains(&status) {
-        serde_json::from_slice(body).map_err(|e| ClientError::Response { status, detail: e.to_string() })
+        serde_json::from_slice(body).map_err(|e| ClientError::Response {
+            status,
+            detail: e.to_string(),
+        })
     } else {
         let mut refusal: ApiError = serde_json::from_slice(body).unwrap_or_else(|_| ApiError {
             status,
@@ -282,7 +324,10 @@ pub struct Lease {
 impl Lease {
     fn new(job: LeasedJobView, sent: Instant, lease_ms: i64) -> Lease {
         let ms = lease_ms - lease_ms / LEASE_MARGIN_DIVISOR;
-        Lease { job, deadline: sent + Duration::from_millis(ms.max(0) as u64) }
+        Lease {
+            job,
+            deadline: sent + Duration::from_millis(ms.max(0) as u64),
+        }
     }
 
     /// By when the job must have stopped, unless renewed.
@@ -307,7 +352,11 @@ pub struct NodeClient {
 impl NodeClient {
     /// A client for `edge_url` (`http://HOST:PORT`), as a node of `tenant`.
     pub fn new(edge_url: &str, tenant: &str, key: NodeKey) -> Result<NodeClient, ClientError> {
-        Ok(NodeClient { edge: EdgeUrl::parse(edge_url)?, tenant: tenant.to_string(), key })
+        Ok(NodeClient {
+            edge: EdgeUrl::parse(edge_url)?,
+            tenant: tenant.to_string(),
+            key,
+        })
     }
 
     /// This node's id.
@@ -320,7 +369,12 @@ impl NodeClient {
         &self.key
     }
 
-    async fn signed<T: DeserializeOwned>(&self, path: &str, body: Vec<u8>, extra: Option<(&'static str, String)>) -> Result<T, ClientError> {
+    async fn signed<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        extra: Option<(&'static str, String)>,
+    ) -> Result<T, ClientError> {
         let mut headers = self.key.sign("POST", path, &body);
         headers.extend(extra);
         let (status, resp) = http::request(&self.edge, "POST", path, &headers, body).await?;
@@ -328,23 +382,47 @@ impl NodeClient {
     }
 
     /// Registers this node's key with the tenant (idempotent).
-    pub async fn register(&self, enrolment_token: &str, name: Option<&str>) -> Result<Registered, ClientError> {
-        let body = serde_json::to_vec(&RegisterRequest { tenant: self.tenant.clone(), public_key: self.key.public_key(), name: name.map(str::to_string) })
-            .expect("a registration serializes");
-        self.signed("/v1/nodes/register", body, Some(("authorization", format!("Bearer {enrolment_token}")))).await
+    pub async fn register(
+        &self,
+        enrolment_token: &str,
+        name: Option<&str>,
+    ) -> Result<Registered, ClientError> {
+        let body = serde_json::to_vec(&RegisterRequest {
+            tenant: self.tenant.clone(),
+            public_key: self.key.public_key(),
+            name: name.map(str::to_string),
+        })
+        .expect("a registration serializes");
+        self.signed(
+            "/v1/nodes/register",
+            body,
+            Some(("authorization", format!("Bearer {enrolment_token}"))),
+        )
+        .await
     }
 
     /// Reports facts; returns how the edge sees the node (its routed tier,
     /// labels, the fix in the edge's words, fields dropped).
     pub async fn report_facts(&self, facts: &NodeFacts) -> Result<NodeView, ClientError> {
-        self.signed("/v1/node/facts", serde_json::to_vec(facts).expect("facts serialize"), None).await
+        self.signed(
+            "/v1/node/facts",
+            serde_json::to_vec(facts).expect("facts serialize"),
+            None,
+        )
+        .await
     }
 
     /// Polls one tier's queue. The edge refuses a tier above the one it
     /// routes this node at (`tier_not_routed`).
     pub async fn poll_job(&self, tier: u8) -> Result<Option<Lease>, ClientError> {
         let sent = Instant::now();
-        let r: PollResponse = self.signed("/v1/node/poll", serde_json::to_vec(&PollRequest { tier }).expect("serializes"), None).await?;
+        let r: PollResponse = self
+            .signed(
+                "/v1/node/poll",
+                serde_json::to_vec(&PollRequest { tier }).expect("serializes"),
+                None,
+            )
+            .await?;
         Ok(r.job.map(|j| {
             let ms = j.lease_ms;
             Lease::new(j, sent, ms)
@@ -355,7 +433,10 @@ impl NodeClient {
     pub async fn renew_lease(&self, lease: &mut Lease) -> Result<(), ClientError> {
         let sent = Instant::now();
         let path = format!("/v1/node/jobs/{}/renew", lease.job.job_id);
-        let body = serde_json::to_vec(&RenewRequest { lease_id: lease.job.lease_id.clone() }).expect("serializes");
+        let body = serde_json::to_vec(&RenewRequest {
+            lease_id: lease.job.lease_id.clone(),
+        })
+        .expect("serializes");
         match self.signed::<Renewed>(&path, body, None).await {
             Ok(r) => {
                 let renewed = Lease::new(lease.job.clone(), sent, r.lease_ms);
@@ -367,22 +448,41 @@ impl NodeClient {
     }
 
     /// Reports a job's end; [`ClientError::LeaseLost`] when the lease was gone.
-    pub async fn complete_job(&self, lease: &Lease, succeeded: bool, exit_code: Option<i32>) -> Result<(), ClientError> {
+    pub async fn complete_job(
+        &self,
+        lease: &Lease,
+        succeeded: bool,
+        exit_code: Option<i32>,
+    ) -> Result<(), ClientError> {
         let path = format!("/v1/node/jobs/{}/complete", lease.job.job_id);
-        let body = serde_json::to_vec(&CompleteRequest { lease_id: lease.job.lease_id.clone(), succeeded, exit_code }).expect("serializes");
-        self.signed::<serde_json::Value>(&path, body, None).await.map(|_| ()).map_err(|e| lost(e, &lease.job.job_id))
+        let body = serde_json::to_vec(&CompleteRequest {
+            lease_id: lease.job.lease_id.clone(),
+            succeeded,
+            exit_code,
+        })
+        .expect("serializes");
+        self.signed::<serde_json::Value>(&path, body, None)
+            .await
+            .map(|_| ())
+            .map_err(|e| lost(e, &lease.job.job_id))
     }
 
     /// Runs `work` while renewing the lease every third of it. When a
     /// renewal is refused or the deadline passes first, `work` is dropped
     /// (the caller's future must stop its processes when dropped) and
     /// [`ClientError::LeaseLost`] is returned.
-    pub async fn run_leased<F: Future>(&self, lease: &mut Lease, work: F) -> Result<F::Output, ClientError> {
+    pub async fn run_leased<F: Future>(
+        &self,
+        lease: &mut Lease,
+        work: F,
+    ) -> Result<F::Output, ClientError> {
         tokio::pin!(work);
         loop {
             let now = Instant::now();
             if now >= lease.deadline {
-                return Err(ClientError::LeaseLost { job: lease.job.job_id.clone() });
+                return Err(ClientError::LeaseLost {
+                    job: lease.job.job_id.clone(),
+                });
             }
             let renew_at = now + (lease.deadline - now) / 3;
             tokio::select! {
@@ -405,7 +505,9 @@ impl NodeClient {
 
 fn lost(e: ClientError, job: &str) -> ClientError {
     match e.refusal_code() {
-        Some("lease_lost") => ClientError::LeaseLost { job: job.to_string() },
+        Some("lease_lost") => ClientError::LeaseLost {
+            job: job.to_string(),
+        },
         _ => e,
     }
 }
@@ -420,11 +522,26 @@ pub struct OperatorClient {
 impl OperatorClient {
     /// A client for `edge_url` with an operator token.
     pub fn new(edge_url: &str, token: &str) -> Result<OperatorClient, ClientError> {
-        Ok(OperatorClient { edge: EdgeUrl::parse(edge_url)?, token: token.to_string() })
+        Ok(OperatorClient {
+            edge: EdgeUrl::parse(edge_url)?,
+            token: token.to_string(),
+        })
     }
 
-    async fn call(&self, method: &str, path: &str, body: Vec<u8>) -> Result<(u16, bytes::Bytes), ClientError> {
-        http::request(&self.edge, method, path, &[("authorization", format!("Bearer {}", self.token))], body).await
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<(u16, bytes::Bytes), ClientError> {
+        http::request(
+            &self.edge,
+            method,
+            path,
+            &[("authorization", format!("Bearer {}", self.token))],
+            body,
+        )
+        .await
     }
 
     /// Nodes, of one tenant or all.
@@ -443,22 +560,44 @@ impl OperatorClient {
         if !(auth::is_node_id(id_or_name) || crate::sanitize::is_node_name(id_or_name)) {
             return Err(ClientError::Refused {
                 status: 404,
-                refusal: ApiError { status: 404, error: "no_node".into(), reason: "a node is named by its id (n + 24 hex digits) or its host name".into() },
+                refusal: ApiError {
+                    status: 404,
+                    error: "no_node".into(),
+                    reason: "a node is named by its id (n + 24 hex digits) or its host name".into(),
+                },
             });
         }
-        let (s, b) = self.call("GET", &format!("/v1/nodes/{id_or_name}"), vec![]).await?;
+        let (s, b) = self
+            .call("GET", &format!("/v1/nodes/{id_or_name}"), vec![])
+            .await?;
         decode(s, &b)
     }
 
     /// Submits a job; a refusal carries the edge's reason.
-    pub async fn submit_job(&self, tenant: &str, job: &JobRequest) -> Result<Accepted, ClientError> {
-        let (s, b) = self.call("POST", &format!("/v1/tenants/{tenant}/jobs"), serde_json::to_vec(job).expect("serializes")).await?;
+    pub async fn submit_job(
+        &self,
+        tenant: &str,
+        job: &JobRequest,
+    ) -> Result<Accepted, ClientError> {
+        let (s, b) = self
+            .call(
+                "POST",
+                &format!("/v1/tenants/{tenant}/jobs"),
+                serde_json::to_vec(job).expect("serializes"),
+            )
+            .await?;
         decode(s, &b)
     }
 
     /// A job's state.
     pub async fn job(&self, tenant: &str, job_id: &str) -> Result<JobView, ClientError> {
-        let (s, b) = self.call("GET", &format!("/v1/tenants/{tenant}/jobs/{job_id}"), vec![]).await?;
+        let (s, b) = self
+            .call(
+                "GET",
+                &format!("/v1/tenants/{tenant}/jobs/{job_id}"),
+                vec![],
+            )
+            .await?;
         decode(s, &b)
     }
 
@@ -474,7 +613,13 @@ impl OperatorClient {
 }
 
 /// Sends one raw request (tests of refusals: forged signatures, replays).
-pub async fn raw_request(edge_url: &str, method: &str, path: &str, headers: &[(&str, String)], body: Vec<u8>) -> Result<(u16, Vec<u8>), ClientError> {
+pub async fn raw_request(
+    edge_url: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: Vec<u8>,
+) -> Result<(u16, Vec<u8>), ClientError> {
     let url = EdgeUrl::parse(edge_url)?;
     let (s, b) = http::request(&url, method, path, headers, body).await?;
     Ok((s, b.to_vec()))
@@ -493,13 +638,29 @@ mod tests {
         let a = NodeKey::load_or_create(&path).unwrap();
         let b = NodeKey::load_or_create(&path).unwrap();
         assert_eq!(a.id(), b.id());
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-        assert_eq!(std::fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            std::fs::metadata(path.parent().unwrap())
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o700
+        );
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(matches!(NodeKey::load_or_create(&path), Err(ClientError::KeyPermissions { .. })));
+        assert!(matches!(
+            NodeKey::load_or_create(&path),
+            Err(ClientError::KeyPermissions { .. })
+        ));
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::write(&path, "garbage").unwrap();
-        assert!(matches!(NodeKey::load_or_create(&path), Err(ClientError::KeyFormat { .. })));
+        assert!(matches!(
+            NodeKey::load_or_create(&path),
+            Err(ClientError::KeyFormat { .. })
+        ));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

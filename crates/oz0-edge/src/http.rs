@@ -65,16 +65,36 @@ impl std::fmt::Display for EdgeUrl {
 }
 
 /// Sends one request; returns the status and the body.
-pub async fn request(url: &EdgeUrl, method: &str, path: &str, headers: &[(&str, String)], body: Vec<u8>) -> Result<(u16, Bytes), ClientError> {
-    tokio::time::timeout(REQUEST_TIMEOUT, request_inner(url, method, path, headers, body))
-        .await
-        .map_err(|_| ClientError::Timeout { edge: url.to_string() })?
+pub async fn request(
+    url: &EdgeUrl,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: Vec<u8>,
+) -> Result<(u16, Bytes), ClientError> {
+    tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        request_inner(url, method, path, headers, body),
+    )
+    .await
+    .map_err(|_| ClientError::Timeout {
+        edge: url.to_string(),
+    })?
 }
 
-async fn request_inner(url: &EdgeUrl, method: &str, path: &str, headers: &[(&str, String)], body: Vec<u8>) -> Result<(u16, Bytes), ClientError> {
+async fn request_inner(
+    url: &EdgeUrl,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: Vec<u8>,
+) -> Result<(u16, Bytes), ClientError> {
     let stream = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
         .await
-        .map_err(|source| ClientError::Connect { edge: url.to_string(), source })?;
+        .map_err(|source| ClientError::Connect {
+            edge: url.to_string(),
+            source,
+        })?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| ClientError::Http(e.to_string()))?;
@@ -89,8 +109,13 @@ async fn request_inner(url: &EdgeUrl, method: &str, path: &str, headers: &[(&str
     for (k, v) in headers {
         req = req.header(*k, v);
     }
-    let req = req.body(Full::new(Bytes::from(body))).map_err(|e| ClientError::Http(e.to_string()))?;
-    let resp = sender.send_request(req).await.map_err(|e| ClientError::Http(e.to_string()))?;
+    let req = req
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| ClientError::Http(e.to_string()))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| ClientError::Http(e.to_string()))?;
     let status = resp.status().as_u16();
     let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES)
         .collect()
@@ -106,10 +131,26 @@ mod tests {
 
     #[test]
     fn urls() {
-        assert_eq!(EdgeUrl::parse("http://127.0.0.1:8440").unwrap().to_string(), "http://127.0.0.1:8440");
-        assert_eq!(EdgeUrl::parse("http://edge.example/").unwrap().to_string(), "http://edge.example:80");
-        assert_eq!(EdgeUrl::parse("http://[::1]:9").unwrap().to_string(), "http://[::1]:9");
-        for bad in ["https://x", "http://", "http://u:p@x", "http://x/api", "http://x:99999", "x:1"] {
+        assert_eq!(
+            EdgeUrl::parse("http://127.0.0.1:8440").unwrap().to_string(),
+            "http://127.0.0.1:8440"
+        );
+        assert_eq!(
+            EdgeUrl::parse("http://edge.example/").unwrap().to_string(),
+            "http://edge.example:80"
+        );
+        assert_eq!(
+            EdgeUrl::parse("http://[::1]:9").unwrap().to_string(),
+            "http://[::1]:9"
+        );
+        for bad in [
+            "https://x",
+            "http://",
+            "http://u:p@x",
+            "http://x/api",
+            "http://x:99999",
+            "x:1",
+        ] {
             assert!(EdgeUrl::parse(bad).is_err(), "{bad}");
         }
     }

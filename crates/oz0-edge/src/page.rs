@@ -4,8 +4,8 @@
 //! [`crate::sanitize`]); it escapes them all anyway, and the edge serves it
 //! with a Content-Security-Policy that allows no script at all.
 
-use crate::wire::NodeView;
 use crate::time::format_utc;
+use crate::wire::NodeView;
 
 /// Escapes text for HTML element content and quoted attribute values.
 pub fn escape(s: &str) -> String {
@@ -50,10 +50,21 @@ pub fn render_nodes(nodes: &[NodeView], tenant: Option<&str>, now_ms: i64) -> St
     h.push_str("<table><thead><tr><th>Node</th><th>Tenant</th><th>Platform</th><th>Tier</th><th>Mechanism</th><th>Fix</th><th>MicroVMs</th><th>Last report</th></tr></thead><tbody>");
     for n in nodes {
         let class = if n.tier_routed >= 1 { "t1" } else { "t0" };
-        let name = n.name.as_deref().map(|s| format!("{}<br>", escape(s))).unwrap_or_default();
-        let note = n.routed_note.as_deref().map(|s| format!("<br><small>{}</small>", escape(s))).unwrap_or_default();
+        let name = n
+            .name
+            .as_deref()
+            .map(|s| format!("{}<br>", escape(s)))
+            .unwrap_or_default();
+        let note = n
+            .routed_note
+            .as_deref()
+            .map(|s| format!("<br><small>{}</small>", escape(s)))
+            .unwrap_or_default();
         let dropped = if n.dropped_last > 0 {
-            format!("<br><small>{} field(s) dropped from this report</small>", n.dropped_last)
+            format!(
+                "<br><small>{} field(s) dropped from this report</small>",
+                n.dropped_last
+            )
         } else {
             String::new()
         };
@@ -79,6 +90,9 @@ mod tests {
 
     #[test]
     fn escapes_markup_and_controls() {
-        assert_eq!(escape("<script>alert('x')</script>&\"\u{7}"), "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;\u{fffd}");
+        assert_eq!(
+            escape("<script>alert('x')</script>&\"\u{7}"),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;\u{fffd}"
+        );
     }
 }

@@ -121,7 +121,9 @@ pub enum NeedsError {
     #[error("architecture {0:?} is not one the edge knows: use x86_64, aarch64, riscv64, armv7, i686, ppc64le or s390x")]
     Arch(String),
     /// Architecture without a microVM.
-    #[error("an architecture is asked for only with isolation: microvm (the image's architecture)")]
+    #[error(
+        "an architecture is asked for only with isolation: microvm (the image's architecture)"
+    )]
     ArchWithoutMicrovm,
 }
 
@@ -160,7 +162,12 @@ impl JobRequest {
 impl Needs {
     /// Why no node of `tenant` can take this, in the edge's words, given
     /// what the tenant's live nodes offer (`(routed tier, microvm, oci, arch)`).
-    pub fn refusal(&self, tenant: &str, origin: Origin, nodes: &[(u8, bool, bool, Option<String>)]) -> String {
+    pub fn refusal(
+        &self,
+        tenant: &str,
+        origin: Origin,
+        nodes: &[(u8, bool, bool, Option<String>)],
+    ) -> String {
         let at_tier = nodes.iter().filter(|n| n.0 >= self.tier).count();
         if at_tier == 0 {
             let why = if origin.is_outside() && self.tier == 1 {
@@ -180,7 +187,11 @@ impl Needs {
             return why;
         }
         if self.microvm {
-            let arch = self.arch.as_deref().map(|a| format!(" for {a}")).unwrap_or_default();
+            let arch = self
+                .arch
+                .as_deref()
+                .map(|a| format!(" for {a}"))
+                .unwrap_or_default();
             return format!("this microVM tool needs a node labelled isolation.microvm=ready{arch}, and tenant {tenant} has none live");
         }
         if self.oci {
@@ -204,7 +215,14 @@ mod tests {
     use super::*;
 
     fn req(origin: Origin, isolation: Isolation) -> JobRequest {
-        JobRequest { origin, kind: JobKind::Tool, tier: 0, isolation, arch: None, payload: serde_json::Value::Null }
+        JobRequest {
+            origin,
+            kind: JobKind::Tool,
+            tier: 0,
+            isolation,
+            arch: None,
+            payload: serde_json::Value::Null,
+        }
     }
 
     #[test]
@@ -212,10 +230,18 @@ mod tests {
         for o in [Origin::Webhook, Origin::Event, Origin::Chat] {
             assert_eq!(req(o, Isolation::None).needs().unwrap().tier, 1);
         }
-        assert_eq!(req(Origin::Internal, Isolation::None).needs().unwrap().tier, 0);
+        assert_eq!(
+            req(Origin::Internal, Isolation::None).needs().unwrap().tier,
+            0
+        );
         let n = req(Origin::Internal, Isolation::Microvm).needs().unwrap();
         assert!(n.microvm && n.tier == 2);
-        assert!(req(Origin::Internal, Isolation::Container).needs().unwrap().oci);
+        assert!(
+            req(Origin::Internal, Isolation::Container)
+                .needs()
+                .unwrap()
+                .oci
+        );
     }
 
     #[test]

@@ -8,9 +8,7 @@
 //! routed tier is recomputed here, so the routing rule does not depend on the
 //! node telling the truth about it.
 
-use oz0_policy::facts::{
-    FixKind, MicrovmReason, NodeFacts, Os, Property, SelfTest, FACTS_SCHEMA,
-};
+use oz0_policy::facts::{FixKind, MicrovmReason, NodeFacts, Os, Property, SelfTest, FACTS_SCHEMA};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -257,8 +255,18 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
         Os::Macos => is_macos_build,
         Os::Windows => is_windows_build,
     };
-    let build = keep(&f.platform.build_raw, build_ok, "platform.build_raw", &mut dropped);
-    let node_version = keep(&f.node_version, is_node_version, "node_version", &mut dropped);
+    let build = keep(
+        &f.platform.build_raw,
+        build_ok,
+        "platform.build_raw",
+        &mut dropped,
+    );
+    let node_version = keep(
+        &f.node_version,
+        is_node_version,
+        "node_version",
+        &mut dropped,
+    );
 
     let m = &f.mechanism;
     let kind_ok = match os {
@@ -295,9 +303,7 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
     let psec_contract = m.psec_contract.as_deref().and_then(|c| {
         keep(
             c,
-            |c| {
-                is_version(c) && c.split('.').count() == 2 && c.len() <= 7
-            },
+            |c| is_version(c) && c.split('.').count() == 2 && c.len() <= 7,
             "mechanism.psec_contract",
             &mut dropped,
         )
@@ -350,7 +356,11 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
     } else {
         tier_claimed_routed.min(tier_proven)
     };
-    let tier_routed = if base >= 1 && microvm_ready { 2 } else { base.min(1) };
+    let tier_routed = if base >= 1 && microvm_ready {
+        2
+    } else {
+        base.min(1)
+    };
 
     // Labels: a closed set of keys; the edge derives the values it can.
     let mut oci_ready = false;
@@ -377,7 +387,12 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
     labels.insert("sandbox.tier".to_string(), tier_routed.to_string());
     labels.insert(
         "isolation.microvm".to_string(),
-        if microvm_ready { "ready" } else { "unavailable" }.to_string(),
+        if microvm_ready {
+            "ready"
+        } else {
+            "unavailable"
+        }
+        .to_string(),
     );
     labels.insert(
         "runtime.oci".to_string(),
@@ -422,10 +437,20 @@ impl Sanitized {
     /// `tier 1 proven, routed at 1`, or for Windows `tier 1 (psec 1.0, routed as tier 0)`.
     pub fn tier_line(&self) -> String {
         if self.os == "windows" && self.tier_proven >= 1 {
-            let c = self.mechanism.psec_contract.as_deref().unwrap_or("contract unknown");
-            return format!("tier {} (psec {c}, routed as tier {})", self.tier_proven, self.tier_routed);
+            let c = self
+                .mechanism
+                .psec_contract
+                .as_deref()
+                .unwrap_or("contract unknown");
+            return format!(
+                "tier {} (psec {c}, routed as tier {})",
+                self.tier_proven, self.tier_routed
+            );
         }
-        format!("tier {} proven, routed at {}", self.tier_proven, self.tier_routed)
+        format!(
+            "tier {} proven, routed at {}",
+            self.tier_proven, self.tier_routed
+        )
     }
 
     /// `bubblewrap 0.8.0, Landlock ABI 7, seccomp, cgroup v2`.
@@ -513,7 +538,9 @@ impl Sanitized {
     pub fn microvm_line(&self) -> String {
         if self.microvm_ready {
             return match self.microvm_pinned {
-                Some(false) => "ready, with a VMM the operator named that is not a pinned release".to_string(),
+                Some(false) => {
+                    "ready, with a VMM the operator named that is not a pinned release".to_string()
+                }
                 _ => "ready".to_string(),
             };
         }
@@ -521,8 +548,12 @@ impl Sanitized {
             Some(MicrovmReason::Off) => "turned off (OZ0_MICROVM=off)",
             Some(MicrovmReason::NoTier1) => "no tier 1 to run the VM monitor in",
             Some(MicrovmReason::NoVmm) => "no VMM found",
-            Some(MicrovmReason::Unpinned) => "the VMM is not a pinned release (name its folder in OZ0_MICROVM to use it anyway)",
-            Some(MicrovmReason::NoKvmAccess) => "no access to /dev/kvm (add the node's user to the kvm group)",
+            Some(MicrovmReason::Unpinned) => {
+                "the VMM is not a pinned release (name its folder in OZ0_MICROVM to use it anyway)"
+            }
+            Some(MicrovmReason::NoKvmAccess) => {
+                "no access to /dev/kvm (add the node's user to the kvm group)"
+            }
             Some(MicrovmReason::KvmRefused) => "the kernel refused to create a VM",
             Some(MicrovmReason::TestVmDidNotBoot) => "the test VM did not boot",
             Some(MicrovmReason::Unsupported) => "not supported on this platform yet",
@@ -536,7 +567,9 @@ impl Sanitized {
     /// Why the edge routes lower than the node claims, if it does.
     pub fn routed_note(&self) -> Option<String> {
         if self.os == "windows" && self.tier_proven >= 1 {
-            return Some("Windows PSEC is a preview: the edge routes this node at tier 0".to_string());
+            return Some(
+                "Windows PSEC is a preview: the edge routes this node at tier 0".to_string(),
+            );
         }
         if self.tier_claimed_routed > self.tier_routed {
             return Some(format!(
@@ -557,7 +590,11 @@ mod tests {
         let mut f = NodeFacts {
             schema: FACTS_SCHEMA,
             node_version: "0.1.0".into(),
-            platform: Platform { os: Os::Linux, arch: "x86_64".into(), build_raw: "6.1.0-28-amd64".into() },
+            platform: Platform {
+                os: Os::Linux,
+                arch: "x86_64".into(),
+                build_raw: "6.1.0-28-amd64".into(),
+            },
             tier_proven: 1,
             tier_routed: 1,
             mechanism: Mechanism {
@@ -570,7 +607,11 @@ mod tests {
             },
             self_test: SelfTest::Passed,
             fix: None,
-            microvm: Microvm { ready: false, reason: Some(MicrovmReason::NoKvmAccess), pinned: None },
+            microvm: Microvm {
+                ready: false,
+                reason: Some(MicrovmReason::NoKvmAccess),
+                pinned: None,
+            },
             labels: BTreeMap::new(),
         };
         f.derive_labels(true);
@@ -580,20 +621,53 @@ mod tests {
     #[test]
     fn patterns() {
         assert!(is_windows_build("26200.9457"));
-        for bad in ["26200.9457; rm -rf", "2620.9457", "26200.", "26200.123456", "２6200.1", ""] {
+        for bad in [
+            "26200.9457; rm -rf",
+            "2620.9457",
+            "26200.",
+            "26200.123456",
+            "２6200.1",
+            "",
+        ] {
             assert!(!is_windows_build(bad), "{bad}");
         }
-        for ok in ["6.1.0-28-amd64", "6.18", "5.15.167.4-microsoft-standard-WSL2", "6.8.0-45-generic", "6.12.10+rpt-rpi-v8"] {
+        for ok in [
+            "6.1.0-28-amd64",
+            "6.18",
+            "5.15.167.4-microsoft-standard-WSL2",
+            "6.8.0-45-generic",
+            "6.12.10+rpt-rpi-v8",
+        ] {
             assert!(is_kernel_release(ok), "{ok}");
         }
-        for bad in ["6", "6.1.0-", "6.1.0--x", "6.1<script>", "6.1.0-a b", "6.1.0-$(id)", "123.1", "6.1.0.1.2"] {
+        for bad in [
+            "6",
+            "6.1.0-",
+            "6.1.0--x",
+            "6.1<script>",
+            "6.1.0-a b",
+            "6.1.0-$(id)",
+            "123.1",
+            "6.1.0.1.2",
+        ] {
             assert!(!is_kernel_release(bad), "{bad}");
         }
-        assert!(is_version("0.8.0") && is_version("1.0") && !is_version("1") && !is_version("1.0.0.0"));
+        assert!(
+            is_version("0.8.0") && is_version("1.0") && !is_version("1") && !is_version("1.0.0.0")
+        );
         assert!(is_macos_build("24G84") && is_macos_build("25A5279m") && is_macos_build("15.6"));
         assert!(!is_macos_build("24g84") && !is_macos_build("24G") && !is_macos_build("24G84ab"));
-        assert!(is_node_version("0.1.0") && is_node_version("1.2.3-rc.1") && !is_node_version("0.1.0 <b>"));
-        assert!(is_node_name("build-01.example") && !is_node_name("-x") && !is_node_name("A") && !is_node_name("a b"));
+        assert!(
+            is_node_version("0.1.0")
+                && is_node_version("1.2.3-rc.1")
+                && !is_node_version("0.1.0 <b>")
+        );
+        assert!(
+            is_node_name("build-01.example")
+                && !is_node_name("-x")
+                && !is_node_name("A")
+                && !is_node_name("a b")
+        );
     }
 
     #[test]
@@ -603,15 +677,27 @@ mod tests {
         assert_eq!(o.facts.tier_routed, 1);
         assert_eq!(o.facts.build.as_deref(), Some("6.1.0-28-amd64"));
         assert_eq!(o.facts.labels["runtime.oci"], "ready");
-        assert_eq!(o.facts.mechanism_line(), "bubblewrap 0.8.0, Landlock ABI 7, seccomp, cgroup v2");
+        assert_eq!(
+            o.facts.mechanism_line(),
+            "bubblewrap 0.8.0, Landlock ABI 7, seccomp, cgroup v2"
+        );
         assert_eq!(o.facts.fix_text(), None);
     }
 
     #[test]
     fn windows_is_routed_at_zero_whatever_it_claims() {
         let mut f = linux();
-        f.platform = Platform { os: Os::Windows, arch: "x86_64".into(), build_raw: "26200.9457".into() };
-        f.mechanism = Mechanism { kind: "psec".into(), psec_contract: Some("1.0".into()), psec_features: vec!["deny_paths".into()], ..Default::default() };
+        f.platform = Platform {
+            os: Os::Windows,
+            arch: "x86_64".into(),
+            build_raw: "26200.9457".into(),
+        };
+        f.mechanism = Mechanism {
+            kind: "psec".into(),
+            psec_contract: Some("1.0".into()),
+            psec_features: vec!["deny_paths".into()],
+            ..Default::default()
+        };
         f.microvm.ready = true;
         f.tier_routed = 2;
         let o = sanitize(&f).unwrap();
@@ -648,18 +734,32 @@ mod tests {
         f.labels.insert("evil".into(), "<b>".into());
         f.labels.insert("arch".into(), "aarch64".into());
         let o = sanitize(&f).unwrap();
-        for field in ["platform.build_raw", "node_version", "mechanism.bwrap_version", "mechanism.psec_contract", "mechanism.psec_features", "labels"] {
+        for field in [
+            "platform.build_raw",
+            "node_version",
+            "mechanism.bwrap_version",
+            "mechanism.psec_contract",
+            "mechanism.psec_features",
+            "labels",
+        ] {
             assert!(o.dropped.contains(&field), "{field} in {:?}", o.dropped);
         }
         let json = serde_json::to_string(&o.facts).unwrap();
-        assert!(!json.contains('<') && !json.contains("rm -rf") && !json.contains("xxxx"), "{json}");
+        assert!(
+            !json.contains('<') && !json.contains("rm -rf") && !json.contains("xxxx"),
+            "{json}"
+        );
         assert_eq!(o.facts.mechanism.psec_features, vec!["deny_paths"]);
     }
 
     #[test]
     fn microvm_needs_tier_one_and_makes_tier_two() {
         let mut f = linux();
-        f.microvm = Microvm { ready: true, reason: None, pinned: Some(true) };
+        f.microvm = Microvm {
+            ready: true,
+            reason: None,
+            pinned: Some(true),
+        };
         f.tier_routed = 1;
         let o = sanitize(&f).unwrap();
         assert!(o.facts.microvm_ready);
@@ -679,10 +779,20 @@ mod tests {
     fn every_fix_kind_is_worded_without_node_text() {
         let mut s = sanitize(&linux()).unwrap().facts;
         for k in [
-            FixKind::InstallBubblewrap, FixKind::UsernsAppArmor, FixKind::UsernsMaxZero, FixKind::UsernsDebianClone,
-            FixKind::UsernsOther, FixKind::NoSeccomp, FixKind::DelegateCgroups, FixKind::SelfTestFailed,
-            FixKind::SandboxDisabled, FixKind::PsecStartWithFlag, FixKind::PsecMissing, FixKind::WindowsServer,
-            FixKind::SeatbeltMissing, FixKind::UnsupportedPlatform,
+            FixKind::InstallBubblewrap,
+            FixKind::UsernsAppArmor,
+            FixKind::UsernsMaxZero,
+            FixKind::UsernsDebianClone,
+            FixKind::UsernsOther,
+            FixKind::NoSeccomp,
+            FixKind::DelegateCgroups,
+            FixKind::SelfTestFailed,
+            FixKind::SandboxDisabled,
+            FixKind::PsecStartWithFlag,
+            FixKind::PsecMissing,
+            FixKind::WindowsServer,
+            FixKind::SeatbeltMissing,
+            FixKind::UnsupportedPlatform,
         ] {
             s.fix_kind = Some(k);
             assert!(s.fix_text().unwrap().len() > 20);

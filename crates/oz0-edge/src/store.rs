@@ -218,7 +218,10 @@ impl PgPool {
                 eprintln!("oz0-edge: PostgreSQL connection closed: {e}");
             }
         });
-        Ok(PgConn { client, statements: HashMap::new() })
+        Ok(PgConn {
+            client,
+            statements: HashMap::new(),
+        })
     }
 
     async fn get(&self) -> Result<tokio::sync::MutexGuard<'_, Option<PgConn>>, StoreError> {
@@ -390,27 +393,38 @@ impl Store {
     pub async fn open(url: &str) -> Result<Store, StoreError> {
         let store = if let Some(path) = url.strip_prefix("sqlite:") {
             let path = path.to_string();
-            let conn = tokio::task::spawn_blocking(move || -> Result<rusqlite::Connection, StoreError> {
-                let conn = if path == ":memory:" {
-                    rusqlite::Connection::open_in_memory()?
-                } else {
-                    rusqlite::Connection::open(&path)?
-                };
-                conn.busy_timeout(std::time::Duration::from_secs(5))?;
-                conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")?;
-                Ok(conn)
-            })
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))??;
-            Store { backend: Backend::Sqlite(Arc::new(Mutex::new(conn))) }
+            let conn =
+                tokio::task::spawn_blocking(move || -> Result<rusqlite::Connection, StoreError> {
+                    let conn = if path == ":memory:" {
+                        rusqlite::Connection::open_in_memory()?
+                    } else {
+                        rusqlite::Connection::open(&path)?
+                    };
+                    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+                    conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")?;
+                    Ok(conn)
+                })
+                .await
+                .map_err(|e| StoreError::Task(e.to_string()))??;
+            Store {
+                backend: Backend::Sqlite(Arc::new(Mutex::new(conn))),
+            }
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let config: tokio_postgres::Config = url.parse()?;
             let mut conns = Vec::new();
-            conns.push(tokio::sync::Mutex::new(Some(PgPool::connect(&config).await?)));
+            conns.push(tokio::sync::Mutex::new(Some(
+                PgPool::connect(&config).await?,
+            )));
             for _ in 1..POSTGRES_CONNECTIONS {
                 conns.push(tokio::sync::Mutex::new(None));
             }
-            Store { backend: Backend::Postgres(Arc::new(PgPool { config, conns, next: AtomicUsize::new(0) })) }
+            Store {
+                backend: Backend::Postgres(Arc::new(PgPool {
+                    config,
+                    conns,
+                    next: AtomicUsize::new(0),
+                })),
+            }
         } else {
             return Err(StoreError::Url(url.chars().take(10).collect()));
         };
@@ -435,15 +449,23 @@ impl Store {
                 let c = c.clone();
                 tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
                     let mut conn = c.lock().unwrap_or_else(|p| p.into_inner());
-                    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                    let tx =
+                        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
                     tx.execute_batch(TABLE)?;
-                    let found: i64 = tx.query_row("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", [], |r| r.get(0))?;
+                    let found: i64 = tx.query_row(
+                        "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+                        [],
+                        |r| r.get(0),
+                    )?;
                     if found > known {
                         return Err(StoreError::Newer { found, known });
                     }
                     for (v, sql) in MIGRATIONS.iter().filter(|m| m.0 > found) {
                         tx.execute_batch(sql)?;
-                        tx.execute("INSERT INTO schema_migrations (version, applied_ms) VALUES (?1, ?2)", rusqlite::params![v, now])?;
+                        tx.execute(
+                            "INSERT INTO schema_migrations (version, applied_ms) VALUES (?1, ?2)",
+                            rusqlite::params![v, now],
+                        )?;
                     }
                     tx.commit()?;
                     Ok(())
@@ -456,15 +478,26 @@ impl Store {
                 let conn = g.as_mut().ok_or(StoreError::Task("no connection".into()))?;
                 let tx = conn.client.transaction().await?;
                 // One replica migrates at a time; the others wait, then find it done.
-                tx.batch_execute("SELECT pg_advisory_xact_lock(7300021)").await?;
+                tx.batch_execute("SELECT pg_advisory_xact_lock(7300021)")
+                    .await?;
                 tx.batch_execute(TABLE).await?;
-                let found: i64 = tx.query_one("SELECT COALESCE(MAX(version), 0)::BIGINT FROM schema_migrations", &[]).await?.get(0);
+                let found: i64 = tx
+                    .query_one(
+                        "SELECT COALESCE(MAX(version), 0)::BIGINT FROM schema_migrations",
+                        &[],
+                    )
+                    .await?
+                    .get(0);
                 if found > known {
                     return Err(StoreError::Newer { found, known });
                 }
                 for (v, sql) in MIGRATIONS.iter().filter(|m| m.0 > found) {
                     tx.batch_execute(sql).await?;
-                    tx.execute("INSERT INTO schema_migrations (version, applied_ms) VALUES ($1, $2)", &[v, &now]).await?;
+                    tx.execute(
+                        "INSERT INTO schema_migrations (version, applied_ms) VALUES ($1, $2)",
+                        &[v, &now],
+                    )
+                    .await?;
                 }
                 tx.commit().await?;
                 Ok(())
@@ -490,7 +523,8 @@ impl Store {
                 let mut g = p.get().await?;
                 let conn = g.as_mut().ok_or(StoreError::Task("no connection".into()))?;
                 let st = Self::pg_statement(conn, sql).await?;
-                let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params.iter().map(|v| v as _).collect();
+                let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                    params.iter().map(|v| v as _).collect();
                 Ok(conn.client.execute(&st, &refs).await?)
             }
         }
@@ -515,7 +549,9 @@ impl Store {
                             row.push(match r.get_ref(i)? {
                                 ValueRef::Null => Val::Null,
                                 ValueRef::Integer(v) => Val::Int(v),
-                                ValueRef::Text(t) => Val::Text(String::from_utf8_lossy(t).into_owned()),
+                                ValueRef::Text(t) => {
+                                    Val::Text(String::from_utf8_lossy(t).into_owned())
+                                }
                                 _ => return Err(StoreError::Column(i)),
                             });
                         }
@@ -531,7 +567,8 @@ impl Store {
                 let mut g = p.get().await?;
                 let conn = g.as_mut().ok_or(StoreError::Task("no connection".into()))?;
                 let st = Self::pg_statement(conn, sql).await?;
-                let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params.iter().map(|v| v as _).collect();
+                let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                    params.iter().map(|v| v as _).collect();
                 let rows = conn.client.query(&st, &refs).await?;
                 let mut out = Vec::with_capacity(rows.len());
                 for r in rows {
@@ -541,9 +578,11 @@ impl Store {
                         row.push(if *ty == Type::INT8 {
                             r.try_get::<_, Option<i64>>(i)?.map_or(Val::Null, Val::Int)
                         } else if *ty == Type::INT4 {
-                            r.try_get::<_, Option<i32>>(i)?.map_or(Val::Null, |v| Val::Int(v.into()))
+                            r.try_get::<_, Option<i32>>(i)?
+                                .map_or(Val::Null, |v| Val::Int(v.into()))
                         } else if *ty == Type::TEXT || *ty == Type::VARCHAR {
-                            r.try_get::<_, Option<String>>(i)?.map_or(Val::Null, Val::Text)
+                            r.try_get::<_, Option<String>>(i)?
+                                .map_or(Val::Null, Val::Text)
                         } else {
                             return Err(StoreError::Column(i));
                         });
@@ -555,7 +594,10 @@ impl Store {
         }
     }
 
-    async fn pg_statement(conn: &mut PgConn, sql: &str) -> Result<tokio_postgres::Statement, StoreError> {
+    async fn pg_statement(
+        conn: &mut PgConn,
+        sql: &str,
+    ) -> Result<tokio_postgres::Statement, StoreError> {
         if let Some(s) = conn.statements.get(sql) {
             return Ok(s.clone());
         }
@@ -576,26 +618,41 @@ impl Store {
     /// Registers a node (idempotent for the same key and tenant). Returns
     /// the tenant the node belongs to (which may differ from `tenant` when
     /// the key was registered before under another one).
-    pub async fn register_node(&self, id: &str, tenant: &str, public_key: &str, name: Option<&str>, now_ms: i64) -> Result<String, StoreError> {
+    pub async fn register_node(
+        &self,
+        id: &str,
+        tenant: &str,
+        public_key: &str,
+        name: Option<&str>,
+        now_ms: i64,
+    ) -> Result<String, StoreError> {
         self.exec(
             "INSERT INTO nodes (id, tenant, public_key, name, registered_ms, last_seen_ms) VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (id) DO NOTHING",
             vec![id.into(), tenant.into(), public_key.into(), name.into(), now_ms.into()],
         )
         .await?;
-        let rows = self.query("SELECT tenant FROM nodes WHERE id = $1", vec![id.into()]).await?;
+        let rows = self
+            .query("SELECT tenant FROM nodes WHERE id = $1", vec![id.into()])
+            .await?;
         let row = rows.first().ok_or(StoreError::Column(0))?;
         text(row, 0)
     }
 
     /// One node by id, or by name.
     pub async fn node(&self, id_or_name: &str) -> Result<Option<NodeRow>, StoreError> {
-        let sql = format!("SELECT {NODE_COLS} FROM nodes WHERE id = $1 OR name = $1 ORDER BY id LIMIT 2");
+        let sql =
+            format!("SELECT {NODE_COLS} FROM nodes WHERE id = $1 OR name = $1 ORDER BY id LIMIT 2");
         let rows = self.query(&sql, vec![id_or_name.into()]).await?;
         match rows.len() {
             1 => Ok(Some(node_row(&rows[0])?)),
             _ => {
                 // Ambiguous names resolve to nothing; ids are unique.
-                Ok(rows.iter().map(node_row).collect::<Result<Vec<_>, _>>()?.into_iter().find(|n| n.id == id_or_name))
+                Ok(rows
+                    .iter()
+                    .map(node_row)
+                    .collect::<Result<Vec<_>, _>>()?
+                    .into_iter()
+                    .find(|n| n.id == id_or_name))
             }
         }
     }
@@ -603,14 +660,33 @@ impl Store {
     /// Nodes, of one tenant or all.
     pub async fn nodes(&self, tenant: Option<&str>) -> Result<Vec<NodeRow>, StoreError> {
         let rows = match tenant {
-            Some(t) => self.query(&format!("SELECT {NODE_COLS} FROM nodes WHERE tenant = $1 ORDER BY tenant, name, id"), vec![t.into()]).await?,
-            None => self.query(&format!("SELECT {NODE_COLS} FROM nodes ORDER BY tenant, name, id"), vec![]).await?,
+            Some(t) => {
+                self.query(
+                    &format!(
+                        "SELECT {NODE_COLS} FROM nodes WHERE tenant = $1 ORDER BY tenant, name, id"
+                    ),
+                    vec![t.into()],
+                )
+                .await?
+            }
+            None => {
+                self.query(
+                    &format!("SELECT {NODE_COLS} FROM nodes ORDER BY tenant, name, id"),
+                    vec![],
+                )
+                .await?
+            }
         };
         rows.iter().map(node_row).collect()
     }
 
     /// Remembers a nonce until `expires_ms`; false when it was seen before.
-    pub async fn use_nonce(&self, node: &str, nonce: &str, expires_ms: i64) -> Result<bool, StoreError> {
+    pub async fn use_nonce(
+        &self,
+        node: &str,
+        nonce: &str,
+        expires_ms: i64,
+    ) -> Result<bool, StoreError> {
         Ok(self
             .exec(
                 "INSERT INTO nonces (node_id, nonce, expires_ms) VALUES ($1, $2, $3) ON CONFLICT (node_id, nonce) DO NOTHING",
@@ -622,12 +698,20 @@ impl Store {
 
     /// Forgets nonces whose window has closed.
     pub async fn expire_nonces(&self, now_ms: i64) -> Result<u64, StoreError> {
-        self.exec("DELETE FROM nonces WHERE expires_ms < $1", vec![now_ms.into()]).await
+        self.exec(
+            "DELETE FROM nonces WHERE expires_ms < $1",
+            vec![now_ms.into()],
+        )
+        .await
     }
 
     /// Records that a node was heard from.
     pub async fn touch(&self, node: &str, now_ms: i64) -> Result<(), StoreError> {
-        self.exec("UPDATE nodes SET last_seen_ms = $1 WHERE id = $2", vec![now_ms.into(), node.into()]).await?;
+        self.exec(
+            "UPDATE nodes SET last_seen_ms = $1 WHERE id = $2",
+            vec![now_ms.into(), node.into()],
+        )
+        .await?;
         Ok(())
     }
 
@@ -662,12 +746,22 @@ impl Store {
 
     /// A named counter.
     pub async fn counter(&self, name: &str) -> Result<i64, StoreError> {
-        let rows = self.query("SELECT value FROM counters WHERE name = $1", vec![name.into()]).await?;
+        let rows = self
+            .query(
+                "SELECT value FROM counters WHERE name = $1",
+                vec![name.into()],
+            )
+            .await?;
         rows.first().map_or(Ok(0), |r| int(r, 0))
     }
 
     /// How many live nodes of a tenant can take work with these needs.
-    pub async fn eligible_nodes(&self, tenant: &str, needs: &Needs, live_since_ms: i64) -> Result<i64, StoreError> {
+    pub async fn eligible_nodes(
+        &self,
+        tenant: &str,
+        needs: &Needs,
+        live_since_ms: i64,
+    ) -> Result<i64, StoreError> {
         let rows = self
             .query(
                 "SELECT COUNT(*) FROM nodes WHERE tenant = $1 AND tier_routed >= $2 AND microvm_ready >= $3 AND oci_ready >= $4 AND (arch = $5 OR $5 = '') AND last_seen_ms >= $6 AND last_report_ms IS NOT NULL",
@@ -685,7 +779,11 @@ impl Store {
     }
 
     /// What a tenant's live nodes offer: (routed tier, microvm, oci, arch).
-    pub async fn live_offers(&self, tenant: &str, live_since_ms: i64) -> Result<Vec<(u8, bool, bool, Option<String>)>, StoreError> {
+    pub async fn live_offers(
+        &self,
+        tenant: &str,
+        live_since_ms: i64,
+    ) -> Result<Vec<(u8, bool, bool, Option<String>)>, StoreError> {
         let rows = self
             .query(
                 "SELECT tier_routed, microvm_ready, oci_ready, arch FROM nodes WHERE tenant = $1 AND last_seen_ms >= $2 AND last_report_ms IS NOT NULL LIMIT 10000",
@@ -695,7 +793,12 @@ impl Store {
         rows.iter()
             .map(|r| {
                 let a = text(r, 3)?;
-                Ok((int(r, 0)?.clamp(0, 2) as u8, int(r, 1)? != 0, int(r, 2)? != 0, (!a.is_empty()).then_some(a)))
+                Ok((
+                    int(r, 0)?.clamp(0, 2) as u8,
+                    int(r, 1)? != 0,
+                    int(r, 2)? != 0,
+                    (!a.is_empty()).then_some(a),
+                ))
             })
             .collect()
     }
@@ -704,7 +807,16 @@ impl Store {
 
     /// Queues a job.
     #[allow(clippy::too_many_arguments)]
-    pub async fn insert_job(&self, id: &str, tenant: &str, origin: &str, kind: &str, needs: &Needs, payload: &str, now_ms: i64) -> Result<(), StoreError> {
+    pub async fn insert_job(
+        &self,
+        id: &str,
+        tenant: &str,
+        origin: &str,
+        kind: &str,
+        needs: &Needs,
+        payload: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
         self.exec(
             "INSERT INTO jobs (id, tenant, origin, kind, tier_need, need_microvm, need_oci, need_arch, payload, state, enqueued_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10)",
             vec![
@@ -726,7 +838,14 @@ impl Store {
 
     /// Hands the oldest job of one tier's queue that this node may take to
     /// it, under a new lease. A job whose lease expired is free again.
-    pub async fn lease(&self, node: &NodeRow, tier: u8, lease_id: &str, until_ms: i64, now_ms: i64) -> Result<Option<LeasedJob>, StoreError> {
+    pub async fn lease(
+        &self,
+        node: &NodeRow,
+        tier: u8,
+        lease_id: &str,
+        until_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<LeasedJob>, StoreError> {
         let sql = format!(
             "UPDATE jobs SET state = 'leased', node_id = $1, lease_id = $2, lease_until_ms = $3, attempts = attempts + 1
              WHERE id = (SELECT id FROM jobs
@@ -770,7 +889,14 @@ impl Store {
     }
 
     /// Extends a lease that is still this node's and not expired.
-    pub async fn renew(&self, job: &str, node: &str, lease_id: &str, until_ms: i64, now_ms: i64) -> Result<bool, StoreError> {
+    pub async fn renew(
+        &self,
+        job: &str,
+        node: &str,
+        lease_id: &str,
+        until_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
         Ok(self
             .exec(
                 "UPDATE jobs SET lease_until_ms = $1 WHERE id = $2 AND node_id = $3 AND lease_id = $4 AND state = 'leased' AND lease_until_ms >= $5",
@@ -781,7 +907,15 @@ impl Store {
     }
 
     /// Completes a job whose lease is still this node's and not expired.
-    pub async fn complete(&self, job: &str, node: &str, lease_id: &str, succeeded: bool, exit_code: Option<i64>, now_ms: i64) -> Result<bool, StoreError> {
+    pub async fn complete(
+        &self,
+        job: &str,
+        node: &str,
+        lease_id: &str,
+        succeeded: bool,
+        exit_code: Option<i64>,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
         Ok(self
             .exec(
                 "UPDATE jobs SET state = $1, exit_code = $2, done_ms = $3, lease_until_ms = NULL WHERE id = $4 AND node_id = $5 AND lease_id = $6 AND state = 'leased' AND lease_until_ms >= $3",

@@ -20,7 +20,6 @@ pub(crate) fn default_status() -> u16 {
     500
 }
 
-
 /// A registration.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,7 +41,6 @@ pub struct Registered {
     /// Its tenant.
     pub tenant: String,
 }
-
 
 /// How the edge sees one node.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -83,7 +81,6 @@ pub struct NodeView {
     pub facts: Option<Sanitized>,
 }
 
-
 /// A poll of one tier's queue.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -120,7 +117,6 @@ pub struct PollResponse {
     pub job: Option<LeasedJobView>,
 }
 
-
 /// A lease renewal.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -136,7 +132,6 @@ pub struct Renewed {
     pub lease_ms: i64,
 }
 
-
 /// A job's end.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -150,7 +145,6 @@ pub struct CompleteRequest {
     pub exit_code: Option<i32>,
 }
 
-
 /// A job accepted.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Accepted {
@@ -161,7 +155,6 @@ pub struct Accepted {
     /// Live nodes that can take it.
     pub eligible_nodes: i64,
 }
-
 
 /// A job's state, for operators.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -180,7 +173,6 @@ pub struct JobView {
     pub exit_code: Option<i64>,
 }
 
-
 /// Query of the node list.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -189,4 +181,3 @@ pub struct NodesQuery {
     #[serde(default)]
     pub tenant: Option<String>,
 }
-

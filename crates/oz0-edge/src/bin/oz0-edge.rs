@@ -19,13 +19,22 @@ use oz0_edge::routing::is_tenant;
 use oz0_edge::{Edge, EdgeConfig, Store};
 
 #[derive(Parser, Debug)]
-#[command(name = "oz0-edge", version, about = "The OZ0 edge: node registry, routing by proven tier, the Nodes page")]
+#[command(
+    name = "oz0-edge",
+    version,
+    about = "The OZ0 edge: node registry, routing by proven tier, the Nodes page"
+)]
 struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8440")]
     listen: String,
     /// Store: sqlite:PATH, sqlite::memory: or postgres://USER@HOST/DB (also OZ0_EDGE_STORE).
-    #[arg(long, env = "OZ0_EDGE_STORE", default_value = "sqlite:oz0-edge.db", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "OZ0_EDGE_STORE",
+        default_value = "sqlite:oz0-edge.db",
+        hide_env_values = true
+    )]
     store: String,
     /// File of TENANT=ENROLMENT_TOKEN lines (mode 0600).
     #[arg(long)]
@@ -45,17 +54,32 @@ fn read_secret_file(path: &Path) -> Result<Vec<String>> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?.permissions().mode();
+        let mode = std::fs::metadata(path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .permissions()
+            .mode();
         if mode & 0o077 != 0 {
-            bail!("{} has mode {:o}, readable by others: chmod 600 {}", path.display(), mode & 0o777, path.display());
+            bail!(
+                "{} has mode {:o}, readable by others: chmod 600 {}",
+                path.display(),
+                mode & 0o777,
+                path.display()
+            );
         }
     }
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_string).collect())
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect())
 }
 
 fn check_token(t: &str, path: &Path, line: usize) -> Result<()> {
-    if t.chars().count() < MIN_TOKEN_CHARS || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if t.chars().count() < MIN_TOKEN_CHARS || t.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
         bail!("{} line {line}: a token is at least {MIN_TOKEN_CHARS} characters without spaces: make one with `head -c 32 /dev/urandom | base64`", path.display());
     }
     Ok(())
@@ -67,10 +91,18 @@ async fn main() -> Result<()> {
     let mut tenants = BTreeMap::new();
     for (i, line) in read_secret_file(&args.tenant_tokens)?.iter().enumerate() {
         let Some((t, secret)) = line.split_once('=') else {
-            bail!("{} line {}: write TENANT=TOKEN", args.tenant_tokens.display(), i + 1);
+            bail!(
+                "{} line {}: write TENANT=TOKEN",
+                args.tenant_tokens.display(),
+                i + 1
+            );
         };
         if !is_tenant(t) {
-            bail!("{} line {}: a tenant is lower-case letters, digits, - and _ (at most 63)", args.tenant_tokens.display(), i + 1);
+            bail!(
+                "{} line {}: a tenant is lower-case letters, digits, - and _ (at most 63)",
+                args.tenant_tokens.display(),
+                i + 1
+            );
         }
         check_token(secret, &args.tenant_tokens, i + 1)?;
         tenants.insert(t.to_string(), TokenDigest::new(secret));
@@ -81,16 +113,27 @@ async fn main() -> Result<()> {
         operators.push(TokenDigest::new(t));
     }
     if tenants.is_empty() || operators.is_empty() {
-        bail!("the edge needs at least one tenant token and one operator token: see oz0-edge --help");
+        bail!(
+            "the edge needs at least one tenant token and one operator token: see oz0-edge --help"
+        );
     }
-    let store = Store::open(&args.store).await.context("opening the store")?;
+    let store = Store::open(&args.store)
+        .await
+        .context("opening the store")?;
     let mut cfg = EdgeConfig::new(tenants, operators);
     cfg.lease_ms = i64::from(args.lease_secs.max(1)) * 1000;
     cfg.node_live_ms = i64::from(args.node_live_secs.max(1)) * 1000;
     let n_tenants = cfg.tenant_tokens.len();
-    let listener = tokio::net::TcpListener::bind(&args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    println!("oz0-edge: listening on http://{addr} (store {}, {n_tenants} tenant(s))", store.kind());
-    oz0_edge::serve(listener, Edge::new(store, cfg)).await.context("serving")?;
+    println!(
+        "oz0-edge: listening on http://{addr} (store {}, {n_tenants} tenant(s))",
+        store.kind()
+    );
+    oz0_edge::serve(listener, Edge::new(store, cfg))
+        .await
+        .context("serving")?;
     Ok(())
 }

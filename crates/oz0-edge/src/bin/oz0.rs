@@ -64,15 +64,22 @@ enum NodeCmd {
 
 fn token(args: &Args) -> Result<String> {
     if let Some(f) = &args.token_file {
-        let t = std::fs::read_to_string(f).with_context(|| format!("reading the operator token from {}", f.display()))?;
+        let t = std::fs::read_to_string(f)
+            .with_context(|| format!("reading the operator token from {}", f.display()))?;
         return Ok(t.trim().to_string());
     }
-    std::env::var("OZ0_OPERATOR_TOKEN").context("no operator token: set OZ0_OPERATOR_TOKEN_FILE (or --token-file) or OZ0_OPERATOR_TOKEN")
+    std::env::var("OZ0_OPERATOR_TOKEN").context(
+        "no operator token: set OZ0_OPERATOR_TOKEN_FILE (or --token-file) or OZ0_OPERATOR_TOKEN",
+    )
 }
 
 fn show(n: &NodeView) -> String {
     let mut s = String::new();
-    let name = n.name.as_deref().map(|x| format!(" ({x})")).unwrap_or_default();
+    let name = n
+        .name
+        .as_deref()
+        .map(|x| format!(" ({x})"))
+        .unwrap_or_default();
     s.push_str(&format!("Node {}{name}, tenant {}\n", n.id, n.tenant));
     s.push_str(&format!("Platform: {}\n", n.platform_line));
     s.push_str(&format!("Tier: {}\n", n.tier_line));
@@ -89,7 +96,11 @@ fn show(n: &NodeView) -> String {
     s.push_str(&format!(
         "Last report: {}{}\n",
         n.last_report.as_deref().unwrap_or("never"),
-        if n.dropped_last > 0 { format!(" ({} field(s) dropped)", n.dropped_last) } else { String::new() }
+        if n.dropped_last > 0 {
+            format!(" ({} field(s) dropped)", n.dropped_last)
+        } else {
+            String::new()
+        }
     ));
     s
 }
@@ -97,7 +108,9 @@ fn show(n: &NodeView) -> String {
 async fn run(args: Args) -> Result<()> {
     let client = OperatorClient::new(&args.edge, &token(&args)?)?;
     match &args.cmd {
-        Cmd::Node { cmd: NodeCmd::List { tenant, json } } => {
+        Cmd::Node {
+            cmd: NodeCmd::List { tenant, json },
+        } => {
             let nodes = client.nodes(tenant.as_deref()).await?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&nodes)?);
@@ -115,7 +128,9 @@ async fn run(args: Args) -> Result<()> {
                 }
             }
         }
-        Cmd::Node { cmd: NodeCmd::Show { node, json } } => {
+        Cmd::Node {
+            cmd: NodeCmd::Show { node, json },
+        } => {
             let n = client.node(node).await?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&n)?);
@@ -129,7 +144,10 @@ async fn run(args: Args) -> Result<()> {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("oz0: cannot start: {e}");
