@@ -70,7 +70,15 @@ fn self_test_passes_all_eight_in_order() {
     for (l, p) in st.iter().zip(ORDER) {
         assert!(l.starts_with(&format!("Self-test {p}: ok (")), "{l}");
     }
-    let last = out.lines().last().unwrap();
+    assert!(
+        out.lines().last().unwrap().starts_with("MicroVMs: "),
+        "{out}"
+    );
+    let last = out
+        .lines()
+        .filter(|l| l.starts_with("Sandbox: "))
+        .last()
+        .unwrap();
     assert!(
         last.starts_with("Sandbox: tier 1: ")
             && last.contains("passed the node's self-test (8 checks"),

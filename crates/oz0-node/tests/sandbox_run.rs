@@ -638,8 +638,15 @@ fn bad_requests_are_refused_and_nothing_runs() {
             "between 1",
         ),
         (
-            vec!["--work".into(), w.clone(), "--memory".into(), "64".into()],
-            "cannot enforce",
+            vec![
+                "--work".into(),
+                w.clone(),
+                "--memory".into(),
+                "64".into(),
+                "--cgroup-root".into(),
+                "/sys/fs/cgroup/pids".into(),
+            ],
+            "need a job",
         ),
         (
             vec![
