@@ -74,11 +74,7 @@ fn self_test_passes_all_eight_in_order() {
         out.lines().last().unwrap().starts_with("MicroVMs: "),
         "{out}"
     );
-    let last = out
-        .lines()
-        .filter(|l| l.starts_with("Sandbox: "))
-        .last()
-        .unwrap();
+    let last = out.lines().rfind(|l| l.starts_with("Sandbox: ")).unwrap();
     assert!(
         last.starts_with("Sandbox: tier 1: ")
             && last.contains("passed the node's self-test (8 checks"),
