@@ -50,6 +50,11 @@ impl Property {
 
     /// The name used in output and facts.
     pub fn as_str(self) -> &'static str {
+        self.name()
+    }
+
+    /// Its name in output and facts (the same as [`Property::as_str`]).
+    pub const fn name(self) -> &'static str {
         match self {
             Property::Launch => "launch",
             Property::Files => "files",
@@ -65,6 +70,12 @@ impl Property {
     /// Parses one of the eight names; anything else is `None`.
     pub fn parse(s: &str) -> Option<Property> {
         Property::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Property {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

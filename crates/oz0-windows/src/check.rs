@@ -8,67 +8,14 @@
 //! tier 0 always**, whatever it proved: [`CheckReport::routed_tier`] is 0 in
 //! every row.
 
-use std::fmt;
 
 use serde::Serialize;
 
 use crate::probe::{Edition, NoPsec, PsecProbe};
 
-/// The eight self-test properties, in the order they run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Property {
-    /// A process starts and writes in its work directory; its children end with it.
-    Launch,
-    /// Writes outside and reads of the data directory are refused.
-    Files,
-    /// Only the proxy, with the token and the allowlist.
-    Egress,
-    /// Nothing outside reaches a listener inside.
-    Ingress,
-    /// Kill on close, memory, processes, CPU.
-    JobLimits,
-    /// A process that cannot be placed never runs.
-    FailClosed,
-    /// `.git/hooks`, `.git/config` read-only; `.git` not movable.
-    ProtectedPaths,
-    /// Caller's variables, what Windows needs, the proxy's; no `OZ0_`.
-    Environment,
-}
-
-impl Property {
-    /// All eight, in order.
-    pub const ALL: [Property; 8] = [
-        Property::Launch,
-        Property::Files,
-        Property::Egress,
-        Property::Ingress,
-        Property::JobLimits,
-        Property::FailClosed,
-        Property::ProtectedPaths,
-        Property::Environment,
-    ];
-
-    /// Its name in output and facts.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Property::Launch => "launch",
-            Property::Files => "files",
-            Property::Egress => "egress",
-            Property::Ingress => "ingress",
-            Property::JobLimits => "job_limits",
-            Property::FailClosed => "fail_closed",
-            Property::ProtectedPaths => "protected_paths",
-            Property::Environment => "environment",
-        }
-    }
-}
-
-impl fmt::Display for Property {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// The eight self-test properties, in the order they run (one list, shared
+/// with every platform).
+pub use oz0_policy::facts::Property;
 
 /// What the self-test showed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
