@@ -6,6 +6,7 @@
 
 mod check;
 mod cli;
+mod edge;
 mod exit;
 mod node;
 mod probe;

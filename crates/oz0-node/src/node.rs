@@ -6,6 +6,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
+use oz0_edge::client::NodeKey;
+use oz0_policy::facts::Property;
 use oz0_policy::facts::{Microvm, MicrovmReason, NodeFacts};
 use oz0_selftest::facts::{self, SandboxMode};
 
@@ -27,9 +29,46 @@ pub struct NodeArgs {
     /// The bubblewrap binary [default: bwrap on PATH, then /usr/bin/bwrap].
     #[arg(long, value_name = "PATH")]
     pub bwrap: Option<PathBuf>,
-    /// Start, publish the facts, and exit instead of staying up.
+    /// Start, publish the facts, and exit instead of staying up (with
+    /// --edge: register and report the facts, then exit).
     #[arg(long)]
     pub once: bool,
+    /// The edge to register with and take work from: http://HOST:PORT.
+    #[arg(long, value_name = "URL", requires_all = ["tenant", "enrolment_token_file"])]
+    pub edge: Option<String>,
+    /// The tenant this node works for (with --edge).
+    #[arg(long, value_name = "TENANT", requires = "edge")]
+    pub tenant: Option<String>,
+    /// A file (mode 0600) holding the tenant's enrolment token (with --edge).
+    #[arg(long = "enrolment-token-file", value_name = "FILE", requires = "edge")]
+    pub enrolment_token_file: Option<PathBuf>,
+    /// Where each job's fresh work directory is made (never under the data
+    /// directory) [default: a private 0700 folder under the temp dir].
+    #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
+    pub work_root: Option<PathBuf>,
+    /// The name shown on the edge's Nodes page [default: the host name].
+    #[arg(long, value_name = "NAME", requires = "edge")]
+    pub name: Option<String>,
+    /// Weaken the self-test's own sandboxes at PROPERTY, to show that the
+    /// check fails (the node is then tier 0).
+    #[arg(long = "inject-fault", value_name = "PROPERTY", hide = true)]
+    pub inject_fault: Option<String>,
+    /// How long to wait between polls of an empty queue, in milliseconds.
+    #[arg(
+        long = "poll-ms",
+        value_name = "MS",
+        default_value_t = 2000,
+        hide = true
+    )]
+    pub poll_ms: u64,
+    /// How often the machine is probed again for changed facts, in seconds.
+    #[arg(
+        long = "recheck-secs",
+        value_name = "S",
+        default_value_t = 300,
+        hide = true
+    )]
+    pub recheck_secs: u64,
 }
 
 /// `--sandbox`.
@@ -69,7 +108,7 @@ pub enum Format {
 pub const NFD_PREFIX: &str = "oz0.dev/";
 
 fn log(msg: &str) {
-    eprintln!("oz0-node: {msg}");
+    crate::edge::log(msg);
 }
 
 /// Makes the data directory private, creating it if needed. A directory
@@ -116,32 +155,33 @@ pub fn prepare_data_dir(d: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Creates the node key on first start (32 bytes from the OS random source,
-/// mode 0600 in a 0700 folder).
-pub fn ensure_key(d: &Path) -> Result<PathBuf, String> {
-    let dir = d.join("identity");
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let key = dir.join("node.key");
-    if key.exists() {
-        return Ok(key);
+/// Loads the node key, creating it on first start (an ed25519 key from the
+/// OS random source, mode 0600 in a 0700 folder): the same key format the
+/// edge's client signs with.
+pub fn node_key(d: &Path) -> Result<NodeKey, String> {
+    let key = d.join("identity").join("node.key");
+    let existed = key.exists();
+    if existed && fs::metadata(&key).is_ok_and(|m| m.len() == 32) {
+        // The raw 32-byte key of earlier versions was never registered
+        // anywhere: it is kept aside and a key of the signed format made.
+        let aside = key.with_extension("key.raw-v0");
+        fs::rename(&key, &aside).map_err(|e| {
+            format!(
+                "cannot move the old node key {} aside: {e}: move it yourself",
+                key.display()
+            )
+        })?;
+        log(&format!(
+            "moved the old node key aside to {}",
+            aside.display()
+        ));
+        return node_key(d);
     }
-    let mut seed = [0u8; 32];
-    rustix::rand::getrandom(&mut seed, rustix::rand::GetRandomFlags::empty())
-        .map_err(|e| format!("the OS random source failed: {e}"))?;
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&key)
-        .map_err(|e| format!("cannot create {}: {e}", key.display()))?;
-    f.write_all(&seed)
-        .map_err(|e| format!("cannot write {}: {e}", key.display()))?;
-    log(&format!("created the node key {}", key.display()));
-    Ok(key)
+    let k = NodeKey::load_or_create(&key).map_err(|e| e.to_string())?;
+    if !existed {
+        log(&format!("created the node key {}", key.display()));
+    }
+    Ok(k)
 }
 
 fn write_facts(d: &Path, f: &NodeFacts) -> Result<PathBuf, String> {
@@ -183,12 +223,108 @@ pub fn microvm_state(tier1: bool, bwrap: Option<PathBuf>, data_dir: &Path) -> Mi
     r.microvm
 }
 
-/// Runs the node daemon's start.
+/// What the machine proved, assessed once: probe, self-test, microVMs.
+struct Assessment {
+    facts: NodeFacts,
+    /// The probe's words, to notice a changed machine cheaply.
+    probe_key: String,
+}
+
+struct Assessor {
+    mode: SandboxMode,
+    bwrap: Option<PathBuf>,
+    cgroup_root: Option<PathBuf>,
+    data_dir: PathBuf,
+    fault: Option<Property>,
+}
+
+fn probe_key(r: &oz0_selftest::check::Report) -> String {
+    format!(
+        "{}\n{}\n{}",
+        r.headline,
+        r.facts_line,
+        r.fix.as_deref().unwrap_or("")
+    )
+}
+
+impl Assessor {
+    fn assess(&self) -> Assessment {
+        let probe = oz0_selftest::check::probe(self.bwrap.as_deref(), self.cgroup_root.clone());
+        let report = oz0_selftest::check::report(&probe);
+        log(&report.headline);
+        log(&report.facts_line);
+        if let Some(f) = &report.fix {
+            log(f);
+        }
+        let outcome = if self.mode == SandboxMode::Auto {
+            crate::check::self_test(
+                &probe,
+                &report,
+                Some(self.data_dir.clone()),
+                self.fault,
+                |l| log(&crate::check::line_text(l)),
+            )
+        } else {
+            log("--sandbox none: no sandbox; work runs with this node's own permissions (tier 0)");
+            None
+        };
+        let tier1 = outcome.as_ref().is_some_and(|o| o.tier() == 1);
+        let microvm = match std::env::var("OZ0_MICROVM").as_deref() {
+            Ok("off") => Microvm {
+                ready: false,
+                reason: Some(MicrovmReason::Off),
+                pinned: None,
+            },
+            _ => microvm_state(
+                tier1,
+                probe.bwrap.as_ref().ok().map(|b| b.path.clone()),
+                &self.data_dir,
+            ),
+        };
+        let facts = facts::assemble(&probe, &report, outcome.as_ref(), self.mode, microvm);
+        if let Some(o) = &outcome {
+            let bw = probe
+                .bwrap
+                .as_ref()
+                .map(|b| b.version.clone())
+                .unwrap_or_default();
+            log(&crate::check::closing(o, &bw));
+        }
+        Assessment {
+            facts,
+            probe_key: probe_key(&report),
+        }
+    }
+
+    /// Probes again; only when the probe's words changed is the self-test
+    /// run again. Returns the new facts when they changed.
+    fn recheck(&self, last: &mut Assessment) -> Option<NodeFacts> {
+        let probe = oz0_selftest::check::probe(self.bwrap.as_deref(), self.cgroup_root.clone());
+        if probe_key(&oz0_selftest::check::report(&probe)) == last.probe_key {
+            return None;
+        }
+        log("the machine changed since the last check: probing and self-testing again");
+        let next = self.assess();
+        let changed = next.facts != last.facts;
+        *last = next;
+        changed.then(|| last.facts.clone())
+    }
+}
+
+/// Runs the node daemon: probe, self-test, facts, then (with --edge) work.
 pub fn run(a: NodeArgs) -> i32 {
     if a.sandbox == Sandbox::Psec {
         eprintln!("oz0-node: --sandbox psec is Windows-only (Windows 11's process security environment); on Linux use --sandbox auto");
         return Exit::Usage.code();
     }
+    let fault = match a.inject_fault.as_deref().map(Property::parse) {
+        None => None,
+        Some(Some(p)) => Some(p),
+        Some(None) => {
+            eprintln!("oz0-node: --inject-fault takes one of: launch, files, egress, ingress, job_limits, fail_closed, protected_paths, environment");
+            return Exit::Usage.code();
+        }
+    };
     let data_dir = match crate::run::data_dir(a.data_dir.as_deref()) {
         Ok(d) => d,
         Err(e) => {
@@ -196,10 +332,25 @@ pub fn run(a: NodeArgs) -> i32 {
             return Exit::Usage.code();
         }
     };
-    if let Err(e) = prepare_data_dir(&data_dir).and_then(|_| ensure_key(&data_dir)) {
-        eprintln!("oz0-node: {e}");
-        return Exit::CheckFailed.code();
-    }
+    // Everything the edge connection needs is checked before the (slow)
+    // self-test, so a wrong flag is said at once.
+    let edge = match &a.edge {
+        Some(url) => match crate::edge::Settings::from_args(url, &a, &data_dir) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("oz0-node: {e}");
+                return Exit::Usage.code();
+            }
+        },
+        None => None,
+    };
+    let key = match prepare_data_dir(&data_dir).and_then(|_| node_key(&data_dir)) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("oz0-node: {e}");
+            return Exit::CheckFailed.code();
+        }
+    };
     // Signals are taken before anything starts, so a stop is never lost.
     let stop = match signal_stream() {
         Ok(s) => s,
@@ -208,69 +359,56 @@ pub fn run(a: NodeArgs) -> i32 {
             return Exit::CheckFailed.code();
         }
     };
-    let mode = match a.sandbox {
-        Sandbox::None => SandboxMode::None,
-        _ => SandboxMode::Auto,
-    };
-    let probe = oz0_selftest::check::probe(a.bwrap.as_deref(), a.cgroup_root.clone());
-    let report = oz0_selftest::check::report(&probe);
-    log(&report.headline);
-    log(&report.facts_line);
-    if let Some(f) = &report.fix {
-        log(f);
-    }
-    let outcome = if mode == SandboxMode::Auto {
-        crate::check::self_test(&probe, &report, Some(data_dir.clone()), None, |l| {
-            log(&crate::check::line_text(l))
-        })
-    } else {
-        log("--sandbox none: no sandbox; work runs with this node's own permissions (tier 0)");
-        None
-    };
-    let tier1 = outcome.as_ref().is_some_and(|o| o.tier() == 1);
-    let microvm = match std::env::var("OZ0_MICROVM").as_deref() {
-        Ok("off") => Microvm {
-            ready: false,
-            reason: Some(MicrovmReason::Off),
-            pinned: None,
+    let assessor = Assessor {
+        mode: match a.sandbox {
+            Sandbox::None => SandboxMode::None,
+            _ => SandboxMode::Auto,
         },
-        _ => microvm_state(
-            tier1,
-            probe.bwrap.as_ref().ok().map(|b| b.path.clone()),
-            &data_dir,
-        ),
+        bwrap: a.bwrap.clone(),
+        cgroup_root: a.cgroup_root.clone(),
+        data_dir: data_dir.clone(),
+        fault,
     };
-    let facts = facts::assemble(&probe, &report, outcome.as_ref(), mode, microvm);
-    if let Some(o) = &outcome {
-        let bw = probe
-            .bwrap
-            .as_ref()
-            .map(|b| b.version.clone())
-            .unwrap_or_default();
-        log(&crate::check::closing(o, &bw));
+    let mut assessment = assessor.assess();
+    if let Err(code) = publish(&data_dir, &assessment.facts) {
+        return code;
     }
-    match write_facts(&data_dir, &facts) {
-        Ok(p) => log(&format!(
-            "facts written to {}: tier proven {}, routed {}",
-            p.display(),
-            facts.tier_proven,
-            facts.tier_routed
-        )),
+    let Some(settings) = edge else {
+        if a.once {
+            return Exit::Ok.code();
+        }
+        log("ready; SIGTERM or SIGINT stops the node");
+        // Without an edge the node only holds its facts.
+        let mut buf = [0u8; 1];
+        let _ = std::io::Read::read(&mut &stop, &mut buf);
+        log("stopping");
+        return Exit::Ok.code();
+    };
+    let facts = assessment.facts.clone();
+    let recheck = move || {
+        let f = assessor.recheck(&mut assessment)?;
+        publish(&assessor.data_dir, &f).ok()?;
+        Some(f)
+    };
+    crate::edge::serve(settings, key, facts, recheck, stop, a.once)
+}
+
+fn publish(data_dir: &Path, facts: &NodeFacts) -> Result<(), i32> {
+    match write_facts(data_dir, facts) {
+        Ok(p) => {
+            log(&format!(
+                "facts written to {}: tier proven {}, routed {}",
+                p.display(),
+                facts.tier_proven,
+                facts.tier_routed
+            ));
+            Ok(())
+        }
         Err(e) => {
-            eprintln!("oz0-node: {e}");
-            return Exit::CheckFailed.code();
+            log(&e);
+            Err(Exit::CheckFailed.code())
         }
     }
-    if a.once {
-        return Exit::Ok.code();
-    }
-    log("ready; SIGTERM or SIGINT stops the node");
-    // The seam where work from the edge is taken: until an edge is named,
-    // the node only holds its facts.
-    let mut buf = [0u8; 1];
-    let _ = std::io::Read::read(&mut &stop, &mut buf);
-    log("stopping");
-    Exit::Ok.code()
 }
 
 fn signal_stream() -> std::io::Result<std::os::unix::net::UnixStream> {

@@ -1,0 +1,967 @@
+//! `oz0-node run --edge URL --tenant T`: register with the edge, report the
+//! facts, and take work.
+//!
+//! The node polls one queue per tier, from the highest it may take down to
+//! 0, and never a queue above the tier it is routed at (the lower of the
+//! edge's decision and its own facts). Each job runs in a fresh work
+//! directory under `--work-root`, through the same launcher as `oz0-node
+//! sandbox run`, under a lease that is renewed while it runs. When the lease
+//! is lost the run is killed and its result not reported; on SIGTERM or
+//! SIGINT the running job is killed and left to its lease, so the edge hands
+//! it to another node. A job's output stays on this node, in
+//! `<data-dir>/jobs/<job>/` (stdout, stderr, status.json); the edge gets its
+//! exit status.
+//!
+//! The job payload:
+//!
+//! ```json
+//! {"command": ["sh", "-c", "echo hi"], "env": {"NAME": "VALUE"},
+//!  "allow": ["example.com:443"], "forward": [8080], "timeout": 60,
+//!  "memory": 512, "processes": 64, "cpu_seconds": 30}
+//! ```
+//!
+//! Only `command` is required; anything else is refused.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use oz0_edge::client::{ClientError, Lease, NodeClient, NodeKey};
+use oz0_edge::wire::NodeView;
+use oz0_linux::launch::{Ended, LaunchOptions, RunOutcome};
+use oz0_policy::facts::NodeFacts;
+use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
+use serde::Deserialize;
+
+use crate::exit::Exit;
+use crate::node::NodeArgs;
+
+/// The highest tier this node runs jobs at: tier 2 (microVM tools) is
+/// taken by `sandbox vm`, not by this loop.
+const MAX_TAKEN_TIER: u8 = 1;
+/// The longest wait between retries when the edge cannot be reached.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The daemon's own log: the original stderr, kept apart from a job's
+/// output while a job runs (its stdout and stderr go to its files).
+static LOG: OnceLock<Mutex<File>> = OnceLock::new();
+
+/// Writes one log line.
+pub fn log(msg: &str) {
+    match LOG.get() {
+        Some(f) => {
+            let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = writeln!(f, "oz0-node: {msg}");
+        }
+        None => eprintln!("oz0-node: {msg}"),
+    }
+}
+
+/// What `--edge` needs, checked before the node starts.
+#[derive(Debug)]
+pub struct Settings {
+    url: String,
+    tenant: String,
+    token: String,
+    name: Option<String>,
+    work_root: PathBuf,
+    data_dir: PathBuf,
+    poll: Duration,
+    recheck: Duration,
+    sandbox_none: bool,
+    bwrap: Option<PathBuf>,
+    cgroup_root: Option<PathBuf>,
+}
+
+impl Settings {
+    /// Checks the flags and reads the enrolment token.
+    pub fn from_args(url: &str, a: &NodeArgs, data_dir: &Path) -> Result<Settings, String> {
+        // Parsing the URL now says a wrong one before the self-test runs.
+        NodeClient::new(url, "probe", NodeKey::generate()).map_err(|e| format!("--edge: {e}"))?;
+        let tenant = a.tenant.clone().unwrap_or_default();
+        if !oz0_edge::routing::is_tenant(&tenant) {
+            return Err(format!("--tenant {tenant:?} is not a tenant name: lower-case letters, digits, - and _ (at most 63)"));
+        }
+        let token_file = a
+            .enrolment_token_file
+            .as_deref()
+            .ok_or("--edge needs --enrolment-token-file FILE (mode 0600)")?;
+        let token = read_token(token_file)?;
+        let work_root = match &a.work_root {
+            Some(w) => absolute(w, "--work-root")?,
+            None => std::env::temp_dir().join(format!(
+                "oz0-node-work-{}",
+                rustix::process::getuid().as_raw()
+            )),
+        };
+        let data_abs = absolute(data_dir, "--data-dir")?;
+        if work_root.starts_with(&data_abs) || data_abs.starts_with(&work_root) {
+            return Err(format!(
+                "--work-root {} overlaps the data directory {}, which no job may see: name a folder outside it",
+                work_root.display(),
+                data_abs.display()
+            ));
+        }
+        let name = match &a.name {
+            Some(n) => Some(n.clone()),
+            None => fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_ascii_lowercase()),
+        };
+        Ok(Settings {
+            url: url.to_string(),
+            tenant,
+            token,
+            name,
+            work_root,
+            data_dir: data_abs,
+            poll: Duration::from_millis(a.poll_ms.clamp(50, 60_000)),
+            recheck: Duration::from_secs(a.recheck_secs.max(1)),
+            sandbox_none: a.sandbox == crate::node::Sandbox::None,
+            bwrap: a.bwrap.clone(),
+            cgroup_root: a.cgroup_root.clone(),
+        })
+    }
+}
+
+fn absolute(p: &Path, flag: &str) -> Result<PathBuf, String> {
+    std::path::absolute(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
+}
+
+/// Reads the enrolment token from a file only its owner can read.
+fn read_token(path: &Path) -> Result<String, String> {
+    let meta = fs::metadata(path)
+        .map_err(|e| format!("--enrolment-token-file {}: {e}", path.display()))?;
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "--enrolment-token-file {} has mode {mode:o}, readable by others: chmod 600 {}",
+            path.display(),
+            path.display()
+        ));
+    }
+    let text = fs::read_to_string(path)
+        .map_err(|e| format!("--enrolment-token-file {}: {e}", path.display()))?;
+    let token = text.trim().to_string();
+    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "--enrolment-token-file {} must hold one token (no spaces): the tenant's enrolment token the edge was started with",
+            path.display()
+        ));
+    }
+    Ok(token)
+}
+
+/// Makes `dir` a private folder of this user (0700), refusing a symbolic
+/// link or another user's folder.
+fn private_dir(dir: &Path, what: &str) -> Result<(), String> {
+    match fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_symlink() || !m.is_dir() => Err(format!(
+            "{what} {} is not a folder (or is a symbolic link): name a folder",
+            dir.display()
+        )),
+        Ok(m) if m.uid() != rustix::process::getuid().as_raw() => Err(format!(
+            "{what} {} belongs to another user: name a folder of this user",
+            dir.display()
+        )),
+        Ok(m) => {
+            if m.permissions().mode() & 0o077 != 0 {
+                fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+                    .map_err(|e| format!("{what} {}: {e}", dir.display()))?;
+            }
+            Ok(())
+        }
+        Err(_) => fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create {what} {}: {e}", dir.display())),
+    }
+}
+
+/// What a job runs (the payload the edge carries opaquely).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Payload {
+    command: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    allow: Vec<String>,
+    #[serde(default)]
+    forward: Vec<u16>,
+    #[serde(default)]
+    timeout: Option<u64>,
+    #[serde(default)]
+    memory: Option<u64>,
+    #[serde(default)]
+    processes: Option<u32>,
+    #[serde(default)]
+    cpu_seconds: Option<u64>,
+}
+
+fn spec_for(p: Payload, work: &Path, data_dir: &Path) -> Result<RunSpec, String> {
+    let env = p
+        .env
+        .iter()
+        .map(|(k, v)| EnvVar::new(k, v).map_err(|e| format!("env {k}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let req = RunRequest {
+        work: work
+            .to_str()
+            .ok_or("the work directory is not UTF-8")?
+            .into(),
+        read: vec![],
+        write: vec![],
+        env,
+        allow: p.allow,
+        forward: p.forward,
+        limits: Limits {
+            memory_mib: p.memory,
+            processes: p.processes,
+            cpu_seconds: p.cpu_seconds,
+            timeout_seconds: p.timeout,
+        },
+        data_dir: data_dir
+            .to_str()
+            .ok_or("the data directory is not UTF-8")?
+            .into(),
+        allow_unix_sockets: false,
+        command: p.command,
+    };
+    RunSpec::new(req).map_err(|e| e.to_string())
+}
+
+/// A job id the edge made: used in file names only when it is plainly one.
+fn safe_id(s: &str) -> bool {
+    (1..=80).contains(&s.len())
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+}
+
+/// How a job ended, on this node.
+#[derive(Debug)]
+struct JobEnd {
+    outcome: &'static str,
+    exit_code: i32,
+    duration_ms: u64,
+    reason: Option<String>,
+}
+
+impl JobEnd {
+    fn refused(reason: String) -> JobEnd {
+        JobEnd {
+            outcome: "sandbox_error",
+            exit_code: Exit::Sandbox.code(),
+            duration_ms: 0,
+            reason: Some(reason),
+        }
+    }
+
+    fn from_outcome(o: &RunOutcome) -> JobEnd {
+        let mut end = JobEnd::from_ended(&o.ended, o.exit_code);
+        end.duration_ms = o.duration_ms;
+        end
+    }
+
+    fn from_ended(ended: &Ended, exit_code: i32) -> JobEnd {
+        let (outcome, reason) = match ended {
+            Ended::Exited => ("exited", None),
+            Ended::Timeout => ("timeout", Some("the job's timeout was reached".into())),
+            Ended::CpuTime => (
+                "cpu_time",
+                Some("the job's cpu_seconds were used up".into()),
+            ),
+            Ended::Cancelled => ("cancelled", Some("the job was cancelled".into())),
+            Ended::NotExecuted { reason } => ("not_executed", Some(reason.clone())),
+        };
+        JobEnd {
+            outcome,
+            exit_code,
+            duration_ms: 0,
+            reason,
+        }
+    }
+
+    fn succeeded(&self) -> bool {
+        self.outcome == "exited" && self.exit_code == 0
+    }
+}
+
+/// While alive, this process's stdout and stderr are a job's files (and
+/// stdin /dev/null); dropped, they are the daemon's again. One job at a time.
+struct Redirect {
+    out: OwnedFd,
+    err: OwnedFd,
+}
+
+impl Redirect {
+    fn new(out: &File, err: &File) -> std::io::Result<Redirect> {
+        let saved = Redirect {
+            out: rustix::io::dup(std::io::stdout())?,
+            err: rustix::io::dup(std::io::stderr())?,
+        };
+        let _ = std::io::stdout().flush();
+        rustix::stdio::dup2_stdout(out)?;
+        rustix::stdio::dup2_stderr(err)?;
+        Ok(saved)
+    }
+}
+
+impl Drop for Redirect {
+    fn drop(&mut self) {
+        let _ = std::io::stdout().flush();
+        let _ = rustix::stdio::dup2_stdout(&self.out);
+        let _ = rustix::stdio::dup2_stderr(&self.err);
+    }
+}
+
+/// Runs one job to its end (blocking): in the sandbox through the launcher,
+/// or, with `--sandbox none`, as a plain process group.
+fn run_job(
+    spec: &RunSpec,
+    out: File,
+    err: File,
+    cancel: OwnedFd,
+    s: &JobEnv,
+) -> Result<JobEnd, String> {
+    if s.sandbox_none {
+        return run_plain(spec, out, err, cancel);
+    }
+    let node_exe =
+        std::env::current_exe().map_err(|e| format!("cannot find this binary's own path: {e}"))?;
+    let path_var = std::env::var("PATH").ok();
+    let bwrap = oz0_linux::bwrap::find(s.bwrap.as_deref(), path_var.as_deref())
+        .map_err(|e| e.to_string())?;
+    let job_mode = if spec.limits.needs_job() {
+        let probed = oz0_jobs::probe_mode(&oz0_jobs::ProbeOptions {
+            cgroup_root: s.cgroup_root.clone(),
+            version: None,
+        });
+        if let oz0_jobs::JobMode::Unavailable { reason, fix } = &probed.mode {
+            return Err(format!(
+                "memory/processes/cpu_seconds need a job (cgroup) this user can make: {reason} — {fix}"
+            ));
+        }
+        let _ = oz0_jobs::cleanup_stale(&probed.mode);
+        Some(probed.mode)
+    } else {
+        None
+    };
+    let proxy = if spec.egress.is_enabled() {
+        Some(
+            oz0_egress::Proxy::start(oz0_egress::ProxyConfig::default())
+                .map_err(|e| format!("the egress proxy could not start: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let opts = LaunchOptions {
+        bwrap,
+        node_exe,
+        cancel: Some(cancel),
+        scratch: None,
+        proxy: proxy.as_ref(),
+        jobs: job_mode.as_ref(),
+        extras: Default::default(),
+        stdio: oz0_linux::StdioMode::Inherit,
+    };
+    let result = match Redirect::new(&out, &err) {
+        Ok(guard) => {
+            let r = oz0_linux::launch::run(spec, opts);
+            drop(guard);
+            r.map(|o| JobEnd::from_outcome(&o))
+                .map_err(|e| e.to_string())
+        }
+        Err(e) => Err(format!("cannot send the job's output to its files: {e}")),
+    };
+    if let Some(p) = proxy {
+        p.shutdown();
+    }
+    result
+}
+
+/// `--sandbox none`: the command as a process group with the node's own
+/// permissions, killed as a group on cancel or timeout.
+fn run_plain(spec: &RunSpec, out: File, err: File, cancel: OwnedFd) -> Result<JobEnd, String> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let started = Instant::now();
+    let argv: Vec<&str> = spec.command.iter().map(|a| a.as_str()).collect();
+    let mut cmd = std::process::Command::new(argv[0]);
+    cmd.args(&argv[1..])
+        .current_dir(spec.work.as_str())
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    for v in &spec.env {
+        cmd.env(v.name.as_str(), &v.value);
+    }
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            return Ok(plain_outcome(
+                Ended::NotExecuted {
+                    reason: format!("cannot execute {}: {e}", argv[0]),
+                },
+                code,
+                started,
+            ));
+        }
+    };
+    let pgid = rustix::process::Pid::from_child(&child);
+    let deadline = spec
+        .limits
+        .timeout_seconds
+        .map(|t| started + Duration::from_secs(t));
+    let kill = || {
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+    };
+    loop {
+        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+            kill();
+            let code = st.code().unwrap_or_else(|| {
+                128 + std::os::unix::process::ExitStatusExt::signal(&st).unwrap_or(0)
+            });
+            return Ok(plain_outcome(Ended::Exited, code, started));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            kill();
+            let _ = child.wait();
+            return Ok(plain_outcome(
+                Ended::Timeout,
+                oz0_linux::launch::EXIT_TIMEOUT,
+                started,
+            ));
+        }
+        let mut fds = [PollFd::new(&cancel, PollFlags::IN)];
+        let t = Timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
+        if poll(&mut fds, Some(&t)).unwrap_or(0) > 0 && !fds[0].revents().is_empty() {
+            kill();
+            let st = child.wait().map_err(|e| e.to_string())?;
+            let code = st.code().unwrap_or(137);
+            return Ok(plain_outcome(Ended::Cancelled, code, started));
+        }
+    }
+}
+
+fn plain_outcome(ended: Ended, exit_code: i32, started: Instant) -> JobEnd {
+    let mut end = JobEnd::from_ended(&ended, exit_code);
+    end.duration_ms = started.elapsed().as_millis() as u64;
+    end
+}
+
+/// What a job run needs of the settings (moved into the blocking task).
+#[derive(Debug, Clone)]
+struct JobEnv {
+    sandbox_none: bool,
+    bwrap: Option<PathBuf>,
+    cgroup_root: Option<PathBuf>,
+}
+
+/// What the loop does next.
+enum Next {
+    Continue,
+    Stop,
+}
+
+struct Daemon {
+    s: Settings,
+    client: NodeClient,
+    facts: NodeFacts,
+    view: Option<NodeView>,
+    stop: tokio::net::UnixStream,
+    registered: bool,
+    backoff: Duration,
+}
+
+/// Waits for `fut`, or returns None when the node is told to stop.
+async fn or_stop<F: std::future::Future>(
+    stop: &tokio::net::UnixStream,
+    fut: F,
+) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        _ = stop.readable() => None,
+        out = fut => Some(out),
+    }
+}
+
+impl Daemon {
+    /// Sleeps `d`, false when told to stop meanwhile.
+    async fn sleep(&self, d: Duration) -> bool {
+        or_stop(&self.stop, tokio::time::sleep(d)).await.is_some()
+    }
+
+    fn unreachable(&mut self, what: &str, e: &ClientError) -> Duration {
+        let wait = self.backoff;
+        log(&format!(
+            "{what}: {e}; retrying in {}s",
+            wait.as_secs_f32().ceil() as u64
+        ));
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        wait
+    }
+
+    /// Registers and reports the facts, retrying while the edge cannot be
+    /// reached. Err: the edge refused (a wrong token, tenant or facts).
+    async fn connect(&mut self) -> Result<Next, String> {
+        while !self.registered || self.view.is_none() {
+            let name = self.s.name.clone();
+            let step = if !self.registered {
+                let r = or_stop(
+                    &self.stop,
+                    self.client.register(&self.s.token, name.as_deref()),
+                )
+                .await;
+                match r {
+                    None => return Ok(Next::Stop),
+                    Some(Ok(r)) => {
+                        log(&format!(
+                            "registered with the edge at {} as node {} of tenant {}",
+                            self.s.url, r.node_id, r.tenant
+                        ));
+                        self.registered = true;
+                        Ok(())
+                    }
+                    Some(Err(e)) => Err(("cannot register with the edge", e)),
+                }
+            } else {
+                match or_stop(&self.stop, self.client.report_facts(&self.facts)).await {
+                    None => return Ok(Next::Stop),
+                    Some(Ok(v)) => {
+                        log(&format!(
+                            "facts reported: the edge routes this node at tier {} ({})",
+                            v.tier_routed, v.tier_line
+                        ));
+                        if v.dropped_last > 0 {
+                            log(&format!(
+                                "the edge dropped {} field(s) of this report",
+                                v.dropped_last
+                            ));
+                        }
+                        self.view = Some(v);
+                        Ok(())
+                    }
+                    Some(Err(e)) => Err(("cannot report the facts to the edge", e)),
+                }
+            };
+            match step {
+                Ok(()) => self.backoff = Duration::from_secs(1),
+                Err((what, e @ ClientError::Refused { .. })) => {
+                    if e.refusal_code() == Some("unauthenticated") && self.registered {
+                        // The edge forgot this node (a new store): register again.
+                        self.registered = false;
+                        continue;
+                    }
+                    return Err(format!("{what}: {e}"));
+                }
+                Err((what, e)) => {
+                    let wait = self.unreachable(what, &e);
+                    if !self.sleep(wait).await {
+                        return Ok(Next::Stop);
+                    }
+                }
+            }
+        }
+        Ok(Next::Continue)
+    }
+
+    /// The tier this node takes work at: the lower of the edge's routing and
+    /// its own facts, never above [`MAX_TAKEN_TIER`].
+    fn tier(&self) -> u8 {
+        let edge = self.view.as_ref().map_or(0, |v| v.tier_routed);
+        edge.min(self.facts.tier_routed).min(MAX_TAKEN_TIER)
+    }
+
+    /// Polls the queues from the node's tier down; a job, none, or an error
+    /// already handled (None).
+    async fn poll(&mut self) -> Option<Option<Lease>> {
+        for tier in (0..=self.tier()).rev() {
+            match or_stop(&self.stop, self.client.poll_job(tier)).await {
+                None => return None,
+                Some(Ok(Some(l))) => {
+                    self.backoff = Duration::from_secs(1);
+                    return Some(Some(l));
+                }
+                Some(Ok(None)) => {}
+                Some(Err(e)) => {
+                    match e.refusal_code() {
+                        Some("unauthenticated") => {
+                            log(&format!(
+                                "the edge no longer knows this node ({e}): registering again"
+                            ));
+                            self.registered = false;
+                            self.view = None;
+                        }
+                        Some("tier_not_routed") => {
+                            log(&format!("{e}: reporting the facts again"));
+                            self.view = None;
+                        }
+                        _ => {
+                            let wait = self.unreachable("cannot poll the edge for work", &e);
+                            if !self.sleep(wait).await {
+                                return None;
+                            }
+                        }
+                    }
+                    return Some(None);
+                }
+            }
+        }
+        self.backoff = Duration::from_secs(1);
+        Some(None)
+    }
+
+    /// Runs one leased job and reports its end.
+    async fn take(&mut self, mut lease: Lease) -> Next {
+        let job = lease.job.clone();
+        if !safe_id(&job.job_id) {
+            log("the edge handed out a job whose id is not plain letters and digits: not run");
+            return Next::Continue;
+        }
+        let id = job.job_id.clone();
+        if job.tier > self.tier() {
+            // The edge should never do this; the node refuses too. The lease
+            // lapses and the edge can hand the job to an eligible node.
+            log(&format!(
+                "refused job {id}: it needs tier {} and this node is routed at tier {}; not run, its lease lapses",
+                job.tier,
+                self.tier()
+            ));
+            return Next::Continue;
+        }
+        log(&format!(
+            "took job {id} (tier {}, {} from {}, attempt {})",
+            job.tier, job.kind, job.origin, job.attempt
+        ));
+        let record = self.s.data_dir.join("jobs").join(&id);
+        let prepared = private_dir(&record, "the job record folder").and_then(|_| {
+            let open = |n: &str| {
+                fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(record.join(n))
+                    .map_err(|e| format!("cannot create {}: {e}", record.join(n).display()))
+            };
+            Ok((open("stdout")?, open("stderr")?))
+        });
+        let (out, err) = match prepared {
+            Ok(f) => f,
+            Err(e) => {
+                log(&format!(
+                    "cannot keep job {id}'s output: {e}; not run, its lease lapses"
+                ));
+                return Next::Continue;
+            }
+        };
+        let work = self.s.work_root.join(format!("job-{id}-{}", job.attempt));
+        let spec = private_dir(&self.s.work_root, "--work-root")
+            .and_then(|_| {
+                let _ = fs::remove_dir_all(&work);
+                private_dir(&work, "the job's work directory")
+            })
+            .and_then(|_| {
+                serde_json::from_value::<Payload>(job.payload.clone())
+                    .map_err(|e| format!("the job's payload is not one this node runs: {e} (give {{\"command\": [..], \"env\": {{..}}, \"allow\": [..], \"timeout\": S}})"))
+            })
+            .and_then(|p| {
+                if p.command.is_empty() {
+                    return Err("the job's command is empty".into());
+                }
+                spec_for(p, &work, &self.s.data_dir)
+            });
+        let end = match spec {
+            Err(e) => {
+                log(&format!("job {id} refused: {e}"));
+                Some(JobEnd::refused(e))
+            }
+            Ok(spec) => match self.run_under_lease(&mut lease, spec, out, err).await {
+                Ok(end) => Some(end),
+                Err(next) => {
+                    let _ = fs::remove_dir_all(&work);
+                    return next;
+                }
+            },
+        };
+        let _ = fs::remove_dir_all(&work);
+        let Some(end) = end else {
+            return Next::Continue;
+        };
+        write_status(&record, &job, &end);
+        log(&format!(
+            "job {id} ended: {} with status {} after {}ms",
+            end.outcome, end.exit_code, end.duration_ms
+        ));
+        self.complete(&lease, &end).await
+    }
+
+    /// Runs the job while the lease holds. Err: the job was stopped (lease
+    /// lost or the node told to stop) and must not be reported.
+    async fn run_under_lease(
+        &mut self,
+        lease: &mut Lease,
+        spec: RunSpec,
+        out: File,
+        err: File,
+    ) -> Result<JobEnd, Next> {
+        let id = lease.job.job_id.clone();
+        let (cancel_r, cancel_w) = match UnixStream::pair() {
+            Ok(p) => p,
+            Err(e) => {
+                log(&format!(
+                    "cannot make job {id}'s cancel pipe: {e}; not run, its lease lapses"
+                ));
+                return Err(Next::Continue);
+            }
+        };
+        let env = JobEnv {
+            sandbox_none: self.s.sandbox_none,
+            bwrap: self.s.bwrap.clone(),
+            cgroup_root: self.s.cgroup_root.clone(),
+        };
+        let mut handle = tokio::task::spawn_blocking(move || {
+            run_job(&spec, out, err, OwnedFd::from(cancel_r), &env)
+        });
+        let stop = &self.stop;
+        let work = async {
+            tokio::select! {
+                biased;
+                r = &mut handle => Some(r),
+                _ = stop.readable() => None,
+            }
+        };
+        let r = self.client.run_leased(lease, work).await;
+        // Closing the pipe's other end cancels the run (its whole tree).
+        drop(cancel_w);
+        match r {
+            Ok(Some(joined)) => match joined {
+                Ok(Ok(end)) => Ok(end),
+                Ok(Err(e)) => {
+                    log(&format!("job {id}: the sandbox refused or failed: {e}"));
+                    Ok(JobEnd::refused(e))
+                }
+                Err(e) => {
+                    log(&format!("job {id}: the run's thread failed: {e}"));
+                    Ok(JobEnd::refused(format!("the run's thread failed: {e}")))
+                }
+            },
+            Ok(None) => {
+                let _ = handle.await;
+                log(&format!(
+                    "job {id} cancelled by the stop; not reported, so its lease lapses and the edge hands it to another node"
+                ));
+                Err(Next::Stop)
+            }
+            Err(e) => {
+                let _ = handle.await;
+                log(&format!("job {id} killed: {e}"));
+                Err(Next::Continue)
+            }
+        }
+    }
+
+    async fn complete(&mut self, lease: &Lease, end: &JobEnd) -> Next {
+        let id = &lease.job.job_id;
+        loop {
+            let r = or_stop(
+                &self.stop,
+                self.client
+                    .complete_job(lease, end.succeeded(), Some(end.exit_code)),
+            )
+            .await;
+            match r {
+                None => {
+                    log(&format!("stopping before job {id}'s end reached the edge; the edge hands it out again when its lease lapses"));
+                    return Next::Stop;
+                }
+                Some(Ok(())) => {
+                    self.backoff = Duration::from_secs(1);
+                    return Next::Continue;
+                }
+                Some(Err(e @ ClientError::LeaseLost { .. }))
+                | Some(Err(e @ ClientError::Refused { .. })) => {
+                    log(&format!("the edge did not take job {id}'s end: {e}"));
+                    return Next::Continue;
+                }
+                Some(Err(e)) => {
+                    if lease.expired() {
+                        log(&format!("job {id}'s end could not reach the edge before its lease lapsed ({e}); the edge hands it out again"));
+                        return Next::Continue;
+                    }
+                    let wait = self.unreachable(&format!("cannot report job {id}'s end"), &e);
+                    if !self.sleep(wait).await {
+                        return Next::Stop;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn write_status(record: &Path, job: &oz0_edge::wire::LeasedJobView, end: &JobEnd) {
+    let doc = serde_json::json!({
+        "job_id": job.job_id,
+        "attempt": job.attempt,
+        "tier": job.tier,
+        "origin": job.origin,
+        "kind": job.kind,
+        "outcome": end.outcome,
+        "exit_code": end.exit_code,
+        "succeeded": end.succeeded(),
+        "duration_ms": end.duration_ms,
+        "reason": end.reason,
+    });
+    let path = record.join("status.json");
+    let tmp = record.join(".status.json.tmp");
+    let r = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(format!("{doc:#}\n").as_bytes()))
+        .and_then(|_| fs::rename(&tmp, &path));
+    if let Err(e) = r {
+        log(&format!("cannot write {}: {e}", path.display()));
+    }
+}
+
+/// Connects to the edge and takes work until SIGTERM or SIGINT. `recheck`
+/// probes the machine again and returns the facts when they changed.
+pub fn serve(
+    s: Settings,
+    key: NodeKey,
+    facts: NodeFacts,
+    mut recheck: impl FnMut() -> Option<NodeFacts>,
+    stop: UnixStream,
+    once: bool,
+) -> i32 {
+    // The daemon logs to its own stderr; a job's output goes to its files.
+    if let Ok(fd) = rustix::io::dup(std::io::stderr()) {
+        let _ = LOG.set(Mutex::new(File::from(fd)));
+    }
+    if let Ok(null) = File::open("/dev/null") {
+        let _ = rustix::stdio::dup2_stdin(&null);
+    }
+    let client = match NodeClient::new(&s.url, &s.tenant, key) {
+        Ok(c) => c,
+        Err(e) => {
+            log(&format!("--edge: {e}"));
+            return Exit::Usage.code();
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            log(&format!("cannot start the node's event loop: {e}"));
+            return Exit::CheckFailed.code();
+        }
+    };
+    rt.block_on(async move {
+        let stop = match stop
+            .set_nonblocking(true)
+            .and_then(|_| tokio::net::UnixStream::from_std(stop))
+        {
+            Ok(s) => s,
+            Err(e) => {
+                log(&format!("cannot watch for signals: {e}"));
+                return Exit::CheckFailed.code();
+            }
+        };
+        let recheck_every = s.recheck;
+        let poll_every = s.poll;
+        let mut d = Daemon {
+            s,
+            client,
+            facts,
+            view: None,
+            stop,
+            registered: false,
+            backoff: Duration::from_secs(1),
+        };
+        log(&format!(
+            "node {}: connecting to the edge at {} as tenant {}",
+            d.client.node_id(),
+            d.s.url,
+            d.s.tenant
+        ));
+        let mut next_check = Instant::now() + recheck_every;
+        loop {
+            match d.connect().await {
+                Ok(Next::Continue) => {}
+                Ok(Next::Stop) => break,
+                Err(e) => {
+                    log(&e);
+                    return Exit::CheckFailed.code();
+                }
+            }
+            if once {
+                return Exit::Ok.code();
+            }
+            if Instant::now() >= next_check {
+                next_check = Instant::now() + recheck_every;
+                if let Some(f) = recheck() {
+                    d.facts = f;
+                    d.view = None;
+                    continue;
+                }
+            }
+            match d.poll().await {
+                None => break,
+                Some(None) => {
+                    if !d.sleep(poll_every).await {
+                        break;
+                    }
+                }
+                Some(Some(lease)) => {
+                    if let Next::Stop = d.take(lease).await {
+                        break;
+                    }
+                }
+            }
+        }
+        log("stopping");
+        Exit::Ok.code()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_are_strict() {
+        let p: Payload = serde_json::from_value(serde_json::json!({
+            "command": ["true"], "env": {"A": "1"}, "timeout": 5
+        }))
+        .unwrap();
+        assert_eq!(p.command, ["true"]);
+        assert!(serde_json::from_value::<Payload>(serde_json::json!({
+            "command": ["true"], "argv": ["x"]
+        }))
+        .is_err());
+        assert!(safe_id("j0123abc-x_") && !safe_id("../x") && !safe_id(""));
+    }
+}

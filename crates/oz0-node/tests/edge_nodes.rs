@@ -1,0 +1,490 @@
+//! A real `oz0-edge` and real `oz0-node run --edge` processes on this
+//! machine: one whose self-test passes, one forced to fail a property, and a
+//! Windows PSEC node simulated with the edge's client library.
+//!
+//! The edge binary: `OZ0_EDGE_BIN`, else `oz0-edge` next to `OZ0_NODE_BIN`,
+//! else cargo's build of it next to this test's folder (`cargo build -p
+//! oz0-edge` first).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{node, sandbox_ready, skip, TempDir};
+use oz0_edge::client::{NodeClient, NodeKey, OperatorClient};
+use oz0_edge::routing::{Isolation, JobKind, JobRequest, Origin};
+use oz0_edge::wire::JobView;
+use oz0_policy::facts::{
+    Mechanism, Microvm, MicrovmReason, NodeFacts, Os, Platform, SelfTest, FACTS_SCHEMA,
+};
+
+const TOKEN: &str = "acme-enrolment-token-0123456789abcdef";
+const OPERATOR: &str = "operator-token-0123456789abcdef012345";
+
+fn edge_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("OZ0_EDGE_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let beside_node = node().with_file_name("oz0-edge");
+    if beside_node.exists() {
+        return Some(beside_node);
+    }
+    // target/debug/deps/edge_nodes-… → target/debug/oz0-edge
+    let exe = std::env::current_exe().ok()?;
+    let p = exe.parent()?.parent()?.join("oz0-edge");
+    p.exists().then_some(p)
+}
+
+fn write_secret(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// A running `oz0-edge`, killed on drop.
+struct Edge {
+    child: Child,
+    url: String,
+    _dir: TempDir,
+    rt: tokio::runtime::Runtime,
+    op: OperatorClient,
+}
+
+impl Edge {
+    fn start(bin: &Path, lease_secs: u32) -> Edge {
+        let dir = TempDir::new("edge");
+        write_secret(&dir.join("tenants"), &format!("acme={TOKEN}\n"));
+        write_secret(&dir.join("operators"), &format!("{OPERATOR}\n"));
+        let mut child = Command::new(bin)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--store")
+            .arg(format!("sqlite:{}", dir.join("edge.db").display()))
+            .arg("--tenant-tokens")
+            .arg(dir.join("tenants"))
+            .arg("--operator-tokens")
+            .arg(dir.join("operators"))
+            .arg("--lease-secs")
+            .arg(lease_secs.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("the edge did not say where it listens: {line:?}"))
+            .to_string();
+        let op = OperatorClient::new(&url, OPERATOR).unwrap();
+        Edge {
+            child,
+            url,
+            _dir: dir,
+            rt: tokio::runtime::Runtime::new().unwrap(),
+            op,
+        }
+    }
+
+    fn job(&self, id: &str) -> JobView {
+        self.rt.block_on(self.op.job("acme", id)).unwrap()
+    }
+
+    /// Waits until the job has ended.
+    fn wait_job(&self, id: &str, secs: u64) -> JobView {
+        let until = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let j = self.job(id);
+            if j.state == "succeeded" || j.state == "failed" {
+                return j;
+            }
+            assert!(Instant::now() < until, "job {id} did not end: {j:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn submit(&self, origin: Origin, payload: serde_json::Value) -> Result<String, String> {
+        let req = JobRequest {
+            origin,
+            kind: JobKind::Shell,
+            tier: 0,
+            isolation: Isolation::None,
+            arch: None,
+            payload,
+        };
+        self.rt
+            .block_on(self.op.submit_job("acme", &req))
+            .map(|a| a.job_id)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Drop for Edge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `oz0-node run --edge`, killed on drop.
+struct Node {
+    child: Option<Child>,
+    dir: TempDir,
+}
+
+impl Node {
+    fn start(edge: &Edge, tag: &str, extra: &[&str]) -> Node {
+        let dir = TempDir::new(tag);
+        write_secret(&dir.join("token"), TOKEN);
+        let log = std::fs::File::create(dir.join("log")).unwrap();
+        let child = Command::new(node())
+            .args(["run", "--edge", &edge.url, "--tenant", "acme"])
+            .arg("--enrolment-token-file")
+            .arg(dir.join("token"))
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .arg("--work-root")
+            .arg(dir.join("work"))
+            .args(["--name", tag, "--poll-ms", "200"])
+            .args(extra)
+            .env("OZ0_MICROVM", "off")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Node {
+            child: Some(child),
+            dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+    }
+
+    fn wait_log(&mut self, what: &str, secs: u64) {
+        let until = Instant::now() + Duration::from_secs(secs);
+        while !self.log().contains(what) {
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "the node exited ({st}) before saying {what:?}:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < until,
+                "the node did not say {what:?} within {secs}s:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    fn output(&self, job: &str, stream: &str) -> String {
+        std::fs::read_to_string(self.dir.join("data/jobs").join(job).join(stream))
+            .unwrap_or_default()
+    }
+
+    fn signal(&mut self, sig: &str) {
+        let st = Command::new("kill")
+            .args(["-s", sig, &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    /// Waits for the node to exit; its status code.
+    fn wait_exit(&mut self, secs: u64) -> Option<i32> {
+        let until = Instant::now() + Duration::from_secs(secs);
+        let c = self.child.as_mut().unwrap();
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                self.child = None;
+                return st.code();
+            }
+            assert!(
+                Instant::now() < until,
+                "the node did not exit within {secs}s:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Pids of processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) || name == me {
+            continue;
+        }
+        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
+            let c = String::from_utf8_lossy(&c).replace('\0', " ");
+            if c.contains(marker) {
+                out.push(format!("{name}: {c}"));
+            }
+        }
+    }
+    out
+}
+
+fn wait_gone(marker: &str, secs: u64) {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < until, "processes left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A Windows node whose PSEC self-test passed, claiming tier 1.
+fn windows_facts() -> NodeFacts {
+    let mut f = NodeFacts {
+        schema: FACTS_SCHEMA,
+        node_version: "0.1.0".into(),
+        platform: Platform {
+            os: Os::Windows,
+            arch: "x86_64".into(),
+            build_raw: "26200.9457".into(),
+        },
+        tier_proven: 1,
+        tier_routed: 1,
+        mechanism: Mechanism {
+            kind: "psec".into(),
+            psec_contract: Some("1.0".into()),
+            psec_features: vec!["deny_paths".into()],
+            ..Default::default()
+        },
+        self_test: SelfTest::Passed,
+        fix: None,
+        microvm: Microvm {
+            ready: false,
+            reason: Some(MicrovmReason::Unsupported),
+            pinned: None,
+        },
+        labels: BTreeMap::new(),
+    };
+    f.derive_labels(false);
+    f
+}
+
+fn ready() -> Option<PathBuf> {
+    if !sandbox_ready() {
+        return None;
+    }
+    match edge_bin() {
+        Some(b) => Some(b),
+        None => {
+            skip("the oz0-edge binary is not found: set OZ0_EDGE_BIN or `cargo build -p oz0-edge`");
+            None
+        }
+    }
+}
+
+/// Tiers the edge routes the tenant's nodes at, by name.
+fn routed(edge: &Edge) -> BTreeMap<String, u8> {
+    edge.rt
+        .block_on(edge.op.nodes(Some("acme")))
+        .unwrap()
+        .into_iter()
+        .map(|n| (n.name.unwrap_or(n.id), n.tier_routed))
+        .collect()
+}
+
+fn node_id(edge: &Edge, name: &str) -> String {
+    edge.rt.block_on(edge.op.node(name)).unwrap().id
+}
+
+#[test]
+fn outside_events_run_only_on_a_proven_node_and_survive_its_death() {
+    let Some(bin) = ready() else { return };
+    let edge = Edge::start(&bin, 3);
+
+    // The Windows PSEC node: its self-test passed, and it is routed at tier 0.
+    let win = NodeClient::new(&edge.url, "acme", NodeKey::generate()).unwrap();
+    edge.rt
+        .block_on(win.register(TOKEN, Some("win-psec")))
+        .unwrap();
+    let view = edge
+        .rt
+        .block_on(win.report_facts(&windows_facts()))
+        .unwrap();
+    assert_eq!(view.tier_routed, 0, "{view:?}");
+
+    // The node forced to fail a property: tier 0 on its own word.
+    let mut failing = Node::start(&edge, "failing", &["--inject-fault", "egress"]);
+    failing.wait_log("facts reported: the edge routes this node at tier 0", 120);
+    let log = failing.log();
+    assert!(log.contains("Self-test egress: failed"), "{log}");
+    assert!(!log.contains("enrolment-token"), "{log}");
+    assert!(!log.contains(TOKEN), "the token reached the log: {log}");
+
+    // Only the failing node and the Windows node: outside events are refused, with the reason.
+    let refused = edge
+        .submit(Origin::Webhook, serde_json::json!({"command": ["true"]}))
+        .unwrap_err();
+    assert!(
+        refused.contains("no_eligible_node") && refused.contains("no node routed at tier 1"),
+        "{refused}"
+    );
+
+    // The passing node: tier 1.
+    let mut passing = Node::start(&edge, "passing", &[]);
+    passing.wait_log("facts reported: the edge routes this node at tier 1", 120);
+    let tiers = routed(&edge);
+    assert_eq!(tiers.get("passing"), Some(&1), "{tiers:?}");
+    assert_eq!(tiers.get("failing"), Some(&0), "{tiers:?}");
+    assert_eq!(tiers.get("win-psec"), Some(&0), "{tiers:?}");
+    let passing_id = node_id(&edge, "passing");
+
+    // A webhook's job runs on the passing node; its status and output come back.
+    let id = edge
+        .submit(
+            Origin::Webhook,
+            serde_json::json!({
+                "command": ["sh", "-c", "echo \"hello $WHO\"; echo oops >&2; exit 3"],
+                "env": {"WHO": "edge"},
+                "timeout": 30,
+            }),
+        )
+        .unwrap();
+    let j = edge.wait_job(&id, 60);
+    assert_eq!(j.state, "failed", "{j:?}");
+    assert_eq!(j.exit_code, Some(3), "{j:?}");
+    assert_eq!(j.node_id.as_deref(), Some(passing_id.as_str()), "{j:?}");
+    assert_eq!(passing.output(&id, "stdout"), "hello edge\n");
+    assert!(passing.output(&id, "stderr").contains("oops"));
+    let status: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(passing.dir.0.join(format!("data/jobs/{id}/status.json")))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(status["exit_code"], 3);
+    assert_eq!(status["outcome"], "exited");
+    // The job's output never reaches the node's log.
+    assert!(!passing.log().contains("hello edge"), "{}", passing.log());
+
+    let id = edge
+        .submit(Origin::Chat, serde_json::json!({"command": ["true"]}))
+        .unwrap();
+    let j = edge.wait_job(&id, 60);
+    assert_eq!((j.state.as_str(), j.exit_code), ("succeeded", Some(0)));
+
+    // Killed mid-job (SIGKILL): the run dies with it, and the job is handed
+    // again only once another eligible node appears — never twice at once.
+    let marker = format!("{}.4242", 4 + std::process::id() % 3);
+    let script = format!("echo started; sleep {marker}; echo done");
+    let id = edge
+        .submit(
+            Origin::Webhook,
+            serde_json::json!({"command": ["sh", "-c", script], "timeout": 60}),
+        )
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(60);
+    while !passing.output(&id, "stdout").contains("started") {
+        assert!(Instant::now() < until, "{}", passing.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!processes_with(&marker).is_empty());
+    passing.signal("KILL");
+    passing.wait_exit(10);
+    wait_gone(&marker, 10);
+    // The lease lapses; only the failing (tier 0) node polls, and it never
+    // sees the tier-1 queue: the job waits.
+    std::thread::sleep(Duration::from_secs(5));
+    let j = edge.job(&id);
+    assert!(j.state == "leased" || j.state == "queued", "{j:?}");
+    assert_eq!(j.attempts, 1, "{j:?}");
+    assert!(!failing.log().contains("took job"), "{}", failing.log());
+    assert!(processes_with(&marker).is_empty());
+
+    let mut second = Node::start(&edge, "second", &[]);
+    second.wait_log("facts reported: the edge routes this node at tier 1", 120);
+    let j = edge.wait_job(&id, 60);
+    assert_eq!(
+        (j.state.as_str(), j.exit_code),
+        ("succeeded", Some(0)),
+        "{j:?}"
+    );
+    assert_eq!(j.attempts, 2, "{j:?}");
+    assert_eq!(j.node_id, Some(node_id(&edge, "second")), "{j:?}");
+    assert_eq!(second.output(&id, "stdout"), "started\ndone\n");
+
+    // SIGTERM mid-job: the run's whole tree ends, the node exits 0, and the
+    // job is left to its lease (not reported as done).
+    let marker = format!("{}.4343", 20 + std::process::id() % 3);
+    let script = format!("echo started; sleep {marker} & sleep {marker}; echo done");
+    let id = edge
+        .submit(
+            Origin::Event,
+            serde_json::json!({"command": ["sh", "-c", script], "timeout": 60}),
+        )
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(60);
+    while !second.output(&id, "stdout").contains("started") {
+        assert!(Instant::now() < until, "{}", second.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    second.signal("TERM");
+    assert_eq!(second.wait_exit(20), Some(0), "{}", second.log());
+    wait_gone(&marker, 5);
+    assert!(second.log().contains("stopping"), "{}", second.log());
+    assert_ne!(edge.job(&id).state, "succeeded");
+
+    // An idle node stops cleanly too.
+    failing.signal("TERM");
+    assert_eq!(failing.wait_exit(20), Some(0), "{}", failing.log());
+}
+
+#[test]
+fn the_enrolment_token_file_must_be_private() {
+    let Some(bin) = ready() else { return };
+    let edge = Edge::start(&bin, 30);
+    let dir = TempDir::new("token");
+    std::fs::write(dir.join("token"), TOKEN).unwrap();
+    std::fs::set_permissions(dir.join("token"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = Command::new(node())
+        .args(["run", "--edge", &edge.url, "--tenant", "acme"])
+        .arg("--enrolment-token-file")
+        .arg(dir.join("token"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("chmod 600"), "{err}");
+    assert!(!err.contains(TOKEN), "{err}");
+}
