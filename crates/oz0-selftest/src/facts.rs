@@ -42,14 +42,14 @@ pub fn assemble(
             bwrap_version: b.version.strip_prefix("bubblewrap ").map(str::to_string),
             landlock_abi: Some(probe.landlock_abi),
             seccomp: probe.seccomp,
-            cgroup_mode: Some(probe.jobs.mode.to_string()),
+            cgroup_mode: Some(cgroup_mode(probe)),
             ..Default::default()
         },
         Err(_) => Mechanism {
             kind: "none".into(),
             landlock_abi: Some(probe.landlock_abi),
             seccomp: probe.seccomp,
-            cgroup_mode: Some(probe.jobs.mode.to_string()),
+            cgroup_mode: Some(cgroup_mode(probe)),
             ..Default::default()
         },
     };
@@ -81,6 +81,16 @@ pub fn assemble(
     };
     f.derive_labels(false);
     f
+}
+
+/// The facts' spelling of the job mode: `cgroup_v2`, `cgroup_v1` or `none`.
+fn cgroup_mode(probe: &Probe) -> String {
+    match probe.jobs.mode {
+        "cgroup-v2" => "cgroup_v2",
+        "cgroup-v1" => "cgroup_v1",
+        _ => "none",
+    }
+    .to_string()
 }
 
 /// Labels as `key=value` lines (`prefix` before each key, e.g. for Kubernetes
