@@ -8,7 +8,6 @@
 //! tier 0 always**, whatever it proved: [`CheckReport::routed_tier`] is 0 in
 //! every row.
 
-
 use serde::Serialize;
 
 use crate::probe::{Edition, NoPsec, PsecProbe};
