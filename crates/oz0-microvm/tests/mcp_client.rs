@@ -1,0 +1,212 @@
+//! End to end with a real MCP client: the PyPI `mcp` package's stdio client
+//! (`tests/mcp_client.py`) starts `sandbox vm … -- <test MCP server>` on
+//! the QEMU/TCG test backend, initialises, lists the tools and calls
+//! `write_file`; the test then finds the file on the host. One VM boot.
+//!
+//! Needs `qemu-system-x86_64`, the guest from `scripts/build-test-guest.sh`
+//! (folder in `OZ0_MICROVM_TEST_GUEST`, default `/tmp/oz0-guest`), bubblewrap
+//! and `python3` with `mcp` (`python3 -m pip install mcp`). Skips with a
+//! printed reason when one is missing; fails under `OZ0_MUST_WORK=1`.
+//! Run as root, it runs the node as the unprivileged user `oz0test`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn guest_dir() -> PathBuf {
+    std::env::var_os("OZ0_MICROVM_TEST_GUEST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/oz0-guest"))
+}
+
+/// Prints why the test does not run; panics instead under `OZ0_MUST_WORK=1`.
+fn skip(why: &str) {
+    if std::env::var("OZ0_MUST_WORK").as_deref() == Ok("1") {
+        panic!("OZ0_MUST_WORK=1 and {why}");
+    }
+    eprintln!("SKIP: {why}");
+}
+
+fn ready() -> bool {
+    let g = guest_dir();
+    if !Path::new("/usr/bin/qemu-system-x86_64").exists() {
+        skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)");
+        return false;
+    }
+    if !g.join("initrd.cpio").exists() {
+        skip(&format!(
+            "no test guest in {} (run scripts/build-test-guest.sh {})",
+            g.display(),
+            g.display()
+        ));
+        return false;
+    }
+    if Command::new("bwrap").arg("--version").output().is_err() {
+        skip("bubblewrap is not installed");
+        return false;
+    }
+    let mcp = Command::new("python3")
+        .args(["-c", "import mcp.client.stdio"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !matches!(mcp, Ok(s) if s.success()) {
+        skip("python3 has no `mcp` package (python3 -m pip install mcp)");
+        return false;
+    }
+    true
+}
+
+struct Stage {
+    dir: PathBuf,
+    exe: PathBuf,
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn chmod(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The same staging as `vm_qemu.rs`: a stripped node binary, `work/` and
+/// `data/`, all reachable by `oz0test`.
+fn stage() -> Stage {
+    let dir = std::env::temp_dir().join(format!("oz0-mcpclient-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("work")).unwrap();
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let exe = dir.join("oz0-vm-testnode");
+    let stripped = Command::new("strip")
+        .arg("-o")
+        .arg(&exe)
+        .arg(env!("CARGO_BIN_EXE_oz0-vm-testnode"))
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !stripped {
+        std::fs::copy(env!("CARGO_BIN_EXE_oz0-vm-testnode"), &exe).unwrap();
+    }
+    for p in [&dir, &dir.join("work"), &dir.join("data")] {
+        chmod(p, 0o777);
+    }
+    chmod(&exe, 0o755);
+    Stage { dir, exe }
+}
+
+/// The server command the MCP client spawns: `sandbox vm` with a clean
+/// environment, as `oz0test` when root.
+fn server_cmd(st: &Stage) -> Vec<String> {
+    let mut cmd: Vec<String> = Vec::new();
+    if rustix::process::getuid().is_root() {
+        cmd.extend(
+            [
+                "setpriv",
+                "--reuid=oz0test",
+                "--regid=oz0test",
+                "--init-groups",
+                "--",
+            ]
+            .map(String::from),
+        );
+    }
+    cmd.extend([
+        "env".into(),
+        "-i".into(),
+        format!("HOME={}", st.dir.display()),
+        "PATH=/usr/local/bin:/usr/bin:/bin".into(),
+        "OZ0_MICROVM_TEST_BACKEND=qemu-tcg".into(),
+        format!("OZ0_MICROVM_TEST_GUEST={}", guest_dir().display()),
+        st.exe.display().to_string(),
+        "sandbox".into(),
+        "vm".into(),
+        "--data-dir".into(),
+        st.dir.join("data").display().to_string(),
+        "--work".into(),
+        st.dir.join("work").display().to_string(),
+        "--boot-timeout".into(),
+        "90".into(),
+        "--memory".into(),
+        "256".into(),
+        "--".into(),
+        "/oz0/oz0-node".into(),
+        "mcp-test-server".into(),
+    ]);
+    cmd
+}
+
+fn vm_records(st: &Stage) -> Vec<PathBuf> {
+    std::fs::read_dir(st.dir.join("data/microvm/vms"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn real_mcp_client_writes_through_a_vm() {
+    if !ready() {
+        return;
+    }
+    let st = stage();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
+    let content = "written by a real MCP client, in a VM";
+    let started = Instant::now();
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg("from-mcp-client.txt")
+        .arg(content)
+        .arg("--")
+        .args(server_cmd(&st))
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run python3 tests/mcp_client.py");
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the MCP client failed ({}): {stdout}",
+        out.status
+    );
+    let r: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("client output is not JSON ({e}): {stdout:?}"));
+
+    assert_eq!(r["server"], "oz0-vm-test", "{r}");
+    let tools: Vec<&str> = r["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(tools.contains(&"write_file"), "{tools:?}");
+    assert_eq!(r["is_error"], false, "{r}");
+    assert_eq!(
+        std::fs::read_to_string(st.dir.join("work/from-mcp-client.txt"))
+            .expect("the guest's write is on the host"),
+        content
+    );
+
+    // The client closed the server's stdin (then signalled its group after a
+    // grace period): the node removes the VM and its record.
+    let t = Instant::now();
+    while !vm_records(&st).is_empty() && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        vm_records(&st).is_empty(),
+        "records left: {:?}",
+        vm_records(&st)
+    );
+    eprintln!(
+        "mcp client: protocol {}, first MCP response after {:.2} s, session {:.2} s \
+         (qemu, TCG software emulation)",
+        r["protocol"].as_str().unwrap_or("?"),
+        r["first_response_s"].as_f64().unwrap_or(f64::NAN),
+        took.as_secs_f64()
+    );
+}
