@@ -95,8 +95,47 @@ impl Drop for Slot {
     }
 }
 
-/// Carries one connection both ways until both directions end.
+/// The byte that travels with a handed-off connection.
+pub const HANDOFF_MARKER: u8 = 0;
+
+/// Hands the accepted connection itself to the proxy: the TCP socket's
+/// descriptor goes over the proxy's unix socket (`SCM_RIGHTS`) with one
+/// marker byte, and the proxy then reads and writes the run's socket directly,
+/// so no byte passes through the bridge.
+fn hand_off(tcp: &TcpStream, target: &Path) -> io::Result<()> {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::mem::MaybeUninit;
+    let unix = UnixStream::connect(target)?;
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut cmsg = SendAncillaryBuffer::new(&mut space);
+    let fds = [tcp.as_fd()];
+    if !cmsg.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::other("no room for the descriptor"));
+    }
+    let sent = sendmsg(
+        &unix,
+        &[io::IoSlice::new(&[HANDOFF_MARKER])],
+        &mut cmsg,
+        SendFlags::NOSIGNAL,
+    )?;
+    if sent != 1 {
+        return Err(io::ErrorKind::WriteZero.into());
+    }
+    Ok(())
+}
+
+/// Hands the connection to the proxy, or, if that cannot be done, carries
+/// it both ways until both directions end.
 fn carry(tcp: TcpStream, target: &Path) -> io::Result<()> {
+    let _ = tcp.set_nodelay(true);
+    if hand_off(&tcp, target).is_ok() {
+        return Ok(());
+    }
+    copy_both(tcp, target)
+}
+
+/// Carries one connection both ways until both directions end.
+fn copy_both(tcp: TcpStream, target: &Path) -> io::Result<()> {
     let unix = UnixStream::connect(target)?;
     let _ = tcp.set_nodelay(true);
     let tcp_r = tcp.try_clone()?;

@@ -52,6 +52,10 @@ pub struct ProbeArgs {
     /// Report the whole environment.
     #[arg(long = "env")]
     env: bool,
+    /// Start N child processes (`/bin/sleep 30`) and report how many the
+    /// system let start; they end with the run.
+    #[arg(long = "spawn", value_name = "N")]
+    spawn: Option<u32>,
     /// Allocate and touch MiB of memory.
     #[arg(long = "alloc", value_name = "MiB")]
     alloc: Option<usize>,
@@ -300,6 +304,24 @@ pub fn main(a: ProbeArgs) -> i32 {
     if a.env {
         let vars: BTreeMap<String, String> = std::env::vars().collect();
         report.insert("env", json!(vars));
+    }
+    let mut children = Vec::new();
+    if let Some(n) = a.spawn {
+        let mut refused = 0;
+        for _ in 0..n {
+            match std::process::Command::new("/bin/sleep")
+                .arg("30")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+            {
+                Ok(c) => children.push(c),
+                Err(_) => refused += 1,
+            }
+        }
+        report.insert("spawned", json!(children.len()));
+        report.insert("spawn_refused", json!(refused));
     }
     if let Some(mib) = a.alloc {
         // Zeroed pages come straight from the kernel; touch one byte in each

@@ -640,25 +640,25 @@ fn check_job_limits(c: &mut Ctx) -> CheckResult {
     let faulty = c.cfg.fault == Some(Property::JobLimits);
     let jobs = if faulty { None } else { Some(&mode) };
     let limits = |l: Limits| if faulty { Limits::default() } else { l };
-    // Processes: 20 children under a limit of 8.
+    // Processes: 20 children under a limit of 8. The probe counts the
+    // children the system let it start (no race with their start-up).
     let work = c.dir("procs")?;
-    // Each child that starts appends a line, then waits; the run's end kills them.
-    let script = "i=0; while [ $i -lt 20 ]; do (echo x >> started; exec sleep 30) 2>/dev/null & i=$((i+1)); done 2>/dev/null; sleep 0.3; exit 0";
-    let mut req = c.request(&work, vec!["/bin/sh".into(), "-c".into(), script.into()]);
+    let out = work.join("r.json");
+    let mut req = c.request(&work, probe_cmd(&out, &["--spawn", "20"]));
     req.limits = limits(Limits {
         processes: Some(8),
         ..Default::default()
     });
     c.launch(req, None, jobs, None)?;
-    let started = fs::read_to_string(work.join("started"))
-        .unwrap_or_default()
-        .lines()
-        .count();
+    let r = read_report(&out)?;
+    let started = r["spawned"]
+        .as_u64()
+        .ok_or("the probe did not report its children")?;
     if started == 0 {
         return Err("no process started under the process limit".into());
     }
     if started > 6 {
-        return Err(format!("{started} of 20 processes started under a limit of 8 (at most 6 may: the limit counts bubblewrap's two and the shell)"));
+        return Err(format!("{started} of 20 processes started under a limit of 8 (at most 6 may: the limit counts bubblewrap's two and the starting process)"));
     }
     // Memory: 512 MiB under a limit of 256 MiB.
     let work = c.dir("mem")?;
@@ -677,7 +677,7 @@ fn check_job_limits(c: &mut Ctx) -> CheckResult {
     // Closing the job kills its processes: its folders are gone.
     let mode_name = mode.name();
     Ok(format!(
-        "{started} of 20 processes started under a limit of 8 (pids.max counts bubblewrap's 2 and the shell); 512 MiB under 256 MiB {} (exit {}); {mode_name}",
+        "{started} of 20 processes started under a limit of 8 (pids.max counts bubblewrap's 2 and the starting process); 512 MiB under 256 MiB {} (exit {}); {mode_name}",
         if oom { "killed by the memory limit" } else { "refused" },
         o.exit_code
     ))
