@@ -1,0 +1,227 @@
+//! Time from `sandbox vm` start to the server's first MCP response (the
+//! `initialize` result), against a baseline measured in the same run: the
+//! same MCP server started directly as a host process.
+//!
+//! Backend: the QEMU test backend (`OZ0_MICROVM_TEST_BACKEND=qemu-tcg`,
+//! software emulation, no KVM), guest from `OZ0_MICROVM_TEST_GUEST`
+//! (default `/tmp/oz0-guest`, built by `scripts/build-test-guest.sh`).
+//! Prints the median of a few runs (`OZ0_BENCH_RUNS`, default 3 VM boots and
+//! 10 host starts) and the ratio; asserts nothing about time. Without QEMU,
+//! the guest or bubblewrap, prints the baseline and why the VM part did not
+//! run. Run as root, the node runs as the unprivileged user `oz0test`.
+//!
+//! `cargo bench -p oz0-microvm --bench first_response`
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"oz0-bench","version":"0"}}}"#;
+
+fn guest_dir() -> PathBuf {
+    std::env::var_os("OZ0_MICROVM_TEST_GUEST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/oz0-guest"))
+}
+
+/// Why the VM part cannot run here, if it cannot.
+fn not_ready() -> Option<String> {
+    let g = guest_dir();
+    if !Path::new("/usr/bin/qemu-system-x86_64").exists() {
+        return Some("qemu-system-x86_64 is not installed".into());
+    }
+    if !g.join("initrd.cpio").exists() {
+        return Some(format!(
+            "no test guest in {} (run scripts/build-test-guest.sh {})",
+            g.display(),
+            g.display()
+        ));
+    }
+    if Command::new("bwrap").arg("--version").output().is_err() {
+        return Some("bubblewrap is not installed".into());
+    }
+    None
+}
+
+struct Stage {
+    dir: PathBuf,
+    exe: PathBuf,
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn chmod(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// As in `tests/vm_qemu.rs`: a stripped node binary, `work/` and `data/`,
+/// all reachable by `oz0test`.
+fn stage() -> Stage {
+    let dir = std::env::temp_dir().join(format!("oz0-vmbench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("work")).unwrap();
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let exe = dir.join("oz0-vm-testnode");
+    let stripped = Command::new("strip")
+        .arg("-o")
+        .arg(&exe)
+        .arg(env!("CARGO_BIN_EXE_oz0-vm-testnode"))
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !stripped {
+        std::fs::copy(env!("CARGO_BIN_EXE_oz0-vm-testnode"), &exe).unwrap();
+    }
+    for p in [&dir, &dir.join("work"), &dir.join("data")] {
+        chmod(p, 0o777);
+    }
+    chmod(&exe, 0o755);
+    Stage { dir, exe }
+}
+
+/// The test MCP server as a plain host process.
+fn host_server(st: &Stage) -> Command {
+    let mut c = Command::new(&st.exe);
+    c.arg("mcp-test-server");
+    c
+}
+
+/// `sandbox vm … -- <the same server>` (as `oz0test` when root).
+fn vm_server(st: &Stage) -> Command {
+    let args: Vec<String> = vec![
+        st.exe.display().to_string(),
+        "sandbox".into(),
+        "vm".into(),
+        "--data-dir".into(),
+        st.dir.join("data").display().to_string(),
+        "--work".into(),
+        st.dir.join("work").display().to_string(),
+        "--boot-timeout".into(),
+        "90".into(),
+        "--memory".into(),
+        "256".into(),
+        "--".into(),
+        "/oz0/oz0-node".into(),
+        "mcp-test-server".into(),
+    ];
+    let mut c = if rustix::process::getuid().is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=oz0test", "--regid=oz0test", "--init-groups", "--"]);
+        c.args(&args);
+        c
+    } else {
+        let mut c = Command::new(&args[0]);
+        c.args(&args[1..]);
+        c
+    };
+    c.env_clear()
+        .env("HOME", &st.dir)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("OZ0_MICROVM_TEST_BACKEND", "qemu-tcg")
+        .env("OZ0_MICROVM_TEST_GUEST", guest_dir());
+    c
+}
+
+/// Starts `cmd`, sends `initialize`, and returns the time to the first line
+/// of its answer; then closes its input and waits for it to end.
+fn first_response(mut cmd: Command) -> Result<Duration, String> {
+    let t = Instant::now();
+    let mut child: Child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("start: {e}"))?;
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{INITIALIZE}").map_err(|e| format!("write: {e}"))?;
+    stdin.flush().map_err(|e| format!("flush: {e}"))?;
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let read = out.read_line(&mut line);
+    let took = t.elapsed();
+    drop(stdin);
+    let ok = matches!(read, Ok(n) if n > 0) && line.contains("\"result\"");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("did not end within 60 s after its input closed".into());
+            }
+        }
+    }
+    if ok {
+        Ok(took)
+    } else {
+        Err(format!("no initialize result: {line:?}"))
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn report(label: &str, v: &[Duration]) -> Duration {
+    let m = median(v.to_vec());
+    let min = v.iter().min().unwrap();
+    let max = v.iter().max().unwrap();
+    println!(
+        "{label}: median {:.1} ms over {} runs (min {:.1} ms, max {:.1} ms)",
+        ms(m),
+        v.len(),
+        ms(*min),
+        ms(*max)
+    );
+    m
+}
+
+fn main() {
+    let runs: Option<usize> = std::env::var("OZ0_BENCH_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n > 0);
+    let st = stage();
+
+    let host: Vec<Duration> = (0..runs.unwrap_or(10))
+        .map(|_| first_response(host_server(&st)).expect("host server"))
+        .collect();
+    println!("first MCP response (initialize result), test MCP server `mcp-test-server`");
+    let base = report("  host process (baseline)", &host);
+
+    if let Some(why) = not_ready() {
+        println!("  sandbox vm: not measured: {why}");
+        return;
+    }
+    let mut vm = Vec::new();
+    for i in 0..runs.unwrap_or(3) {
+        match first_response(vm_server(&st)) {
+            Ok(d) => vm.push(d),
+            Err(e) => {
+                println!("  sandbox vm: run {} failed: {e}", i + 1);
+                return;
+            }
+        }
+    }
+    let m = report(
+        "  sandbox vm, qemu (software emulation, TCG; no KVM), monitor in tier 1",
+        &vm,
+    );
+    println!(
+        "  ratio sandbox vm / host process: {:.0}x",
+        m.as_secs_f64() / base.as_secs_f64().max(1e-9)
+    );
+}
