@@ -17,6 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../tests/stage/mod.rs"]
+mod stage;
+use stage::Stage;
+
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"oz0-bench","version":"0"}}}"#;
 
 fn guest_dir() -> PathBuf {
@@ -42,47 +46,6 @@ fn not_ready() -> Option<String> {
         return Some("bubblewrap is not installed".into());
     }
     None
-}
-
-struct Stage {
-    dir: PathBuf,
-    exe: PathBuf,
-}
-
-impl Drop for Stage {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn chmod(p: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// As in `tests/vm_qemu.rs`: a stripped node binary, `work/` and `data/`,
-/// all reachable by `oz0test`.
-fn stage() -> Stage {
-    let dir = std::env::temp_dir().join(format!("oz0-vmbench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("work")).unwrap();
-    std::fs::create_dir_all(dir.join("data")).unwrap();
-    let exe = dir.join("oz0-vm-testnode");
-    let stripped = Command::new("strip")
-        .arg("-o")
-        .arg(&exe)
-        .arg(env!("CARGO_BIN_EXE_oz0-vm-testnode"))
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !stripped {
-        std::fs::copy(env!("CARGO_BIN_EXE_oz0-vm-testnode"), &exe).unwrap();
-    }
-    for p in [&dir, &dir.join("work"), &dir.join("data")] {
-        chmod(p, 0o777);
-    }
-    chmod(&exe, 0o755);
-    Stage { dir, exe }
 }
 
 /// The test MCP server as a plain host process.
@@ -194,7 +157,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .filter(|&n| n > 0);
-    let st = stage();
+    let st = stage::stage("vmbench", env!("CARGO_BIN_EXE_oz0-vm-testnode"));
 
     let host: Vec<Duration> = (0..runs.unwrap_or(10))
         .map(|_| first_response(host_server(&st)).expect("host server"))

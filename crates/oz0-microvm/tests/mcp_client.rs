@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod stage;
+use stage::Stage;
+
 fn guest_dir() -> PathBuf {
     std::env::var_os("OZ0_MICROVM_TEST_GUEST")
         .map(PathBuf::from)
@@ -57,47 +60,6 @@ fn ready() -> bool {
         return false;
     }
     true
-}
-
-struct Stage {
-    dir: PathBuf,
-    exe: PathBuf,
-}
-
-impl Drop for Stage {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn chmod(p: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// The same staging as `vm_qemu.rs`: a stripped node binary, `work/` and
-/// `data/`, all reachable by `oz0test`.
-fn stage() -> Stage {
-    let dir = std::env::temp_dir().join(format!("oz0-mcpclient-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("work")).unwrap();
-    std::fs::create_dir_all(dir.join("data")).unwrap();
-    let exe = dir.join("oz0-vm-testnode");
-    let stripped = Command::new("strip")
-        .arg("-o")
-        .arg(&exe)
-        .arg(env!("CARGO_BIN_EXE_oz0-vm-testnode"))
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !stripped {
-        std::fs::copy(env!("CARGO_BIN_EXE_oz0-vm-testnode"), &exe).unwrap();
-    }
-    for p in [&dir, &dir.join("work"), &dir.join("data")] {
-        chmod(p, 0o777);
-    }
-    chmod(&exe, 0o755);
-    Stage { dir, exe }
 }
 
 /// The server command the MCP client spawns: `sandbox vm` with a clean
@@ -152,7 +114,7 @@ fn real_mcp_client_writes_through_a_vm() {
     if !ready() {
         return;
     }
-    let st = stage();
+    let st = stage::stage("mcpclient", env!("CARGO_BIN_EXE_oz0-vm-testnode"));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
     let content = "written by a real MCP client, in a VM";
     let started = Instant::now();

@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+mod stage;
+use stage::Stage;
+
 fn guest_dir() -> PathBuf {
     std::env::var_os("OZ0_MICROVM_TEST_GUEST")
         .map(PathBuf::from)
@@ -26,46 +29,6 @@ fn skip(why: &str) -> bool {
     }
     eprintln!("SKIP: {why}");
     true
-}
-
-struct Stage {
-    dir: PathBuf,
-    exe: PathBuf,
-}
-
-impl Drop for Stage {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn stage() -> Stage {
-    let dir = std::env::temp_dir().join(format!("oz0-vmtest-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("work")).unwrap();
-    std::fs::create_dir_all(dir.join("data")).unwrap();
-    let exe = dir.join("oz0-vm-testnode");
-    // A stripped copy: the guest loads it over 9p, under emulation.
-    let stripped = Command::new("strip")
-        .arg("-o")
-        .arg(&exe)
-        .arg(env!("CARGO_BIN_EXE_oz0-vm-testnode"))
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !stripped {
-        std::fs::copy(env!("CARGO_BIN_EXE_oz0-vm-testnode"), &exe).unwrap();
-    }
-    for p in [&dir, &dir.join("work"), &dir.join("data")] {
-        chmod(p, 0o777);
-    }
-    chmod(&exe, 0o755);
-    Stage { dir, exe }
-}
-
-fn chmod(p: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
 fn is_root() -> bool {
@@ -248,7 +211,7 @@ fn mcp_server_in_a_vm_end_to_end() {
     if !ready() {
         return;
     }
-    let st = stage();
+    let st = stage::stage("vmtest", env!("CARGO_BIN_EXE_oz0-vm-testnode"));
     let (port, _srv) = http_server();
 
     // 1. A full session: tools, a write, only lo, egress allowed and refused,

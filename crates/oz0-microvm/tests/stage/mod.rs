@@ -1,0 +1,50 @@
+//! Staging shared by the microVM tests and benchmark: a stripped copy of the
+//! node binary (the guest loads it over 9p, under emulation), `work/` and
+//! `data/`, all reachable by the unprivileged user the node runs as; removed
+//! on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A staged folder.
+pub struct Stage {
+    /// The folder.
+    pub dir: PathBuf,
+    /// The staged node binary.
+    pub exe: PathBuf,
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn chmod(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Stages `node_bin` under `<temp>/oz0-<tag>-<pid>`.
+pub fn stage(tag: &str, node_bin: &str) -> Stage {
+    let dir = std::env::temp_dir().join(format!("oz0-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("work")).unwrap();
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let exe = dir.join("oz0-vm-testnode");
+    let stripped = Command::new("strip")
+        .arg("-o")
+        .arg(&exe)
+        .arg(node_bin)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !stripped {
+        std::fs::copy(node_bin, &exe).unwrap();
+    }
+    for p in [&dir, &dir.join("work"), &dir.join("data")] {
+        chmod(p, 0o777);
+    }
+    chmod(&exe, 0o755);
+    Stage { dir, exe }
+}
