@@ -233,6 +233,75 @@ impl Drop for Scratch {
     }
 }
 
+/// The record of a run in its private folder: who runs it, and the
+/// placeholders it will create.
+#[derive(Serialize, serde::Deserialize)]
+struct RunRecord {
+    pid: i32,
+    /// The process's start time (clock ticks since boot), so that a reused
+    /// pid is not taken for the live run.
+    start: u64,
+    placeholders: Vec<Placeholder>,
+}
+
+/// `/proc/PID/stat` field 22: the start time, or None if no such process.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces or parentheses: split after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+const RECORD: &str = "run.json";
+
+fn record_run(dir: &Path, placeholders: &[Placeholder]) -> Result<(), SandboxError> {
+    let pid = std::process::id() as i32;
+    let rec = RunRecord {
+        pid,
+        start: start_time(pid).unwrap_or(0),
+        placeholders: placeholders.to_vec(),
+    };
+    let text = serde_json::to_vec(&rec).map_err(prep("the run record"))?;
+    fs::write(dir.join(RECORD), text).map_err(prep("the run record"))
+}
+
+/// Removes what runs of dead node processes left in `base`: their
+/// placeholders (only if still empty, never through a link) and their
+/// private folders. Folders of live runs, or that this user does not own,
+/// are left alone.
+pub fn sweep_stale(base: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = fs::read_dir(base) else {
+        return;
+    };
+    let uid = rustix::process::getuid().as_raw();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        if !name.to_string_lossy().starts_with("oz0-run-") {
+            continue;
+        }
+        let dir = e.path();
+        let Ok(meta) = fs::symlink_metadata(&dir) else {
+            continue;
+        };
+        if !meta.is_dir() || meta.uid() != uid {
+            continue;
+        }
+        let Ok(text) = fs::read(dir.join(RECORD)) else {
+            continue;
+        };
+        let Ok(rec) = serde_json::from_slice::<RunRecord>(&text) else {
+            continue;
+        };
+        if start_time(rec.pid).is_some_and(|s| s == rec.start) {
+            continue;
+        }
+        remove_placeholders(&rec.placeholders);
+        let _ = fs::set_permissions(dir.join("empty.d"), fs::Permissions::from_mode(0o700));
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
+
 /// Removes the placeholders bubblewrap created, if they are still what it
 /// made (an empty folder or empty regular file), never following a link.
 fn remove_placeholders(ps: &[Placeholder]) {
@@ -300,6 +369,8 @@ pub fn run(spec: &RunSpec, opts: LaunchOptions<'_>) -> Result<RunOutcome, Sandbo
     let started = Instant::now();
     let run_id = new_run_id();
     let base = opts.scratch.clone().unwrap_or_else(std::env::temp_dir);
+    // Runs of a node that died (SIGKILL) left their placeholders and folders.
+    sweep_stale(&base);
     let scratch = Scratch::create(&base, &run_id)?;
 
     // The job first: if it cannot be made, nothing else happens.
@@ -339,6 +410,9 @@ pub fn run(spec: &RunSpec, opts: LaunchOptions<'_>) -> Result<RunOutcome, Sandbo
 
     let facts = host::gather(spec, &opts.node_exe)?;
     let plan = plan::plan(spec, &facts, &scratch.run_dir, &extras)?;
+    // Recorded before anything is created, so that a sweep can undo it if
+    // this process dies.
+    record_run(&scratch.dir, &plan.placeholders)?;
     let result = execute(&plan, &opts, &run_id, started, spec, job.as_ref(), bridge);
     remove_placeholders(&plan.placeholders);
     drop(egress_guard);

@@ -156,7 +156,7 @@ pub struct Protected {
 }
 
 /// A placeholder bubblewrap creates on the host as a mount point.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Placeholder {
     /// Host path.
     pub path: AbsPath,
@@ -165,7 +165,7 @@ pub struct Placeholder {
 }
 
 /// The kind of a placeholder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PlaceholderKind {
     /// An empty folder.

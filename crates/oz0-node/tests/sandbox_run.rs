@@ -779,3 +779,28 @@ fn stdin_and_stdout_are_the_callers() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(stdout(&out), "hello through the sandbox\n");
 }
+
+#[test]
+fn placeholders_of_a_killed_node_are_swept_at_the_next_run() {
+    ready!();
+    let env = Env::new("sweep");
+    let m = marker("sweep");
+    let mut child = start_two_sleeps(&env, &m, &[]);
+    // While the run lasts, the missing protected names are held.
+    assert!(env.work.join(".claude").is_dir());
+    assert!(env.work.join(".mcp.json").is_file());
+    child.kill().unwrap(); // SIGKILL: no clean-up by this node
+    child.wait().unwrap();
+    assert!(wait_gone(&m));
+    assert!(
+        env.work.join(".mcp.json").exists(),
+        "left behind by the killed node"
+    );
+    // The next run, in any work dir, sweeps what the dead node left.
+    let other = Env::new("sweep2");
+    let out = other.sh(&[], "true");
+    assert!(out.status.success(), "{}", stderr(&out));
+    for n in [".claude", ".mcp.json", ".bashrc", ".vscode"] {
+        assert!(!env.work.join(n).exists(), "{n} was not swept");
+    }
+}
