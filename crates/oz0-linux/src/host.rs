@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use oz0_policy::protected::{self, Kind};
 use oz0_policy::spec::SYSTEM_READ_ONLY;
@@ -170,4 +170,21 @@ pub fn gather(spec: &RunSpec, node_exe: &Path) -> Result<HostFacts, HostError> {
         roots,
         protected,
     })
+}
+
+/// The node's data directory: `--data-dir`, else under the XDG data home.
+pub fn data_dir(flag: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(d) = flag {
+        return Ok(d.to_path_buf());
+    }
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty()) {
+        return Ok(PathBuf::from(x).join("oz0-node"));
+    }
+    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(h) => Ok(PathBuf::from(h).join(".local/share/oz0-node")),
+        None => Err(
+            "neither XDG_DATA_HOME nor HOME is set: name the node's data directory with --data-dir"
+                .into(),
+        ),
+    }
 }

@@ -64,22 +64,6 @@ fn fail(msg: impl std::fmt::Display) -> i32 {
     EXIT_VM_FAILED
 }
 
-fn data_dir(flag: Option<&std::path::Path>) -> Result<PathBuf, String> {
-    if let Some(d) = flag {
-        return Ok(d.to_path_buf());
-    }
-    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty()) {
-        return Ok(PathBuf::from(x).join("oz0-node"));
-    }
-    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-        Some(h) => Ok(PathBuf::from(h).join(".local/share/oz0-node")),
-        None => Err(
-            "neither XDG_DATA_HOME nor HOME is set: name the node's data directory with --data-dir"
-                .into(),
-        ),
-    }
-}
-
 /// The VMM from the environment: the test backend when
 /// `OZ0_MICROVM_TEST_BACKEND=qemu-tcg`, else smolvm per `OZ0_MICROVM`.
 pub fn backend_from_env() -> Result<(Backend, Option<String>), String> {
@@ -122,7 +106,7 @@ pub fn backend_from_env() -> Result<(Backend, Option<String>), String> {
 
 /// Runs `sandbox vm`; returns the exit status.
 pub fn vm_main(args: VmArgs) -> i32 {
-    let data_dir = match data_dir(args.data_dir.as_deref()) {
+    let data_dir = match oz0_linux::host::data_dir(args.data_dir.as_deref()) {
         Ok(d) => d,
         Err(e) => return fail(e),
     };

@@ -125,7 +125,7 @@ pub fn main(a: CheckArgs) -> i32 {
         }
     }
     let outcome = if a.self_test {
-        self_test(&probe, &report, data_dir, fault, |l| {
+        self_test(&probe, &report, data_dir.clone(), fault, |l| {
             if !json {
                 println!("{}", line_text(l));
             }
@@ -144,7 +144,7 @@ pub fn main(a: CheckArgs) -> i32 {
     };
     let microvm = match std::env::var("OZ0_MICROVM").as_deref() {
         Ok("off") => None,
-        _ => data_dir_for_vm(a.data_dir.as_deref()).map(|d| {
+        _ => data_dir.clone().map(|d| {
             oz0_microvm::probe::probe(&oz0_microvm::probe::ProbeOptions::from_env(
                 tier1,
                 probe.bwrap.as_ref().ok().map(|b| b.path.clone()),
@@ -202,9 +202,4 @@ pub fn main(a: CheckArgs) -> i32 {
         (_, 1) => Exit::Ok.code(),
         _ => Exit::CheckFailed.code(),
     }
-}
-
-/// The data directory the microVM probe records its test VM under.
-fn data_dir_for_vm(flag: Option<&std::path::Path>) -> Option<PathBuf> {
-    crate::run::data_dir(flag).ok()
 }

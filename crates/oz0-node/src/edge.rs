@@ -339,29 +339,9 @@ fn run_job(
     let path_var = std::env::var("PATH").ok();
     let bwrap = oz0_linux::bwrap::find(s.bwrap.as_deref(), path_var.as_deref())
         .map_err(|e| e.to_string())?;
-    let job_mode = if spec.limits.needs_job() {
-        let probed = oz0_jobs::probe_mode(&oz0_jobs::ProbeOptions {
-            cgroup_root: s.cgroup_root.clone(),
-            version: None,
-        });
-        if let oz0_jobs::JobMode::Unavailable { reason, fix } = &probed.mode {
-            return Err(format!(
-                "memory/processes/cpu_seconds need a job (cgroup) this user can make: {reason} — {fix}"
-            ));
-        }
-        let _ = oz0_jobs::cleanup_stale(&probed.mode);
-        Some(probed.mode)
-    } else {
-        None
-    };
-    let proxy = if spec.egress.is_enabled() {
-        Some(
-            oz0_egress::Proxy::start(oz0_egress::ProxyConfig::default())
-                .map_err(|e| format!("the egress proxy could not start: {e}"))?,
-        )
-    } else {
-        None
-    };
+    let job_mode =
+        crate::run::job_mode(spec, s.cgroup_root.clone(), "memory/processes/cpu_seconds")?;
+    let proxy = crate::run::start_proxy(spec)?;
     let opts = LaunchOptions {
         bwrap,
         node_exe,

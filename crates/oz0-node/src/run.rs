@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use oz0_linux::launch::{Ended, LaunchOptions, RunOutcome, SandboxError};
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
@@ -20,22 +20,7 @@ fn refuse(msg: impl std::fmt::Display) -> i32 {
     Exit::Sandbox.code()
 }
 
-/// The node's data directory: `--data-dir`, else under the XDG data home.
-pub fn data_dir(flag: Option<&Path>) -> Result<PathBuf, String> {
-    if let Some(d) = flag {
-        return Ok(d.to_path_buf());
-    }
-    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty()) {
-        return Ok(PathBuf::from(x).join("oz0-node"));
-    }
-    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-        Some(h) => Ok(PathBuf::from(h).join(".local/share/oz0-node")),
-        None => Err(
-            "neither XDG_DATA_HOME nor HOME is set: name the node's data directory with --data-dir"
-                .into(),
-        ),
-    }
-}
+pub use oz0_linux::host::data_dir;
 
 fn utf8(what: &str, p: &Path) -> Result<String, String> {
     p.to_str()
@@ -110,6 +95,41 @@ fn request(args: &RunArgs) -> Result<RunRequest, String> {
         allow_unix_sockets: args.allow_unix_sockets,
         command,
     })
+}
+
+/// Where the run's job goes, when its limits need one: probed (or
+/// `cgroup_root`), refused with the reason and the fix when no cgroup this
+/// user can drive is found. `what` names the limits for the message. Job
+/// folders of runs whose node died are removed before a new one is made.
+pub fn job_mode(
+    spec: &RunSpec,
+    cgroup_root: Option<std::path::PathBuf>,
+    what: &str,
+) -> Result<Option<oz0_jobs::JobMode>, String> {
+    if !spec.limits.needs_job() {
+        return Ok(None);
+    }
+    let probed = oz0_jobs::probe_mode(&oz0_jobs::ProbeOptions {
+        cgroup_root,
+        version: None,
+    });
+    if let oz0_jobs::JobMode::Unavailable { reason, fix } = &probed.mode {
+        return Err(format!(
+            "{what} need a job (cgroup) this user can make: {reason} — {fix}"
+        ));
+    }
+    let _ = oz0_jobs::cleanup_stale(&probed.mode);
+    Ok(Some(probed.mode))
+}
+
+/// The egress proxy for a run with egress; none without.
+pub fn start_proxy(spec: &RunSpec) -> Result<Option<oz0_egress::ProxyHandle>, String> {
+    if !spec.egress.is_enabled() {
+        return Ok(None);
+    }
+    oz0_egress::Proxy::start(oz0_egress::ProxyConfig::default())
+        .map(Some)
+        .map_err(|e| format!("the egress proxy could not start: {e}"))
 }
 
 /// A pipe that becomes readable on SIGINT, SIGTERM or SIGHUP.
@@ -228,29 +248,17 @@ pub fn run(args: RunArgs) -> i32 {
         Ok(b) => b,
         Err(e) => return refuse(e),
     };
-    let job_mode = if spec.limits.needs_job() {
-        let probed = oz0_jobs::probe_mode(&oz0_jobs::ProbeOptions {
-            cgroup_root: args.cgroup_root.clone(),
-            version: None,
-        });
-        if let oz0_jobs::JobMode::Unavailable { reason, fix } = &probed.mode {
-            return refuse(format!(
-                "--memory/--processes/--cpu-seconds need a job (cgroup) this user can make: {reason} — {fix}"
-            ));
-        }
-        // Job folders of runs whose node died are removed before a new one is made.
-        let _ = oz0_jobs::cleanup_stale(&probed.mode);
-        Some(probed.mode)
-    } else {
-        None
+    let job_mode = match job_mode(
+        &spec,
+        args.cgroup_root.clone(),
+        "--memory/--processes/--cpu-seconds",
+    ) {
+        Ok(m) => m,
+        Err(e) => return refuse(e),
     };
-    let proxy = if spec.egress.is_enabled() {
-        match oz0_egress::Proxy::start(oz0_egress::ProxyConfig::default()) {
-            Ok(p) => Some(p),
-            Err(e) => return refuse(format!("the egress proxy could not start: {e}")),
-        }
-    } else {
-        None
+    let proxy = match start_proxy(&spec) {
+        Ok(p) => p,
+        Err(e) => return refuse(e),
     };
     let opts = LaunchOptions {
         bwrap,

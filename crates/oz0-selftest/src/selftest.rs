@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oz0_linux::launch::{self, Ended, LaunchOptions, RunOutcome, SandboxError, StdioMode};
+use oz0_linux::launch::{self, Ended, LaunchOptions, RunOutcome, StdioMode};
 use oz0_linux::plan::{Extras, Fault};
 use oz0_policy::facts::Property;
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
@@ -574,24 +574,10 @@ fn check_ingress(c: &mut Ctx) -> CheckResult {
     );
     let (cancel_r, cancel_w) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
-    let spec = RunSpec::new(req).map_err(|e| e.to_string())?;
-    let extras = Extras {
-        fault: c.fault(),
-        ..Default::default()
-    };
-    let opts = LaunchOptions {
-        bwrap: c.cfg.bwrap.clone(),
-        node_exe: c.cfg.node_exe.clone(),
-        cancel: Some(cancel_r),
-        scratch: Some(c.base.clone()),
-        proxy: None,
-        jobs: None,
-        extras,
-        stdio: StdioMode::Null,
-    };
     let t = Instant::now();
-    let result = std::thread::scope(|s| {
-        let h = s.spawn(|| launch::run(&spec, opts));
+    let c = &*c;
+    let (reached, run) = std::thread::scope(|s| {
+        let h = s.spawn(|| c.launch(req, None, None, Some(cancel_r)));
         let deadline = Instant::now() + Duration::from_secs(10);
         while !out.exists() && Instant::now() < deadline && !h.is_finished() {
             std::thread::sleep(Duration::from_millis(5));
@@ -600,13 +586,12 @@ fn check_ingress(c: &mut Ctx) -> CheckResult {
             TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300))
                 .is_ok();
         let _ = rustix::io::write(&cancel_w, b"x");
-        let run: Result<RunOutcome, SandboxError> = h
+        let run = h
             .join()
-            .unwrap_or_else(|_| Err(SandboxError::Start("panicked".into())));
+            .unwrap_or_else(|_| Err("the listening run panicked".to_string()));
         (reached, run)
     });
-    let (reached, run) = result;
-    let o = run.map_err(|e| format!("the sandbox did not start: {e}"))?;
+    let o = run?;
     let r = read_report(&out)?;
     if r["listen"] != "ok" {
         return Err(format!(
