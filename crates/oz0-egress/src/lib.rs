@@ -32,6 +32,7 @@ pub mod audit;
 pub mod bridge;
 pub mod proxy;
 pub mod resolve;
+mod splice;
 pub mod token;
 
 use std::io;

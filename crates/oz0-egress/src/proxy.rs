@@ -724,13 +724,8 @@ async fn handle(
         tokio::spawn(async move {
             match hyper::upgrade::on(req).await {
                 Ok(upgraded) => {
-                    let (up, down, why) = tunnel(
-                        TokioIo::new(upgraded),
-                        tcp,
-                        shared2.limits.idle_timeout,
-                        &mut closed,
-                    )
-                    .await;
+                    let (up, down, why) =
+                        tunnel(upgraded, tcp, shared2.limits.idle_timeout, &mut closed).await;
                     rec.bytes_up = up;
                     rec.bytes_down = down;
                     rec.reason = why;
@@ -956,26 +951,66 @@ async fn dial(
 /// Carries bytes both ways until both ends close, nothing moves for
 /// `idle`, or the run ends. Returns (bytes up, bytes down, why it ended
 /// early).
-async fn tunnel<A, B>(
-    client: A,
-    server: B,
+///
+/// When the client is a TCP socket (the run's own, handed over by the
+/// bridge) the bytes move by `splice(2)`; otherwise through a buffer.
+async fn tunnel(
+    client: hyper::upgrade::Upgraded,
+    server: TcpStream,
     idle: Duration,
     closed: &mut watch::Receiver<bool>,
-) -> (u64, u64, Option<String>)
-where
-    A: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
-{
+) -> (u64, u64, Option<String>) {
     let up = Arc::new(AtomicU64::new(0));
     let down = Arc::new(AtomicU64::new(0));
-    let mut a = Counted {
-        inner: client,
-        n: up.clone(),
+    let why = match client.downcast::<TokioIo<TcpStream>>() {
+        Ok(parts) => {
+            let client = parts.io.into_inner();
+            let moved = async {
+                // Bytes the client sent right behind its CONNECT head.
+                crate::splice::write_all(&server, &parts.read_buf).await?;
+                up.fetch_add(parts.read_buf.len() as u64, Ordering::Relaxed);
+                crate::splice::both_ways(&client, &server, &up, &down).await
+            };
+            guard(moved, &up, &down, idle, closed).await
+        }
+        Err(client) => {
+            let mut a = Counted {
+                inner: TokioIo::new(client),
+                n: up.clone(),
+            };
+            let mut b = Counted {
+                inner: server,
+                n: down.clone(),
+            };
+            let moved = async {
+                tokio::io::copy_bidirectional_with_sizes(
+                    &mut a,
+                    &mut b,
+                    TUNNEL_BUFFER,
+                    TUNNEL_BUFFER,
+                )
+                .await
+                .map(|_| ())
+            };
+            guard(moved, &up, &down, idle, closed).await
+        }
     };
-    let mut b = Counted {
-        inner: server,
-        n: down.clone(),
-    };
+    (
+        up.load(Ordering::Relaxed),
+        down.load(Ordering::Relaxed),
+        why,
+    )
+}
+
+/// Runs `moved` until it ends, no byte moved for `idle` (judged by the
+/// counters), or the run ends; says why when it ended early.
+async fn guard(
+    moved: impl std::future::Future<Output = io::Result<()>>,
+    up: &AtomicU64,
+    down: &AtomicU64,
+    idle: Duration,
+    closed: &mut watch::Receiver<bool>,
+) -> Option<String> {
     let watchdog = async {
         let mut last = u64::MAX;
         loop {
@@ -987,18 +1022,11 @@ where
             last = now;
         }
     };
-    let why = tokio::select! {
-        r = tokio::io::copy_bidirectional_with_sizes(&mut a, &mut b, TUNNEL_BUFFER, TUNNEL_BUFFER) => {
-            r.err().map(|e| e.to_string())
-        }
+    tokio::select! {
+        r = moved => r.err().map(|e| e.to_string()),
         _ = watchdog => Some(format!("idle for {}s", idle.as_secs())),
         _ = wait_closed(closed) => Some("the run ended".into()),
-    };
-    (
-        up.load(Ordering::Relaxed),
-        down.load(Ordering::Relaxed),
-        why,
-    )
+    }
 }
 
 /// A stream that counts the bytes read from it.

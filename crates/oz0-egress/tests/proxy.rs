@@ -532,6 +532,55 @@ fn bridge_carries_connect_and_plain_http() {
     assert_eq!(read_resp(&mut c, true).unwrap().status, 407);
 }
 
+/// Bytes a client sends right behind its CONNECT head (before the 200)
+/// still reach the server, a half-close passes through the tunnel, and the
+/// audit record counts every byte both ways.
+#[test]
+fn a_tunnel_through_the_bridge_keeps_early_bytes_and_counts_them() {
+    let f = Fixture::new();
+    let echo = echo_server();
+    let (run, token) = f.run("r1", &[format!("127.0.0.1:{echo}")], &[]);
+    let port = bridge(run.socket_path());
+    let mut c = tcp(port);
+    let early = b"sent with the head;";
+    let mut head =
+        format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n", basic(&token)).into_bytes();
+    head.extend_from_slice(early);
+    c.write_all(&head).unwrap();
+    assert_eq!(read_resp(&mut c, true).unwrap().status, 200);
+    let rest: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    c.write_all(&rest).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).unwrap();
+    let mut want = early.to_vec();
+    want.extend_from_slice(&rest);
+    assert!(
+        got == want,
+        "echoed {} bytes, sent {}",
+        got.len(),
+        want.len()
+    );
+    drop(c);
+    let n = want.len() as u64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let recs = f.records();
+        if let Some(r) = recs
+            .iter()
+            .find(|r| r.method == "CONNECT" && r.status == 200)
+        {
+            assert_eq!((r.bytes_up, r.bytes_down), (n, n), "{r:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no audit record: {recs:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn curl_through_the_bridge() {
     if !have("curl") {
