@@ -1,6 +1,9 @@
 //! Time from `sandbox vm` start to the server's first MCP response (the
 //! `initialize` result), against a baseline measured in the same run: the
-//! same MCP server started directly as a host process.
+//! same MCP server started directly as a host process. Two servers: the
+//! node's own `mcp-test-server` (base guest), and a real server of the
+//! official Python SDK (`tests/mcp_server.py`, guest image `python` from
+//! `scripts/build-test-guest-python.sh`; 2 VM boots by default).
 //!
 //! Backend: the QEMU test backend (`OZ0_MICROVM_TEST_BACKEND=qemu-tcg`,
 //! software emulation, no KVM), guest from `OZ0_MICROVM_TEST_GUEST`
@@ -55,9 +58,9 @@ fn host_server(st: &Stage) -> Command {
     c
 }
 
-/// `sandbox vm … -- <the same server>` (as `oz0test` when root).
-fn vm_server(st: &Stage) -> Command {
-    let args: Vec<String> = vec![
+/// `sandbox vm … OPTS -- SERVER` (as `oz0test` when root).
+fn vm_server(st: &Stage, opts: &[&str], server: &[&str]) -> Command {
+    let mut args: Vec<String> = vec![
         st.exe.display().to_string(),
         "sandbox".into(),
         "vm".into(),
@@ -67,12 +70,10 @@ fn vm_server(st: &Stage) -> Command {
         st.dir.join("work").display().to_string(),
         "--boot-timeout".into(),
         "90".into(),
-        "--memory".into(),
-        "256".into(),
-        "--".into(),
-        "/oz0/oz0-node".into(),
-        "mcp-test-server".into(),
     ];
+    args.extend(opts.iter().map(|s| s.to_string()));
+    args.push("--".into());
+    args.extend(server.iter().map(|s| s.to_string()));
     let mut c = if rustix::process::getuid().is_root() {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=oz0test", "--regid=oz0test", "--init-groups", "--"]);
@@ -169,16 +170,12 @@ fn main() {
         println!("  sandbox vm: not measured: {why}");
         return;
     }
-    let mut vm = Vec::new();
-    for i in 0..runs.unwrap_or(3) {
-        match first_response(vm_server(&st)) {
-            Ok(d) => vm.push(d),
-            Err(e) => {
-                println!("  sandbox vm: run {} failed: {e}", i + 1);
-                return;
-            }
-        }
-    }
+    let own = ["/oz0/oz0-node", "mcp-test-server"];
+    let Some(vm) = measure(runs.unwrap_or(3), || {
+        vm_server(&st, &["--memory", "256"], &own)
+    }) else {
+        return;
+    };
     let m = report(
         "  sandbox vm, qemu (software emulation, TCG; no KVM), monitor in tier 1",
         &vm,
@@ -187,4 +184,52 @@ fn main() {
         "  ratio sandbox vm / host process: {:.0}x",
         m.as_secs_f64() / base.as_secs_f64().max(1e-9)
     );
+
+    // A real MCP server of the official Python SDK (tests/mcp_server.py):
+    // CPython on the host against CPython in the guest's `python` image.
+    println!("first MCP response, Python SDK server `tests/mcp_server.py`");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_server.py");
+    let host_py = || {
+        let mut c = Command::new("python3");
+        c.arg(&script);
+        c
+    };
+    if !guest_dir().join("initrd-python.cpio").exists() {
+        println!("  not measured: no python image (scripts/build-test-guest-python.sh)");
+        return;
+    }
+    let Some(host) = measure(runs.unwrap_or(3), host_py) else {
+        return;
+    };
+    let base = report("  host process, python3 (baseline)", &host);
+    std::fs::copy(&script, st.dir.join("work/mcp_server.py")).expect("stage the server");
+    let py = ["python3", "/work/mcp_server.py"];
+    let opts = ["--image", "python", "--memory", "512"];
+    let Some(vm) = measure(runs.unwrap_or(2), || vm_server(&st, &opts, &py)) else {
+        return;
+    };
+    let m = report(
+        "  sandbox vm --image python, qemu (software emulation, TCG; no KVM), monitor in tier 1",
+        &vm,
+    );
+    println!(
+        "  ratio sandbox vm / host process: {:.0}x",
+        m.as_secs_f64() / base.as_secs_f64().max(1e-9)
+    );
+}
+
+/// `runs` first responses of the server `cmd()` starts; `None` (said why)
+/// when one fails.
+fn measure(runs: usize, cmd: impl Fn() -> Command) -> Option<Vec<Duration>> {
+    let mut v = Vec::new();
+    for i in 0..runs {
+        match first_response(cmd()) {
+            Ok(d) => v.push(d),
+            Err(e) => {
+                println!("  run {} failed: {e}", i + 1);
+                return None;
+            }
+        }
+    }
+    Some(v)
 }

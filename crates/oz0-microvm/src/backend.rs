@@ -49,9 +49,38 @@ impl TestGuest {
             self.dir.join("vmlinuz")
         }
     }
-    /// The initramfs.
-    pub fn initrd(&self) -> PathBuf {
-        self.dir.join("initrd.cpio")
+    /// The initramfs: `initrd.cpio`, or `initrd-<image>.cpio` for an image
+    /// the test guest was built with (`build-test-guest-python.sh` makes
+    /// `python`). The name is checked by [`TestGuest::check_image`].
+    pub fn initrd(&self, image: Option<&str>) -> PathBuf {
+        match image {
+            None => self.dir.join("initrd.cpio"),
+            Some(i) => self.dir.join(format!("initrd-{i}.cpio")),
+        }
+    }
+
+    /// Refuses an image name that is not a plain name (`[a-z0-9-]`, at most
+    /// 32) or that this test guest was not built with, naming the fix.
+    pub fn check_image(&self, image: &str) -> Result<(), String> {
+        let plain = !image.is_empty()
+            && image.len() <= 32
+            && image
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !plain {
+            return Err(format!(
+                "--image {image:?}: the QEMU test backend takes the name of a test-guest image ([a-z0-9-], e.g. `python`)"
+            ));
+        }
+        let f = self.initrd(Some(image));
+        if !f.is_file() {
+            return Err(format!(
+                "--image {image}: the test guest has no {} (build it: scripts/build-test-guest-{image}.sh {})",
+                f.display(),
+                self.dir.display()
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -88,6 +117,9 @@ pub struct MonitorInput<'a> {
     /// The folder holding only the node binary (`oz0-node`), shared
     /// read-only with the guest as `/oz0`.
     pub node_dir: &'a Path,
+    /// The image (`--image`): for smolvm an OCI reference, archive or
+    /// rootfs folder; for the QEMU test backend a test-guest image name.
+    pub image: Option<&'a str>,
 }
 
 /// The QEMU command inside tier 1.
@@ -109,7 +141,7 @@ pub fn qemu_argv(g: &TestGuest, m: &MonitorInput<'_>) -> Vec<String> {
     let mem = m.memory_mib.to_string();
     let cpus = m.cpus.to_string();
     push(&["-m", &mem, "-smp", &cpus]);
-    let (kernel, initrd) = (p(&g.kernel()), p(&g.initrd()));
+    let (kernel, initrd) = (p(&g.kernel()), p(&g.initrd(m.image)));
     push(&["-kernel", &kernel, "-initrd", &initrd]);
     push(&[
         "-append",
@@ -154,8 +186,6 @@ pub struct SmolvmRun<'a> {
     pub m: MonitorInput<'a>,
     /// The VM's name.
     pub name: String,
-    /// `--image`.
-    pub image: Option<&'a str>,
     /// Guest uid and gid.
     pub uid: u32,
     /// Guest gid.
@@ -187,7 +217,7 @@ pub fn smolvm_argv(vmm: &Vmm, r: &SmolvmRun<'_>) -> Vec<String> {
         "--mem".into(),
         r.m.memory_mib.to_string(),
     ];
-    if let Some(i) = r.image {
+    if let Some(i) = r.m.image {
         create.push("--image".into());
         create.push(i.to_string());
     }
@@ -305,6 +335,7 @@ mod tests {
             memory_mib: 256,
             cpus: 1,
             node_dir: Path::new("/tmp/oz0-vm-1-2/node"),
+            image: None,
         };
         let a = qemu_argv(&g, &m);
         let s = a.join(" ");
@@ -316,6 +347,37 @@ mod tests {
         assert!(s.contains("socket,id=mux,path=/tmp/oz0-vm-1-2/vmm/mux.sock"));
         assert!(s.contains("name=oz0.mux"));
         assert!(s.contains("-m 256 -smp 1"));
+        assert!(s.contains("-initrd /g/initrd.cpio "), "{s}");
+        let py = qemu_argv(
+            &g,
+            &MonitorInput {
+                image: Some("python"),
+                ..m
+            },
+        );
+        assert!(py.join(" ").contains("-initrd /g/initrd-python.cpio "));
+    }
+
+    #[test]
+    fn test_guest_images_are_plain_names_the_guest_was_built_with() {
+        let dir = std::env::temp_dir().join(format!("oz0-guest-img-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("initrd-python.cpio"), b"").unwrap();
+        let g = TestGuest {
+            qemu: "/usr/bin/qemu-system-x86_64".into(),
+            dir: dir.clone(),
+        };
+        assert_eq!(g.check_image("python"), Ok(()));
+        let missing = g.check_image("node").unwrap_err();
+        assert!(
+            missing.contains("initrd-node.cpio") && missing.contains("build-test-guest-node.sh"),
+            "{missing}"
+        );
+        for bad in ["", "../x", "a/b", "Python", "x.cpio", &"a".repeat(33)] {
+            let e = g.check_image(bad).unwrap_err();
+            assert!(e.contains("[a-z0-9-]"), "{bad:?}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -338,9 +400,9 @@ mod tests {
                 memory_mib: 512,
                 cpus: 2,
                 node_dir: Path::new("/tmp/oz0-vm-a-b/node"),
+                image: Some("oci:x"),
             },
             name: "oz0-a".into(),
-            image: Some("oci:x"),
             uid: 1000,
             gid: 1000,
             env_names: vec!["ACME_TOKEN"],

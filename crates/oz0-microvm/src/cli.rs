@@ -42,7 +42,8 @@ pub struct VmArgs {
     /// process's environment and never appears on a command line (repeatable).
     #[arg(long, value_name = "NAME")]
     pub env: Vec<String>,
-    /// The server's image (smolvm: an OCI reference, archive or rootfs folder).
+    /// The server's image (smolvm: an OCI reference, archive or rootfs
+    /// folder; the QEMU test backend: a test-guest image such as `python`).
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
     /// Seconds the VM has to boot and answer.
@@ -83,7 +84,7 @@ pub fn backend_from_env() -> Result<(Backend, Option<String>), String> {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("/usr/bin/qemu-system-x86_64"));
             let g = TestGuest { qemu, dir };
-            for p in [g.kernel(), g.initrd(), g.qemu.clone()] {
+            for p in [g.kernel(), g.initrd(None), g.qemu.clone()] {
                 if !p.is_file() {
                     return Err(format!("{} is missing: install qemu-system-x86 and run scripts/build-test-guest.sh", p.display()));
                 }

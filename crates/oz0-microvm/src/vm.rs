@@ -218,6 +218,9 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
         .map_err(|e| VmError::Request(format!("--work {}: {e}", req.work.display())))?;
     let egress = oz0_policy::net::Egress::parse(&req.allow, &req.forward)
         .map_err(|e| VmError::Request(e.to_string()))?;
+    if let (Backend::QemuTcg(g), Some(image)) = (&host.backend, &req.image) {
+        g.check_image(image).map_err(VmError::Request)?;
+    }
     if let Backend::Smolvm(v) = &host.backend {
         crate::pin::recheck(v)?;
         if egress.is_enabled() {
@@ -276,6 +279,7 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
         node_dir: &node_dir,
         memory_mib: req.memory_mib,
         cpus: req.cpus.max(1),
+        image: req.image.as_deref(),
     };
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
@@ -310,7 +314,6 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
             let run = backend::SmolvmRun {
                 m: input.clone(),
                 name: format!("oz0-{}", vmdir.id),
-                image: req.image.as_deref(),
                 uid,
                 gid,
                 env_names: req.env.iter().map(|(n, _)| n.as_str()).collect(),

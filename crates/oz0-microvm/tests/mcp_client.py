@@ -1,11 +1,12 @@
 """A real MCP client (the `mcp` package's stdio client) for `tests/mcp_client.rs`.
 
-Usage: python3 mcp_client.py PATH CONTENT -- SERVER_CMD...
+Usage: python3 mcp_client.py CALLS -- SERVER_CMD...
 
-Starts SERVER_CMD over stdio, initialises, lists the tools, calls
-`write_file` with PATH and CONTENT, and prints one JSON object on stdout:
-server name, protocol version, tool names, the call's result, and the
-seconds from start to the initialize result. Exit 3 when `mcp` is missing.
+Starts SERVER_CMD over stdio, initialises, lists the tools, makes each call
+in CALLS (a JSON list of [tool, arguments] pairs) in order, and prints one
+JSON object on stdout: server name, protocol version, tool names, each
+call's result (is_error and text), and the seconds from start to the
+initialize result. Exit 3 when `mcp` is missing.
 """
 
 import json
@@ -29,7 +30,7 @@ def field(obj, *names):
     raise AttributeError(f"{type(obj).__name__} has none of {names}")
 
 
-async def session(path: str, content: str, cmd: list[str]) -> dict:
+async def session(calls: list, cmd: list[str]) -> dict:
     params = StdioServerParameters(command=cmd[0], args=cmd[1:])
     started = time.monotonic()
     async with stdio_client(params) as (read, write):
@@ -37,28 +38,32 @@ async def session(path: str, content: str, cmd: list[str]) -> dict:
             init = await s.initialize()
             first = time.monotonic() - started
             tools = await s.list_tools()
-            res = await s.call_tool("write_file", {"path": path, "content": content})
-            texts = [c.text for c in res.content if getattr(c, "type", "") == "text"]
+            results = []
+            for name, args in calls:
+                res = await s.call_tool(name, args)
+                texts = [c.text for c in res.content if getattr(c, "type", "") == "text"]
+                results.append(
+                    {"is_error": bool(field(res, "is_error", "isError")), "text": "\n".join(texts)}
+                )
             return {
                 "server": field(init, "server_info", "serverInfo").name,
                 "protocol": field(init, "protocol_version", "protocolVersion"),
                 "tools": [t.name for t in tools.tools],
-                "is_error": bool(field(res, "is_error", "isError")),
-                "text": "\n".join(texts),
+                "calls": results,
                 "first_response_s": first,
             }
 
 
 def main() -> int:
     argv = sys.argv[1:]
-    if len(argv) < 4 or argv[2] != "--":
+    if len(argv) < 3 or argv[1] != "--":
         print(__doc__, file=sys.stderr)
         return 2
-    path, content, cmd = argv[0], argv[1], argv[3:]
+    calls, cmd = json.loads(argv[0]), argv[2:]
 
     async def run() -> dict:
-        with anyio.fail_after(240):
-            return await session(path, content, cmd)
+        with anyio.fail_after(300):
+            return await session(calls, cmd)
 
     out = anyio.run(run)
     print(json.dumps(out), flush=True)
