@@ -30,7 +30,9 @@ use serde::Serialize;
 use crate::bwrap;
 use crate::host;
 use crate::landlock::LandlockReport;
-use crate::plan::{self, fds, Placeholder, PlaceholderKind, Plan, RunDir};
+use crate::plan::{
+    self, fds, Placeholder, PlaceholderKind, Plan, RunDir, PLACEHOLDER_DIR, PLACEHOLDER_FILE,
+};
 use crate::stage::StageConfig;
 
 /// How to launch.
@@ -201,23 +203,24 @@ impl Scratch {
             .mode(0o700)
             .create(&dir)
             .map_err(prep("creating the run's folder"))?;
+        let sources = dir.join(PLACEHOLDER_SOURCES);
         let s = Scratch {
             run_dir: RunDir {
-                empty_file: AbsPath::from_path(&dir.join("empty")).map_err(prep("the temp dir"))?,
-                empty_dir: AbsPath::from_path(&dir.join("empty.d"))
-                    .map_err(prep("the temp dir"))?,
+                sources: AbsPath::from_path(&sources).map_err(prep("the temp dir"))?,
             },
             dir,
         };
-        File::create(s.run_dir.empty_file.as_path()).map_err(prep("placeholder file"))?;
-        fs::set_permissions(
-            s.run_dir.empty_file.as_path(),
-            fs::Permissions::from_mode(0o444),
-        )
-        .map_err(prep("placeholder file"))?;
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&sources)
+            .map_err(prep("placeholder sources"))?;
+        let file = sources.join(PLACEHOLDER_FILE);
+        File::create(&file).map_err(prep("placeholder file"))?;
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o444))
+            .map_err(prep("placeholder file"))?;
         fs::DirBuilder::new()
             .mode(0o555)
-            .create(s.run_dir.empty_dir.as_path())
+            .create(sources.join(PLACEHOLDER_DIR))
             .map_err(prep("placeholder folder"))?;
         Ok(s)
     }
@@ -225,12 +228,20 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = fs::set_permissions(
-            self.run_dir.empty_dir.as_path(),
-            fs::Permissions::from_mode(0o700),
-        );
-        let _ = fs::remove_dir_all(&self.dir);
+        remove_run_dir(&self.dir);
     }
+}
+
+/// The placeholder sources' folder in a run's private folder.
+const PLACEHOLDER_SOURCES: &str = "ph";
+
+/// Removes a run's private folder (its empty folder is read-only).
+fn remove_run_dir(dir: &Path) {
+    let _ = fs::set_permissions(
+        dir.join(PLACEHOLDER_SOURCES).join(PLACEHOLDER_DIR),
+        fs::Permissions::from_mode(0o700),
+    );
+    let _ = fs::remove_dir_all(dir);
 }
 
 /// The record of a run in its private folder: who runs it, and the
@@ -297,12 +308,11 @@ pub fn sweep_stale(base: &Path) {
             continue;
         }
         remove_placeholders(&rec.placeholders);
-        let _ = fs::set_permissions(dir.join("empty.d"), fs::Permissions::from_mode(0o700));
-        let _ = fs::remove_dir_all(&dir);
+        remove_run_dir(&dir);
     }
 }
 
-/// Removes the placeholders bubblewrap created, if they are still what it
+/// Removes the placeholders the stage created, if they are still what it
 /// made (an empty folder or empty regular file), never following a link.
 fn remove_placeholders(ps: &[Placeholder]) {
     for p in ps.iter().rev() {
@@ -464,6 +474,7 @@ fn execute(
         seccomp: plan.seccomp,
         bridge,
         deny_unix_sockets: plan.deny_unix_sockets,
+        placeholders: plan.placeholders.clone(),
     };
     let cfg_fd = sealed_memfd(
         "oz0-stage",

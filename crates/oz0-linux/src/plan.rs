@@ -16,7 +16,10 @@
 //!   exactly the path the caller named and checked on the host.
 //! - Protected paths are mounted read-only over the writable folders, with
 //!   empty read-only placeholders for the ones that do not exist yet; a
-//!   protected path that is a symbolic link refuses the run.
+//!   protected path that is a symbolic link refuses the run. bubblewrap
+//!   mounts the existing ones; the stage mounts the placeholders (see
+//!   [`Plan::placeholders`]), in a mount namespace of its own, before it
+//!   gives up every capability.
 //! - The root of the sandbox is read-only; TEMP is a private tmpfs.
 
 use oz0_policy::env::DEFAULT_PATH;
@@ -183,14 +186,39 @@ pub struct LandlockRules {
     pub write: Vec<String>,
 }
 
-/// The run's private host folder, holding the placeholders' sources.
+/// The folder, in the run's private host folder, holding the placeholders'
+/// sources: an empty read-only file [`PLACEHOLDER_FILE`] and an empty
+/// read-only folder [`PLACEHOLDER_DIR`]. Mounted read-only at
+/// [`PLACEHOLDERS_INSIDE`] when the run has placeholders.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunDir {
-    /// An empty, read-only regular file.
-    pub empty_file: AbsPath,
-    /// An empty, read-only folder.
-    pub empty_dir: AbsPath,
+    /// The folder (host path).
+    pub sources: AbsPath,
 }
+
+/// The empty file placeholders of files are bound from.
+pub const PLACEHOLDER_FILE: &str = "empty";
+/// The empty folder placeholders of folders are bound from.
+pub const PLACEHOLDER_DIR: &str = "empty.d";
+/// Where [`RunDir::sources`] is inside the run.
+pub const PLACEHOLDERS_INSIDE: &str = "/oz0/ph";
+
+impl PlaceholderKind {
+    /// The source of a placeholder of this kind, inside the run.
+    pub fn source_inside(self) -> String {
+        match self {
+            PlaceholderKind::File => format!("{PLACEHOLDERS_INSIDE}/{PLACEHOLDER_FILE}"),
+            PlaceholderKind::Dir => format!("{PLACEHOLDERS_INSIDE}/{PLACEHOLDER_DIR}"),
+        }
+    }
+}
+
+/// The capabilities bubblewrap leaves to the stage when the run has
+/// placeholders: to mount them in its own mount namespace (`CAP_SYS_ADMIN`,
+/// in the run's innermost user namespace only) and to empty its bounding set
+/// afterwards (`CAP_SETPCAP`). The stage gives up every capability before
+/// anything of the caller runs.
+pub const STAGE_CAPS: &[&str] = &["CAP_SYS_ADMIN", "CAP_SETPCAP"];
 
 /// What the launcher adds to a run beyond the caller's spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,7 +273,8 @@ pub struct Plan {
     pub mounts: Vec<Mount>,
     /// Protected paths and how each is held.
     pub protected: Vec<Protected>,
-    /// Placeholders bubblewrap will create on the host; removed after the run.
+    /// Placeholders the stage creates (on the host, through the bound
+    /// writable folder) and mounts read-only; removed after the run.
     pub placeholders: Vec<Placeholder>,
     /// Exactly the command's environment.
     pub env: Vec<(String, String)>,
@@ -409,7 +438,6 @@ pub fn plan(
     let mut protected = Vec::new();
     let mut placeholders = Vec::new();
     let mut holder = Holder {
-        run_dir,
         user: &mut user,
         protected: &mut protected,
         placeholders: &mut placeholders,
@@ -436,6 +464,14 @@ pub fn plan(
     // A stable sort by depth puts every mount after the mounts of its parents.
     user.sort_by_key(|m| m.dest().depth());
     mounts.extend(user);
+    // The placeholders' sources, for the stage (it mounts the placeholders
+    // after all of these, so they are never hidden under a later mount).
+    if !placeholders.is_empty() {
+        mounts.push(Mount::RoBind {
+            src: run_dir.sources.clone(),
+            dest: abs(PLACEHOLDERS_INSIDE),
+        });
+    }
     mounts.push(Mount::RemountRo { dest: abs("/") });
 
     let mut env: Vec<(String, String)> = spec
@@ -477,7 +513,6 @@ pub fn plan(
 
 /// Collects the mounts, reports and placeholders of the protected paths.
 struct Holder<'a> {
-    run_dir: &'a RunDir,
     user: &'a mut Vec<Mount>,
     protected: &'a mut Vec<Protected>,
     placeholders: &'a mut Vec<Placeholder>,
@@ -490,14 +525,10 @@ impl Holder<'_> {
         let how = match entry {
             Entry::Symlink(_) => return Err(PlanError::ProtectedSymlink(path)),
             Entry::Missing => {
-                let (src, pk) = match kind {
-                    Kind::Dir => (&self.run_dir.empty_dir, PlaceholderKind::Dir),
-                    Kind::File => (&self.run_dir.empty_file, PlaceholderKind::File),
+                let pk = match kind {
+                    Kind::Dir => PlaceholderKind::Dir,
+                    Kind::File => PlaceholderKind::File,
                 };
-                self.user.push(Mount::RoBind {
-                    src: src.clone(),
-                    dest: path.clone(),
-                });
                 self.placeholders.push(Placeholder {
                     path: path.clone(),
                     kind: pk,
@@ -565,6 +596,11 @@ impl Plan {
             "oz0",
         ] {
             a.push(s.into());
+        }
+        if !self.placeholders.is_empty() {
+            for c in STAGE_CAPS {
+                a.extend(["--cap-add".into(), c.to_string()]);
+            }
         }
         for m in &self.mounts {
             match m {
@@ -665,8 +701,7 @@ mod tests {
 
     fn run_dir() -> RunDir {
         RunDir {
-            empty_file: p("/tmp/oz0-run-x/empty"),
-            empty_dir: p("/tmp/oz0-run-x/empty.d"),
+            sources: p("/tmp/oz0-run-x/ph"),
         }
     }
 
@@ -681,15 +716,37 @@ mod tests {
     fn golden_minimal_run() {
         let plan = plan(&spec(|_| {}), &basic_host(), &run_dir(), &Extras::default()).unwrap();
         let args = plan.bwrap_args().join(" ");
-        let expect_prefix = "--unshare-user --unshare-ipc --unshare-pid --unshare-net --unshare-uts --unshare-cgroup \
+        let expect = "--unshare-user --unshare-ipc --unshare-pid --unshare-net --unshare-uts --unshare-cgroup \
 --disable-userns --die-with-parent --new-session --clearenv --cap-drop ALL --hostname oz0 \
+--cap-add CAP_SYS_ADMIN --cap-add CAP_SETPCAP \
 --ro-bind /usr /usr --symlink usr/bin /bin --ro-bind /etc /etc --proc /proc --dev /dev --tmpfs /tmp \
---ro-bind /opt/oz0/oz0-node /oz0/oz0-node --bind /w /w --ro-bind /tmp/oz0-run-x/empty.d /w/.oz0 ";
-        assert!(args.starts_with(expect_prefix), "{args}");
-        assert!(
-            args.ends_with("--remount-ro / --chdir /w --json-status-fd 4"),
-            "{args}"
+--ro-bind /opt/oz0/oz0-node /oz0/oz0-node --bind /w /w \
+--ro-bind /tmp/oz0-run-x/ph /oz0/ph --remount-ro / --chdir /w --json-status-fd 4";
+        assert_eq!(args, expect);
+        // Every protected name of the empty work folder is a placeholder the
+        // stage mounts from the read-only sources.
+        assert_eq!(
+            plan.placeholders.len(),
+            protected::READ_ONLY_NAMES.len(),
+            "{:?}",
+            plan.placeholders
         );
+        assert!(plan.placeholders.contains(&Placeholder {
+            path: p("/w/.oz0"),
+            kind: PlaceholderKind::Dir
+        }));
+        assert_eq!(PlaceholderKind::Dir.source_inside(), "/oz0/ph/empty.d");
+        assert_eq!(PlaceholderKind::File.source_inside(), "/oz0/ph/empty");
+        // Without placeholders the stage keeps no capability at all.
+        let none = Extras {
+            fault: Some(Fault::NoProtectedPaths),
+            ..Extras::default()
+        };
+        let bare = super::plan(&spec(|_| {}), &basic_host(), &run_dir(), &none).unwrap();
+        assert!(bare.placeholders.is_empty());
+        let args = bare.bwrap_args();
+        assert!(!args.iter().any(|a| a == "--cap-add"), "{args:?}");
+        assert!(!args.iter().any(|a| a == PLACEHOLDERS_INSIDE), "{args:?}");
         // Nothing of the caller's is on bubblewrap's real command line.
         assert_eq!(
             Plan::bwrap_command().join(" "),
@@ -799,17 +856,20 @@ mod tests {
                 }
             })
             .unwrap();
-        let config = plan
+        // The stage mounts placeholders after every bubblewrap mount, from
+        // the sources mounted last.
+        let sources = plan
             .mounts
             .iter()
             .position(|m| {
                 *m == Mount::RoBind {
-                    src: p("/tmp/oz0-run-x/empty"),
-                    dest: p("/w/.git/config"),
+                    src: p("/tmp/oz0-run-x/ph"),
+                    dest: p(PLACEHOLDERS_INSIDE),
                 }
             })
             .unwrap();
-        assert!(git < hooks && git < config);
+        assert!(git < hooks && hooks < sources);
+        assert!(!plan.mounts.iter().any(|m| m.dest() == &p("/w/.git/config")));
         assert!(plan.placeholders.contains(&Placeholder {
             path: p("/w/.git/config"),
             kind: PlaceholderKind::File

@@ -1,6 +1,8 @@
 //! The in-sandbox stage: the node binary, re-executed by bubblewrap as the
-//! run's first process. It applies what bubblewrap cannot — Landlock and the
-//! seccomp filter — to itself, then executes the command in its place.
+//! run's first process. It mounts the run's placeholders and gives up every
+//! capability ([`crate::hold`]), applies what bubblewrap cannot — Landlock
+//! and the seccomp filter — to itself, then executes the command in its
+//! place.
 //!
 //! It reads its configuration from a memory file at [`fds::CONFIG`] (never
 //! from its command line or environment, both of which are visible to the
@@ -39,6 +41,8 @@ pub struct StageConfig {
     pub bridge: Option<BridgeConfig>,
     /// Refuse new unix sockets to the command (after the bridge started).
     pub deny_unix_sockets: bool,
+    /// Placeholders to create and mount read-only before anything else.
+    pub placeholders: Vec<crate::plan::Placeholder>,
 }
 
 /// The in-sandbox bridge to the run's proxy socket.
@@ -188,6 +192,8 @@ fn restrict() -> Result<(StageConfig, landlock::LandlockReport), String> {
     drop(stderr);
     // The command inherits stdin, stdout and stderr, and nothing else.
     oz0_sys::spawn::cloexec_from(3).map_err(|e| format!("close_range: {e}"))?;
+    crate::hold::mount_placeholders(&cfg.placeholders)?;
+    crate::hold::drop_capabilities()?;
     let programs = seccomp::compile(cfg.seccomp).map_err(|e| e.to_string())?;
     let report = landlock::restrict(&cfg.landlock).map_err(|e| e.to_string())?;
     seccomp::install(&programs).map_err(|e| e.to_string())?;

@@ -207,6 +207,8 @@ pub fn main(a: ProbeArgs) -> i32 {
     report.insert("cap_eff", json!(status_field(&status, "CapEff:")));
     report.insert("cap_prm", json!(status_field(&status, "CapPrm:")));
     report.insert("cap_bnd", json!(status_field(&status, "CapBnd:")));
+    report.insert("cap_inh", json!(status_field(&status, "CapInh:")));
+    report.insert("cap_amb", json!(status_field(&status, "CapAmb:")));
     report.insert("no_new_privs", json!(status_field(&status, "NoNewPrivs:")));
     report.insert("seccomp", json!(status_field(&status, "Seccomp:")));
     report.insert("landlock_abi", json!(sys::landlock_abi()));

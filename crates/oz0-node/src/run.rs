@@ -216,9 +216,7 @@ pub fn run(args: RunArgs) -> i32 {
     if args.dry_run {
         let dir = std::env::temp_dir();
         let run_dir = oz0_linux::plan::RunDir {
-            empty_file: oz0_policy::AbsPath::from_path(&dir.join("oz0-run-DRYRUN/empty"))
-                .expect("temp dir is UTF-8"),
-            empty_dir: oz0_policy::AbsPath::from_path(&dir.join("oz0-run-DRYRUN/empty.d"))
+            sources: oz0_policy::AbsPath::from_path(&dir.join("oz0-run-DRYRUN/ph"))
                 .expect("temp dir is UTF-8"),
         };
         return match oz0_linux::launch::plan_only(&spec, &node_exe, &run_dir, &Default::default()) {

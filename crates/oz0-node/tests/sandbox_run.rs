@@ -293,8 +293,11 @@ fn syscalls_are_refused_with_the_expected_errno() {
     if cfg!(target_arch = "x86_64") {
         assert_eq!(s["x32_getpid"], "ENOSYS", "{r}");
     }
-    assert_eq!(r["cap_eff"], "0000000000000000", "{r}");
-    assert_eq!(r["cap_prm"], "0000000000000000", "{r}");
+    // No capability in any set: the stage had two (to mount placeholders)
+    // and gave them up, bounding and ambient sets included.
+    for set in ["cap_eff", "cap_prm", "cap_inh", "cap_bnd", "cap_amb"] {
+        assert_eq!(r[set], "0000000000000000", "{set}: {r}");
+    }
     assert_eq!(r["no_new_privs"], "1", "{r}");
     assert_eq!(r["seccomp"], "2", "{r}");
     // The command inherits stdin, stdout, stderr — and the probe's own /proc read.
@@ -393,7 +396,11 @@ fn git_works_but_hooks_config_and_rename_are_protected() {
          rm -rf .git 2>/dev/null; test -d .git && echo git=still-there; \
          mkdir .claude/x 2>/dev/null && echo claude=written; \
          echo '{{}}' > .mcp.json && echo mcp=written; \
-         echo alias > .bashrc && echo bashrc=written; true"
+         echo alias > .bashrc && echo bashrc=written; \
+         mv .codex codex-aside 2>/dev/null && echo placeholder-moved; \
+         rmdir .vscode 2>/dev/null && echo placeholder-removed; \
+         umount .idea 2>/dev/null && echo placeholder-unmounted; \
+         test -d .codex && echo codex=held; true"
     );
     let out = env.sh(&[], &script);
     let text = stdout(&out);
@@ -407,9 +414,13 @@ fn git_works_but_hooks_config_and_rename_are_protected() {
         "claude=written",
         "mcp=written",
         "bashrc=written",
+        "placeholder-moved",
+        "placeholder-removed",
+        "placeholder-unmounted",
     ] {
         assert!(!text.contains(bad), "{bad}: {text}");
     }
+    assert!(text.contains("codex=held"), "{text}");
     assert!(text.contains("git=still-there"), "{text}");
     assert_eq!(
         std::fs::read_to_string(env.work.join(".git/hooks/pre-commit")).unwrap(),
@@ -419,7 +430,14 @@ fn git_works_but_hooks_config_and_rename_are_protected() {
         .unwrap()
         .contains("hooksPath"));
     // Placeholders for missing names are gone after the run.
-    for n in [".claude", ".mcp.json", ".bashrc", ".vscode"] {
+    for n in [
+        ".claude",
+        ".mcp.json",
+        ".bashrc",
+        ".vscode",
+        ".codex",
+        ".idea",
+    ] {
         assert!(!env.work.join(n).exists(), "{n} left behind");
     }
     assert!(!env.work.join(".git/hooks/post-checkout").exists());

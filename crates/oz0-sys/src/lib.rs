@@ -9,7 +9,9 @@
 //!   file descriptors between `fork` and `exec` (what `std` cannot do).
 //! - [`probe`]: raw calls that the in-sandbox probe makes to prove that a
 //!   system call is refused, and with which errno.
+//! - [`ns`]: the in-sandbox stage's own mount namespace.
 #![allow(unsafe_code)]
 
+pub mod ns;
 pub mod probe;
 pub mod spawn;
