@@ -39,8 +39,24 @@ pub fn serve(listener: TcpListener, proxy_socket: &Path) -> io::Result<()> {
     serve_with(listener, proxy_socket, MAX_BRIDGE_CONNECTIONS)
 }
 
+/// [`serve`] for a proxy socket that cannot carry descriptors (one that a
+/// VMM forwards into a guest, such as smolvm's `--mount-socket`): every
+/// connection is carried byte for byte, never handed over.
+pub fn serve_copying(listener: TcpListener, proxy_socket: &Path) -> io::Result<()> {
+    serve_mode(listener, proxy_socket, MAX_BRIDGE_CONNECTIONS, false)
+}
+
 /// [`serve`] with an explicit connection bound.
 pub fn serve_with(listener: TcpListener, proxy_socket: &Path, max: usize) -> io::Result<()> {
+    serve_mode(listener, proxy_socket, max, true)
+}
+
+fn serve_mode(
+    listener: TcpListener,
+    proxy_socket: &Path,
+    max: usize,
+    hand_over: bool,
+) -> io::Result<()> {
     let slots = Arc::new((Mutex::new(0usize), Condvar::new()));
     let target: Arc<PathBuf> = Arc::new(proxy_socket.to_path_buf());
     loop {
@@ -71,7 +87,11 @@ pub fn serve_with(listener: TcpListener, proxy_socket: &Path, max: usize) -> io:
             .stack_size(THREAD_STACK)
             .spawn(move || {
                 let _release = release;
-                let _ = carry(tcp, &target);
+                let _ = if hand_over {
+                    carry(tcp, &target)
+                } else {
+                    copy_both(tcp, &target)
+                };
             });
         // Could not spawn (thread limit): the connection was dropped with
         // the closure, which released its slot.

@@ -581,6 +581,78 @@ fn a_tunnel_through_the_bridge_keeps_early_bytes_and_counts_them() {
     }
 }
 
+/// A unix-socket relay that carries bytes but no descriptors, as a VMM's
+/// socket forwarding into a guest does; returns its socket path.
+fn byte_relay(proxy: &std::path::Path, dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("relay.sock");
+    let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let proxy = proxy.to_path_buf();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { return };
+            let proxy = proxy.clone();
+            std::thread::spawn(move || {
+                let Ok(p) = std::os::unix::net::UnixStream::connect(&proxy) else {
+                    return;
+                };
+                let (mut c2, mut p2) = (c.try_clone().unwrap(), p.try_clone().unwrap());
+                let t = std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c2, &mut p2);
+                    let _ = p2.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut p, mut c) = (p, c);
+                let _ = std::io::copy(&mut p, &mut c);
+                let _ = c.shutdown(std::net::Shutdown::Write);
+                let _ = t.join();
+            });
+        }
+    });
+    path
+}
+
+/// Through a socket that carries no descriptors, the handing-over bridge
+/// fails and the copying bridge (the one a smolvm guest runs) works.
+#[test]
+fn the_copying_bridge_works_where_descriptors_cannot_travel() {
+    let f = Fixture::new();
+    let echo = echo_server();
+    let (run, token) = f.run("r1", &[format!("127.0.0.1:{echo}")], &[]);
+    let dir = std::env::temp_dir().join(format!("oz0-relay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let relay = byte_relay(run.socket_path(), &dir);
+    let tunnel = |port: u16| -> Option<Vec<u8>> {
+        let mut c = tcp(port);
+        c.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .ok()?;
+        write!(
+            c,
+            "CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n",
+            basic(&token)
+        )
+        .ok()?;
+        if read_resp(&mut c, true).ok()?.status != 200 {
+            return None;
+        }
+        c.write_all(b"through the relay").ok()?;
+        c.shutdown(std::net::Shutdown::Write).ok()?;
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).ok()?;
+        Some(got)
+    };
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let copying = l.local_addr().unwrap().port();
+    let r2 = relay.clone();
+    std::thread::spawn(move || oz0_egress::bridge::serve_copying(l, &r2));
+    assert_eq!(tunnel(copying).as_deref(), Some(&b"through the relay"[..]));
+    let handing = bridge(&relay);
+    assert_eq!(
+        tunnel(handing),
+        None,
+        "a handed-over socket cannot cross a byte relay"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn curl_through_the_bridge() {
     if !have("curl") {

@@ -231,7 +231,16 @@ pub struct Extras {
     pub egress_socket: Option<AbsPath>,
     /// A deliberate weakness, for the self-test's own failure tests only.
     pub fault: Option<Fault>,
+    /// A VM monitor's secret variables: a microVM tool's settings and
+    /// secrets, each under [`VM_SECRET_PREFIX`]`<name>`, which the VMM reads
+    /// from its own environment by name (smolvm's `--secret-env`), so no
+    /// value is on a command line. Set by the node itself, never from a
+    /// caller's `--env`; any other name refuses the plan.
+    pub vm_secrets: Vec<(String, String)>,
 }
+
+/// The prefix of every [`Extras::vm_secrets`] name.
+pub const VM_SECRET_PREFIX: &str = "OZ0_VMENV_";
 
 /// A deliberate weakness of one run. **It weakens the sandbox.** Only the
 /// self-test injects one, into its own runs, to prove that its checks can
@@ -257,6 +266,7 @@ impl Default for Extras {
             devices: Vec::new(),
             egress_socket: None,
             fault: None,
+            vm_secrets: Vec::new(),
         }
     }
 }
@@ -321,6 +331,9 @@ pub enum PlanError {
     /// A device outside /dev.
     #[error("{0} is not under /dev: only devices are bound with device access")]
     NotADevice(AbsPath),
+    /// A VM secret variable not named `OZ0_VMENV_<NAME>`.
+    #[error("{0:?} is not a VM secret variable (OZ0_VMENV_ followed by A-Z, 0-9 and _)")]
+    BadVmSecret(String),
     /// The host facts do not match the spec (a bug).
     #[error("host facts do not cover {0}")]
     NoFacts(AbsPath),
@@ -485,6 +498,17 @@ pub fn plan(
     env.push(("HOME".into(), TMP_INSIDE.into()));
     env.push(("TMPDIR".into(), TMP_INSIDE.into()));
     if let Some(Fault::LeakEnv(n, v)) = &extras.fault {
+        env.push((n.clone(), v.clone()));
+    }
+    for (n, v) in &extras.vm_secrets {
+        let rest = n.strip_prefix(VM_SECRET_PREFIX).unwrap_or("");
+        let ok = !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        if !ok || env.iter().any(|(e, _)| e == n) {
+            return Err(PlanError::BadVmSecret(n.clone()));
+        }
         env.push((n.clone(), v.clone()));
     }
     let namespaces = NAMESPACES
@@ -769,6 +793,44 @@ mod tests {
         }
         // Missing system paths are not mounted; links stay links.
         assert!(!plan.bwrap_args().contains(&"/lib32".to_string()));
+    }
+
+    #[test]
+    fn vm_secrets_reach_the_monitor_only_under_their_prefix() {
+        let with = |names: &[&str]| Extras {
+            vm_secrets: names.iter().map(|n| (n.to_string(), "v".into())).collect(),
+            ..Extras::default()
+        };
+        let ok = plan(
+            &spec(|_| {}),
+            &basic_host(),
+            &run_dir(),
+            &with(&["OZ0_VMENV_API_KEY"]),
+        )
+        .unwrap();
+        assert!(ok.env.contains(&("OZ0_VMENV_API_KEY".into(), "v".into())));
+        for bad in [
+            "API_KEY",
+            "OZ0_VMENV_",
+            "OZ0_VMENV_lower",
+            "OZ0_VMENV_A-B",
+            "LD_PRELOAD",
+        ] {
+            assert_eq!(
+                plan(&spec(|_| {}), &basic_host(), &run_dir(), &with(&[bad])),
+                Err(PlanError::BadVmSecret(bad.into())),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            plan(
+                &spec(|_| {}),
+                &basic_host(),
+                &run_dir(),
+                &with(&["OZ0_VMENV_A", "OZ0_VMENV_A"])
+            ),
+            Err(PlanError::BadVmSecret(_))
+        ));
     }
 
     #[test]

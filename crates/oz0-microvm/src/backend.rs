@@ -190,9 +190,15 @@ pub struct SmolvmRun<'a> {
     pub uid: u32,
     /// Guest gid.
     pub gid: u32,
-    /// The names of the server's variables; each value is in a file
-    /// `vmm/env/<NAME>` (0600) that smolvm reads (`--secret-file`).
+    /// The names of the server's variables; each value is in smolvm's own
+    /// environment as `OZ0_VMENV_<NAME>`, which it resolves by name
+    /// (`--secret-env NAME=OZ0_VMENV_NAME`).
     pub env_names: Vec<&'a str>,
+    /// With egress: the run's proxy socket (inside tier 1 at
+    /// `EGRESS_SOCKET_INSIDE`) is mounted into the guest, the node binary
+    /// is shared read-only at `/oz0`, and the server runs under the guest
+    /// bridge ([`crate::smolguest`]).
+    pub egress: bool,
     /// The server's command.
     pub command: &'a [String],
     /// Where smolvm's stderr goes (the probe reads it), or the caller's.
@@ -221,6 +227,16 @@ pub fn smolvm_argv(vmm: &Vmm, r: &SmolvmRun<'_>) -> Vec<String> {
         create.push("--image".into());
         create.push(i.to_string());
     }
+    if r.egress {
+        create.push("-v".into());
+        create.push(format!("{}:/oz0:ro", r.m.node_dir.display()));
+        create.push("--mount-socket".into());
+        create.push(format!(
+            "{}:{}",
+            oz0_linux::plan::EGRESS_SOCKET_INSIDE,
+            crate::smolguest::GUEST_EGRESS_SOCKET
+        ));
+    }
     let start = vec![
         "machine".to_string(),
         "start".into(),
@@ -244,11 +260,24 @@ pub fn smolvm_argv(vmm: &Vmm, r: &SmolvmRun<'_>) -> Vec<String> {
     if r.interactive {
         exec.push("-i".into());
     }
+    let secret = |guest: &str| format!("{guest}={}{guest}", oz0_linux::plan::VM_SECRET_PREFIX);
     for n in &r.env_names {
-        exec.push("--secret-file".into());
-        exec.push(format!("{n}={}", r.m.vmm_dir.join("env").join(n).display()));
+        exec.push("--secret-env".into());
+        exec.push(secret(n));
+    }
+    if r.egress {
+        exec.push("--secret-env".into());
+        exec.push(secret(crate::smolguest::TOKEN_VAR));
     }
     exec.push("--".into());
+    if r.egress {
+        exec.extend([
+            format!("/oz0/{NODE_IN_GUEST}"),
+            crate::smolguest::EGRESS_ARG.into(),
+            crate::smolguest::GUEST_EGRESS_SOCKET.into(),
+            "--".into(),
+        ]);
+    }
     exec.extend(r.command.iter().cloned());
     let delete = vec![
         "machine".to_string(),
@@ -406,6 +435,7 @@ mod tests {
             uid: 1000,
             gid: 1000,
             env_names: vec!["ACME_TOKEN"],
+            egress: false,
             command: &cmd,
             log: None,
             interactive: true,
@@ -419,8 +449,28 @@ mod tests {
 machine create --name oz0-a -v /w:/work --cpus 2 --mem 512 --image oci:x --oz0-- \
 machine start --name oz0-a --oz0-- \
 machine exec --name oz0-a -u 1000:1000 -w /work -e HOME=/tmp -e TMPDIR=/tmp -i \
---secret-file ACME_TOKEN=/tmp/oz0-vm-a-b/vmm/env/ACME_TOKEN -- /app/server --stdio --oz0-- \
+--secret-env ACME_TOKEN=OZ0_VMENV_ACME_TOKEN -- /app/server --stdio --oz0-- \
 machine delete --name oz0-a -f"
+        );
+        // With egress: the proxy socket and the node binary go in, the token
+        // by name, and the server runs under the guest bridge.
+        let e = smolvm_argv(
+            &vmm,
+            &SmolvmRun {
+                egress: true,
+                ..r.clone()
+            },
+        );
+        let s = e[3..].join(" ");
+        assert!(!e.iter().any(|x| x == "--net"));
+        assert!(
+            s.contains("--image oci:x -v /tmp/oz0-vm-a-b/node:/oz0:ro --mount-socket /oz0/egress.sock:/run/oz0/egress.sock --oz0--"),
+            "{s}"
+        );
+        assert!(
+            s.contains("--secret-env ACME_TOKEN=OZ0_VMENV_ACME_TOKEN --secret-env OZ0_EGRESS_TOKEN=OZ0_VMENV_OZ0_EGRESS_TOKEN \
+-- /oz0/oz0-node __oz0-vm-egress /run/oz0/egress.sock -- /app/server --stdio --oz0--"),
+            "{s}"
         );
         let env = smolvm_env(&vmm, Path::new("/tmp/oz0-vm-a-b/vmm"));
         assert!(env.contains(&("SMOLVM_SECCOMP".into(), "enforce".into())));

@@ -31,5 +31,6 @@ pub mod manifest;
 pub mod mux;
 pub mod pin;
 pub mod probe;
+pub mod smolguest;
 pub mod vm;
 pub mod vmdir;

@@ -216,6 +216,7 @@ fn boot_smolvm(
         uid: rustix::process::getuid().as_raw(),
         gid: rustix::process::getgid().as_raw(),
         env_names: Vec::new(),
+        egress: false,
         command: &cmd,
         log: Some(log.clone()),
         interactive: false,

@@ -14,7 +14,6 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::Shutdown;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -223,11 +222,6 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
     }
     if let Backend::Smolvm(v) = &host.backend {
         crate::pin::recheck(v)?;
-        if egress.is_enabled() {
-            return Err(VmError::Request(
-                "egress (--allow/--forward) into a smolvm guest is not available in this build: run the tool without egress".into(),
-            ));
-        }
     }
     crate::vmdir::cleanup_stale(&host.tmp, &req.data_dir);
     let vmdir = VmDir::create(&host.tmp, &req.data_dir).map_err(|e| VmError::Folder {
@@ -236,8 +230,9 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
     })?;
     let vmm_dir = vmdir.vmm();
 
-    // The VM's proxy run: its socket is outside `vmm/`, so only the node
-    // reaches it; the guest reaches it through the mux.
+    // The VM's proxy run: its socket is outside `vmm/`. The QEMU guest
+    // reaches it through the mux; smolvm mounts it into its guest from the
+    // monitor's tier-1 run, which gets it as every run with egress does.
     let mut egress_guard = None;
     let mut token = None;
     let egress_sock = vmdir.dir.join("egress.sock");
@@ -261,8 +256,14 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
 
     // The guest's `/oz0`: a folder holding only the node binary (a link
     // when the file system allows, else a copy), read-only for the monitor.
+    // QEMU's guest always runs the node's agent; a smolvm guest needs the
+    // node only for its egress bridge.
     let node_dir = vmdir.dir.join("node");
-    if let Backend::QemuTcg(_) = &host.backend {
+    let guest_node = match &host.backend {
+        Backend::QemuTcg(_) => true,
+        Backend::Smolvm(_) => egress_guard.is_some(),
+    };
+    if guest_node {
         let made = std::fs::create_dir(&node_dir).and_then(|_| {
             let dest = node_dir.join(backend::NODE_IN_GUEST);
             std::fs::hard_link(&host.node_exe, &dest)
@@ -291,44 +292,47 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
             Vec::new(),
         ),
         Backend::Smolvm(v) => {
-            let env_dir = vmm_dir.join("env");
-            std::fs::create_dir(&env_dir).map_err(|e| VmError::Folder {
-                tmp: host.tmp.clone(),
-                error: e.to_string(),
-            })?;
-            for (n, val) in &req.env {
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(env_dir.join(n))
-                    .map_err(|e| VmError::Folder {
-                        tmp: host.tmp.clone(),
-                        error: e.to_string(),
-                    })?;
-                f.write_all(val.as_bytes()).map_err(|e| VmError::Folder {
-                    tmp: host.tmp.clone(),
-                    error: e.to_string(),
-                })?;
-            }
             let run = backend::SmolvmRun {
                 m: input.clone(),
                 name: format!("oz0-{}", vmdir.id),
                 uid,
                 gid,
                 env_names: req.env.iter().map(|(n, _)| n.as_str()).collect(),
+                egress: egress_guard.is_some(),
                 command: &req.command,
                 log: None,
                 interactive: true,
             };
+            let mut read = vec![utf8(&v.dir)?];
+            if guest_node {
+                read.push(utf8(&node_dir)?);
+            }
             (
                 backend::smolvm_argv(v, &run),
                 backend::smolvm_env(v, &vmm_dir),
-                vec![utf8(&v.dir)?],
+                read,
                 vec![AbsPath::new(KVM_DEVICE).map_err(|e| VmError::Request(e.to_string()))?],
             )
         }
     };
+    // smolvm reads the server's variables, and the token of its egress
+    // bridge, from its own environment by name: the values travel in the
+    // tier-1 stage's sealed configuration, never on a command line or disk.
+    let mut vm_secrets = Vec::new();
+    if let Backend::Smolvm(_) = &host.backend {
+        let prefix = oz0_linux::plan::VM_SECRET_PREFIX;
+        vm_secrets.extend(
+            req.env
+                .iter()
+                .map(|(n, v)| (format!("{prefix}{n}"), v.clone())),
+        );
+        if let Some(t) = &token {
+            vm_secrets.push((
+                format!("{prefix}{}", crate::smolguest::TOKEN_VAR),
+                t.expose().to_string(),
+            ));
+        }
+    }
     let spec = RunSpec::new(RunRequest {
         work: utf8(&work)?,
         read,
@@ -380,6 +384,14 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
         extras: oz0_linux::plan::Extras {
             profile: Profile::Vmm,
             devices,
+            egress_socket: match &host.backend {
+                Backend::Smolvm(_) if egress_guard.is_some() => Some(
+                    AbsPath::from_path(&egress_sock)
+                        .map_err(|e| VmError::Request(e.to_string()))?,
+                ),
+                _ => None,
+            },
+            vm_secrets,
             ..Default::default()
         },
         stdio: match host.backend {

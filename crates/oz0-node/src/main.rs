@@ -30,6 +30,11 @@ fn main() {
     {
         std::process::exit(oz0_microvm::guest::main());
     }
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(oz0_microvm::smolguest::EGRESS_ARG))
+    {
+        std::process::exit(oz0_microvm::smolguest::egress_main());
+    }
     let code = cli::main();
     std::process::exit(code);
 }

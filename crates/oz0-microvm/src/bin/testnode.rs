@@ -31,6 +31,7 @@ fn main() {
         a if a == oz0_linux::plan::STAGE_ARG => oz0_linux::stage::main(),
         a if a == oz0_linux::stage::BRIDGE_ARG => oz0_linux::stage::bridge_main(),
         a if a == oz0_microvm::guest::GUEST_ARG => oz0_microvm::guest::main(),
+        a if a == oz0_microvm::smolguest::EGRESS_ARG => oz0_microvm::smolguest::egress_main(),
         "mcp-test-server" => mcp_server(),
         _ => match Top::parse() {
             Top::Sandbox(Sandbox::Vm(a)) => oz0_microvm::cli::vm_main(a),

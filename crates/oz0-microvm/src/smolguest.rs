@@ -1,0 +1,93 @@
+//! Inside a smolvm guest with egress: `/oz0/oz0-node __oz0-vm-egress SOCKET
+//! -- SERVER…` listens on the guest's own `127.0.0.1`, carries each
+//! connection byte for byte to the run's proxy socket that smolvm mounted
+//! into the guest at SOCKET (`--mount-socket`; it carries bytes, not
+//! descriptors, so the bridge copies), and runs the server with the proxy
+//! variables pointing at that listener.
+//!
+//! The run's token reaches the guest by name only: smolvm resolves
+//! `--secret-env OZ0_EGRESS_TOKEN=OZ0_VMENV_OZ0_EGRESS_TOKEN` from its own
+//! environment. The server never sees `OZ0_EGRESS_TOKEN` itself, only the
+//! proxy variables that carry the token, as every run with egress does.
+
+use std::ffi::OsString;
+use std::net::TcpListener;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The hidden argument.
+pub const EGRESS_ARG: &str = "__oz0-vm-egress";
+/// The guest variable carrying the run's token to the wrapper.
+pub const TOKEN_VAR: &str = "OZ0_EGRESS_TOKEN";
+/// Where smolvm mounts the run's proxy socket in the guest.
+pub const GUEST_EGRESS_SOCKET: &str = "/run/oz0/egress.sock";
+
+/// Exit status when the wrapper could not set egress up (the server never ran).
+pub const EGRESS_FAILED: i32 = 125;
+
+/// Runs the wrapper (`argv[2..]` = `SOCKET -- SERVER…`). Returns the
+/// server's exit status (128+N for signal N).
+pub fn egress_main() -> i32 {
+    let args: Vec<OsString> = std::env::args_os().skip(2).collect();
+    if args.len() < 3 || args[1] != "--" {
+        eprintln!("usage: oz0-node {EGRESS_ARG} SOCKET -- SERVER… (started by `sandbox vm` in a smolvm guest)");
+        return 2;
+    }
+    let socket = PathBuf::from(&args[0]);
+    let cmd = &args[2..];
+    let token = match std::env::var(TOKEN_VAR) {
+        Ok(t) => t,
+        Err(_) => {
+            eprintln!("oz0-node: {EGRESS_ARG}: no {TOKEN_VAR}: it is started only by `sandbox vm`, with egress, in a smolvm guest");
+            return EGRESS_FAILED;
+        }
+    };
+    let token = match oz0_egress::Token::from_secret(&token) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("oz0-node: {EGRESS_ARG}: {e}");
+            return EGRESS_FAILED;
+        }
+    };
+    let listener = match TcpListener::bind(("127.0.0.1", 0)) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("oz0-node: {EGRESS_ARG}: cannot listen on the guest's loopback: {e}");
+            return EGRESS_FAILED;
+        }
+    };
+    let port = match listener.local_addr() {
+        Ok(a) => a.port(),
+        Err(e) => {
+            eprintln!("oz0-node: {EGRESS_ARG}: {e}");
+            return EGRESS_FAILED;
+        }
+    };
+    std::thread::spawn(move || {
+        if let Err(e) = oz0_egress::bridge::serve_copying(listener, &socket) {
+            eprintln!("oz0-node: egress bridge: {e}");
+        }
+    });
+    let proxy = token.proxy_env(port);
+    let env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| k != TOKEN_VAR && !proxy.iter().any(|(p, _)| k == p.as_str()))
+        .chain(proxy.iter().map(|(k, v)| (k.into(), v.into())))
+        .collect();
+    match Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .env_clear()
+        .envs(env)
+        .status()
+    {
+        Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+        Err(e) => {
+            eprintln!("oz0-node: cannot execute {:?}: {e}", cmd[0]);
+            if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            }
+        }
+    }
+}

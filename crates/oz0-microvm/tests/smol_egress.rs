@@ -1,0 +1,152 @@
+//! The smolvm guest's egress wrapper (`__oz0-vm-egress`), run on the host
+//! against a real proxy run whose socket is reached through a relay that
+//! carries bytes but no descriptors, as smolvm's `--mount-socket` does.
+//! What smolvm itself does with the socket cannot be shown on a machine
+//! where no KVM guest boots; everything on either side of it is shown here:
+//! the server gets proxy variables, not the token variable; an allowed
+//! listener answers through the proxy; an unlisted one gets 403; without a
+//! token the wrapper refuses and the server never runs.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread;
+
+use oz0_egress::{Proxy, ProxyConfig, RunEgress, Token};
+use oz0_policy::net::Egress;
+
+fn http_listener(body: &'static str) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+/// Relays each connection on `at` to `to`, bytes only.
+fn byte_relay(to: &Path, at: &Path) {
+    let l = UnixListener::bind(at).unwrap();
+    let to = to.to_path_buf();
+    thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { return };
+            let to = to.clone();
+            thread::spawn(move || {
+                let Ok(p) = UnixStream::connect(&to) else {
+                    return;
+                };
+                let (mut c2, mut p2) = (c.try_clone().unwrap(), p.try_clone().unwrap());
+                let t = thread::spawn(move || {
+                    let _ = std::io::copy(&mut c2, &mut p2);
+                    let _ = p2.shutdown(Shutdown::Write);
+                });
+                let (mut p, mut c) = (p, c);
+                let _ = std::io::copy(&mut p, &mut c);
+                let _ = c.shutdown(Shutdown::Write);
+                let _ = t.join();
+            });
+        }
+    });
+}
+
+fn have_curl() -> bool {
+    let ok = Command::new("curl").arg("--version").output().is_ok();
+    if !ok {
+        if std::env::var("OZ0_MUST_WORK").as_deref() == Ok("1") {
+            panic!("OZ0_MUST_WORK=1 and curl is not installed (apt-get install curl)");
+        }
+        eprintln!("SKIP: curl is not installed (apt-get install curl)");
+    }
+    ok
+}
+
+#[test]
+fn the_guest_wrapper_bridges_to_the_proxy_socket_and_hides_the_token() {
+    if !have_curl() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("oz0-smol-egress-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let allowed = http_listener("hello through the guest bridge");
+    let unlisted = http_listener("must never be seen");
+    let proxy = Proxy::start(ProxyConfig {
+        own_addrs: None,
+        audit: std::sync::Arc::new(|_: &oz0_egress::AuditRecord| {}),
+        ..ProxyConfig::default()
+    })
+    .unwrap();
+    let token = Token::generate().unwrap();
+    let sock: PathBuf = dir.join("egress.sock");
+    let _run = proxy
+        .add_run(RunEgress {
+            run_id: "vm-test".into(),
+            token: token.clone(),
+            egress: Egress::parse(&[format!("127.0.0.1:{allowed}")], &[]).unwrap(),
+            socket_path: sock.clone(),
+        })
+        .unwrap();
+    let relay = dir.join("guest.sock");
+    byte_relay(&sock, &relay);
+
+    let script = format!(
+        "echo token=${{{var}:-none}}; echo proxy=$HTTP_PROXY | sed 's/oz0:[^@]*@/oz0:T@/'; \
+         curl -s http://127.0.0.1:{allowed}/; echo; \
+         curl -s -o /dev/null -w 'unlisted=%{{http_code}}' http://127.0.0.1:{unlisted}/",
+        var = oz0_microvm::smolguest::TOKEN_VAR
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_oz0-vm-testnode"))
+        .args([oz0_microvm::smolguest::EGRESS_ARG])
+        .arg(&relay)
+        .args(["--", "/bin/sh", "-c", &script])
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env(oz0_microvm::smolguest::TOKEN_VAR, token.expose())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("token=none"),
+        "the server saw the token variable: {text}"
+    );
+    assert!(!text.contains(token.expose()), "{text}");
+    assert!(text.contains("proxy=http://oz0:T@127.0.0.1:"), "{text}");
+    assert!(text.contains("hello through the guest bridge"), "{text}");
+    assert!(text.contains("unlisted=403"), "{text}");
+
+    // Without the token the wrapper refuses, and the server never runs.
+    let marker = dir.join("ran");
+    let out = Command::new(env!("CARGO_BIN_EXE_oz0-vm-testnode"))
+        .args([oz0_microvm::smolguest::EGRESS_ARG])
+        .arg(&relay)
+        .args(["--", "/usr/bin/touch"])
+        .arg(&marker)
+        .env_clear()
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(oz0_microvm::smolguest::EGRESS_FAILED)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains(oz0_microvm::smolguest::TOKEN_VAR));
+    assert!(!marker.exists());
+    proxy.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
