@@ -551,6 +551,9 @@ impl Sanitized {
             Some(MicrovmReason::Unpinned) => {
                 "the VMM is not a pinned release (name its folder in OZ0_MICROVM to use it anyway)"
             }
+            Some(MicrovmReason::NoHardwareVirtualisation) => {
+                "no hardware virtualisation (no /dev/kvm: enable VT-x/AMD-V or nested virtualisation)"
+            }
             Some(MicrovmReason::NoKvmAccess) => {
                 "no access to /dev/kvm (add the node's user to the kvm group)"
             }

@@ -162,13 +162,19 @@ pub fn probe(o: &ProbeOptions) -> ProbeReport {
     {
         Ok(_) => {}
         Err(e) => {
-            let fix = if e.kind() == std::io::ErrorKind::NotFound {
-                "no hardware virtualisation here, or the kvm module is not loaded"
+            let (reason, fix) = if e.kind() == std::io::ErrorKind::NotFound {
+                (
+                    MicrovmReason::NoHardwareVirtualisation,
+                    "this machine offers no hardware virtualisation: enable VT-x/AMD-V (or nested virtualisation for a VM), or load the kvm module",
+                )
             } else {
-                "give the node's user /dev/kvm: sudo usermod -aG kvm <user>, then log in again"
+                (
+                    MicrovmReason::NoKvmAccess,
+                    "give the node's user /dev/kvm: sudo usermod -aG kvm <user>, then log in again",
+                )
             };
             return with_warning(no(
-                MicrovmReason::NoKvmAccess,
+                reason,
                 pinned,
                 format!("{}: {e}: {fix}", o.kvm.display()),
             ));

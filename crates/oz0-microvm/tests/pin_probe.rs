@@ -136,7 +136,23 @@ fn probe_reasons_without_a_boot() {
     let mut o = opts(Selection::Named(fake.clone()), None);
     o.kvm = PathBuf::from("/nonexistent/kvm");
     let r = probe(&o);
+    assert_eq!(
+        r.microvm.reason,
+        Some(MicrovmReason::NoHardwareVirtualisation)
+    );
+    assert!(r.detail.contains("VT-x/AMD-V"), "{}", r.detail);
+    // A /dev/kvm that exists and cannot be opened for reading and writing
+    // (a folder stands in: not even root opens one so).
+    let denied = fake.join("kvm");
+    std::fs::create_dir(&denied).unwrap();
+    let mut o = opts(Selection::Named(fake.clone()), None);
+    o.kvm = denied.clone();
+    let r = probe(&o);
     assert_eq!(r.microvm.reason, Some(MicrovmReason::NoKvmAccess));
+    assert!(r.detail.contains("usermod -aG kvm"), "{}", r.detail);
+    let mut o = opts(Selection::Named(fake.clone()), None);
+    o.kvm = PathBuf::from("/nonexistent/kvm");
+    let r = probe(&o);
     assert!(
         r.warning.is_some(),
         "an unpinned VMM named explicitly warns"

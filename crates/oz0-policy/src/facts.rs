@@ -187,7 +187,10 @@ pub enum MicrovmReason {
     NoVmm,
     /// The VMM is not a pinned release and was not named explicitly.
     Unpinned,
-    /// `/dev/kvm` missing or not accessible.
+    /// No `/dev/kvm` at all: no hardware virtualisation offered (or the
+    /// kvm module is not loaded).
+    NoHardwareVirtualisation,
+    /// `/dev/kvm` exists and this user cannot open it.
     NoKvmAccess,
     /// The kernel refused to create a VM.
     KvmRefused,
