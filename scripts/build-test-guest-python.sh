@@ -30,13 +30,9 @@ cache=$(cd "$cache" && pwd)
 # The interpreter, its standard library, and the libraries its extension
 # modules link against (ssl/hashlib, ctypes, bz2, lzma, uuid).
 pkgs="python3.11-minimal libpython3.11-minimal libpython3.11-stdlib zlib1g libexpat1 libffi8 libssl3 libbz2-1.0 liblzma5 libuuid1"
-versions=""
-for p in $pkgs; do
-  v=$(apt-cache policy "$p" | sed -n 's/^ *Candidate: //p')
-  [ -n "$v" ] && [ "$v" != "(none)" ] || { echo "build-test-guest-python: no candidate for $p" >&2; exit 1; }
-  versions="$versions $p=$v"
-done
-self=$(sha256sum "$0" | cut -d' ' -f1)
+. "$(dirname "$0")/guest-debs.sh"
+candidates build-test-guest-python $pkgs
+self=$(cat "$0" "$(dirname "$0")/guest-debs.sh" | sha256sum | cut -d' ' -f1)
 base=$(sha256sum "$out/initrd.cpio" | cut -d' ' -f1)
 key=$(printf '%s %s %s mcp==%s\n' "$self" "$base" "$versions" "$mcp_version" | sha256sum | cut -d' ' -f1)
 if [ -f "$out/stamp-python" ] && [ "$(cat "$out/stamp-python")" = "$key" ] && [ -f "$out/initrd-python.cpio" ]; then
@@ -44,23 +40,13 @@ if [ -f "$out/stamp-python" ] && [ "$(cat "$out/stamp-python")" = "$key" ] && [ 
   exit 0
 fi
 
-cd "$cache/debs"
-for pv in $versions; do
-  p=${pv%%=*}
-  if [ -z "$(ls "$cache/debs/${p}_$(echo "${pv#*=}" | sed 's/:/%3a/')_"*.deb 2>/dev/null)" ]; then
-    rm -f "$cache/debs/${p}_"*.deb
-    apt-get download "$pv" >&2
-  fi
-done
+download_debs "$cache/debs"
 
 work=$(mktemp -d "$cache/build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 root="$work/root"
 mkdir -p "$root/usr" "$root/lib/x86_64-linux-gnu" "$work/x"
-for p in $pkgs; do
-  mkdir -p "$work/x/$p"
-  dpkg-deb -x "$cache/debs/${p}_"*.deb "$work/x/$p"
-done
+unpack_debs "$cache/debs" "$work/x" $pkgs
 # Interpreter and standard library under /usr; every shared library into
 # /lib/x86_64-linux-gnu, where the base image's loader already looks.
 for p in python3.11-minimal libpython3.11-minimal libpython3.11-stdlib; do

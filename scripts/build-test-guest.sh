@@ -28,34 +28,20 @@ kpkg=$(apt-cache depends linux-image-amd64 | sed -n 's/^ *Depends: \(linux-image
 [ -n "$kpkg" ] || { echo "build-test-guest: no linux-image-*-amd64 candidate (run apt-get update)" >&2; exit 1; }
 pkgs="$kpkg busybox-static libc6 libgcc-s1"
 
-versions=""
-for p in $pkgs; do
-  v=$(apt-cache policy "$p" | sed -n 's/^ *Candidate: //p')
-  [ -n "$v" ] && [ "$v" != "(none)" ] || { echo "build-test-guest: no candidate for $p" >&2; exit 1; }
-  versions="$versions $p=$v"
-done
-self=$(sha256sum "$0" | cut -d' ' -f1)
+. "$(dirname "$0")/guest-debs.sh"
+candidates build-test-guest $pkgs
+self=$(cat "$0" "$(dirname "$0")/guest-debs.sh" | sha256sum | cut -d' ' -f1)
 key=$(printf '%s %s\n' "$self" "$versions" | sha256sum | cut -d' ' -f1)
 if [ -f "$out/stamp" ] && [ "$(cat "$out/stamp")" = "$key" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.cpio" ]; then
   echo "build-test-guest: up to date ($out)"
   exit 0
 fi
 
-cd "$cache/debs"
-for pv in $versions; do
-  p=${pv%%=*}
-  if ! ls "$cache/debs/${p}_"*.deb >/dev/null 2>&1 || [ -z "$(ls "$cache/debs/${p}_$(echo "${pv#*=}" | sed 's/:/%3a/')_"*.deb 2>/dev/null)" ]; then
-    rm -f "$cache/debs/${p}_"*.deb
-    apt-get download "$pv" >&2
-  fi
-done
+download_debs "$cache/debs"
 
 work=$(mktemp -d "$cache/build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-for p in $pkgs; do
-  mkdir -p "$work/x/$p"
-  dpkg-deb -x "$cache/debs/${p}_"*.deb "$work/x/$p"
-done
+unpack_debs "$cache/debs" "$work/x" $pkgs
 
 k="$work/x/$kpkg"
 kver=$(ls "$k/lib/modules" | head -n1)

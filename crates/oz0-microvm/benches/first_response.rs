@@ -176,13 +176,10 @@ fn main() {
     }) else {
         return;
     };
-    let m = report(
+    report_vm(
         "  sandbox vm, qemu (software emulation, TCG; no KVM), monitor in tier 1",
         &vm,
-    );
-    println!(
-        "  ratio sandbox vm / host process: {:.0}x",
-        m.as_secs_f64() / base.as_secs_f64().max(1e-9)
+        base,
     );
 
     // A real MCP server of the official Python SDK (tests/mcp_server.py):
@@ -208,10 +205,16 @@ fn main() {
     let Some(vm) = measure(runs.unwrap_or(2), || vm_server(&st, &opts, &py)) else {
         return;
     };
-    let m = report(
+    report_vm(
         "  sandbox vm --image python, qemu (software emulation, TCG; no KVM), monitor in tier 1",
         &vm,
+        base,
     );
+}
+
+/// Reports the VM runs and their ratio to the host baseline's median.
+fn report_vm(label: &str, vm: &[Duration], base: Duration) {
+    let m = report(label, vm);
     println!(
         "  ratio sandbox vm / host process: {:.0}x",
         m.as_secs_f64() / base.as_secs_f64().max(1e-9)

@@ -18,8 +18,6 @@
 //! reason when one is missing; fails under `OZ0_MUST_WORK=1`. Run as root,
 //! it runs the node as the unprivileged user `oz0test`.
 
-use std::io::{Read as _, Write as _};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod stage;
-use stage::Stage;
+use stage::{http_listener, Stage};
 
 fn guest_dir() -> PathBuf {
     std::env::var_os("OZ0_MICROVM_TEST_GUEST")
@@ -158,25 +156,6 @@ fn assert_vm_removed(st: &Stage) {
         "records left: {:?}",
         vm_records(st)
     );
-}
-
-/// An HTTP listener on 127.0.0.1 answering every request with `body`.
-fn http_listener(body: &'static str) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    port
 }
 
 fn vm_records(st: &Stage) -> Vec<PathBuf> {

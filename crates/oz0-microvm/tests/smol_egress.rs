@@ -7,8 +7,7 @@
 //! listener answers through the proxy; an unlisted one gets 403; without a
 //! token the wrapper refuses and the server never runs.
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener};
+use std::net::Shutdown;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,23 +16,8 @@ use std::thread;
 use oz0_egress::{Proxy, ProxyConfig, RunEgress, Token};
 use oz0_policy::net::Egress;
 
-fn http_listener(body: &'static str) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    port
-}
+mod stage;
+use stage::http_listener;
 
 /// Relays each connection on `at` to `to`, bytes only.
 fn byte_relay(to: &Path, at: &Path) {

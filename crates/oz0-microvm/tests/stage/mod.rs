@@ -3,6 +3,9 @@
 //! `data/`, all reachable by the unprivileged user the node runs as; removed
 //! on drop.
 
+// Shared by several test targets and the benchmark; each uses a part.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -47,4 +50,25 @@ pub fn stage(tag: &str, node_bin: &str) -> Stage {
     }
     chmod(&exe, 0o755);
     Stage { dir, exe }
+}
+
+/// An HTTP listener on 127.0.0.1 (the only kind of target the tests use)
+/// answering every request with `body`; returns its port.
+pub fn http_listener(body: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
 }
