@@ -326,13 +326,20 @@ exit $status"#;
 }
 
 /// smolvm's own variables: its libraries, its agent, its data under the
-/// VM's folder, and its seccomp and Landlock set to enforce.
+/// VM's folder, its seccomp and Landlock set to enforce, and its uid drop
+/// off (tier 1 is the monitor's unprivileged wall).
 pub fn smolvm_env(vmm: &Vmm, vmm_dir: &Path) -> Vec<(String, String)> {
     let d = vmm_dir.display().to_string();
     let mut env = vec![
         ("SMOLVM_LIB_DIR".to_string(), vmm.dir.display().to_string()),
         ("SMOLVM_SECCOMP".into(), "enforce".into()),
         ("SMOLVM_LANDLOCK".into(), "enforce".into()),
+        // smolvm, when it runs as uid 0, drops to a per-VM uid by chowning
+        // its files to it; inside tier 1 no other uid is mapped, so that
+        // fails. The monitor is already unprivileged there (no capability,
+        // seccomp, Landlock, its own user namespace), which is what the
+        // drop is for.
+        ("SMOLVM_VM_UID_DROP".into(), "off".into()),
         ("XDG_DATA_HOME".into(), format!("{d}/data")),
         ("XDG_CACHE_HOME".into(), format!("{d}/cache")),
         ("XDG_CONFIG_HOME".into(), format!("{d}/config")),
@@ -475,5 +482,6 @@ machine delete --name oz0-a -f"
         let env = smolvm_env(&vmm, Path::new("/tmp/oz0-vm-a-b/vmm"));
         assert!(env.contains(&("SMOLVM_SECCOMP".into(), "enforce".into())));
         assert!(env.contains(&("SMOLVM_LANDLOCK".into(), "enforce".into())));
+        assert!(env.contains(&("SMOLVM_VM_UID_DROP".into(), "off".into())));
     }
 }
