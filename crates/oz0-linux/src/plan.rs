@@ -332,7 +332,7 @@ pub enum PlanError {
     #[error("{0} is not under /dev: only devices are bound with device access")]
     NotADevice(AbsPath),
     /// A VM secret variable not named `OZ0_VMENV_<NAME>`.
-    #[error("{0:?} is not a VM secret variable (OZ0_VMENV_ followed by A-Z, 0-9 and _)")]
+    #[error("{0:?} is not a VM secret variable (OZ0_VMENV_ followed by letters, digits and _)")]
     BadVmSecret(String),
     /// The host facts do not match the spec (a bug).
     #[error("host facts do not cover {0}")]
@@ -502,10 +502,7 @@ pub fn plan(
     }
     for (n, v) in &extras.vm_secrets {
         let rest = n.strip_prefix(VM_SECRET_PREFIX).unwrap_or("");
-        let ok = !rest.is_empty()
-            && rest
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        let ok = !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
         if !ok || env.iter().any(|(e, _)| e == n) {
             return Err(PlanError::BadVmSecret(n.clone()));
         }
@@ -805,15 +802,16 @@ mod tests {
             &spec(|_| {}),
             &basic_host(),
             &run_dir(),
-            &with(&["OZ0_VMENV_API_KEY"]),
+            &with(&["OZ0_VMENV_API_KEY", "OZ0_VMENV_api_key"]),
         )
         .unwrap();
         assert!(ok.env.contains(&("OZ0_VMENV_API_KEY".into(), "v".into())));
+        assert!(ok.env.contains(&("OZ0_VMENV_api_key".into(), "v".into())));
         for bad in [
             "API_KEY",
             "OZ0_VMENV_",
-            "OZ0_VMENV_lower",
             "OZ0_VMENV_A-B",
+            "OZ0_VMENV_A=B",
             "LD_PRELOAD",
         ] {
             assert_eq!(

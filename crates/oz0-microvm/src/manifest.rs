@@ -37,8 +37,10 @@ pub const VM_PROXY_NAMES: &[&str] = &[
     "NO_PROXY",
     "FTP_PROXY",
 ];
-/// Prefixes a microVM tool may not name: the loaders' and the VMM's own.
-pub const VM_FORBIDDEN_PREFIXES: &[&str] = &["LD_", "DYLD_", "SMOLVM_", "OZ0_VMENV_"];
+/// Prefixes a microVM tool may not name: the loaders', the VMM's own, and
+/// the node's (`OZ0_VMENV_` carries values to the VMM; `OZ0_EGRESS_TOKEN`
+/// carries the run's token to the guest bridge).
+pub const VM_FORBIDDEN_PREFIXES: &[&str] = &["LD_", "DYLD_", "SMOLVM_", "OZ0_VMENV_", "OZ0_"];
 
 /// Why a manifest was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -415,6 +417,8 @@ tools:
             "DYLD_INSERT_LIBRARIES",
             "SMOLVM_LIB_DIR",
             "OZ0_VMENV_X",
+            "OZ0_EGRESS_TOKEN",
+            "oz0_anything",
             "1X",
             "A-B",
             "",
@@ -426,6 +430,7 @@ tools:
             assert!(matches!(e, ManifestError::Tool { .. }), "{bad}: {e:?}");
         }
         assert!(vm_variable_refusal("ACME_TOKEN").is_none());
+        assert!(vm_variable_refusal("acme_token").is_none());
         assert!(vm_variable_refusal("Ld_x").is_some());
     }
 
