@@ -956,7 +956,7 @@ async fn dial(
 /// bridge) the bytes move by `splice(2)`; otherwise through a buffer.
 async fn tunnel(
     client: hyper::upgrade::Upgraded,
-    server: TcpStream,
+    mut server: TcpStream,
     idle: Duration,
     closed: &mut watch::Receiver<bool>,
 ) -> (u64, u64, Option<String>) {
@@ -967,7 +967,7 @@ async fn tunnel(
             let client = parts.io.into_inner();
             let moved = async {
                 // Bytes the client sent right behind its CONNECT head.
-                crate::splice::write_all(&server, &parts.read_buf).await?;
+                tokio::io::AsyncWriteExt::write_all(&mut server, &parts.read_buf).await?;
                 up.fetch_add(parts.read_buf.len() as u64, Ordering::Relaxed);
                 crate::splice::both_ways(&client, &server, &up, &down).await
             };

@@ -79,21 +79,6 @@ fn shut_write(s: &TcpStream) {
     let _ = rustix::net::shutdown(s.as_fd(), rustix::net::Shutdown::Write);
 }
 
-/// Writes `bytes` to `to` in full (bytes the client sent after its CONNECT
-/// head, before the tunnel began).
-pub(crate) async fn write_all(to: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
-    while !bytes.is_empty() {
-        let k = to
-            .async_io(Interest::WRITABLE, || to.try_write(bytes))
-            .await?;
-        if k == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        bytes = &bytes[k..];
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,6 +68,24 @@ pub enum StdioMode {
 /// The status of a run killed at its `--timeout` (as `timeout(1)` uses).
 pub const EXIT_TIMEOUT: i32 = 124;
 
+/// A finished process's status as a shell reports it: its exit code, or
+/// 128+N when signal N ended it.
+pub fn status_code(status: std::process::ExitStatus) -> i32 {
+    status.code().unwrap_or_else(|| {
+        128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+    })
+}
+
+/// The status of a command that could not be executed, as a shell reports
+/// it: 127 when it was not found, else 126.
+pub fn exec_failure_code(e: &io::Error) -> i32 {
+    if e.kind() == io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}
+
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "how")]
@@ -630,9 +648,7 @@ fn execute(
     if !captured.trim().is_empty() {
         eprint!("{captured}");
     }
-    let code = exit
-        .code()
-        .unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(&exit).unwrap_or(0));
+    let code = status_code(exit);
     let (ended, exit_code) = match (killed, report.not_executed) {
         (Some(Ended::Timeout), _) => (Ended::Timeout, EXIT_TIMEOUT),
         (Some(k), _) => (k, code),

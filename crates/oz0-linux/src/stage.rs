@@ -143,10 +143,7 @@ pub fn main() -> i32 {
                 .env_clear()
                 .envs(cfg.env.iter().map(|(k, v)| (k, v)))
                 .exec();
-            let code = match err.kind() {
-                std::io::ErrorKind::NotFound => 127,
-                _ => 126,
-            };
+            let code = crate::launch::exec_failure_code(&err);
             let _ = writeln!(status, "X {code} cannot execute {:?}: {err}", cfg.argv[0]);
             code
         }

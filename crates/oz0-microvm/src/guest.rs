@@ -202,9 +202,7 @@ fn serve(reader: &mut File, writer: &Writer) -> Result<i32, String> {
     for t in [out, err].into_iter().flatten() {
         let _ = t.join();
     }
-    let code = status.code().unwrap_or_else(|| {
-        128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
-    });
+    let code = oz0_linux::launch::status_code(status);
     send(writer, Kind::Exit, 0, &code.to_be_bytes()).map_err(|e| e.to_string())?;
     Ok(code)
 }

@@ -12,7 +12,6 @@
 
 use std::ffi::OsString;
 use std::net::TcpListener;
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -80,14 +79,10 @@ pub fn egress_main() -> i32 {
         .envs(env)
         .status()
     {
-        Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+        Ok(s) => oz0_linux::launch::status_code(s),
         Err(e) => {
             eprintln!("oz0-node: cannot execute {:?}: {e}", cmd[0]);
-            if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            }
+            oz0_linux::launch::exec_failure_code(&e)
         }
     }
 }

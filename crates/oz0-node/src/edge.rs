@@ -388,11 +388,7 @@ fn run_plain(spec: &RunSpec, out: File, err: File, cancel: OwnedFd) -> Result<Jo
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
+            let code = oz0_linux::launch::exec_failure_code(&e);
             return Ok(plain_outcome(
                 Ended::NotExecuted {
                     reason: format!("cannot execute {}: {e}", argv[0]),
@@ -413,9 +409,7 @@ fn run_plain(spec: &RunSpec, out: File, err: File, cancel: OwnedFd) -> Result<Jo
     loop {
         if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
             kill();
-            let code = st.code().unwrap_or_else(|| {
-                128 + std::os::unix::process::ExitStatusExt::signal(&st).unwrap_or(0)
-            });
+            let code = oz0_linux::launch::status_code(st);
             return Ok(plain_outcome(Ended::Exited, code, started));
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {

@@ -13,28 +13,21 @@ mod probe;
 mod run;
 
 fn main() {
-    // The stage is started by bubblewrap inside a run; it must not parse a
-    // command line a user could influence, and it must be quick.
-    if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(oz0_linux::plan::STAGE_ARG))
-    {
-        std::process::exit(oz0_linux::stage::main());
-    }
-    if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(oz0_linux::stage::BRIDGE_ARG))
-    {
-        std::process::exit(oz0_linux::stage::bridge_main());
-    }
-    if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(oz0_microvm::guest::GUEST_ARG))
-    {
-        std::process::exit(oz0_microvm::guest::main());
-    }
-    if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(oz0_microvm::smolguest::EGRESS_ARG))
-    {
-        std::process::exit(oz0_microvm::smolguest::egress_main());
-    }
-    let code = cli::main();
+    // The hidden roles of this binary (the in-sandbox stage, the bridges,
+    // the guest agent) are started by the node itself; they must not parse
+    // a command line a user could influence, and they must be quick.
+    let hidden: Option<fn() -> i32> = match std::env::args_os().nth(1) {
+        Some(a) if a == oz0_linux::plan::STAGE_ARG => Some(oz0_linux::stage::main),
+        Some(a) if a == oz0_linux::stage::BRIDGE_ARG => Some(oz0_linux::stage::bridge_main),
+        Some(a) if a == oz0_microvm::guest::GUEST_ARG => Some(oz0_microvm::guest::main),
+        Some(a) if a == oz0_microvm::smolguest::EGRESS_ARG => {
+            Some(oz0_microvm::smolguest::egress_main)
+        }
+        _ => None,
+    };
+    let code = match hidden {
+        Some(role) => role(),
+        None => cli::main(),
+    };
     std::process::exit(code);
 }
