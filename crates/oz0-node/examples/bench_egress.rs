@@ -24,28 +24,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const CHUNK: usize = 1 << 20;
+mod common;
+use common::node;
 
-fn node() -> PathBuf {
-    if let Some(p) = std::env::var_os("OZ0_NODE_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("own path");
-    // target/<profile>/examples/bench_egress -> target/<profile>/oz0-node
-    let p = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .map(|d| d.join("oz0-node"))
-        .expect("target folder");
-    if !p.exists() {
-        eprintln!(
-            "{} is missing: build it first (cargo build --release -p oz0-node) or set OZ0_NODE_BIN",
-            p.display()
-        );
-        std::process::exit(2);
-    }
-    p
-}
+const CHUNK: usize = 1 << 20;
 
 fn read_head(s: &mut TcpStream) -> bool {
     let mut buf = Vec::new();

@@ -13,29 +13,12 @@
 //! USER` (the job needs a delegated cgroup). `OZ0_NODE_BIN` names the
 //! `oz0-node` binary when it is not next to this example's folder.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn node() -> PathBuf {
-    if let Some(p) = std::env::var_os("OZ0_NODE_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("own path");
-    let p = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .map(|d| d.join("oz0-node"))
-        .expect("target folder");
-    if !p.exists() {
-        eprintln!(
-            "{} is missing: build it first (cargo build --release -p oz0-node) or set OZ0_NODE_BIN",
-            p.display()
-        );
-        std::process::exit(2);
-    }
-    p
-}
+mod common;
+use common::node;
 
 fn run(node: &Path, work: &Path, data: &Path, limits: &[&str]) -> Duration {
     let t = Instant::now();
