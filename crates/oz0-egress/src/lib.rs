@@ -31,8 +31,8 @@
 pub mod audit;
 pub mod bridge;
 pub mod proxy;
+mod pump;
 pub mod resolve;
-mod splice;
 pub mod token;
 
 use std::io;

@@ -152,6 +152,7 @@ impl Proxy {
             .map_err(EgressError::Runtime)?;
         let shared = Arc::new(Shared {
             global: Arc::new(Semaphore::new(config.limits.max_connections.max(1))),
+            large_buffers: Semaphore::new(crate::pump::LARGE_BUDGET),
             resolver: config.resolver,
             audit: config.audit,
             own_addrs: config.own_addrs,
@@ -170,6 +171,8 @@ struct Shared {
     own_addrs: Option<Vec<IpAddr>>,
     limits: ProxyLimits,
     global: Arc<Semaphore>,
+    /// Large tunnel buffers, shared by every tunnel (see `pump`).
+    large_buffers: Semaphore,
 }
 
 /// The running proxy. Dropping it (or [`ProxyHandle::shutdown`]) stops
@@ -724,8 +727,14 @@ async fn handle(
         tokio::spawn(async move {
             match hyper::upgrade::on(req).await {
                 Ok(upgraded) => {
-                    let (up, down, why) =
-                        tunnel(upgraded, tcp, shared2.limits.idle_timeout, &mut closed).await;
+                    let (up, down, why) = tunnel(
+                        upgraded,
+                        tcp,
+                        shared2.limits.idle_timeout,
+                        &shared2.large_buffers,
+                        &mut closed,
+                    )
+                    .await;
                     rec.bytes_up = up;
                     rec.bytes_down = down;
                     rec.reason = why;
@@ -953,11 +962,13 @@ async fn dial(
 /// early).
 ///
 /// When the client is a TCP socket (the run's own, handed over by the
-/// bridge) the bytes move by `splice(2)`; otherwise through a buffer.
+/// bridge) the bytes move through buffers that grow for bulk transfers
+/// (`pump`); otherwise through tokio's copy.
 async fn tunnel(
     client: hyper::upgrade::Upgraded,
     mut server: TcpStream,
     idle: Duration,
+    large_buffers: &Semaphore,
     closed: &mut watch::Receiver<bool>,
 ) -> (u64, u64, Option<String>) {
     let up = Arc::new(AtomicU64::new(0));
@@ -969,7 +980,7 @@ async fn tunnel(
                 // Bytes the client sent right behind its CONNECT head.
                 tokio::io::AsyncWriteExt::write_all(&mut server, &parts.read_buf).await?;
                 up.fetch_add(parts.read_buf.len() as u64, Ordering::Relaxed);
-                crate::splice::both_ways(&client, &server, &up, &down).await
+                crate::pump::both_ways(&client, &server, &up, &down, large_buffers).await
             };
             guard(moved, &up, &down, idle, closed).await
         }

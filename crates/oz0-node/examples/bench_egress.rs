@@ -7,6 +7,10 @@
 //!   through its proxy, both as a proxied plain-HTTP request and through a
 //!   CONNECT tunnel. Throughput is curl's own (bytes / its transfer time), so
 //!   process and sandbox start-up are not counted.
+//! - The same download on the host through a bare relay (this program: one
+//!   thread per direction, 1 MiB reads and writes, no proxy, no sandbox), to
+//!   show what any process carrying the bytes between two loopback TCP
+//!   connections costs on this machine.
 //! - Latency: one small request per new connection, curl's `time_total`,
 //!   directly and through the proxy; median and p99, and the difference.
 //!
@@ -17,6 +21,8 @@
 //!
 //! Run it as the user a node runs as (not root). `OZ0_NODE_BIN` names the
 //! `oz0-node` binary when it is not next to this example's folder.
+//! `OZ0_BENCH_BULK_ONLY=direct|relay|http|connect` repeats only that bulk mode and
+//! skips the rest (for profiling one path with `perf`).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -88,6 +94,38 @@ fn small_server() -> u16 {
                     );
                 }
             });
+        }
+    });
+    port
+}
+
+/// A bare relay: every connection to the returned port is carried byte for
+/// byte to `127.0.0.1:to`.
+fn bare_relay(to: u16) -> u16 {
+    fn pump(mut a: TcpStream, mut b: TcpStream) {
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            match a.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if b.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = b.shutdown(std::net::Shutdown::Write);
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let Ok(up) = TcpStream::connect(("127.0.0.1", to)) else {
+                continue;
+            };
+            let (s2, up2) = (s.try_clone().unwrap(), up.try_clone().unwrap());
+            std::thread::spawn(move || pump(s, up));
+            std::thread::spawn(move || pump(up2, s2));
         }
     });
     port
@@ -190,6 +228,7 @@ fn main() {
     let small = small_server();
     let allow = vec![format!("127.0.0.1:{bulk}"), format!("127.0.0.1:{small}")];
     let bulk_url = format!("http://127.0.0.1:{bulk}/bulk");
+    let relayed_url = format!("http://127.0.0.1:{}/bulk", bare_relay(bulk));
     let small_url = format!("http://127.0.0.1:{small}/");
     let w = "%{size_download} %{time_total}\\n";
 
@@ -198,10 +237,38 @@ fn main() {
     host_curl(&["-w", "%{size_download}", &bulk_url]);
     sb.sh(&allow, &format!("curl -s -o /dev/null {small_url}\n"));
 
-    let (mut direct, mut proxied, mut tunnel) = (Vec::new(), Vec::new(), Vec::new());
+    if let Ok(only) = std::env::var("OZ0_BENCH_BULK_ONLY") {
+        for _ in 0..repeats {
+            let line = match only.as_str() {
+                "direct" => host_curl(&["-w", "%{size_download} %{time_total}", &bulk_url]),
+                "relay" => host_curl(&["-w", "%{size_download} %{time_total}", &relayed_url]),
+                "http" | "connect" => sb.sh(
+                    &allow,
+                    &format!(
+                        "curl -s {} -o /dev/null -w '{w}' {bulk_url}\n",
+                        if only == "connect" { "-p" } else { "" }
+                    ),
+                ),
+                other => {
+                    eprintln!(
+                        "OZ0_BENCH_BULK_ONLY: {other:?} is not direct, relay, http or connect"
+                    );
+                    std::process::exit(2);
+                }
+            };
+            println!("{only}: {:.1} MiB/s", mib_per_s(line.trim(), bytes));
+        }
+        let _ = std::fs::remove_dir_all(&base);
+        return;
+    }
+
+    let (mut direct, mut relayed, mut proxied, mut tunnel) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..repeats {
         let d = host_curl(&["-w", "%{size_download} %{time_total}", &bulk_url]);
         direct.push(mib_per_s(&d, bytes));
+        let r = host_curl(&["-w", "%{size_download} %{time_total}", &relayed_url]);
+        relayed.push(mib_per_s(&r, bytes));
         let inside = sb.sh(
             &allow,
             &format!(
@@ -212,13 +279,18 @@ fn main() {
         proxied.push(mib_per_s(lines.next().unwrap_or(""), bytes));
         tunnel.push(mib_per_s(lines.next().unwrap_or(""), bytes));
     }
-    let (d, p, t) = (
+    let (d, r, p, t) = (
         median(&mut direct),
+        median(&mut relayed),
         median(&mut proxied),
         median(&mut tunnel),
     );
     println!("bulk throughput (median of {repeats}):");
     println!("  direct loopback on the host   {d:9.1} MiB/s  (baseline)");
+    println!(
+        "  host -> bare relay (no proxy) {r:9.1} MiB/s  ratio {:.2}  (what any relay costs here)",
+        r / d
+    );
     println!(
         "  run -> bridge -> proxy (HTTP) {p:9.1} MiB/s  ratio {:.2}",
         p / d
@@ -227,7 +299,11 @@ fn main() {
         "  run -> bridge -> proxy (CONNECT) {t:6.1} MiB/s  ratio {:.2}",
         t / d
     );
-    println!("  target: ratio >= 0.80");
+    println!(
+        "  target: ratio >= 0.80; against the bare relay: HTTP {:.2}, CONNECT {:.2}",
+        p / r,
+        t / r
+    );
 
     // Latency per new connection.
     let mut d_lat = Vec::new();
