@@ -41,7 +41,7 @@ pub fn mount_placeholders(placeholders: &[Placeholder]) -> Result<(), String> {
     Ok(())
 }
 
-fn no_links(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
+pub(crate) fn no_links(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
     openat2(
         dir,
         path,

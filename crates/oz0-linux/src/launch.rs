@@ -294,6 +294,10 @@ fn record_run(dir: &Path, placeholders: &[Placeholder]) -> Result<(), SandboxErr
     fs::write(dir.join(RECORD), text).map_err(prep("the run record"))
 }
 
+/// How old a run folder without a record must be before a sweep takes it
+/// for the leftover of a dead node.
+const UNRECORDED_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Removes what runs of dead node processes left in `base`: their
 /// placeholders (only if still empty, never through a link) and their
 /// private folders. Folders of live runs, or that this user does not own,
@@ -317,6 +321,13 @@ pub fn sweep_stale(base: &Path) {
             continue;
         }
         let Ok(text) = fs::read(dir.join(RECORD)) else {
+            // A node writes its record right after making the folder, before
+            // anything of the run exists outside it; a folder still without
+            // one after a minute belongs to a node that died in between.
+            let age = meta.modified().ok().and_then(|m| m.elapsed().ok());
+            if age.is_some_and(|a| a > UNRECORDED_GRACE) {
+                remove_run_dir(&dir);
+            }
             continue;
         };
         let Ok(rec) = serde_json::from_slice::<RunRecord>(&text) else {
@@ -331,21 +342,36 @@ pub fn sweep_stale(base: &Path) {
 }
 
 /// Removes the placeholders the stage created, if they are still what it
-/// made (an empty folder or empty regular file), never following a link.
+/// made (an empty folder or empty regular file), never following a link:
+/// each folder holding placeholders is opened once, without following any
+/// link on the way, and the entries are looked at and removed through it.
 fn remove_placeholders(ps: &[Placeholder]) {
+    use rustix::fs::{statat, unlinkat, AtFlags, FileType, OFlags};
+    let mut open: Option<(&Path, OwnedFd)> = None;
     for p in ps.iter().rev() {
-        let Ok(m) = fs::symlink_metadata(p.path.as_path()) else {
+        let path = p.path.as_path();
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             continue;
         };
-        match p.kind {
-            PlaceholderKind::Dir if m.is_dir() => {
-                let _ = fs::remove_dir(p.path.as_path());
-            }
-            PlaceholderKind::File if m.is_file() && m.len() == 0 => {
-                let _ = fs::remove_file(p.path.as_path());
-            }
-            _ => {}
+        if open.as_ref().map(|(d, _)| *d) != Some(parent) {
+            open = crate::hold::no_links(rustix::fs::CWD, parent, OFlags::PATH | OFlags::DIRECTORY)
+                .ok()
+                .map(|fd| (parent, fd));
         }
+        let Some((_, dir)) = &open else { continue };
+        let Ok(st) = statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        let ft = FileType::from_raw_mode(st.st_mode);
+        let _ = match p.kind {
+            PlaceholderKind::Dir if ft == FileType::Directory => {
+                unlinkat(dir, name, AtFlags::REMOVEDIR)
+            }
+            PlaceholderKind::File if ft == FileType::RegularFile && st.st_size == 0 => {
+                unlinkat(dir, name, AtFlags::empty())
+            }
+            _ => continue,
+        };
     }
 }
 
@@ -397,9 +423,34 @@ pub fn run(spec: &RunSpec, opts: LaunchOptions<'_>) -> Result<RunOutcome, Sandbo
     let started = Instant::now();
     let run_id = new_run_id();
     let base = opts.scratch.clone().unwrap_or_else(std::env::temp_dir);
-    // Runs of a node that died (SIGKILL) left their placeholders and folders.
-    sweep_stale(&base);
-    let scratch = Scratch::create(&base, &run_id)?;
+    // Runs of a node that died (SIGKILL) left their placeholders and
+    // folders: swept while this run starts, and done before it returns.
+    let sweeper = {
+        let base = base.clone();
+        std::thread::Builder::new()
+            .name("oz0-sweep".into())
+            .spawn(move || sweep_stale(&base))
+    };
+    let scratch = Scratch::create(&base, &run_id);
+    let result = scratch.and_then(|scratch| run_in(spec, &opts, started, &run_id, scratch));
+    match sweeper {
+        Ok(t) => {
+            let _ = t.join();
+        }
+        // No thread to spare: sweep here, after the run.
+        Err(_) => sweep_stale(&base),
+    }
+    result
+}
+
+fn run_in(
+    spec: &RunSpec,
+    opts: &LaunchOptions<'_>,
+    started: Instant,
+    run_id: &str,
+    scratch: Scratch,
+) -> Result<RunOutcome, SandboxError> {
+    let run_id = run_id.to_string();
 
     // The job first: if it cannot be made, nothing else happens.
     let job = match (spec.limits.needs_job(), opts.jobs) {
@@ -441,7 +492,7 @@ pub fn run(spec: &RunSpec, opts: LaunchOptions<'_>) -> Result<RunOutcome, Sandbo
     // Recorded before anything is created, so that a sweep can undo it if
     // this process dies.
     record_run(&scratch.dir, &plan.placeholders)?;
-    let result = execute(&plan, &opts, &run_id, started, spec, job.as_ref(), bridge);
+    let result = execute(&plan, opts, &run_id, started, spec, job.as_ref(), bridge);
     remove_placeholders(&plan.placeholders);
     drop(egress_guard);
     let result = result.map(|mut o| {
@@ -749,6 +800,81 @@ mod tests {
         let r = StageReport::parse("S\nL {}\nX 127 cannot execute \"x\": No such file\n");
         assert_eq!(r.not_executed.unwrap().0, 127);
         assert!(!StageReport::parse("").started);
+    }
+
+    fn tmp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("oz0-launch-unit-{tag}-{}", new_run_id()));
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn ph(path: &Path, kind: PlaceholderKind) -> Placeholder {
+        Placeholder {
+            path: AbsPath::from_path(path).unwrap(),
+            kind,
+        }
+    }
+
+    /// Only what is still an empty placeholder goes; nothing is reached
+    /// through a link, in the last component or on the way.
+    #[test]
+    fn placeholder_removal_takes_only_empty_placeholders_and_follows_no_link() {
+        let base = tmp("rm");
+        let work = base.join("work");
+        let elsewhere = base.join("elsewhere");
+        fs::create_dir_all(work.join(".git")).unwrap();
+        fs::create_dir_all(elsewhere.join(".claude")).unwrap();
+        fs::write(elsewhere.join("config"), b"").unwrap();
+        fs::create_dir(work.join(".claude")).unwrap();
+        fs::write(work.join(".mcp.json"), b"").unwrap();
+        fs::write(work.join(".bashrc"), b"written by the run").unwrap();
+        fs::create_dir(work.join(".vscode")).unwrap();
+        fs::write(work.join(".vscode/settings.json"), b"{}").unwrap();
+        std::os::unix::fs::symlink(elsewhere.join(".claude"), work.join(".codex")).unwrap();
+        // A parent replaced by a link: nothing under it may be touched.
+        std::os::unix::fs::symlink(&elsewhere, work.join("linked")).unwrap();
+        let list = [
+            ph(&work.join(".claude"), PlaceholderKind::Dir),
+            ph(&work.join(".mcp.json"), PlaceholderKind::File),
+            ph(&work.join(".bashrc"), PlaceholderKind::File),
+            ph(&work.join(".vscode"), PlaceholderKind::Dir),
+            ph(&work.join(".codex"), PlaceholderKind::Dir),
+            ph(&work.join("linked/.claude"), PlaceholderKind::Dir),
+            ph(&work.join("linked/config"), PlaceholderKind::File),
+            ph(&work.join(".zshrc"), PlaceholderKind::File),
+        ];
+        remove_placeholders(&list);
+        assert!(!work.join(".claude").exists() && !work.join(".mcp.json").exists());
+        assert_eq!(
+            fs::read(work.join(".bashrc")).unwrap(),
+            b"written by the run"
+        );
+        assert!(work.join(".vscode/settings.json").is_file());
+        assert!(fs::symlink_metadata(work.join(".codex")).is_ok());
+        assert!(elsewhere.join(".claude").is_dir() && elsewhere.join("config").is_file());
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// A folder without a record is a dead node's only after the grace
+    /// period: a live node writes its record right after making it.
+    #[test]
+    fn sweep_takes_unrecorded_folders_only_when_old() {
+        let base = tmp("sweep");
+        let fresh = base.join("oz0-run-fresh");
+        let old = base.join("oz0-run-old");
+        let other = base.join("not-a-run");
+        for d in [&fresh, &old, &other] {
+            fs::create_dir(d).unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - UNRECORDED_GRACE * 2;
+        for d in [&old, &other] {
+            File::open(d).unwrap().set_modified(long_ago).unwrap();
+        }
+        sweep_stale(&base);
+        assert!(fresh.is_dir(), "a fresh folder was taken");
+        assert!(!old.exists(), "an old folder without a record was left");
+        assert!(other.is_dir(), "a folder not named as a run's was taken");
+        fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
