@@ -1,15 +1,19 @@
-//! In the stage, before anything of the caller runs: the placeholders of
-//! protected names that did not exist, mounted read-only in a mount
-//! namespace of the stage's own, then every capability given up.
+//! In the stage, before anything of the caller runs: in a mount namespace
+//! of the stage's own, the placeholders of protected names that did not
+//! exist are mounted read-only and the run's root is made read-only; then
+//! every capability is given up.
 //!
 //! Why here and not in bubblewrap: bubblewrap re-reads the whole mount
-//! table for every mount it makes, so each placeholder cost it about a
-//! third of a millisecond, and an empty work folder has one per protected
-//! name. Here each is one bind mount.
+//! table for every mount it makes or changes, so each placeholder cost it
+//! about a third of a millisecond, and an empty work folder has one per
+//! protected name. Here each is one bind mount.
 //!
 //! What holds the placeholders afterwards:
-//! - Each is bound from a source inside a read-only mount
-//!   ([`PLACEHOLDERS_INSIDE`]), so the new mount is read-only itself.
+//! - Their sources (an empty file and an empty folder) are made on the
+//!   run's root at [`PLACEHOLDERS_INSIDE`], bound onto themselves and made
+//!   read-only before any placeholder is bound from them, so every
+//!   placeholder is a read-only mount itself. The command may see the
+//!   sources there (where Landlock is missing), empty and read-only.
 //! - The stage's mount namespace is owned by the run's innermost user
 //!   namespace, where the command has no capability (given up below, with
 //!   the bounding and ambient sets emptied and no_new_privs set before the
@@ -26,19 +30,54 @@ use std::path::Path;
 use rustix::fs::{openat2, Mode, OFlags, ResolveFlags, CWD};
 use rustix::io::Errno;
 
-use crate::plan::{Placeholder, PlaceholderKind, PLACEHOLDERS_INSIDE};
+use rustix::mount::MountFlags;
 
-/// Mounts `placeholders` (none: nothing happens, no namespace is made).
-pub fn mount_placeholders(placeholders: &[Placeholder]) -> Result<(), String> {
-    if placeholders.is_empty() {
-        return Ok(());
-    }
+use crate::plan::{
+    Placeholder, PlaceholderKind, PLACEHOLDERS_INSIDE, PLACEHOLDER_DIR, PLACEHOLDER_FILE,
+};
+
+/// In a new mount namespace: mounts `placeholders`, then makes the run's
+/// root read-only (bubblewrap leaves it writable for this).
+pub fn prepare_mounts(placeholders: &[Placeholder]) -> Result<(), String> {
     oz0_sys::ns::unshare_mount_namespace()
-        .map_err(|e| format!("placeholders: cannot make the stage's mount namespace: {e}"))?;
-    for p in placeholders {
-        mount_one(p).map_err(|e| format!("placeholder {}: {e}", p.path))?;
+        .map_err(|e| format!("cannot make the stage's mount namespace: {e}"))?;
+    if !placeholders.is_empty() {
+        make_sources().map_err(|e| format!("placeholder sources: {e}"))?;
+        for p in placeholders {
+            mount_one(p).map_err(|e| format!("placeholder {}: {e}", p.path))?;
+        }
     }
-    Ok(())
+    rustix::mount::mount_remount(
+        "/",
+        MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+        "",
+    )
+    .map_err(|e| format!("cannot make the run's root read-only: {e}"))
+}
+
+/// Makes the empty file and folder placeholders are bound from, in a
+/// folder that is then a read-only mount of its own.
+fn make_sources() -> Result<(), Errno> {
+    let dir = Path::new(PLACEHOLDERS_INSIDE);
+    rustix::fs::mkdir(dir, Mode::from_raw_mode(0o700))?;
+    let d = no_links(CWD, dir, OFlags::DIRECTORY | OFlags::RDONLY)?;
+    drop(rustix::fs::openat(
+        &d,
+        PLACEHOLDER_FILE,
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o444),
+    )?);
+    rustix::fs::mkdirat(&d, PLACEHOLDER_DIR, Mode::from_raw_mode(0o555))?;
+    rustix::mount::mount_bind(dir, dir)?;
+    rustix::mount::mount_remount(
+        dir,
+        MountFlags::BIND
+            | MountFlags::RDONLY
+            | MountFlags::NOSUID
+            | MountFlags::NODEV
+            | MountFlags::NOEXEC,
+        "",
+    )
 }
 
 pub(crate) fn no_links(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {

@@ -17,7 +17,7 @@
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -30,9 +30,7 @@ use serde::Serialize;
 use crate::bwrap;
 use crate::host;
 use crate::landlock::LandlockReport;
-use crate::plan::{
-    self, fds, Placeholder, PlaceholderKind, Plan, RunDir, PLACEHOLDER_DIR, PLACEHOLDER_FILE,
-};
+use crate::plan::{self, fds, Placeholder, PlaceholderKind, Plan};
 use crate::stage::StageConfig;
 
 /// How to launch.
@@ -211,7 +209,6 @@ pub fn new_run_id() -> String {
 /// The run's private host folder; removed on drop.
 struct Scratch {
     dir: PathBuf,
-    run_dir: RunDir,
 }
 
 impl Scratch {
@@ -221,26 +218,7 @@ impl Scratch {
             .mode(0o700)
             .create(&dir)
             .map_err(prep("creating the run's folder"))?;
-        let sources = dir.join(PLACEHOLDER_SOURCES);
-        let s = Scratch {
-            run_dir: RunDir {
-                sources: AbsPath::from_path(&sources).map_err(prep("the temp dir"))?,
-            },
-            dir,
-        };
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&sources)
-            .map_err(prep("placeholder sources"))?;
-        let file = sources.join(PLACEHOLDER_FILE);
-        File::create(&file).map_err(prep("placeholder file"))?;
-        fs::set_permissions(&file, fs::Permissions::from_mode(0o444))
-            .map_err(prep("placeholder file"))?;
-        fs::DirBuilder::new()
-            .mode(0o555)
-            .create(sources.join(PLACEHOLDER_DIR))
-            .map_err(prep("placeholder folder"))?;
-        Ok(s)
+        Ok(Scratch { dir })
     }
 }
 
@@ -250,15 +228,7 @@ impl Drop for Scratch {
     }
 }
 
-/// The placeholder sources' folder in a run's private folder.
-const PLACEHOLDER_SOURCES: &str = "ph";
-
-/// Removes a run's private folder (its empty folder is read-only).
 fn remove_run_dir(dir: &Path) {
-    let _ = fs::set_permissions(
-        dir.join(PLACEHOLDER_SOURCES).join(PLACEHOLDER_DIR),
-        fs::Permissions::from_mode(0o700),
-    );
     let _ = fs::remove_dir_all(dir);
 }
 
@@ -398,11 +368,10 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
 pub fn plan_only(
     spec: &RunSpec,
     node_exe: &Path,
-    run_dir: &RunDir,
     extras: &plan::Extras,
 ) -> Result<Plan, SandboxError> {
     let facts = host::gather(spec, node_exe)?;
-    Ok(plan::plan(spec, &facts, run_dir, extras)?)
+    Ok(plan::plan(spec, &facts, extras)?)
 }
 
 /// Runs `spec` to its end. `Err` means the command never ran.
@@ -488,7 +457,7 @@ fn run_in(
     }
 
     let facts = host::gather(spec, &opts.node_exe)?;
-    let plan = plan::plan(spec, &facts, &scratch.run_dir, &extras)?;
+    let plan = plan::plan(spec, &facts, &extras)?;
     // Recorded before anything is created, so that a sweep can undo it if
     // this process dies.
     record_run(&scratch.dir, &plan.placeholders)?;

@@ -110,11 +110,6 @@ pub enum Mount {
         /// Path inside.
         dest: AbsPath,
     },
-    /// Make `dest` read-only (not recursive).
-    RemountRo {
-        /// Path inside.
-        dest: AbsPath,
-    },
 }
 
 impl Mount {
@@ -126,8 +121,7 @@ impl Mount {
             | Mount::Symlink { dest, .. }
             | Mount::Proc { dest }
             | Mount::Dev { dest }
-            | Mount::Tmpfs { dest }
-            | Mount::RemountRo { dest } => dest,
+            | Mount::Tmpfs { dest } => dest,
         }
     }
 }
@@ -186,21 +180,13 @@ pub struct LandlockRules {
     pub write: Vec<String>,
 }
 
-/// The folder, in the run's private host folder, holding the placeholders'
-/// sources: an empty read-only file [`PLACEHOLDER_FILE`] and an empty
-/// read-only folder [`PLACEHOLDER_DIR`]. Mounted read-only at
-/// [`PLACEHOLDERS_INSIDE`] when the run has placeholders.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunDir {
-    /// The folder (host path).
-    pub sources: AbsPath,
-}
-
 /// The empty file placeholders of files are bound from.
 pub const PLACEHOLDER_FILE: &str = "empty";
 /// The empty folder placeholders of folders are bound from.
 pub const PLACEHOLDER_DIR: &str = "empty.d";
-/// Where [`RunDir::sources`] is inside the run.
+/// Where the stage makes the placeholders' sources ([`PLACEHOLDER_FILE`],
+/// [`PLACEHOLDER_DIR`]) inside the run, on the run's own root, as a
+/// read-only mount of their own.
 pub const PLACEHOLDERS_INSIDE: &str = "/oz0/ph";
 
 impl PlaceholderKind {
@@ -213,11 +199,11 @@ impl PlaceholderKind {
     }
 }
 
-/// The capabilities bubblewrap leaves to the stage when the run has
-/// placeholders: to mount them in its own mount namespace (`CAP_SYS_ADMIN`,
-/// in the run's innermost user namespace only) and to empty its bounding set
-/// afterwards (`CAP_SETPCAP`). The stage gives up every capability before
-/// anything of the caller runs.
+/// The capabilities bubblewrap leaves to the stage: to mount the
+/// placeholders and make the run's root read-only in a mount namespace of
+/// its own (`CAP_SYS_ADMIN`, in the run's innermost user namespace only) and
+/// to empty its bounding set afterwards (`CAP_SETPCAP`). The stage gives up
+/// every capability before anything of the caller runs.
 pub const STAGE_CAPS: &[&str] = &["CAP_SYS_ADMIN", "CAP_SETPCAP"];
 
 /// What the launcher adds to a run beyond the caller's spec.
@@ -344,12 +330,7 @@ fn abs(s: &str) -> AbsPath {
 }
 
 /// Makes the plan. Pure: everything about the host comes from `host`.
-pub fn plan(
-    spec: &RunSpec,
-    host: &HostFacts,
-    run_dir: &RunDir,
-    extras: &Extras,
-) -> Result<Plan, PlanError> {
+pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, PlanError> {
     let mut mounts = Vec::new();
     let mut landlock = LandlockRules::default();
 
@@ -477,15 +458,8 @@ pub fn plan(
     // A stable sort by depth puts every mount after the mounts of its parents.
     user.sort_by_key(|m| m.dest().depth());
     mounts.extend(user);
-    // The placeholders' sources, for the stage (it mounts the placeholders
-    // after all of these, so they are never hidden under a later mount).
-    if !placeholders.is_empty() {
-        mounts.push(Mount::RoBind {
-            src: run_dir.sources.clone(),
-            dest: abs(PLACEHOLDERS_INSIDE),
-        });
-    }
-    mounts.push(Mount::RemountRo { dest: abs("/") });
+    // The stage mounts the placeholders after all of these (so they are
+    // never hidden under a later mount), then makes the root read-only.
 
     let mut env: Vec<(String, String)> = spec
         .env
@@ -618,10 +592,8 @@ impl Plan {
         ] {
             a.push(s.into());
         }
-        if !self.placeholders.is_empty() {
-            for c in STAGE_CAPS {
-                a.extend(["--cap-add".into(), c.to_string()]);
-            }
+        for c in STAGE_CAPS {
+            a.extend(["--cap-add".into(), c.to_string()]);
         }
         for m in &self.mounts {
             match m {
@@ -637,7 +609,6 @@ impl Plan {
                 Mount::Proc { dest } => a.extend(["--proc".into(), dest.to_string()]),
                 Mount::Dev { dest } => a.extend(["--dev".into(), dest.to_string()]),
                 Mount::Tmpfs { dest } => a.extend(["--tmpfs".into(), dest.to_string()]),
-                Mount::RemountRo { dest } => a.extend(["--remount-ro".into(), dest.to_string()]),
                 Mount::DevBind { src, dest } => {
                     a.extend(["--dev-bind".into(), src.to_string(), dest.to_string()])
                 }
@@ -720,12 +691,6 @@ mod tests {
         }
     }
 
-    fn run_dir() -> RunDir {
-        RunDir {
-            sources: p("/tmp/oz0-run-x/ph"),
-        }
-    }
-
     fn basic_host() -> HostFacts {
         host(
             vec![root("/w", Entry::Dir)],
@@ -735,17 +700,18 @@ mod tests {
 
     #[test]
     fn golden_minimal_run() {
-        let plan = plan(&spec(|_| {}), &basic_host(), &run_dir(), &Extras::default()).unwrap();
+        let plan = plan(&spec(|_| {}), &basic_host(), &Extras::default()).unwrap();
         let args = plan.bwrap_args().join(" ");
         let expect = "--unshare-user --unshare-ipc --unshare-pid --unshare-net --unshare-uts --unshare-cgroup \
 --disable-userns --die-with-parent --new-session --clearenv --cap-drop ALL --hostname oz0 \
 --cap-add CAP_SYS_ADMIN --cap-add CAP_SETPCAP \
 --ro-bind /usr /usr --symlink usr/bin /bin --ro-bind /etc /etc --proc /proc --dev /dev --tmpfs /tmp \
 --ro-bind /opt/oz0/oz0-node /oz0/oz0-node --bind /w /w \
---ro-bind /tmp/oz0-run-x/ph /oz0/ph --remount-ro / --chdir /w --json-status-fd 4";
+--chdir /w --json-status-fd 4";
         assert_eq!(args, expect);
         // Every protected name of the empty work folder is a placeholder the
-        // stage mounts from the read-only sources.
+        // stage mounts (from sources it makes at /oz0/ph); the stage, not
+        // bubblewrap, then makes the root read-only.
         assert_eq!(
             plan.placeholders.len(),
             protected::READ_ONLY_NAMES.len(),
@@ -758,16 +724,8 @@ mod tests {
         }));
         assert_eq!(PlaceholderKind::Dir.source_inside(), "/oz0/ph/empty.d");
         assert_eq!(PlaceholderKind::File.source_inside(), "/oz0/ph/empty");
-        // Without placeholders the stage keeps no capability at all.
-        let none = Extras {
-            fault: Some(Fault::NoProtectedPaths),
-            ..Extras::default()
-        };
-        let bare = super::plan(&spec(|_| {}), &basic_host(), &run_dir(), &none).unwrap();
-        assert!(bare.placeholders.is_empty());
-        let args = bare.bwrap_args();
-        assert!(!args.iter().any(|a| a == "--cap-add"), "{args:?}");
-        assert!(!args.iter().any(|a| a == PLACEHOLDERS_INSIDE), "{args:?}");
+        // bubblewrap never mounts anything at the sources' place.
+        assert!(!args.contains(PLACEHOLDERS_INSIDE), "{args}");
         // Nothing of the caller's is on bubblewrap's real command line.
         assert_eq!(
             Plan::bwrap_command().join(" "),
@@ -778,12 +736,11 @@ mod tests {
 
     #[test]
     fn nothing_but_what_is_named_is_mounted() {
-        let plan = plan(&spec(|_| {}), &basic_host(), &run_dir(), &Extras::default()).unwrap();
+        let plan = plan(&spec(|_| {}), &basic_host(), &Extras::default()).unwrap();
         for m in &plan.mounts {
             if let Mount::RoBind { src, .. } | Mount::Bind { src, .. } = m {
                 let ok = ["/usr", "/etc", "/opt/oz0/oz0-node", "/w"].contains(&src.as_str())
-                    || src.starts_with(&p("/w"))
-                    || src.starts_with(&p("/tmp/oz0-run-x"));
+                    || src.starts_with(&p("/w"));
                 assert!(ok, "unexpected source {src}");
                 assert!(!src.starts_with(&p("/home")), "home mounted: {src}");
             }
@@ -801,7 +758,6 @@ mod tests {
         let ok = plan(
             &spec(|_| {}),
             &basic_host(),
-            &run_dir(),
             &with(&["OZ0_VMENV_API_KEY", "OZ0_VMENV_api_key"]),
         )
         .unwrap();
@@ -815,7 +771,7 @@ mod tests {
             "LD_PRELOAD",
         ] {
             assert_eq!(
-                plan(&spec(|_| {}), &basic_host(), &run_dir(), &with(&[bad])),
+                plan(&spec(|_| {}), &basic_host(), &with(&[bad])),
                 Err(PlanError::BadVmSecret(bad.into())),
                 "{bad}"
             );
@@ -824,7 +780,6 @@ mod tests {
             plan(
                 &spec(|_| {}),
                 &basic_host(),
-                &run_dir(),
                 &with(&["OZ0_VMENV_A", "OZ0_VMENV_A"])
             ),
             Err(PlanError::BadVmSecret(_))
@@ -834,11 +789,11 @@ mod tests {
     #[test]
     fn environment_is_exactly_the_callers_plus_needs() {
         let s = spec(|r| r.env = vec![oz0_policy::EnvVar::parse("LANG=C").unwrap()]);
-        let plan = plan(&s, &basic_host(), &run_dir(), &Extras::default()).unwrap();
+        let plan = plan(&s, &basic_host(), &Extras::default()).unwrap();
         let names: Vec<_> = plan.env.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, vec!["LANG", "PATH", "HOME", "TMPDIR"]);
         let s = spec(|r| r.env = vec![oz0_policy::EnvVar::parse("PATH=/x").unwrap()]);
-        let plan = super::plan(&s, &basic_host(), &run_dir(), &Extras::default()).unwrap();
+        let plan = super::plan(&s, &basic_host(), &Extras::default()).unwrap();
         assert_eq!(plan.env.iter().filter(|(n, _)| n == "PATH").count(), 1);
         assert!(plan.env.contains(&("PATH".into(), "/x".into())));
     }
@@ -861,7 +816,7 @@ mod tests {
                 prot("/w/sub", Entry::Missing, &[]),
             ],
         );
-        let plan = plan(&s, &h, &run_dir(), &Extras::default()).unwrap();
+        let plan = plan(&s, &h, &Extras::default()).unwrap();
         let pos = |needle: &Mount| plan.mounts.iter().position(|m| m == needle).unwrap();
         let w = pos(&Mount::Bind {
             src: p("/w"),
@@ -895,7 +850,7 @@ mod tests {
                 ],
             )],
         );
-        let plan = plan(&spec(|_| {}), &h, &run_dir(), &Extras::default()).unwrap();
+        let plan = plan(&spec(|_| {}), &h, &Extras::default()).unwrap();
         let git = plan
             .mounts
             .iter()
@@ -916,19 +871,7 @@ mod tests {
                 }
             })
             .unwrap();
-        // The stage mounts placeholders after every bubblewrap mount, from
-        // the sources mounted last.
-        let sources = plan
-            .mounts
-            .iter()
-            .position(|m| {
-                *m == Mount::RoBind {
-                    src: p("/tmp/oz0-run-x/ph"),
-                    dest: p(PLACEHOLDERS_INSIDE),
-                }
-            })
-            .unwrap();
-        assert!(git < hooks && hooks < sources);
+        assert!(git < hooks);
         assert!(!plan.mounts.iter().any(|m| m.dest() == &p("/w/.git/config")));
         assert!(plan.placeholders.contains(&Placeholder {
             path: p("/w/.git/config"),
@@ -946,13 +889,12 @@ mod tests {
             vec![root("/w", Entry::Dir)],
             vec![prot("/w", Entry::File, &[])],
         );
-        let plan = plan(&spec(|_| {}), &h, &run_dir(), &Extras::default()).unwrap();
+        let plan = plan(&spec(|_| {}), &h, &Extras::default()).unwrap();
         assert!(plan.mounts.contains(&Mount::RoBind {
             src: p("/w/.git"),
             dest: p("/w/.git")
         }));
-        let plan =
-            super::plan(&spec(|_| {}), &basic_host(), &run_dir(), &Extras::default()).unwrap();
+        let plan = super::plan(&spec(|_| {}), &basic_host(), &Extras::default()).unwrap();
         assert!(plan.protected.contains(&Protected {
             path: p("/w/.git"),
             how: Protection::AbsentGit
@@ -1082,7 +1024,7 @@ mod tests {
         ];
         for (name, make, want) in cases {
             let (s, h) = make();
-            let e = plan(&s, &h, &run_dir(), &Extras::default()).expect_err(name);
+            let e = plan(&s, &h, &Extras::default()).expect_err(name);
             assert!(want(&e), "{name}: {e:?}");
             assert!(!e.to_string().is_empty());
         }

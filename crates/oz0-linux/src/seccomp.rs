@@ -261,12 +261,27 @@ fn arch() -> Result<TargetArch, SeccompError> {
     TargetArch::try_from(std::env::consts::ARCH).map_err(|e| SeccompError(e.to_string()))
 }
 
-/// Compiles `profile` into BPF programs, one per errno, to be installed in
-/// order. The first carries the x32 guard on x86_64.
-pub fn compile(profile: Profile) -> Result<Vec<BpfProgram>, SeccompError> {
+/// Compiles `profile` into one BPF program (see [`chain`]), headed by the
+/// x32 guard on x86_64; a `Vec` for [`install`]. With `deny_unix`, the
+/// program also refuses new unix sockets ([`compile_unix_deny`], which runs
+/// first: it names `socket` too, and as the filter installed last it would
+/// have decided between the two).
+pub fn compile(profile: Profile, deny_unix: bool) -> Result<Vec<BpfProgram>, SeccompError> {
+    let mut programs = compile_rules(&rules(profile), arch()?)?;
+    if deny_unix {
+        programs.insert(0, compile_unix_deny()?);
+    }
+    let mut guarded = x32_guard();
+    guarded.append(&mut chain(programs));
+    Ok(vec![guarded])
+}
+
+/// One program per errno, in errno order, each allowing what it does not
+/// refuse.
+fn compile_rules(rules: &[Rule], arch: TargetArch) -> Result<Vec<BpfProgram>, SeccompError> {
     let err = |e: seccompiler::BackendError| SeccompError(e.to_string());
     let mut by_errno: BTreeMap<i32, BTreeMap<i64, Vec<SeccompRule>>> = BTreeMap::new();
-    for rule in rules(profile) {
+    for &rule in rules {
         let conds: Vec<Vec<SeccompCondition>> = match rule.when {
             When::Always => vec![],
             When::AnyBit { arg, bits } => bits
@@ -305,7 +320,6 @@ pub fn compile(profile: Profile) -> Result<Vec<BpfProgram>, SeccompError> {
             .or_default()
             .insert(rule.nr, rules);
     }
-    let arch = arch()?;
     let mut programs = Vec::new();
     for (errno, map) in by_errno {
         let filter = SeccompFilter::new(
@@ -318,12 +332,40 @@ pub fn compile(profile: Profile) -> Result<Vec<BpfProgram>, SeccompError> {
         let prog: BpfProgram = filter.try_into().map_err(err)?;
         programs.push(prog);
     }
-    if let Some(first) = programs.first_mut() {
-        let mut guarded = x32_guard();
-        guarded.append(first);
-        *first = guarded;
-    }
     Ok(programs)
+}
+
+/// `ret ALLOW`, the verdict of a program that did not match.
+const RET_ALLOW: sock_filter = sock_filter {
+    code: 0x06,
+    jt: 0,
+    jf: 0,
+    k: 0x7fff_0000,
+};
+
+/// Joins filter programs into one that gives the verdict of the first that
+/// does not allow the call: each `ret ALLOW` but the last program's jumps
+/// to the start of the next program instead. One filter is one JIT-compiled
+/// program the kernel runs on every system call of the command, instead of
+/// one per errno. Where two programs refuse the same call the first one's
+/// errno is returned: the one the kernel takes from separate filters when
+/// the first was installed last (checked by a test).
+fn chain(programs: Vec<BpfProgram>) -> BpfProgram {
+    let mut out = BpfProgram::new();
+    let last = programs.len().saturating_sub(1);
+    for (i, p) in programs.into_iter().enumerate() {
+        let len = p.len();
+        for (pc, ins) in p.into_iter().enumerate() {
+            let is_allow = ins.code == RET_ALLOW.code && ins.k == RET_ALLOW.k;
+            if i < last && is_allow {
+                // `ja`: skip what is left of this program.
+                out.push(stmt(0x05, (len - pc - 1) as u32));
+            } else {
+                out.push(ins);
+            }
+        }
+    }
+    out
 }
 
 /// On x86_64, system call numbers with bit 30 set are the x32 ABI, which has
@@ -420,10 +462,151 @@ mod tests {
         assert!(!compile_unix_deny().unwrap().is_empty());
     }
 
+    /// Runs a classic BPF program (the instructions seccompiler and the x32
+    /// guard emit) on a `seccomp_data`: nr, arch, ip, args.
+    fn run(p: &[sock_filter], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
+        let word = |off: u32| -> u32 {
+            match off {
+                0 => nr,
+                4 => arch,
+                8 | 12 => 0,
+                o => {
+                    let a = args[((o - 16) / 8) as usize];
+                    if (o - 16) % 8 == 0 {
+                        a as u32
+                    } else {
+                        (a >> 32) as u32
+                    }
+                }
+            }
+        };
+        let (mut acc, mut pc) = (0u32, 0usize);
+        loop {
+            let i = &p[pc];
+            pc += 1;
+            match i.code {
+                0x20 => acc = word(i.k),
+                0x54 => acc &= i.k,
+                0x06 => return i.k,
+                0x05 => pc += i.k as usize,
+                0x15 | 0x25 | 0x35 | 0x45 => {
+                    let hit = match i.code {
+                        0x15 => acc == i.k,
+                        0x25 => acc > i.k,
+                        0x35 => acc >= i.k,
+                        _ => acc & i.k != 0,
+                    };
+                    pc += if hit { i.jt } else { i.jf } as usize;
+                }
+                c => panic!("instruction {c:#x} not known to this test"),
+            }
+        }
+    }
+
+    /// The kernel's verdict over several filters: the one of lowest action
+    /// value wins; among equal actions, the most recently installed.
+    fn run_all(ps: &[BpfProgram], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
+        let mut best = u32::MAX;
+        for p in ps.iter().rev() {
+            let v = run(p, nr, arch, args);
+            if ((v & 0xffff_0000) as i32) < ((best & 0xffff_0000) as i32) || best == u32::MAX {
+                best = v;
+            }
+        }
+        best
+    }
+
+    /// The one chained program answers every call (every number, x32
+    /// numbers, another architecture, the arguments the rules look at)
+    /// exactly as the separate programs installed one after the other.
     #[test]
-    fn compiles_one_program_per_errno() {
-        let p = compile(Profile::Default).unwrap();
-        assert_eq!(p.len(), 3, "EPERM, EAFNOSUPPORT, ENOSYS");
-        assert!(p.iter().all(|p| !p.is_empty() && p.len() < 4096));
+    fn the_chained_program_gives_the_verdicts_of_the_separate_ones() {
+        for (profile, unix) in [
+            (Profile::Default, false),
+            (Profile::Default, true),
+            (Profile::Vmm, false),
+        ] {
+            let one = compile(profile, unix).unwrap();
+            assert_eq!(one.len(), 1);
+            assert!(one[0].len() < 4096);
+            // The separate programs, as before the chaining: one per errno,
+            // the first installed headed by the x32 guard.
+            let mut separate: Vec<BpfProgram> = Vec::new();
+            let arch = arch().unwrap();
+            let mut by_errno: BTreeMap<i32, Vec<&Rule>> = BTreeMap::new();
+            let rs = rules(profile);
+            for r in &rs {
+                by_errno.entry(r.errno).or_default().push(r);
+            }
+            assert!(by_errno.len() >= 3, "EPERM, EAFNOSUPPORT, ENOSYS");
+            for (errno, _) in by_errno {
+                let only: Vec<Rule> = rs.iter().filter(|r| r.errno == errno).cloned().collect();
+                let p = compile_rules(&only, arch).unwrap();
+                assert_eq!(p.len(), 1);
+                separate.push(p.into_iter().next().unwrap());
+            }
+            let mut g = x32_guard();
+            g.append(&mut separate[0]);
+            separate[0] = g;
+            if unix {
+                // Installed after the others.
+                separate.push(compile_unix_deny().unwrap());
+            }
+            let native = 0xC000_003E;
+            let arg_sets: [[u64; 6]; 7] = [
+                [0; 6],
+                [2, 1, 0, 0, 0, 0],                // AF_INET
+                [1, 1, 0, 0, 0, 0],                // AF_UNIX
+                [16, 3, 0, 0, 0, 0],               // AF_NETLINK
+                [40, 1, 0, 0, 0, 0],               // AF_VSOCK
+                [0x1000_0000, 0x5412, 0, 0, 0, 0], // CLONE_NEWUSER, TIOCSTI
+                [u64::MAX; 6],
+            ];
+            let mut checked = 0;
+            for nr in (0..600).chain([0x4000_0000, 0x4000_0001, 0x4000_0200]) {
+                for args in arg_sets {
+                    for a in [native, 0x4000_0003] {
+                        assert_eq!(
+                            run(&one[0], nr, a, args),
+                            run_all(&separate, nr, a, args),
+                            "{profile:?}: nr {nr:#x}, arch {a:#x}, args {args:?}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+            assert!(checked > 8000);
+        }
+    }
+
+    /// The verdicts themselves, on a few calls the design names.
+    #[test]
+    fn the_chained_program_refuses_what_the_design_names() {
+        let p = &compile(Profile::Default, true).unwrap()[0];
+        let native = 0xC000_003E;
+        let errno = |e: i32| 0x0005_0000 | e as u32;
+        let nr = |name: &str| {
+            rules(Profile::Default)
+                .iter()
+                .find(|r| r.name == name)
+                .unwrap()
+                .nr as u32
+        };
+        assert_eq!(run(p, nr("ptrace"), native, [0; 6]), errno(libc::EPERM));
+        assert_eq!(run(p, nr("clone3"), native, [0; 6]), errno(libc::ENOSYS));
+        assert_eq!(
+            run(p, nr("socket"), native, [16, 3, 0, 0, 0, 0]),
+            errno(libc::EAFNOSUPPORT)
+        );
+        assert_eq!(
+            run(p, nr("socket"), native, [2, 1, 0, 0, 0, 0]),
+            0x7fff_0000
+        );
+        assert_eq!(run(p, 0, native, [0; 6]), 0x7fff_0000, "read is allowed");
+        assert_eq!(
+            run(p, 0x4000_0000, native, [0; 6]),
+            errno(libc::ENOSYS),
+            "x32"
+        );
     }
 }

@@ -164,7 +164,9 @@ fn prepare() -> Result<Prepared, String> {
         cfg.env.extend(vars);
         port = Some(p);
     }
-    if cfg.deny_unix_sockets {
+    // With a bridge, its unix socket is made first, then new ones refused
+    // by a filter of their own; without, the refusal is in the one filter.
+    if cfg.deny_unix_sockets && port.is_some() {
         let p = seccomp::compile_unix_deny().map_err(|e| e.to_string())?;
         seccomp::install(&[p]).map_err(|e| e.to_string())?;
     }
@@ -189,9 +191,10 @@ fn restrict() -> Result<(StageConfig, landlock::LandlockReport), String> {
     drop(stderr);
     // The command inherits stdin, stdout and stderr, and nothing else.
     oz0_sys::spawn::cloexec_from(3).map_err(|e| format!("close_range: {e}"))?;
-    crate::hold::mount_placeholders(&cfg.placeholders)?;
+    crate::hold::prepare_mounts(&cfg.placeholders)?;
     crate::hold::drop_capabilities()?;
-    let programs = seccomp::compile(cfg.seccomp).map_err(|e| e.to_string())?;
+    let unix_now = cfg.deny_unix_sockets && cfg.bridge.is_none();
+    let programs = seccomp::compile(cfg.seccomp, unix_now).map_err(|e| e.to_string())?;
     let report = landlock::restrict(&cfg.landlock).map_err(|e| e.to_string())?;
     seccomp::install(&programs).map_err(|e| e.to_string())?;
     Ok((cfg, report))

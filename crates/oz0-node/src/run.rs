@@ -214,12 +214,7 @@ pub fn run(args: RunArgs) -> i32 {
         Err(e) => return refuse(format!("cannot find this binary's own path: {e}")),
     };
     if args.dry_run {
-        let dir = std::env::temp_dir();
-        let run_dir = oz0_linux::plan::RunDir {
-            sources: oz0_policy::AbsPath::from_path(&dir.join("oz0-run-DRYRUN/ph"))
-                .expect("temp dir is UTF-8"),
-        };
-        return match oz0_linux::launch::plan_only(&spec, &node_exe, &run_dir, &Default::default()) {
+        return match oz0_linux::launch::plan_only(&spec, &node_exe, &Default::default()) {
             Ok(plan) => {
                 let env_names: Vec<&str> = plan.env.iter().map(|(n, _)| n.as_str()).collect();
                 let doc = json!({
