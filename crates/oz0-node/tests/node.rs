@@ -372,3 +372,35 @@ fn run_stays_up_until_sigterm() {
     assert_eq!(out.status.code(), Some(0));
     assert!(stderr(&out).contains("stopping"), "{}", stderr(&out));
 }
+
+/// The binary starts at its own entry, not std's: it still fills closed
+/// standard descriptors with /dev/null (so nothing it opens takes their
+/// place), and what it runs gets SIGPIPE at its default, not ignored.
+#[test]
+fn closed_standard_descriptors_are_filled_and_sigpipe_is_not_passed_on() {
+    ready!();
+    let work = TempDir::new("stdfds");
+    let script = "readlink /proc/self/fd/0; grep SigIgn /proc/self/status";
+    let o = Command::new("/bin/sh")
+        .arg("-c")
+        .arg("exec 0<&- \"$0\" sandbox run --work \"$1\" -- /bin/sh -c \"$2\"")
+        .arg(node())
+        .arg(&work.0)
+        .arg(script)
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("/dev/null"), "{out}");
+    let ign = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap();
+    let mask = u64::from_str_radix(ign, 16).unwrap();
+    assert_eq!(
+        mask & (1 << (libc::SIGPIPE - 1)),
+        0,
+        "SIGPIPE ignored: {out}"
+    );
+}

@@ -15,3 +15,4 @@
 pub mod ns;
 pub mod probe;
 pub mod spawn;
+pub mod start;
