@@ -261,7 +261,7 @@ fn arch() -> Result<TargetArch, SeccompError> {
     TargetArch::try_from(std::env::consts::ARCH).map_err(|e| SeccompError(e.to_string()))
 }
 
-/// Compiles `profile` into one BPF program (see [`chain`]), headed by the
+/// Compiles `profile` into one BPF program (one filter for all its rules), headed by the
 /// x32 guard on x86_64; a `Vec` for [`install`]. With `deny_unix`, the
 /// program also refuses new unix sockets ([`compile_unix_deny`], which runs
 /// first: it names `socket` too, and as the filter installed last it would
