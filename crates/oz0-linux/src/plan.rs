@@ -580,6 +580,11 @@ impl Plan {
     /// [`Plan::bwrap_command`].
     pub fn bwrap_args(&self) -> Vec<String> {
         let mut a: Vec<String> = self.namespaces.iter().map(|s| s.to_string()).collect();
+        // The stage is the run's init (see `stage`); without a pid
+        // namespace of its own (a self-test fault) there is none to be.
+        if self.namespaces.contains(&"--unshare-pid") {
+            a.push("--as-pid-1".into());
+        }
         for s in [
             "--disable-userns",
             "--die-with-parent",
@@ -703,7 +708,7 @@ mod tests {
         let plan = plan(&spec(|_| {}), &basic_host(), &Extras::default()).unwrap();
         let args = plan.bwrap_args().join(" ");
         let expect = "--unshare-user --unshare-ipc --unshare-pid --unshare-net --unshare-uts --unshare-cgroup \
---disable-userns --die-with-parent --new-session --clearenv --cap-drop ALL --hostname oz0 \
+--as-pid-1 --disable-userns --die-with-parent --new-session --clearenv --cap-drop ALL --hostname oz0 \
 --cap-add CAP_SYS_ADMIN --cap-add CAP_SETPCAP \
 --ro-bind /usr /usr --symlink usr/bin /bin --ro-bind /etc /etc --proc /proc --dev /dev --tmpfs /tmp \
 --ro-bind /opt/oz0/oz0-node /oz0/oz0-node --bind /w /w \

@@ -1,14 +1,27 @@
-//! The in-sandbox stage: the node binary, re-executed by bubblewrap as the
-//! run's first process. It mounts the run's placeholders and gives up every
+//! The in-sandbox stage: the node binary, executed by bubblewrap as the
+//! run's first process and init (pid 1 of the run's pid namespace,
+//! bubblewrap's `--as-pid-1`). It mounts the run's placeholders and makes
+//! the root read-only in a mount namespace of its own and gives up every
 //! capability ([`crate::hold`]), applies what bubblewrap cannot — Landlock
-//! and the seccomp filter — to itself, then executes the command in its
-//! place.
+//! and the seccomp filter — to itself, then starts the command as its child
+//! and reaps every process of the run until the command exits, with whose
+//! status it exits (128+N for signal N); the kernel then ends every other
+//! process of the run.
+//!
+//! Why the stage is the init and not bubblewrap's own: any process of the
+//! run can reach the mount namespace of its pid 1 through `/proc/1/root`
+//! when the kernel has no Landlock to forbid it. With bubblewrap's init as
+//! pid 1, that namespace is one without the stage's placeholders or
+//! read-only root, so a command could write a protected name through it.
+//! With the stage as pid 1 there is no process in the run outside the
+//! stage's namespace, and the stage makes itself undumpable, so `/proc/1`
+//! gives nothing of it to the command.
 //!
 //! It reads its configuration from a memory file at [`fds::CONFIG`] (never
 //! from its command line or environment, both of which are visible to the
 //! run) and reports to the launcher over the pipe at [`fds::STATUS`], which it
-//! marks close-on-exec: the launcher sees end-of-file exactly when the command
-//! was executed. Lines on that pipe:
+//! closes once the command was executed: the launcher sees end-of-file
+//! exactly then. Lines on that pipe:
 //! - `S` — the stage started;
 //! - `L <json>` — what Landlock enforced;
 //! - `E <reason>` — the sandbox could not be completed (the command never ran);
@@ -16,7 +29,6 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use serde::{Deserialize, Serialize};
@@ -138,18 +150,57 @@ pub fn main() -> i32 {
             if let Some(port) = bridge_port {
                 let _ = writeln!(status, "B {port}");
             }
-            let err = Command::new(&cfg.argv[0])
+            let child = Command::new(&cfg.argv[0])
                 .args(&cfg.argv[1..])
                 .env_clear()
                 .envs(cfg.env.iter().map(|(k, v)| (k, v)))
-                .exec();
-            let code = crate::launch::exec_failure_code(&err);
-            let _ = writeln!(status, "X {code} cannot execute {:?}: {err}", cfg.argv[0]);
-            code
+                .spawn();
+            match child {
+                Ok(child) => {
+                    drop(status);
+                    init(child.id())
+                }
+                Err(err) => {
+                    let code = crate::launch::exec_failure_code(&err);
+                    let _ = writeln!(status, "X {code} cannot execute {:?}: {err}", cfg.argv[0]);
+                    code
+                }
+            }
         }
         Err(reason) => {
             let _ = writeln!(status, "E {}", reason.replace('\n', " "));
             STAGE_FAILED
+        }
+    }
+}
+
+/// The rest of the stage's life as the run's init, once the command runs:
+/// it holds no standard stream (so a reader of the command's output sees
+/// end-of-file when the command's side closes), is undumpable, and reaps
+/// every process that ends until `command` does. Returns the command's
+/// status (128+N for signal N).
+fn init(command: u32) -> i32 {
+    use rustix::process::{waitpid, DumpableBehavior, Pid, WaitOptions};
+    let _ = rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable);
+    if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
+        let _ = rustix::stdio::dup2_stderr(&null);
+    }
+    let command = Pid::from_raw(command as i32);
+    loop {
+        match waitpid(None, WaitOptions::empty()) {
+            Ok(Some((pid, st))) if Some(pid) == command => {
+                return match (st.exit_status(), st.terminating_signal()) {
+                    (Some(code), _) => code,
+                    (None, Some(sig)) => 128 + sig,
+                    (None, None) => STAGE_FAILED,
+                };
+            }
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            // No child left, yet the command's end was not seen: cannot be.
+            Err(_) => return STAGE_FAILED,
         }
     }
 }

@@ -443,6 +443,43 @@ fn git_works_but_hooks_config_and_rename_are_protected() {
     assert!(!env.work.join(".git/hooks/post-checkout").exists());
 }
 
+/// The run's pid 1 is the stage, in the one mount namespace that holds the
+/// placeholders, and undumpable: no process of the run can reach another
+/// namespace through `/proc/1/root` (which only Landlock would stop when
+/// pid 1 lived elsewhere) and write a protected name there.
+#[test]
+fn pid_1_is_the_stage_and_proc_1_root_reaches_no_protected_name() {
+    ready!();
+    let env = Env::new("pid1root");
+    let w = env.work.display();
+    let script = format!(
+        "tr '\\0' ' ' < /proc/1/cmdline; echo; \
+         echo x > /proc/1/root{w}/.bashrc 2>/dev/null && echo root-bashrc=written; \
+         mkdir /proc/1/root{w}/.claude/x 2>/dev/null && echo root-claude=written; \
+         ls /proc/1/root/ >/dev/null 2>&1 && echo root=listed; \
+         cat /proc/1/environ >/dev/null 2>&1 && echo environ=read; echo END"
+    );
+    let out = env.sh(&[], &script);
+    let text = stdout(&out);
+    assert!(text.contains("END"), "{text} {}", stderr(&out));
+    assert!(
+        text.starts_with("/oz0/oz0-node __oz0-stage "),
+        "pid 1 is not the stage: {text}"
+    );
+    for bad in [
+        "root-bashrc=written",
+        "root-claude=written",
+        "root=listed",
+        "environ=read",
+    ] {
+        assert!(!text.contains(bad), "{bad}: {text}");
+    }
+    assert!(
+        !env.work.join(".bashrc").exists(),
+        "a protected name was left written"
+    );
+}
+
 #[test]
 fn existing_settings_folders_stay_read_only() {
     ready!();
