@@ -43,8 +43,28 @@ pub fn prepare_mounts(placeholders: &[Placeholder]) -> Result<(), String> {
         .map_err(|e| format!("cannot make the stage's mount namespace: {e}"))?;
     if !placeholders.is_empty() {
         make_sources().map_err(|e| format!("placeholder sources: {e}"))?;
+        // Each folder holding placeholders is resolved once.
+        let mut open: Option<(&Path, OwnedFd)> = None;
         for p in placeholders {
-            mount_one(p).map_err(|e| format!("placeholder {}: {e}", p.path))?;
+            let path = p.path.as_path();
+            let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                return Err(format!("placeholder {}: not a path with a parent", p.path));
+            };
+            if open.as_ref().map(|(d, _)| *d) != Some(parent) {
+                let dir = no_links(CWD, parent, OFlags::PATH | OFlags::DIRECTORY).map_err(|e| {
+                    format!(
+                        "placeholder {}: its folder {}: {e}",
+                        p.path,
+                        parent.display()
+                    )
+                })?;
+                open = Some((parent, dir));
+            }
+            let Some((_, dir)) = &open else {
+                unreachable!("opened above")
+            };
+            mount_one(dir, Path::new(name), p.kind)
+                .map_err(|e| format!("placeholder {}: {e}", p.path))?;
         }
     }
     rustix::mount::mount_remount(
@@ -90,18 +110,13 @@ pub(crate) fn no_links(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<Own
     )
 }
 
-fn mount_one(p: &Placeholder) -> Result<(), String> {
-    let path = p.path.as_path();
-    let (parent, name) = match (path.parent(), path.file_name()) {
-        (Some(d), Some(n)) => (d, n),
-        _ => return Err("not a path with a parent".into()),
-    };
-    let dir = no_links(CWD, parent, OFlags::PATH | OFlags::DIRECTORY)
-        .map_err(|e| format!("its folder {}: {e}", parent.display()))?;
-    let made = match p.kind {
-        PlaceholderKind::Dir => rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755)),
+/// Creates placeholder `name` (of `kind`) in `dir`, if missing, and binds
+/// its read-only source onto it.
+fn mount_one(dir: &OwnedFd, name: &Path, kind: PlaceholderKind) -> Result<(), String> {
+    let made = match kind {
+        PlaceholderKind::Dir => rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)),
         PlaceholderKind::File => rustix::fs::openat(
-            &dir,
+            dir,
             name,
             OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o644),
@@ -114,11 +129,11 @@ fn mount_one(p: &Placeholder) -> Result<(), String> {
     }
     // What is there now (made here, or made by someone else meanwhile) must
     // be of the expected kind and not a link.
-    let target = no_links(&dir, Path::new(name), OFlags::PATH)
+    let target = no_links(dir, name, OFlags::PATH)
         .map_err(|e| format!("cannot open it without following links: {e}"))?;
     let st = rustix::fs::fstat(&target).map_err(|e| e.to_string())?;
     let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
-    let ok = match p.kind {
+    let ok = match kind {
         PlaceholderKind::Dir => ft == rustix::fs::FileType::Directory,
         PlaceholderKind::File => ft == rustix::fs::FileType::RegularFile,
     };
@@ -128,7 +143,7 @@ fn mount_one(p: &Placeholder) -> Result<(), String> {
         ));
     }
     let onto = format!("/proc/self/fd/{}", rustix::fd::AsRawFd::as_raw_fd(&target));
-    rustix::mount::mount_bind(p.kind.source_inside().as_str(), onto.as_str())
+    rustix::mount::mount_bind(kind.source_inside().as_str(), onto.as_str())
         .map_err(|e| format!("cannot mount it read-only from {PLACEHOLDERS_INSIDE}: {e}"))
 }
 
