@@ -41,7 +41,7 @@ pub struct LaunchOptions<'a> {
     pub node_exe: PathBuf,
     /// Readable when the run must be cancelled (e.g. a signal self-pipe).
     pub cancel: Option<OwnedFd>,
-    /// Where the run's private host folder goes (default: the temp dir).
+    /// Where the run's private host folder goes (default: [`scratch_base`]).
     pub scratch: Option<PathBuf>,
     /// The node's egress proxy; required when the run has egress.
     pub proxy: Option<&'a oz0_egress::ProxyHandle>,
@@ -264,6 +264,38 @@ fn record_run(dir: &Path, placeholders: &[Placeholder]) -> Result<(), SandboxErr
     fs::write(dir.join(RECORD), text).map_err(prep("the run record"))
 }
 
+/// Where a run's private host folder (its record, its proxy socket) goes
+/// when the caller names none: `$TMPDIR` when it is set; else a memory file
+/// system of this user's or everyone's (`$XDG_RUNTIME_DIR`, `/dev/shm`),
+/// where making and removing the folder costs no disk work (on a file
+/// system mounted with `discard` and no journal, removing a folder waits for
+/// the disk); else `/tmp`.
+pub fn scratch_base() -> PathBuf {
+    if let Some(t) = std::env::var_os("TMPDIR").filter(|t| !t.is_empty()) {
+        return PathBuf::from(t);
+    }
+    let uid = rustix::process::getuid().as_raw();
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute() && private_dir_of(d, uid));
+    runtime
+        .or_else(|| Some(PathBuf::from("/dev/shm")).filter(|d| shared_sticky_dir(d)))
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// A real folder (not a link) owned by `uid` that only its owner can enter.
+fn private_dir_of(d: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(d).is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0)
+}
+
+/// A real folder (not a link) everyone may create in, with the sticky bit
+/// (so no one removes another's entries), as `/tmp` is.
+fn shared_sticky_dir(d: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(d).is_ok_and(|m| m.is_dir() && m.mode() & 0o1777 == 0o1777 && m.uid() == 0)
+}
+
 /// How old a run folder without a record must be before a sweep takes it
 /// for the leftover of a dead node.
 const UNRECORDED_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -391,7 +423,7 @@ pub fn run(spec: &RunSpec, opts: LaunchOptions<'_>) -> Result<RunOutcome, Sandbo
     }
     let started = Instant::now();
     let run_id = new_run_id();
-    let base = opts.scratch.clone().unwrap_or_else(std::env::temp_dir);
+    let base = opts.scratch.clone().unwrap_or_else(scratch_base);
     // Runs of a node that died (SIGKILL) left their placeholders and
     // folders: swept while this run starts, and done before it returns.
     let sweeper = {
@@ -821,6 +853,32 @@ mod tests {
         assert!(work.join(".vscode/settings.json").is_file());
         assert!(fs::symlink_metadata(work.join(".codex")).is_ok());
         assert!(elsewhere.join(".claude").is_dir() && elsewhere.join("config").is_file());
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// A user's runtime folder counts only when it is a real folder of this
+    /// user's that no one else may enter; a shared one only with everyone's
+    /// write and the sticky bit, owned by root.
+    #[test]
+    fn scratch_folders_are_checked_before_use() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tmp("scratch");
+        let uid = rustix::process::getuid().as_raw();
+        let private = base.join("private");
+        fs::create_dir(&private).unwrap();
+        fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(private_dir_of(&private, uid));
+        assert!(!private_dir_of(&private, uid + 1), "another user's folder");
+        fs::set_permissions(&private, fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(!private_dir_of(&private, uid), "a folder others may enter");
+        fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&private, &link).unwrap();
+        assert!(!private_dir_of(&link, uid), "a link");
+        assert!(!shared_sticky_dir(&private));
+        assert!(!shared_sticky_dir(&link));
+        // The model of a shared folder.
+        assert!(shared_sticky_dir(Path::new("/tmp")));
         fs::remove_dir_all(&base).unwrap();
     }
 
