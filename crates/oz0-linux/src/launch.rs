@@ -493,8 +493,20 @@ fn run_in(
     // Recorded before anything is created, so that a sweep can undo it if
     // this process dies.
     record_run(&scratch.dir, &plan.placeholders)?;
-    let result = execute(&plan, opts, &run_id, started, spec, job.as_ref(), bridge);
-    remove_placeholders(&plan.placeholders);
+    let mut removed = false;
+    let result = execute(
+        &plan,
+        opts,
+        &run_id,
+        started,
+        spec,
+        job.as_ref(),
+        bridge,
+        &mut removed,
+    );
+    if !removed {
+        remove_placeholders(&plan.placeholders);
+    }
     drop(egress_guard);
     let result = result.map(|mut o| {
         if let Some(j) = &job {
@@ -522,6 +534,12 @@ fn run_in(
     result
 }
 
+/// Starts the run and waits for it. Sets `removed` once it removed the
+/// placeholders itself: as soon as the run's init is gone, which with a pid
+/// namespace of the run's own means every process of the run is gone (the
+/// kernel ends and reaps them before the init's end is reported), while
+/// bubblewrap itself still exits.
+#[allow(clippy::too_many_arguments)]
 fn execute(
     plan: &Plan,
     opts: &LaunchOptions<'_>,
@@ -530,7 +548,9 @@ fn execute(
     spec: &RunSpec,
     job: Option<&oz0_jobs::Job>,
     bridge: Option<crate::stage::BridgeConfig>,
+    removed: &mut bool,
 ) -> Result<RunOutcome, SandboxError> {
+    let own_pid_ns = plan.namespaces.contains(&"--unshare-pid");
     let mut args = Vec::new();
     for a in plan.bwrap_args() {
         args.extend_from_slice(a.as_bytes());
@@ -626,6 +646,13 @@ fn execute(
             pfds.push(PollFd::new(c, PollFlags::IN));
             pfds.len() - 1
         });
+        let init_idx = match &init {
+            Some(fd) if own_pid_ns && !*removed => {
+                pfds.push(PollFd::new(fd, PollFlags::IN));
+                Some(pfds.len() - 1)
+            }
+            _ => None,
+        };
         let ts = wait.map(|d| rustix::event::Timespec {
             tv_sec: d.as_secs() as i64,
             tv_nsec: d.subsec_nanos() as i64,
@@ -638,7 +665,12 @@ fn execute(
         let outer_done = !pfds[0].revents().is_empty();
         let status_ready = status_open && !pfds[1].revents().is_empty();
         let cancelled = cancel_idx.is_some_and(|i| !pfds[i].revents().is_empty());
+        let init_gone = init_idx.is_some_and(|i| !pfds[i].revents().is_empty());
         drop(pfds);
+        if init_gone {
+            remove_placeholders(&plan.placeholders);
+            *removed = true;
+        }
         if status_ready {
             let mut buf = [0u8; 4096];
             match status.read(&mut buf) {
