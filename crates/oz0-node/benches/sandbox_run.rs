@@ -4,7 +4,8 @@
 //!
 //! `cargo bench -p oz0-node --bench sandbox_run [-- RUNS]`. The baseline is
 //! `bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true` (bare
-//! bubblewrap needs a root to find /bin/true in).
+//! bubblewrap needs a root to find /bin/true in). `OZ0_NODE_BIN_OTHER` names
+//! a second `oz0-node` (another build) to measure in the same rounds.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -64,8 +65,9 @@ fn main() {
         ]);
         c
     };
-    let our_cmd = || {
-        let mut c = Command::new(&node);
+    let other = std::env::var_os("OZ0_NODE_BIN_OTHER").map(PathBuf::from);
+    let node_cmd = |bin: &PathBuf| {
+        let mut c = Command::new(bin);
         c.args(["sandbox", "run", "--work"])
             .arg(&work)
             .arg("--data-dir")
@@ -73,14 +75,21 @@ fn main() {
             .args(["--", "/bin/true"]);
         c
     };
-    // Warm up the page cache for both.
+    let mut others = Vec::new();
+    // Warm up the page cache for all.
     for _ in 0..3 {
         time(&mut bare_cmd());
-        time(&mut our_cmd());
+        time(&mut node_cmd(&node));
+        if let Some(o) = &other {
+            time(&mut node_cmd(o));
+        }
     }
     for _ in 0..runs {
         bare.push(time(&mut bare_cmd()));
-        ours.push(time(&mut our_cmd()));
+        ours.push(time(&mut node_cmd(&node)));
+        if let Some(o) = &other {
+            others.push(time(&mut node_cmd(o)));
+        }
     }
     let (mb, mo) = (median(&mut bare), median(&mut ours));
     let (pb, po) = (p90(&mut bare), p90(&mut ours));
@@ -91,6 +100,16 @@ fn main() {
     println!("  bare bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true: median {:.2} ms, p90 {:.2} ms", ms(mb), ms(pb));
     println!("  oz0-node sandbox run -- /bin/true:                             median {:.2} ms, p90 {:.2} ms", ms(mo), ms(po));
     println!("  ratio (median): {:.2} (target <= 2.0)", ms(mo) / ms(mb));
+    if let Some(o) = &other {
+        let (m, p) = (median(&mut others), p90(&mut others));
+        println!(
+            "  other build {}: median {:.2} ms, p90 {:.2} ms, ratio {:.2}",
+            o.display(),
+            ms(m),
+            ms(p),
+            ms(m) / ms(mb)
+        );
+    }
     let _ = std::fs::remove_dir_all(&work);
 }
 
