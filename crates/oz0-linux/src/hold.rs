@@ -43,26 +43,19 @@ pub fn prepare_mounts(placeholders: &[Placeholder]) -> Result<(), String> {
         .map_err(|e| format!("cannot make the stage's mount namespace: {e}"))?;
     if !placeholders.is_empty() {
         make_sources().map_err(|e| format!("placeholder sources: {e}"))?;
-        // Each folder holding placeholders is resolved once.
-        let mut open: Option<(&Path, OwnedFd)> = None;
+        let mut folders = Folders::default();
         for p in placeholders {
             let path = p.path.as_path();
             let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
                 return Err(format!("placeholder {}: not a path with a parent", p.path));
             };
-            if open.as_ref().map(|(d, _)| *d) != Some(parent) {
-                let dir = no_links(CWD, parent, OFlags::PATH | OFlags::DIRECTORY).map_err(|e| {
-                    format!(
-                        "placeholder {}: its folder {}: {e}",
-                        p.path,
-                        parent.display()
-                    )
-                })?;
-                open = Some((parent, dir));
-            }
-            let Some((_, dir)) = &open else {
-                unreachable!("opened above")
-            };
+            let dir = folders.open(parent).map_err(|e| {
+                format!(
+                    "placeholder {}: its folder {}: {e}",
+                    p.path,
+                    parent.display()
+                )
+            })?;
             mount_one(dir, Path::new(name), p.kind)
                 .map_err(|e| format!("placeholder {}: {e}", p.path))?;
         }
@@ -100,7 +93,30 @@ fn make_sources() -> Result<(), Errno> {
     )
 }
 
-pub(crate) fn no_links(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
+/// The folder of the placeholders being worked through, opened without
+/// following any link on the way, and kept while consecutive placeholders
+/// share it: each folder is resolved once. Used where placeholders are
+/// made (here) and where they are removed (the launcher).
+#[derive(Default)]
+pub(crate) struct Folders<'a> {
+    open: Option<(&'a Path, OwnedFd)>,
+}
+
+impl<'a> Folders<'a> {
+    /// The folder `parent`, opened `O_PATH` without following links.
+    pub(crate) fn open(&mut self, parent: &'a Path) -> Result<&OwnedFd, Errno> {
+        let (_, fd) = match self.open.take().filter(|(d, _)| *d == parent) {
+            Some(kept) => self.open.insert(kept),
+            None => {
+                let fd = no_links(CWD, parent, OFlags::PATH | OFlags::DIRECTORY)?;
+                self.open.insert((parent, fd))
+            }
+        };
+        Ok(fd)
+    }
+}
+
+fn no_links(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
     openat2(
         dir,
         path,

@@ -348,19 +348,16 @@ pub fn sweep_stale(base: &Path) {
 /// each folder holding placeholders is opened once, without following any
 /// link on the way, and the entries are looked at and removed through it.
 fn remove_placeholders(ps: &[Placeholder]) {
-    use rustix::fs::{statat, unlinkat, AtFlags, FileType, OFlags};
-    let mut open: Option<(&Path, OwnedFd)> = None;
+    use rustix::fs::{statat, unlinkat, AtFlags, FileType};
+    let mut folders = crate::hold::Folders::default();
     for p in ps.iter().rev() {
         let path = p.path.as_path();
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             continue;
         };
-        if open.as_ref().map(|(d, _)| *d) != Some(parent) {
-            open = crate::hold::no_links(rustix::fs::CWD, parent, OFlags::PATH | OFlags::DIRECTORY)
-                .ok()
-                .map(|fd| (parent, fd));
-        }
-        let Some((_, dir)) = &open else { continue };
+        let Ok(dir) = folders.open(parent) else {
+            continue;
+        };
         let Ok(st) = statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
             continue;
         };
@@ -433,7 +430,7 @@ pub fn run(spec: &RunSpec, opts: LaunchOptions<'_>) -> Result<RunOutcome, Sandbo
             .spawn(move || sweep_stale(&base))
     };
     let scratch = Scratch::create(&base, &run_id);
-    let result = scratch.and_then(|scratch| run_in(spec, &opts, started, &run_id, scratch));
+    let result = scratch.and_then(|scratch| run_in(spec, &opts, started, run_id, scratch));
     match sweeper {
         Ok(t) => {
             let _ = t.join();
@@ -448,11 +445,9 @@ fn run_in(
     spec: &RunSpec,
     opts: &LaunchOptions<'_>,
     started: Instant,
-    run_id: &str,
+    run_id: String,
     scratch: Scratch,
 ) -> Result<RunOutcome, SandboxError> {
-    let run_id = run_id.to_string();
-
     // The job first: if it cannot be made, nothing else happens.
     let job = match (spec.limits.needs_job(), opts.jobs) {
         (true, Some(mode)) => {

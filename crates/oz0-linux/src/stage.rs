@@ -191,11 +191,9 @@ fn init(command: u32) -> i32 {
     loop {
         match waitpid(None, WaitOptions::empty()) {
             Ok(Some((pid, st))) if Some(pid) == command => {
-                return match (st.exit_status(), st.terminating_signal()) {
-                    (Some(code), _) => code,
-                    (None, Some(sig)) => 128 + sig,
-                    (None, None) => STAGE_FAILED,
-                };
+                use std::os::unix::process::ExitStatusExt;
+                let st = std::process::ExitStatus::from_raw(st.as_raw());
+                return crate::launch::status_code(st);
             }
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => {}

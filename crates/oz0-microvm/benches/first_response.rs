@@ -60,17 +60,7 @@ fn host_server(st: &Stage) -> Command {
 
 /// `sandbox vm … OPTS -- SERVER` (as `oz0test` when root).
 fn vm_server(st: &Stage, opts: &[&str], server: &[&str]) -> Command {
-    let mut args: Vec<String> = vec![
-        st.exe.display().to_string(),
-        "sandbox".into(),
-        "vm".into(),
-        "--data-dir".into(),
-        st.dir.join("data").display().to_string(),
-        "--work".into(),
-        st.dir.join("work").display().to_string(),
-        "--boot-timeout".into(),
-        "90".into(),
-    ];
+    let mut args = st.vm_args();
     args.extend(opts.iter().map(|s| s.to_string()));
     args.push("--".into());
     args.extend(server.iter().map(|s| s.to_string()));

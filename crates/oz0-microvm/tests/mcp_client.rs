@@ -94,16 +94,8 @@ fn server_cmd(st: &Stage, opts: &[String], server: &[&str]) -> Vec<String> {
         "PATH=/usr/local/bin:/usr/bin:/bin".into(),
         "OZ0_MICROVM_TEST_BACKEND=qemu-tcg".into(),
         format!("OZ0_MICROVM_TEST_GUEST={}", guest_dir().display()),
-        st.exe.display().to_string(),
-        "sandbox".into(),
-        "vm".into(),
-        "--data-dir".into(),
-        st.dir.join("data").display().to_string(),
-        "--work".into(),
-        st.dir.join("work").display().to_string(),
-        "--boot-timeout".into(),
-        "90".into(),
     ]);
+    cmd.extend(st.vm_args());
     cmd.extend(opts.iter().cloned());
     cmd.push("--".into());
     cmd.extend(server.iter().map(|s| s.to_string()));

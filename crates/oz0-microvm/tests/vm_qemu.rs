@@ -37,19 +37,8 @@ fn is_root() -> bool {
 
 /// Starts `sandbox vm` (as oz0test when root).
 fn start_vm(st: &Stage, extra: &[String]) -> Child {
-    let mut args: Vec<String> = vec![
-        st.exe.display().to_string(),
-        "sandbox".into(),
-        "vm".into(),
-        "--data-dir".into(),
-        st.dir.join("data").display().to_string(),
-        "--work".into(),
-        st.dir.join("work").display().to_string(),
-        "--boot-timeout".into(),
-        "90".into(),
-        "--memory".into(),
-        "256".into(),
-    ];
+    let mut args = st.vm_args();
+    args.extend(["--memory".into(), "256".into()]);
     args.extend(extra.iter().cloned());
     args.extend([
         "--".into(),

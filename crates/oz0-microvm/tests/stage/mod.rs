@@ -17,6 +17,25 @@ pub struct Stage {
     pub exe: PathBuf,
 }
 
+impl Stage {
+    /// `oz0-node sandbox vm` with this stage's folders and a 90 s boot
+    /// timeout: the staged binary first, then its arguments, to which the
+    /// caller adds its own options, `--` and the server.
+    pub fn vm_args(&self) -> Vec<String> {
+        vec![
+            self.exe.display().to_string(),
+            "sandbox".into(),
+            "vm".into(),
+            "--data-dir".into(),
+            self.dir.join("data").display().to_string(),
+            "--work".into(),
+            self.dir.join("work").display().to_string(),
+            "--boot-timeout".into(),
+            "90".into(),
+        ]
+    }
+}
+
 impl Drop for Stage {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
