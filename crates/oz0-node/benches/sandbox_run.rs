@@ -2,7 +2,10 @@
 //! bare bubblewrap, measured in the same run, alternating, and printed as
 //! medians and a ratio. Not a test: nothing here asserts a time.
 //!
-//! `cargo bench -p oz0-node --bench sandbox_run [-- RUNS]`. The baseline is
+//! `OZ0_NODE_BIN=$(scripts/build-node --release) cargo bench -p oz0-node
+//! --bench sandbox_run [-- RUNS]` measures the binary as it ships (static-pie
+//! on Linux/glibc); without `OZ0_NODE_BIN` it measures cargo's dynamically
+//! linked build, and says so. The baseline is
 //! `bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true` (bare
 //! bubblewrap needs a root to find /bin/true in). `OZ0_NODE_BIN_OTHER` names
 //! a second `oz0-node` (another build) to measure in the same rounds.
@@ -97,6 +100,7 @@ fn main() {
         "sandbox_run: {runs} runs each, alternating, as uid {}",
         rustix_uid()
     );
+    println!("  measured: {} ({})", node.display(), linkage(&node));
     println!("  bare bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true: median {:.2} ms, p90 {:.2} ms", ms(mb), ms(pb));
     println!("  oz0-node sandbox run -- /bin/true:                             median {:.2} ms, p90 {:.2} ms", ms(mo), ms(po));
     println!("  ratio (median): {:.2} (target <= 2.0)", ms(mo) / ms(mb));
@@ -111,6 +115,29 @@ fn main() {
         );
     }
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// "static" when the ELF file has no PT_INTERP program header (no dynamic
+/// loader), else "dynamically linked".
+fn linkage(bin: &std::path::Path) -> &'static str {
+    let Ok(data) = std::fs::read(bin) else {
+        return "unreadable";
+    };
+    let u16_at = |o: usize| u16::from_le_bytes([data[o], data[o + 1]]) as usize;
+    if data.len() < 64 || &data[..4] != b"\x7fELF" {
+        return "not ELF";
+    }
+    let phoff = u64::from_le_bytes(data[32..40].try_into().unwrap()) as usize;
+    let (size, count) = (u16_at(54), u16_at(56));
+    let interp = (0..count).any(|i| {
+        let o = phoff + i * size;
+        data.get(o..o + 4) == Some(&3u32.to_le_bytes()[..])
+    });
+    if interp {
+        "dynamically linked: the shipped build is static, see scripts/build-node"
+    } else {
+        "static"
+    }
 }
 
 fn ms(d: Duration) -> f64 {
