@@ -8,6 +8,11 @@
 //! about a third of a millisecond, and an empty work folder has one per
 //! protected name. Here each is one bind mount.
 //!
+//! The node makes the placeholders on the host (an empty folder or file at
+//! each place, see `launch`) while bubblewrap builds the sandbox, and says
+//! on [`fds::READY`] when they are all there; the stage waits for that word
+//! before it mounts anything.
+//!
 //! What holds the placeholders afterwards:
 //! - Their sources (an empty file and an empty folder) are made on the
 //!   run's root at [`PLACEHOLDERS_INSIDE`], bound onto themselves and made
@@ -20,9 +25,9 @@
 //!   command is executed) and cannot get one: it cannot make a user
 //!   namespace (bubblewrap's `--disable-userns`, and seccomp).
 //! - No path is followed through a link: each component is resolved with
-//!   `RESOLVE_NO_SYMLINKS`, the placeholder is created with `O_EXCL`/`mkdirat`
-//!   under the resolved parent, and the mount goes onto the descriptor of
-//!   what was checked (`/proc/self/fd/N`), never onto a path again.
+//!   `RESOLVE_NO_SYMLINKS`, what is at the placeholder's place must be of
+//!   its kind, and the mount goes onto the descriptor of what was checked
+//!   (`/proc/self/fd/N`), never onto a path again.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
@@ -33,16 +38,21 @@ use rustix::io::Errno;
 use rustix::mount::MountFlags;
 
 use crate::plan::{
-    Placeholder, PlaceholderKind, PLACEHOLDERS_INSIDE, PLACEHOLDER_DIR, PLACEHOLDER_FILE,
+    fds, Placeholder, PlaceholderKind, PLACEHOLDERS_INSIDE, PLACEHOLDER_DIR, PLACEHOLDER_FILE,
 };
 
-/// In a new mount namespace: mounts `placeholders`, then makes the run's
-/// root read-only (bubblewrap leaves it writable for this).
+/// The node's word on [`fds::READY`] that every placeholder is in place.
+pub const READY_WORD: &[u8] = b"ready";
+
+/// In a new mount namespace: mounts `placeholders` (once the node says they
+/// are in place), then makes the run's root read-only (bubblewrap leaves it
+/// writable for this).
 pub fn prepare_mounts(placeholders: &[Placeholder]) -> Result<(), String> {
     oz0_sys::ns::unshare_mount_namespace()
         .map_err(|e| format!("cannot make the stage's mount namespace: {e}"))?;
     if !placeholders.is_empty() {
         make_sources().map_err(|e| format!("placeholder sources: {e}"))?;
+        wait_ready()?;
         let mut folders = Folders::default();
         for p in placeholders {
             let path = p.path.as_path();
@@ -66,6 +76,25 @@ pub fn prepare_mounts(placeholders: &[Placeholder]) -> Result<(), String> {
         "",
     )
     .map_err(|e| format!("cannot make the run's root read-only: {e}"))
+}
+
+/// Reads the node's word on [`fds::READY`] to its end: [`READY_WORD`], or
+/// why the placeholders could not be made.
+fn wait_ready() -> Result<(), String> {
+    use std::io::Read;
+    let fd = oz0_sys::spawn::inherited_fd(fds::READY)
+        .map_err(|e| format!("no placeholder descriptor: {e}"))?;
+    let mut word = Vec::new();
+    std::fs::File::from(fd)
+        .read_to_end(&mut word)
+        .map_err(|e| format!("waiting for the placeholders: {e}"))?;
+    if word == READY_WORD {
+        return Ok(());
+    }
+    if word.is_empty() {
+        return Err("the node did not make the placeholders".into());
+    }
+    Err(String::from_utf8_lossy(&word).into_owned())
 }
 
 /// Makes the empty file and folder placeholders are bound from, in a
@@ -116,7 +145,7 @@ impl<'a> Folders<'a> {
     }
 }
 
-fn no_links(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
+pub(crate) fn no_links(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
     openat2(
         dir,
         path,
@@ -126,25 +155,10 @@ fn no_links(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<OwnedFd, Errno
     )
 }
 
-/// Creates placeholder `name` (of `kind`) in `dir`, if missing, and binds
-/// its read-only source onto it.
+/// Binds the read-only source of `kind` onto placeholder `name` in `dir`
+/// (made by the node; or, made by someone else meanwhile, of the same kind).
 fn mount_one(dir: &OwnedFd, name: &Path, kind: PlaceholderKind) -> Result<(), String> {
-    let made = match kind {
-        PlaceholderKind::Dir => rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)),
-        PlaceholderKind::File => rustix::fs::openat(
-            dir,
-            name,
-            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o644),
-        )
-        .map(drop),
-    };
-    match made {
-        Ok(()) | Err(Errno::EXIST) => {}
-        Err(e) => return Err(format!("cannot create it: {e}")),
-    }
-    // What is there now (made here, or made by someone else meanwhile) must
-    // be of the expected kind and not a link.
+    // What is there must be of the expected kind and not a link.
     let target = no_links(dir, name, OFlags::PATH)
         .map_err(|e| format!("cannot open it without following links: {e}"))?;
     let st = rustix::fs::fstat(&target).map_err(|e| e.to_string())?;
@@ -155,7 +169,7 @@ fn mount_one(dir: &OwnedFd, name: &Path, kind: PlaceholderKind) -> Result<(), St
     };
     if !ok {
         return Err(format!(
-            "it appeared as a {ft:?} meanwhile: the run is refused"
+            "it is a {ft:?}, not what the node made there (it was replaced meanwhile): the run is refused"
         ));
     }
     let onto = format!("/proc/self/fd/{}", rustix::fd::AsRawFd::as_raw_fd(&target));

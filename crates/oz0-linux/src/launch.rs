@@ -31,6 +31,7 @@ use crate::bwrap;
 use crate::host;
 use crate::landlock::LandlockReport;
 use crate::plan::{self, fds, Placeholder, PlaceholderKind, Plan};
+use crate::pool::{Back, Pool, Taken};
 use crate::stage::StageConfig;
 
 /// How to launch.
@@ -338,16 +339,17 @@ pub fn sweep_stale(base: &Path) {
         if start_time(rec.pid).is_some_and(|s| s == rec.start) {
             continue;
         }
-        remove_placeholders(&rec.placeholders);
+        remove_placeholders(&rec.placeholders, None);
         remove_run_dir(&dir);
     }
 }
 
-/// Removes the placeholders the stage created, if they are still what it
-/// made (an empty folder or empty regular file), never following a link:
-/// each folder holding placeholders is opened once, without following any
-/// link on the way, and the entries are looked at and removed through it.
-fn remove_placeholders(ps: &[Placeholder]) {
+/// Removes the placeholders the node made, if they are still what it made
+/// (an empty folder or empty regular file), never following a link: each
+/// folder holding placeholders is opened once, without following any link
+/// on the way, and the entries are looked at and removed through it. Empty
+/// folders go back to `pool` when it can take them.
+fn remove_placeholders(ps: &[Placeholder], mut pool: Option<&mut Pool>) {
     use rustix::fs::{statat, unlinkat, AtFlags, FileType};
     let mut folders = crate::hold::Folders::default();
     for p in ps.iter().rev() {
@@ -358,6 +360,12 @@ fn remove_placeholders(ps: &[Placeholder]) {
         let Ok(dir) = folders.open(parent) else {
             continue;
         };
+        if let (PlaceholderKind::Dir, Some(pool)) = (p.kind, pool.as_deref_mut()) {
+            match pool.give_back(dir, Path::new(name), path) {
+                Back::Pooled | Back::Leave => continue,
+                Back::Remove => {}
+            }
+        }
         let Ok(st) = statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
             continue;
         };
@@ -371,6 +379,118 @@ fn remove_placeholders(ps: &[Placeholder]) {
             }
             _ => continue,
         };
+    }
+}
+
+/// Makes the placeholders on the host: an empty folder (moved from `pool`
+/// when it can) or an empty file at each place, under its folder opened
+/// without following any link. A name that exists meanwhile is left for
+/// the stage to check (it must be of the placeholder's kind).
+fn make_placeholders(ps: &[Placeholder], pool: &mut Option<Pool>) -> Result<(), String> {
+    use rustix::fs::{mkdirat, openat, Mode, OFlags};
+    use rustix::io::Errno;
+    let mut folders = crate::hold::Folders::default();
+    for p in ps {
+        let path = p.path.as_path();
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(format!("placeholder {}: not a path with a parent", p.path));
+        };
+        let dir = folders.open(parent).map_err(|e| {
+            format!(
+                "placeholder {}: its folder {}: {e}",
+                p.path,
+                parent.display()
+            )
+        })?;
+        let made = match p.kind {
+            PlaceholderKind::Dir => match pool.as_mut().map(|pl| pl.take(dir, Path::new(name))) {
+                Some(Taken::Moved | Taken::Exists) => Ok(()),
+                Some(Taken::No) | None => mkdirat(dir, name, Mode::from_raw_mode(0o755)),
+            },
+            PlaceholderKind::File => openat(
+                dir,
+                name,
+                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o644),
+            )
+            .map(drop),
+        };
+        match made {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(format!("placeholder {}: cannot create it: {e}", p.path)),
+        }
+    }
+    Ok(())
+}
+
+/// The placeholders of one run: made on a thread of their own while
+/// bubblewrap builds the sandbox (the stage waits for the word on
+/// [`fds::READY`]), removed once.
+struct Holders {
+    maker: Option<std::thread::JoinHandle<Option<Pool>>>,
+    pool: Option<Pool>,
+    removed: bool,
+}
+
+impl Holders {
+    /// Starts making `ps`; returns the end of the pipe the stage reads.
+    fn start(
+        ps: &[Placeholder],
+        data_dir: &Path,
+        run_id: &str,
+    ) -> Result<(Holders, OwnedFd), SandboxError> {
+        let (ready_r, ready_w) = pipe()?;
+        let mut holders = Holders {
+            maker: None,
+            pool: None,
+            removed: false,
+        };
+        if ps.is_empty() {
+            return Ok((holders, ready_r));
+        }
+        let make = {
+            let (ps, data_dir, tag) = (ps.to_vec(), data_dir.to_path_buf(), run_id.to_string());
+            move || {
+                let mut pool = Pool::open(&data_dir, &tag);
+                let word = match make_placeholders(&ps, &mut pool) {
+                    Ok(()) => crate::hold::READY_WORD.to_vec(),
+                    Err(e) => e.into_bytes(),
+                };
+                let _ = File::from(ready_w).write_all(&word);
+                pool
+            }
+        };
+        match std::thread::Builder::new()
+            .name("oz0-placeholders".into())
+            .spawn(make)
+        {
+            Ok(t) => holders.maker = Some(t),
+            // No thread to spare: made here, before bubblewrap starts. (The
+            // closure was moved into the failed spawn: start again.)
+            Err(_) => {
+                let (r2, w2) = pipe()?;
+                let mut pool = Pool::open(data_dir, run_id);
+                let word = match make_placeholders(ps, &mut pool) {
+                    Ok(()) => crate::hold::READY_WORD.to_vec(),
+                    Err(e) => e.into_bytes(),
+                };
+                let _ = File::from(w2).write_all(&word);
+                holders.pool = pool;
+                return Ok((holders, r2));
+            }
+        }
+        Ok((holders, ready_r))
+    }
+
+    /// Waits for the maker, then removes what it made (once).
+    fn remove(&mut self, ps: &[Placeholder]) {
+        if let Some(t) = self.maker.take() {
+            self.pool = t.join().ok().flatten();
+        }
+        if !self.removed {
+            remove_placeholders(ps, self.pool.as_mut());
+            self.removed = true;
+        }
     }
 }
 
@@ -488,7 +608,8 @@ fn run_in(
     // Recorded before anything is created, so that a sweep can undo it if
     // this process dies.
     record_run(&scratch.dir, &plan.placeholders)?;
-    let mut removed = false;
+    let (mut holders, ready) =
+        Holders::start(&plan.placeholders, spec.data_dir.as_path(), &run_id)?;
     let result = execute(
         &plan,
         opts,
@@ -497,11 +618,9 @@ fn run_in(
         spec,
         job.as_ref(),
         bridge,
-        &mut removed,
+        (&mut holders, ready),
     );
-    if !removed {
-        remove_placeholders(&plan.placeholders);
-    }
+    holders.remove(&plan.placeholders);
     drop(egress_guard);
     let result = result.map(|mut o| {
         if let Some(j) = &job {
@@ -529,11 +648,10 @@ fn run_in(
     result
 }
 
-/// Starts the run and waits for it. Sets `removed` once it removed the
-/// placeholders itself: as soon as the run's init is gone, which with a pid
-/// namespace of the run's own means every process of the run is gone (the
-/// kernel ends and reaps them before the init's end is reported), while
-/// bubblewrap itself still exits.
+/// Starts the run and waits for it. Removes the placeholders itself as soon
+/// as the run's init is gone, which with a pid namespace of the run's own
+/// means every process of the run is gone (the kernel ends and reaps them
+/// before the init's end is reported), while bubblewrap itself still exits.
 #[allow(clippy::too_many_arguments)]
 fn execute(
     plan: &Plan,
@@ -543,7 +661,7 @@ fn execute(
     spec: &RunSpec,
     job: Option<&oz0_jobs::Job>,
     bridge: Option<crate::stage::BridgeConfig>,
-    removed: &mut bool,
+    (holders, ready): (&mut Holders, OwnedFd),
 ) -> Result<RunOutcome, SandboxError> {
     let own_pid_ns = plan.namespaces.contains(&"--unshare-pid");
     let mut args = Vec::new();
@@ -582,6 +700,7 @@ fn execute(
     pass(&mut setup, cfg_fd, fds::CONFIG)?;
     pass(&mut setup, status_w, fds::STATUS)?;
     pass(&mut setup, real_stderr, fds::STDERR)?;
+    pass(&mut setup, ready, fds::READY)?;
     // bubblewrap joins the job before it executes; if it cannot, it never
     // runs (the spawn fails).
     if let Some(j) = job {
@@ -642,7 +761,7 @@ fn execute(
             pfds.len() - 1
         });
         let init_idx = match &init {
-            Some(fd) if own_pid_ns && !*removed => {
+            Some(fd) if own_pid_ns && !holders.removed => {
                 pfds.push(PollFd::new(fd, PollFlags::IN));
                 Some(pfds.len() - 1)
             }
@@ -663,8 +782,7 @@ fn execute(
         let init_gone = init_idx.is_some_and(|i| !pfds[i].revents().is_empty());
         drop(pfds);
         if init_gone {
-            remove_placeholders(&plan.placeholders);
-            *removed = true;
+            holders.remove(&plan.placeholders);
         }
         if status_ready {
             let mut buf = [0u8; 4096];
@@ -847,39 +965,92 @@ mod tests {
     /// through a link, in the last component or on the way.
     #[test]
     fn placeholder_removal_takes_only_empty_placeholders_and_follows_no_link() {
-        let base = tmp("rm");
-        let work = base.join("work");
-        let elsewhere = base.join("elsewhere");
-        fs::create_dir_all(work.join(".git")).unwrap();
-        fs::create_dir_all(elsewhere.join(".claude")).unwrap();
-        fs::write(elsewhere.join("config"), b"").unwrap();
-        fs::create_dir(work.join(".claude")).unwrap();
-        fs::write(work.join(".mcp.json"), b"").unwrap();
-        fs::write(work.join(".bashrc"), b"written by the run").unwrap();
-        fs::create_dir(work.join(".vscode")).unwrap();
-        fs::write(work.join(".vscode/settings.json"), b"{}").unwrap();
-        std::os::unix::fs::symlink(elsewhere.join(".claude"), work.join(".codex")).unwrap();
-        // A parent replaced by a link: nothing under it may be touched.
-        std::os::unix::fs::symlink(&elsewhere, work.join("linked")).unwrap();
+        for with_pool in [false, true] {
+            let base = tmp(if with_pool { "rm-pool" } else { "rm" });
+            let work = base.join("work");
+            let elsewhere = base.join("elsewhere");
+            fs::create_dir_all(work.join(".git")).unwrap();
+            fs::create_dir_all(elsewhere.join(".claude")).unwrap();
+            fs::write(elsewhere.join("config"), b"").unwrap();
+            fs::create_dir(work.join(".claude")).unwrap();
+            fs::write(work.join(".mcp.json"), b"").unwrap();
+            fs::write(work.join(".bashrc"), b"written by the run").unwrap();
+            fs::create_dir(work.join(".vscode")).unwrap();
+            fs::write(work.join(".vscode/settings.json"), b"{}").unwrap();
+            std::os::unix::fs::symlink(elsewhere.join(".claude"), work.join(".codex")).unwrap();
+            // A parent replaced by a link: nothing under it may be touched.
+            std::os::unix::fs::symlink(&elsewhere, work.join("linked")).unwrap();
+            let list = [
+                ph(&work.join(".claude"), PlaceholderKind::Dir),
+                ph(&work.join(".mcp.json"), PlaceholderKind::File),
+                ph(&work.join(".bashrc"), PlaceholderKind::File),
+                ph(&work.join(".vscode"), PlaceholderKind::Dir),
+                ph(&work.join(".codex"), PlaceholderKind::Dir),
+                ph(&work.join("linked/.claude"), PlaceholderKind::Dir),
+                ph(&work.join("linked/config"), PlaceholderKind::File),
+                ph(&work.join(".zshrc"), PlaceholderKind::File),
+            ];
+            let mut pool = with_pool.then(|| Pool::open(&base.join("data"), "t").unwrap());
+            remove_placeholders(&list, pool.as_mut());
+            assert!(!work.join(".claude").exists() && !work.join(".mcp.json").exists());
+            assert_eq!(
+                fs::read(work.join(".bashrc")).unwrap(),
+                b"written by the run"
+            );
+            assert!(work.join(".vscode/settings.json").is_file());
+            assert!(fs::symlink_metadata(work.join(".codex")).is_ok());
+            assert!(elsewhere.join(".claude").is_dir() && elsewhere.join("config").is_file());
+            if with_pool {
+                // Only the empty folder went to the pool.
+                let spare = fs::read_dir(base.join("data").join(crate::pool::POOL_DIR)).unwrap();
+                assert_eq!(spare.count(), 1);
+            }
+            fs::remove_dir_all(&base).unwrap();
+        }
+    }
+
+    /// Placeholders are made under folders reached without links, from the
+    /// pool when it has spare folders; what exists is left alone; a link on
+    /// the way refuses the run.
+    #[test]
+    fn placeholders_are_made_without_links_and_from_the_pool() {
+        let base = tmp("make");
+        let (work, data) = (base.join("work"), base.join("data"));
+        fs::create_dir_all(&work).unwrap();
+        fs::write(work.join(".bashrc"), b"mine").unwrap();
         let list = [
             ph(&work.join(".claude"), PlaceholderKind::Dir),
+            ph(&work.join(".codex"), PlaceholderKind::Dir),
             ph(&work.join(".mcp.json"), PlaceholderKind::File),
             ph(&work.join(".bashrc"), PlaceholderKind::File),
-            ph(&work.join(".vscode"), PlaceholderKind::Dir),
-            ph(&work.join(".codex"), PlaceholderKind::Dir),
-            ph(&work.join("linked/.claude"), PlaceholderKind::Dir),
-            ph(&work.join("linked/config"), PlaceholderKind::File),
-            ph(&work.join(".zshrc"), PlaceholderKind::File),
         ];
-        remove_placeholders(&list);
-        assert!(!work.join(".claude").exists() && !work.join(".mcp.json").exists());
-        assert_eq!(
-            fs::read(work.join(".bashrc")).unwrap(),
-            b"written by the run"
-        );
-        assert!(work.join(".vscode/settings.json").is_file());
-        assert!(fs::symlink_metadata(work.join(".codex")).is_ok());
-        assert!(elsewhere.join(".claude").is_dir() && elsewhere.join("config").is_file());
+        // First run: the pool is empty, folders are made; removal fills it.
+        let mut pool = Pool::open(&data, "a");
+        make_placeholders(&list, &mut pool).unwrap();
+        assert!(work.join(".claude").is_dir() && work.join(".codex").is_dir());
+        assert_eq!(fs::metadata(work.join(".mcp.json")).unwrap().len(), 0);
+        assert_eq!(fs::read(work.join(".bashrc")).unwrap(), b"mine");
+        remove_placeholders(&list[..3], pool.as_mut());
+        let pool_dir = data.join(crate::pool::POOL_DIR);
+        assert_eq!(fs::read_dir(&pool_dir).unwrap().count(), 2);
+        assert_eq!(fs::read_dir(&work).unwrap().count(), 1);
+        // Second run: the folders come from the pool.
+        let mut pool = Pool::open(&data, "b");
+        make_placeholders(&list, &mut pool).unwrap();
+        assert!(work.join(".claude").is_dir() && work.join(".codex").is_dir());
+        assert_eq!(fs::read_dir(&pool_dir).unwrap().count(), 0);
+        remove_placeholders(&list[..3], pool.as_mut());
+        // A link on the way: refused, nothing made through it.
+        let elsewhere = base.join("elsewhere");
+        fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, work.join("linked")).unwrap();
+        let err = make_placeholders(
+            &[ph(&work.join("linked/.claude"), PlaceholderKind::Dir)],
+            &mut None,
+        )
+        .unwrap_err();
+        assert!(err.contains("linked"), "{err}");
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
         fs::remove_dir_all(&base).unwrap();
     }
 

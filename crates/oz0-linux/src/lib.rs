@@ -16,6 +16,7 @@ pub mod host;
 pub mod landlock;
 pub mod launch;
 pub mod plan;
+pub mod pool;
 pub mod seccomp;
 pub mod stage;
 pub mod userns;

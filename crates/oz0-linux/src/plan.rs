@@ -51,6 +51,8 @@ pub mod fds {
     pub const STATUS: i32 = 6;
     /// The caller's real stderr; bubblewrap's own stderr is captured.
     pub const STDERR: i32 = 7;
+    /// The node's word that the placeholders are in place (see `hold`).
+    pub const READY: i32 = 8;
 }
 
 /// The namespaces every run gets (bubblewrap flags).

@@ -115,6 +115,7 @@ fn main() {
         );
     }
     let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&data);
 }
 
 /// "static" when the ELF file has no PT_INTERP program header (no dynamic

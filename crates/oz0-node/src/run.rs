@@ -15,8 +15,21 @@ use crate::exit::Exit;
 /// Version of the `--json-status` document.
 pub const STATUS_SCHEMA: u32 = 1;
 
-fn refuse(msg: impl std::fmt::Display) -> i32 {
+/// Refuses the run: the reason on stderr and, with `--json-status`, in the
+/// status file too (a refused run leaves no stale status of an earlier one).
+fn refuse(json_status: Option<&Path>, msg: impl std::fmt::Display) -> i32 {
     eprintln!("oz0-node: sandbox refused: {msg}");
+    if let Some(p) = json_status {
+        let doc = json!({
+            "schema": STATUS_SCHEMA,
+            "outcome": "sandbox_error",
+            "exit_code": Exit::Sandbox.code(),
+            "reason": msg.to_string(),
+        });
+        if let Err(e) = write_status(p, &doc) {
+            eprintln!("oz0-node: cannot write --json-status {}: {e}", p.display());
+        }
+    }
     Exit::Sandbox.code()
 }
 
@@ -201,13 +214,14 @@ fn error_doc(e: &SandboxError) -> serde_json::Value {
 
 /// Runs `sandbox run`; returns the exit status.
 pub fn run(args: RunArgs) -> i32 {
+    let refuse = |e: String| refuse(args.json_status.as_deref(), e);
     let req = match request(&args) {
         Ok(r) => r,
-        Err(e) => return refuse(e),
+        Err(e) => return refuse(e.to_string()),
     };
     let spec = match RunSpec::new(req) {
         Ok(s) => s,
-        Err(e) => return refuse(e),
+        Err(e) => return refuse(e.to_string()),
     };
     let node_exe = match std::env::current_exe() {
         Ok(p) => p,
@@ -233,13 +247,13 @@ pub fn run(args: RunArgs) -> i32 {
                 );
                 Exit::Ok.code()
             }
-            Err(e) => refuse(e),
+            Err(e) => refuse(e.to_string()),
         };
     }
     let path_var = std::env::var("PATH").ok();
     let bwrap = match oz0_linux::bwrap::find(args.bwrap.as_deref(), path_var.as_deref()) {
         Ok(b) => b,
-        Err(e) => return refuse(e),
+        Err(e) => return refuse(e.to_string()),
     };
     let job_mode = match job_mode(
         &spec,
@@ -247,11 +261,11 @@ pub fn run(args: RunArgs) -> i32 {
         "--memory/--processes/--cpu-seconds",
     ) {
         Ok(m) => m,
-        Err(e) => return refuse(e),
+        Err(e) => return refuse(e.to_string()),
     };
     let proxy = match start_proxy(&spec) {
         Ok(p) => p,
-        Err(e) => return refuse(e),
+        Err(e) => return refuse(e.to_string()),
     };
     let opts = LaunchOptions {
         bwrap,

@@ -788,13 +788,13 @@ fn json_status_reports_what_was_enforced() {
     } else {
         assert_eq!(ll["enforced"], "none", "{doc}");
     }
-    // A refused run is recorded too.
+    // A refused run is recorded too (replacing the status of the last run).
     let out = env.sh(
         &[
             "--json-status",
             &status_file.display().to_string(),
-            "--memory",
-            "1",
+            "--read",
+            "relative/path",
         ],
         "true",
     );
@@ -802,6 +802,11 @@ fn json_status_reports_what_was_enforced() {
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap()).unwrap();
     assert_eq!(doc["outcome"], "sandbox_error");
+    assert_eq!(doc["exit_code"], 125);
+    assert!(
+        doc["reason"].as_str().unwrap().contains("relative/path"),
+        "{doc}"
+    );
 }
 
 fn oz0_sys_landlock_abi() -> u64 {
@@ -833,6 +838,39 @@ fn stdin_and_stdout_are_the_callers() {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(stdout(&out), "hello through the sandbox\n");
+}
+
+/// Folder placeholders move in from the node's pool of spare folders (in
+/// its data directory, on the same mount as the work folder here) and go
+/// back after the run: the work folder is left as it was, the pool keeps
+/// one spare folder per folder placeholder, and a run sees each one as an
+/// empty read-only folder.
+#[test]
+fn folder_placeholders_come_from_the_pool_and_go_back() {
+    let env = Env::new("pool");
+    let pool = env.data.join("placeholders");
+    let spare = || std::fs::read_dir(&pool).map(|d| d.count()).unwrap_or(0);
+    let folders = 8; // the folder kinds among the protected names
+    for round in 0..2 {
+        let out = env.sh(
+            &[],
+            "test -d .claude && ! ls -A .claude | grep -q . && echo claude=empty-folder; \
+             touch .claude/x 2>/dev/null && echo claude=written; true",
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("claude=empty-folder"),
+            "round {round}: {text} {}",
+            stderr(&out)
+        );
+        assert!(!text.contains("claude=written"), "round {round}: {text}");
+        assert_eq!(
+            std::fs::read_dir(&env.work).unwrap().count(),
+            0,
+            "round {round}: the work folder is not as it was"
+        );
+        assert_eq!(spare(), folders, "round {round}: spare folders in the pool");
+    }
 }
 
 #[test]
