@@ -712,23 +712,9 @@ fn execute(
         }
     }
 
-    let mut cmd = Command::new(&opts.bwrap);
-    cmd.env_clear()
-        .args(Plan::bwrap_command())
-        .stdin(match opts.stdio {
-            StdioMode::Inherit => Stdio::inherit(),
-            StdioMode::Null => Stdio::null(),
-        })
-        .stdout(match opts.stdio {
-            StdioMode::Inherit => Stdio::inherit(),
-            StdioMode::Null => Stdio::null(),
-        })
-        .stderr(Stdio::from(capture_w));
-    setup.install(&mut cmd);
-    let mut child = cmd.spawn().map_err(|e| {
+    let mut child = spawn_bwrap(&opts.bwrap, opts.stdio, capture_w, &setup).map_err(|e| {
         SandboxError::Start(format!("cannot execute {}: {e}", opts.bwrap.display()))
     })?;
-    drop(cmd);
     drop(setup);
 
     // bubblewrap reports its init's pid first; no report means it failed
@@ -738,7 +724,7 @@ fn execute(
     let init = init_pid.and_then(|p| {
         rustix::process::Pid::from_raw(p).and_then(|pid| pidfd_open(pid, PidfdFlags::empty()).ok())
     });
-    let outer = rustix::process::Pid::from_raw(child.id() as i32)
+    let outer = rustix::process::Pid::from_raw(child.id())
         .and_then(|pid| pidfd_open(pid, PidfdFlags::empty()).ok())
         .ok_or_else(|| SandboxError::Start("cannot watch bubblewrap (pidfd_open)".into()))?;
 
@@ -879,6 +865,90 @@ fn execute(
             bridge_port: Some(p),
         }),
     })
+}
+
+/// bubblewrap, started one way or the other.
+enum Bwrap {
+    /// By `posix_spawn` (no job to join before it executes).
+    Spawned(i32),
+    /// By fork, joining the job in between.
+    Forked(std::process::Child),
+}
+
+impl Bwrap {
+    fn id(&self) -> i32 {
+        match self {
+            Bwrap::Spawned(pid) => *pid,
+            Bwrap::Forked(c) => c.id() as i32,
+        }
+    }
+
+    fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        match self {
+            Bwrap::Forked(c) => c.wait(),
+            Bwrap::Spawned(pid) => loop {
+                let p = rustix::process::Pid::from_raw(*pid);
+                match rustix::process::waitpid(p, rustix::process::WaitOptions::empty()) {
+                    Ok(Some((_, st))) => {
+                        return Ok(std::process::ExitStatus::from_raw(st.as_raw()))
+                    }
+                    Ok(None) => continue,
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            },
+        }
+    }
+}
+
+/// Starts bubblewrap with a clean environment, its arguments on a
+/// descriptor, stderr into `capture`, and `setup`'s descriptors. Without a
+/// job to join, by `posix_spawn`: the C library starts it without copying
+/// this process's memory, which a fork does (about a third of a
+/// millisecond less per run here).
+fn spawn_bwrap(
+    bwrap: &Path,
+    stdio: StdioMode,
+    capture: OwnedFd,
+    setup: &oz0_sys::spawn::ChildSetup,
+) -> io::Result<Bwrap> {
+    if setup.spawnable() {
+        use std::os::unix::ffi::OsStrExt;
+        let cstr = |b: &[u8]| {
+            std::ffi::CString::new(b).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+        };
+        let program = cstr(bwrap.as_os_str().as_bytes())?;
+        let mut argv = vec![program.clone()];
+        for a in Plan::bwrap_command() {
+            argv.push(cstr(a.as_bytes())?);
+        }
+        let std_in_out = match stdio {
+            StdioMode::Inherit => oz0_sys::spawn::Stdio::Inherit,
+            StdioMode::Null => oz0_sys::spawn::Stdio::Null,
+        };
+        let fd = rustix::fd::AsRawFd::as_raw_fd(&capture);
+        let pid = setup.spawn(
+            &program,
+            &argv,
+            [std_in_out, std_in_out, oz0_sys::spawn::Stdio::Fd(fd)],
+        )?;
+        return Ok(Bwrap::Spawned(pid));
+    }
+    let mut cmd = Command::new(bwrap);
+    cmd.env_clear()
+        .args(Plan::bwrap_command())
+        .stdin(match stdio {
+            StdioMode::Inherit => Stdio::inherit(),
+            StdioMode::Null => Stdio::null(),
+        })
+        .stdout(match stdio {
+            StdioMode::Inherit => Stdio::inherit(),
+            StdioMode::Null => Stdio::null(),
+        })
+        .stderr(Stdio::from(capture));
+    setup.install(&mut cmd);
+    cmd.spawn().map(Bwrap::Forked)
 }
 
 fn kill_tree(init: Option<&OwnedFd>, outer: &OwnedFd) {
