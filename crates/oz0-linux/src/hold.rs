@@ -47,7 +47,18 @@ pub const READY_WORD: &[u8] = b"ready";
 /// In a new mount namespace: mounts `placeholders` (once the node says they
 /// are in place), then makes the run's root read-only (bubblewrap leaves it
 /// writable for this).
-pub fn prepare_mounts(placeholders: &[Placeholder]) -> Result<(), String> {
+///
+/// Returns bubblewrap's mount namespace, held open: the stage lets it go
+/// once the command has started, so that tearing it down (its mounts are no
+/// one's once the stage has left it) happens while the command runs rather
+/// than in the way of its start.
+pub fn prepare_mounts(placeholders: &[Placeholder]) -> Result<Option<OwnedFd>, String> {
+    let outer = rustix::fs::open(
+        "/proc/self/ns/mnt",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok();
     oz0_sys::ns::unshare_mount_namespace()
         .map_err(|e| format!("cannot make the stage's mount namespace: {e}"))?;
     if !placeholders.is_empty() {
@@ -75,7 +86,8 @@ pub fn prepare_mounts(placeholders: &[Placeholder]) -> Result<(), String> {
         MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
         "",
     )
-    .map_err(|e| format!("cannot make the run's root read-only: {e}"))
+    .map_err(|e| format!("cannot make the run's root read-only: {e}"))?;
+    Ok(outer)
 }
 
 /// Reads the node's word on [`fds::READY`] to its end: [`READY_WORD`], or

@@ -177,12 +177,16 @@ impl Pool {
     }
 }
 
-/// Whether the folder open at `dir` has no entry but `.` and `..`.
+/// Whether the folder open at `dir` has no entry but `.` and `..` (read
+/// from its start, on the descriptor itself: no other open).
 fn is_empty(dir: &OwnedFd) -> bool {
-    let Ok(d) = rustix::fs::Dir::read_from(dir) else {
+    use std::mem::MaybeUninit;
+    if rustix::fs::seek(dir, rustix::fs::SeekFrom::Start(0)).is_err() {
         return false;
-    };
-    for e in d {
+    }
+    let mut buf = [MaybeUninit::<u8>::uninit(); 1024];
+    let mut entries = rustix::fs::RawDir::new(dir, &mut buf);
+    while let Some(e) = entries.next() {
         match e {
             Ok(e) if matches!(e.file_name().to_bytes(), b"." | b"..") => {}
             _ => return false,

@@ -141,7 +141,7 @@ pub fn main() -> i32 {
     let _ = rustix::io::fcntl_setfd(&status, rustix::io::FdFlags::CLOEXEC);
     let _ = status.write_all(b"S\n");
     match prepare() {
-        Ok((cfg, report, bridge_port)) => {
+        Ok((cfg, report, bridge_port, outer_ns)) => {
             let _ = writeln!(
                 status,
                 "L {}",
@@ -155,6 +155,8 @@ pub fn main() -> i32 {
                 .env_clear()
                 .envs(cfg.env.iter().map(|(k, v)| (k, v)))
                 .spawn();
+            // bubblewrap's mount namespace goes now, while the command runs.
+            drop(outer_ns);
             match child {
                 Ok(child) => {
                     drop(status);
@@ -203,10 +205,15 @@ fn init(command: u32) -> i32 {
     }
 }
 
-type Prepared = (StageConfig, landlock::LandlockReport, Option<u16>);
+type Prepared = (
+    StageConfig,
+    landlock::LandlockReport,
+    Option<u16>,
+    Option<std::os::fd::OwnedFd>,
+);
 
 fn prepare() -> Result<Prepared, String> {
-    let (mut cfg, report) = restrict()?;
+    let (mut cfg, report, outer_ns) = restrict()?;
     let mut port = None;
     if let Some(b) = cfg.bridge.take() {
         let (p, vars) = start_bridge(&b)?;
@@ -219,10 +226,16 @@ fn prepare() -> Result<Prepared, String> {
         let p = seccomp::compile_unix_deny().map_err(|e| e.to_string())?;
         seccomp::install(&[p]).map_err(|e| e.to_string())?;
     }
-    Ok((cfg, report, port))
+    Ok((cfg, report, port, outer_ns))
 }
 
-fn restrict() -> Result<(StageConfig, landlock::LandlockReport), String> {
+type Restricted = (
+    StageConfig,
+    landlock::LandlockReport,
+    Option<std::os::fd::OwnedFd>,
+);
+
+fn restrict() -> Result<Restricted, String> {
     let mut raw = Vec::new();
     File::from(
         oz0_sys::spawn::inherited_fd(fds::CONFIG).map_err(|e| format!("no configuration: {e}"))?,
@@ -240,11 +253,11 @@ fn restrict() -> Result<(StageConfig, landlock::LandlockReport), String> {
     drop(stderr);
     // The command inherits stdin, stdout and stderr, and nothing else.
     oz0_sys::spawn::cloexec_from(3).map_err(|e| format!("close_range: {e}"))?;
-    crate::hold::prepare_mounts(&cfg.placeholders)?;
+    let outer_ns = crate::hold::prepare_mounts(&cfg.placeholders)?;
     crate::hold::drop_capabilities()?;
     let unix_now = cfg.deny_unix_sockets && cfg.bridge.is_none();
     let programs = seccomp::compile(cfg.seccomp, unix_now).map_err(|e| e.to_string())?;
     let report = landlock::restrict(&cfg.landlock).map_err(|e| e.to_string())?;
     seccomp::install(&programs).map_err(|e| e.to_string())?;
-    Ok((cfg, report))
+    Ok((cfg, report, outer_ns))
 }
