@@ -104,7 +104,9 @@ fn wait_ready() -> Result<(), String> {
         return Ok(());
     }
     if word.is_empty() {
-        return Err("the node did not make the placeholders".into());
+        return Err(
+            "the node could not start making the placeholders (no thread to spare?)".into(),
+        );
     }
     Err(String::from_utf8_lossy(&word).into_owned())
 }

@@ -430,60 +430,56 @@ struct Holders {
     maker: Option<std::thread::JoinHandle<Option<Pool>>>,
     pool: Option<Pool>,
     removed: bool,
+    /// The pipe's write end, until the making starts.
+    ready: Option<OwnedFd>,
 }
 
 impl Holders {
-    /// Starts making `ps`; returns the end of the pipe the stage reads.
-    fn start(
-        ps: &[Placeholder],
-        data_dir: &Path,
-        run_id: &str,
-    ) -> Result<(Holders, OwnedFd), SandboxError> {
+    /// The holders of a run, and the end of the pipe the stage reads.
+    fn new() -> Result<(Holders, OwnedFd), SandboxError> {
         let (ready_r, ready_w) = pipe()?;
-        let mut holders = Holders {
+        let holders = Holders {
             maker: None,
             pool: None,
             removed: false,
+            ready: Some(ready_w),
         };
-        if ps.is_empty() {
-            return Ok((holders, ready_r));
-        }
+        Ok((holders, ready_r))
+    }
+
+    /// Starts making `ps` (once bubblewrap is on its way) and tells the
+    /// stage when they are all there, or why not.
+    fn start(&mut self, ps: &[Placeholder], data_dir: &Path, run_id: &str) {
+        let Some(ready) = self.ready.take() else {
+            return;
+        };
         let make = {
             let (ps, data_dir, tag) = (ps.to_vec(), data_dir.to_path_buf(), run_id.to_string());
-            move || {
+            move |ready: OwnedFd| {
                 let mut pool = Pool::open(&data_dir, &tag);
                 let word = match make_placeholders(&ps, &mut pool) {
                     Ok(()) => crate::hold::READY_WORD.to_vec(),
                     Err(e) => e.into_bytes(),
                 };
-                let _ = File::from(ready_w).write_all(&word);
+                let _ = File::from(ready).write_all(&word);
                 pool
             }
         };
-        match std::thread::Builder::new()
-            .name("oz0-placeholders".into())
-            .spawn(make)
-        {
-            Ok(t) => holders.maker = Some(t),
-            // No thread to spare: made here, before bubblewrap starts. (The
-            // closure was moved into the failed spawn: start again.)
-            Err(_) => {
-                let (r2, w2) = pipe()?;
-                let mut pool = Pool::open(data_dir, run_id);
-                let word = match make_placeholders(ps, &mut pool) {
-                    Ok(()) => crate::hold::READY_WORD.to_vec(),
-                    Err(e) => e.into_bytes(),
-                };
-                let _ = File::from(w2).write_all(&word);
-                holders.pool = pool;
-                return Ok((holders, r2));
-            }
+        if ps.is_empty() {
+            // Nothing to make: the stage does not wait.
+            return;
         }
-        Ok((holders, ready_r))
+        // Without a thread to spare the run is refused: the stage reads no
+        // word and says the placeholders were not made.
+        self.maker = std::thread::Builder::new()
+            .name("oz0-placeholders".into())
+            .spawn(move || make(ready))
+            .ok();
     }
 
     /// Waits for the maker, then removes what it made (once).
     fn remove(&mut self, ps: &[Placeholder]) {
+        self.ready = None;
         if let Some(t) = self.maker.take() {
             self.pool = t.join().ok().flatten();
         }
@@ -543,22 +539,49 @@ pub fn run(spec: &RunSpec, opts: LaunchOptions<'_>) -> Result<RunOutcome, Sandbo
     let base = opts.scratch.clone().unwrap_or_else(scratch_base);
     // Runs of a node that died (SIGKILL) left their placeholders and
     // folders: swept while this run starts, and done before it returns.
-    let sweeper = {
-        let base = base.clone();
-        std::thread::Builder::new()
-            .name("oz0-sweep".into())
-            .spawn(move || sweep_stale(&base))
+    let mut sweeper = Sweeper {
+        base: base.clone(),
+        thread: None,
+        started: false,
     };
     let scratch = Scratch::create(&base, &run_id);
-    let result = scratch.and_then(|scratch| run_in(spec, &opts, started, run_id, scratch));
-    match sweeper {
-        Ok(t) => {
+    let result =
+        scratch.and_then(|scratch| run_in(spec, &opts, started, run_id, scratch, &mut sweeper));
+    sweeper.finish();
+    result
+}
+
+/// The sweep of dead runs' leftovers, on a thread of its own, started once
+/// bubblewrap is on its way.
+struct Sweeper {
+    base: PathBuf,
+    thread: Option<std::thread::JoinHandle<()>>,
+    started: bool,
+}
+
+impl Sweeper {
+    fn start(&mut self) {
+        if std::mem::replace(&mut self.started, true) {
+            return;
+        }
+        let base = self.base.clone();
+        self.thread = std::thread::Builder::new()
+            .name("oz0-sweep".into())
+            .spawn(move || sweep_stale(&base))
+            .ok();
+        if self.thread.is_none() {
+            // No thread to spare: swept here.
+            sweep_stale(&self.base);
+        }
+    }
+
+    /// Sweeps (if not yet started) and waits for the sweep's end.
+    fn finish(&mut self) {
+        self.start();
+        if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        // No thread to spare: sweep here, after the run.
-        Err(_) => sweep_stale(&base),
     }
-    result
 }
 
 fn run_in(
@@ -567,6 +590,7 @@ fn run_in(
     started: Instant,
     run_id: String,
     scratch: Scratch,
+    sweeper: &mut Sweeper,
 ) -> Result<RunOutcome, SandboxError> {
     // The job first: if it cannot be made, nothing else happens.
     let job = match (spec.limits.needs_job(), opts.jobs) {
@@ -608,8 +632,7 @@ fn run_in(
     // Recorded before anything is created, so that a sweep can undo it if
     // this process dies.
     record_run(&scratch.dir, &plan.placeholders)?;
-    let (mut holders, ready) =
-        Holders::start(&plan.placeholders, spec.data_dir.as_path(), &run_id)?;
+    let (mut holders, ready) = Holders::new()?;
     let result = execute(
         &plan,
         opts,
@@ -618,7 +641,7 @@ fn run_in(
         spec,
         job.as_ref(),
         bridge,
-        (&mut holders, ready),
+        (&mut holders, ready, sweeper),
     );
     holders.remove(&plan.placeholders);
     drop(egress_guard);
@@ -661,7 +684,7 @@ fn execute(
     spec: &RunSpec,
     job: Option<&oz0_jobs::Job>,
     bridge: Option<crate::stage::BridgeConfig>,
-    (holders, ready): (&mut Holders, OwnedFd),
+    (holders, ready, sweeper): (&mut Holders, OwnedFd, &mut Sweeper),
 ) -> Result<RunOutcome, SandboxError> {
     let own_pid_ns = plan.namespaces.contains(&"--unshare-pid");
     let mut args = Vec::new();
@@ -716,6 +739,9 @@ fn execute(
         SandboxError::Start(format!("cannot execute {}: {e}", opts.bwrap.display()))
     })?;
     drop(setup);
+    // While bubblewrap builds the sandbox: the placeholders, and the sweep.
+    holders.start(&plan.placeholders, spec.data_dir.as_path(), run_id);
+    sweeper.start();
 
     // bubblewrap reports its init's pid first; no report means it failed
     // before creating the sandbox.
