@@ -270,7 +270,7 @@ fn arch() -> Result<TargetArch, SeccompError> {
 ///   process;
 /// - on x86_64, an x32 call number (bit 30): `ENOSYS`;
 /// - a binary search over the numbers of the refused calls (`jge`), down to
-///   groups of at most [`LEAF`] numbers each compared with `jeq`; a number
+///   groups of at most four numbers each compared with `jeq`; a number
 ///   found runs its rules' argument checks, in order, to a return;
 /// - anything else: allow.
 ///
