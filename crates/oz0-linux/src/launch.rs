@@ -456,6 +456,7 @@ impl Holders {
         let make = {
             let (ps, data_dir, tag) = (ps.to_vec(), data_dir.to_path_buf(), run_id.to_string());
             move |ready: OwnedFd| {
+                background();
                 let mut pool = Pool::open(&data_dir, &tag);
                 let word = match make_placeholders(&ps, &mut pool) {
                     Ok(()) => crate::hold::READY_WORD.to_vec(),
@@ -551,6 +552,13 @@ pub fn run(spec: &RunSpec, opts: LaunchOptions<'_>) -> Result<RunOutcome, Sandbo
     result
 }
 
+/// Makes the calling thread (a helper working beside bubblewrap) yield the
+/// processor to bubblewrap and the stage, whose work is what a run waits
+/// for: the lowest priority (nice 19), for this thread only.
+fn background() {
+    let _ = rustix::process::nice(19);
+}
+
 /// The sweep of dead runs' leftovers, on a thread of its own, started once
 /// bubblewrap is on its way.
 struct Sweeper {
@@ -567,7 +575,10 @@ impl Sweeper {
         let base = self.base.clone();
         self.thread = std::thread::Builder::new()
             .name("oz0-sweep".into())
-            .spawn(move || sweep_stale(&base))
+            .spawn(move || {
+                background();
+                sweep_stale(&base)
+            })
             .ok();
         if self.thread.is_none() {
             // No thread to spare: swept here.
