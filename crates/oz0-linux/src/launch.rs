@@ -554,9 +554,11 @@ pub fn run(spec: &RunSpec, opts: LaunchOptions<'_>) -> Result<RunOutcome, Sandbo
 
 /// Makes the calling thread (a helper working beside bubblewrap) yield the
 /// processor to bubblewrap and the stage, whose work is what a run waits
-/// for: the lowest priority (nice 19), for this thread only.
+/// for: nice 10, for this thread only (a tenth of a normal thread's share
+/// when they compete; not the lowest, so that a busy machine does not
+/// starve it and the run it prepares).
 fn background() {
-    let _ = rustix::process::nice(19);
+    let _ = rustix::process::nice(10);
 }
 
 /// The sweep of dead runs' leftovers, on a thread of its own, started once
