@@ -229,6 +229,59 @@ fn prepare() -> Result<Prepared, String> {
     Ok((cfg, report, port, outer_ns))
 }
 
+/// Placeholder files are empty files at the top of a writable folder, and
+/// `git add -A` would add them to a repository there. Git reads a user's
+/// excludes from `$XDG_CONFIG_HOME/git/ignore`, by default
+/// `$HOME/.config/git/ignore`; the run's `HOME` is its private, empty `/tmp`,
+/// so the stage writes that file there, one anchored line per placeholder
+/// file (placeholder folders are empty, and git shows no empty folder). It
+/// writes nothing when `XDG_CONFIG_HOME` points elsewhere or the file exists,
+/// and a failure only leaves the placeholders visible to git.
+fn hide_placeholders_from_git(cfg: &StageConfig) {
+    use std::collections::BTreeSet;
+    let var = |n: &str| {
+        cfg.env
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| v.as_str())
+    };
+    let tmp = crate::plan::TMP_INSIDE;
+    let config = match (var("XDG_CONFIG_HOME"), var("HOME")) {
+        (Some(x), _) => std::path::PathBuf::from(x),
+        (None, Some(h)) => std::path::Path::new(h).join(".config"),
+        (None, None) => return,
+    };
+    if !config.starts_with(tmp) || config.components().any(|c| c.as_os_str() == "..") {
+        return;
+    }
+    let names: BTreeSet<&str> = cfg
+        .placeholders
+        .iter()
+        .filter(|p| p.kind == crate::plan::PlaceholderKind::File)
+        .map(|p| p.path.as_path())
+        .filter(|p| p.parent().and_then(|d| d.file_name()) != Some(".git".as_ref()))
+        .filter_map(|p| p.file_name().and_then(|n| n.to_str()))
+        .collect();
+    if names.is_empty() {
+        return;
+    }
+    let mut text =
+        String::from("# Empty read-only placeholders of this sandbox (oz0), not files of yours.\n");
+    for n in names {
+        text.push('/');
+        text.push_str(n);
+        text.push('\n');
+    }
+    let dir = config.join("git");
+    let _ = std::fs::create_dir_all(&dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join("ignore"))
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+    });
+}
+
 type Restricted = (
     StageConfig,
     landlock::LandlockReport,
@@ -254,6 +307,7 @@ fn restrict() -> Result<Restricted, String> {
     // The command inherits stdin, stdout and stderr, and nothing else.
     oz0_sys::spawn::cloexec_from(3).map_err(|e| format!("close_range: {e}"))?;
     let outer_ns = crate::hold::prepare_mounts(&cfg.placeholders)?;
+    hide_placeholders_from_git(&cfg);
     crate::hold::drop_capabilities()?;
     let unix_now = cfg.deny_unix_sockets && cfg.bridge.is_none();
     let programs = seccomp::compile(cfg.seccomp, unix_now).map_err(|e| e.to_string())?;

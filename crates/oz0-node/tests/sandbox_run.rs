@@ -369,16 +369,24 @@ fn git_works_but_hooks_config_and_rename_are_protected() {
     }
     let env = Env::new("git");
     let g = "git -c user.name=t -c user.email=t@example.invalid";
-    // git init inside works (no .git yet: the run's own repository).
+    // git init inside works (no .git yet: the run's own repository), and
+    // `git add -A` takes none of the placeholder files (.bashrc, .envrc,
+    // ...): the run's git excludes them.
     let out = env.sh(
         &[],
-        &format!("git init -q . && echo a > a && git add a && {g} commit -qm one && echo ok"),
+        &format!(
+            "git init -q . && echo a > a && git add -A && {g} commit -qm one && echo ok; \
+             git ls-files | tr '\\n' ' '; echo; git status --porcelain | wc -l"
+        ),
     );
-    assert!(
-        stdout(&out).contains("ok"),
-        "{} {}",
-        stdout(&out),
-        stderr(&out)
+    let text = stdout(&out);
+    assert!(text.contains("ok"), "{text} {}", stderr(&out));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[1].trim(), "a", "committed: {text}");
+    assert_eq!(
+        lines[2].trim(),
+        "0",
+        "git status shows placeholders: {text}"
     );
     // Now .git exists: a second run may commit, but not touch hooks/config or move .git.
     std::fs::write(
