@@ -423,11 +423,10 @@ fn make_placeholders(ps: &[Placeholder], pool: &mut Option<Pool>) -> Result<(), 
     Ok(())
 }
 
-/// The placeholders of one run: made on a thread of their own while
+/// The placeholders of one run: made while
 /// bubblewrap builds the sandbox (the stage waits for the word on
 /// [`fds::READY`]), removed once.
 struct Holders {
-    maker: Option<std::thread::JoinHandle<Option<Pool>>>,
     pool: Option<Pool>,
     removed: bool,
     /// The pipe's write end, until the making starts.
@@ -439,7 +438,6 @@ impl Holders {
     fn new() -> Result<(Holders, OwnedFd), SandboxError> {
         let (ready_r, ready_w) = pipe()?;
         let holders = Holders {
-            maker: None,
             pool: None,
             removed: false,
             ready: Some(ready_w),
@@ -447,43 +445,28 @@ impl Holders {
         Ok((holders, ready_r))
     }
 
-    /// Starts making `ps` (once bubblewrap is on its way) and tells the
-    /// stage when they are all there, or why not.
+    /// Makes `ps` (once bubblewrap is on its way: this thread has nothing
+    /// else to do while bubblewrap builds the sandbox) and tells the stage
+    /// they are all there, or why not.
     fn start(&mut self, ps: &[Placeholder], data_dir: &Path, run_id: &str) {
         let Some(ready) = self.ready.take() else {
             return;
-        };
-        let make = {
-            let (ps, data_dir, tag) = (ps.to_vec(), data_dir.to_path_buf(), run_id.to_string());
-            move |ready: OwnedFd| {
-                background();
-                let mut pool = Pool::open(&data_dir, &tag);
-                let word = match make_placeholders(&ps, &mut pool) {
-                    Ok(()) => crate::hold::READY_WORD.to_vec(),
-                    Err(e) => e.into_bytes(),
-                };
-                let _ = File::from(ready).write_all(&word);
-                pool
-            }
         };
         if ps.is_empty() {
             // Nothing to make: the stage does not wait.
             return;
         }
-        // Without a thread to spare the run is refused: the stage reads no
-        // word and says the placeholders were not made.
-        self.maker = std::thread::Builder::new()
-            .name("oz0-placeholders".into())
-            .spawn(move || make(ready))
-            .ok();
+        self.pool = Pool::open(data_dir, run_id);
+        let word = match make_placeholders(ps, &mut self.pool) {
+            Ok(()) => crate::hold::READY_WORD.to_vec(),
+            Err(e) => e.into_bytes(),
+        };
+        let _ = File::from(ready).write_all(&word);
     }
 
-    /// Waits for the maker, then removes what it made (once).
+    /// Removes what was made (once).
     fn remove(&mut self, ps: &[Placeholder]) {
         self.ready = None;
-        if let Some(t) = self.maker.take() {
-            self.pool = t.join().ok().flatten();
-        }
         if !self.removed {
             remove_placeholders(ps, self.pool.as_mut());
             self.removed = true;
@@ -542,57 +525,26 @@ pub fn run(spec: &RunSpec, opts: LaunchOptions<'_>) -> Result<RunOutcome, Sandbo
     // folders: swept while this run starts, and done before it returns.
     let mut sweeper = Sweeper {
         base: base.clone(),
-        thread: None,
-        started: false,
+        done: false,
     };
     let scratch = Scratch::create(&base, &run_id);
     let result =
         scratch.and_then(|scratch| run_in(spec, &opts, started, run_id, scratch, &mut sweeper));
-    sweeper.finish();
+    sweeper.sweep();
     result
 }
 
-/// Makes the calling thread (a helper working beside bubblewrap) yield the
-/// processor to bubblewrap and the stage, whose work is what a run waits
-/// for: nice 10, for this thread only (a tenth of a normal thread's share
-/// when they compete; not the lowest, so that a busy machine does not
-/// starve it and the run it prepares).
-fn background() {
-    let _ = rustix::process::nice(10);
-}
-
-/// The sweep of dead runs' leftovers, on a thread of its own, started once
-/// bubblewrap is on its way.
+/// The sweep of dead runs' leftovers, done once: while bubblewrap builds
+/// the sandbox, or at the end if the run never got that far.
 struct Sweeper {
     base: PathBuf,
-    thread: Option<std::thread::JoinHandle<()>>,
-    started: bool,
+    done: bool,
 }
 
 impl Sweeper {
-    fn start(&mut self) {
-        if std::mem::replace(&mut self.started, true) {
-            return;
-        }
-        let base = self.base.clone();
-        self.thread = std::thread::Builder::new()
-            .name("oz0-sweep".into())
-            .spawn(move || {
-                background();
-                sweep_stale(&base)
-            })
-            .ok();
-        if self.thread.is_none() {
-            // No thread to spare: swept here.
+    fn sweep(&mut self) {
+        if !std::mem::replace(&mut self.done, true) {
             sweep_stale(&self.base);
-        }
-    }
-
-    /// Sweeps (if not yet started) and waits for the sweep's end.
-    fn finish(&mut self) {
-        self.start();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
         }
     }
 }
@@ -754,7 +706,7 @@ fn execute(
     drop(setup);
     // While bubblewrap builds the sandbox: the placeholders, and the sweep.
     holders.start(&plan.placeholders, spec.data_dir.as_path(), run_id);
-    sweeper.start();
+    sweeper.sweep();
 
     // bubblewrap reports its init's pid first; no report means it failed
     // before creating the sandbox.
