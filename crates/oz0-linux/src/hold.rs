@@ -61,7 +61,9 @@ pub fn prepare_mounts(placeholders: &[Placeholder]) -> Result<Option<OwnedFd>, S
     .ok();
     oz0_sys::ns::unshare_mount_namespace()
         .map_err(|e| format!("cannot make the stage's mount namespace: {e}"))?;
-    if !placeholders.is_empty() {
+    if placeholders.is_empty() {
+        wait_ready()?;
+    } else {
         make_sources().map_err(|e| format!("placeholder sources: {e}"))?;
         wait_ready()?;
         let mut folders = Folders::default();
@@ -90,8 +92,9 @@ pub fn prepare_mounts(placeholders: &[Placeholder]) -> Result<Option<OwnedFd>, S
     Ok(outer)
 }
 
-/// Reads the node's word on [`fds::READY`] to its end: [`READY_WORD`], or
-/// why the placeholders could not be made.
+/// Reads the node's word on [`fds::READY`] to its end: [`READY_WORD`] once
+/// the run is recorded and its placeholders are in place, or why not. Every
+/// stage waits for it, so that nothing of the caller runs before then.
 fn wait_ready() -> Result<(), String> {
     use std::io::Read;
     let fd = oz0_sys::spawn::inherited_fd(fds::READY)

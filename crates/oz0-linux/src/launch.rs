@@ -427,6 +427,8 @@ fn make_placeholders(ps: &[Placeholder], pool: &mut Option<Pool>) -> Result<(), 
 /// bubblewrap builds the sandbox (the stage waits for the word on
 /// [`fds::READY`]), removed once.
 struct Holders {
+    /// The run's private folder, where the run is recorded.
+    record: PathBuf,
     pool: Option<Pool>,
     removed: bool,
     /// The pipe's write end, until the making starts.
@@ -435,9 +437,10 @@ struct Holders {
 
 impl Holders {
     /// The holders of a run, and the end of the pipe the stage reads.
-    fn new() -> Result<(Holders, OwnedFd), SandboxError> {
+    fn new(record: &Path) -> Result<(Holders, OwnedFd), SandboxError> {
         let (ready_r, ready_w) = pipe()?;
         let holders = Holders {
+            record: record.to_path_buf(),
             pool: None,
             removed: false,
             ready: Some(ready_w),
@@ -448,20 +451,30 @@ impl Holders {
     /// Makes `ps` (once bubblewrap is on its way: this thread has nothing
     /// else to do while bubblewrap builds the sandbox) and tells the stage
     /// they are all there, or why not.
-    fn start(&mut self, ps: &[Placeholder], data_dir: &Path, run_id: &str) {
+    fn start(
+        &mut self,
+        ps: &[Placeholder],
+        data_dir: &Path,
+        run_id: &str,
+    ) -> Result<(), SandboxError> {
         let Some(ready) = self.ready.take() else {
-            return;
+            return Ok(());
         };
-        if ps.is_empty() {
-            // Nothing to make: the stage does not wait.
-            return;
+        // Recorded before anything is created, so that a sweep can undo it
+        // if this process dies.
+        if let Err(e) = record_run(&self.record, ps) {
+            let _ = File::from(ready).write_all(e.to_string().as_bytes());
+            return Err(e);
         }
-        self.pool = Pool::open(data_dir, run_id);
+        if !ps.is_empty() {
+            self.pool = Pool::open(data_dir, run_id);
+        }
         let word = match make_placeholders(ps, &mut self.pool) {
             Ok(()) => crate::hold::READY_WORD.to_vec(),
             Err(e) => e.into_bytes(),
         };
         let _ = File::from(ready).write_all(&word);
+        Ok(())
     }
 
     /// Removes what was made (once).
@@ -594,10 +607,7 @@ fn run_in(
 
     let facts = host::gather(spec, &opts.node_exe)?;
     let plan = plan::plan(spec, &facts, &extras)?;
-    // Recorded before anything is created, so that a sweep can undo it if
-    // this process dies.
-    record_run(&scratch.dir, &plan.placeholders)?;
-    let (mut holders, ready) = Holders::new()?;
+    let (mut holders, ready) = Holders::new(&scratch.dir)?;
     let result = execute(
         &plan,
         opts,
@@ -704,8 +714,16 @@ fn execute(
         SandboxError::Start(format!("cannot execute {}: {e}", opts.bwrap.display()))
     })?;
     drop(setup);
-    // While bubblewrap builds the sandbox: the placeholders, and the sweep.
-    holders.start(&plan.placeholders, spec.data_dir.as_path(), run_id);
+    // While bubblewrap builds the sandbox: the run's record, the
+    // placeholders, and the sweep. A run that cannot be recorded is stopped:
+    // its stage, which waits for the word before anything, is told why.
+    if let Err(e) = holders.start(&plan.placeholders, spec.data_dir.as_path(), run_id) {
+        if let Some(pid) = rustix::process::Pid::from_raw(child.id()) {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+        }
+        let _ = child.wait();
+        return Err(e);
+    }
     sweeper.sweep();
 
     // bubblewrap reports its init's pid first; no report means it failed

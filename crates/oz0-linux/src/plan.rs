@@ -51,7 +51,8 @@ pub mod fds {
     pub const STATUS: i32 = 6;
     /// The caller's real stderr; bubblewrap's own stderr is captured.
     pub const STDERR: i32 = 7;
-    /// The node's word that the placeholders are in place (see `hold`).
+    /// The node's word that the run is recorded and its placeholders are in
+    /// place, or why not (see `hold`); every stage waits for it.
     pub const READY: i32 = 8;
 }
 
