@@ -61,27 +61,14 @@ pub fn prepare_mounts(placeholders: &[Placeholder]) -> Result<Option<OwnedFd>, S
     .ok();
     oz0_sys::ns::unshare_mount_namespace()
         .map_err(|e| format!("cannot make the stage's mount namespace: {e}"))?;
-    if placeholders.is_empty() {
-        wait_ready()?;
-    } else {
+    if !placeholders.is_empty() {
         make_sources().map_err(|e| format!("placeholder sources: {e}"))?;
-        wait_ready()?;
-        let mut folders = Folders::default();
-        for p in placeholders {
-            let path = p.path.as_path();
-            let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-                return Err(format!("placeholder {}: not a path with a parent", p.path));
-            };
-            let dir = folders.open(parent).map_err(|e| {
-                format!(
-                    "placeholder {}: its folder {}: {e}",
-                    p.path,
-                    parent.display()
-                )
-            })?;
-            mount_one(dir, Path::new(name), p.kind)
-                .map_err(|e| format!("placeholder {}: {e}", p.path))?;
-        }
+    }
+    wait_ready()?;
+    let mut folders = Folders::default();
+    for p in placeholders {
+        let (dir, name) = folders.place(p)?;
+        mount_one(dir, name, p.kind).map_err(|e| format!("placeholder {}: {e}", p.path))?;
     }
     rustix::mount::mount_remount(
         "/",
@@ -159,6 +146,23 @@ impl<'a> Folders<'a> {
             }
         };
         Ok(fd)
+    }
+
+    /// Placeholder `p`'s folder (see [`Folders::open`]) and its name there,
+    /// or why not, naming the placeholder.
+    pub(crate) fn place(&mut self, p: &'a Placeholder) -> Result<(&OwnedFd, &'a Path), String> {
+        let path = p.path.as_path();
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(format!("placeholder {}: not a path with a parent", p.path));
+        };
+        let dir = self.open(parent).map_err(|e| {
+            format!(
+                "placeholder {}: its folder {}: {e}",
+                p.path,
+                parent.display()
+            )
+        })?;
+        Ok((dir, Path::new(name)))
     }
 }
 

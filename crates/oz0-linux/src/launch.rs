@@ -353,15 +353,11 @@ fn remove_placeholders(ps: &[Placeholder], mut pool: Option<&mut Pool>) {
     use rustix::fs::{statat, unlinkat, AtFlags, FileType};
     let mut folders = crate::hold::Folders::default();
     for p in ps.iter().rev() {
-        let path = p.path.as_path();
-        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            continue;
-        };
-        let Ok(dir) = folders.open(parent) else {
+        let Ok((dir, name)) = folders.place(p) else {
             continue;
         };
         if let (PlaceholderKind::Dir, Some(pool)) = (p.kind, pool.as_deref_mut()) {
-            match pool.give_back(dir, Path::new(name), path) {
+            match pool.give_back(dir, name, p.path.as_path()) {
                 Back::Pooled | Back::Leave => continue,
                 Back::Remove => {}
             }
@@ -391,19 +387,9 @@ fn make_placeholders(ps: &[Placeholder], pool: &mut Option<Pool>) -> Result<(), 
     use rustix::io::Errno;
     let mut folders = crate::hold::Folders::default();
     for p in ps {
-        let path = p.path.as_path();
-        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            return Err(format!("placeholder {}: not a path with a parent", p.path));
-        };
-        let dir = folders.open(parent).map_err(|e| {
-            format!(
-                "placeholder {}: its folder {}: {e}",
-                p.path,
-                parent.display()
-            )
-        })?;
+        let (dir, name) = folders.place(p)?;
         let made = match p.kind {
-            PlaceholderKind::Dir => match pool.as_mut().map(|pl| pl.take(dir, Path::new(name))) {
+            PlaceholderKind::Dir => match pool.as_mut().map(|pl| pl.take(dir, name)) {
                 Some(Taken::Moved | Taken::Exists) => Ok(()),
                 Some(Taken::No) | None => mkdirat(dir, name, Mode::from_raw_mode(0o755)),
             },

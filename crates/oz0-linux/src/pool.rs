@@ -40,10 +40,9 @@ const MAX_SPARE: usize = 256;
 /// The pool of one node process.
 pub struct Pool {
     dir: OwnedFd,
-    /// Names listed when the pool was opened, taken from the back.
+    /// The spare folders, as far as this process knows: listed when the
+    /// pool was opened, taken from the back, given back onto it.
     names: Vec<OsString>,
-    /// How many spare folders the pool holds (as far as this process knows).
-    count: usize,
     /// Prefix of names given back (unique to the run).
     tag: String,
     given: usize,
@@ -90,7 +89,6 @@ impl Pool {
         let names = list(&dir).ok()?;
         Some(Pool {
             dir,
-            count: names.len(),
             names,
             tag: tag.to_string(),
             given: 0,
@@ -107,16 +105,13 @@ impl Pool {
                 name,
                 RenameFlags::NOREPLACE,
             ) {
-                Ok(()) => {
-                    self.count = self.count.saturating_sub(1);
-                    return Taken::Moved;
-                }
+                Ok(()) => return Taken::Moved,
                 Err(Errno::EXIST) => {
                     self.names.push(spare);
                     return Taken::Exists;
                 }
                 // Taken by another run meanwhile.
-                Err(Errno::NOENT) => self.count = self.count.saturating_sub(1),
+                Err(Errno::NOENT) => {}
                 Err(_) => {
                     // Another mount (EXDEV) or something else: keep the name
                     // for a folder where the pool may work.
@@ -137,7 +132,7 @@ impl Pool {
         if !is_empty(&dir) {
             return Back::Leave;
         }
-        if self.count >= MAX_SPARE {
+        if self.names.len() >= MAX_SPARE {
             return Back::Remove;
         }
         self.given += 1;
@@ -171,7 +166,6 @@ impl Pool {
             }
             return Back::Leave;
         }
-        self.count += 1;
         self.names.push(OsString::from(spare));
         Back::Pooled
     }
