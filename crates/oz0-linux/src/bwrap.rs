@@ -1,8 +1,8 @@
 //! Finding bubblewrap and asking it what it can do.
 //!
 //! bubblewrap comes from the distribution's package (`bubblewrap`); the node
-//! never ships or downloads it. A run needs `--disable-userns` (0.8.0+),
-//! `--args` and `--json-status-fd`; `sandbox check` reports the features the
+//! never ships or downloads it. A run needs `--args`, `--json-status-fd`,
+//! `--as-pid-1` and `--clearenv`; `sandbox check` reports the features the
 //! installed binary has, read from its own `--help`, never guessed from a
 //! version number.
 
@@ -12,7 +12,7 @@ use std::process::Command;
 use serde::Serialize;
 
 /// Features a run relies on.
-pub const REQUIRED_FEATURES: &[&str] = &["--disable-userns", "--args", "--json-status-fd"];
+pub const REQUIRED_FEATURES: &[&str] = &["--args", "--json-status-fd", "--as-pid-1", "--clearenv"];
 
 /// How to install bubblewrap, for error messages.
 pub const INSTALL_FIX: &str = "install bubblewrap 0.8 or newer (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`) or name it with --bwrap PATH";
@@ -185,15 +185,16 @@ mod tests {
 
     #[test]
     fn features_from_help() {
-        let help = "    --args FD   Parse\n    --disable-userns   Disable\n";
-        assert_eq!(parse_features(help), vec!["--disable-userns", "--args"]);
+        let help =
+            "    --args FD   Parse\n    --as-pid-1   Do not\n    --disable-userns   Disable\n";
+        assert_eq!(parse_features(help), vec!["--args", "--as-pid-1"]);
     }
 
     #[test]
     fn explains_userns_and_old_versions() {
         let e = explain_failure("bwrap: No permissions to creating new namespace, likely because the kernel does not allow non-privileged user namespaces.\n");
         assert!(e.contains("apparmor_restrict_unprivileged_userns"), "{e}");
-        let e = explain_failure("bwrap: Unknown option --disable-userns\n");
+        let e = explain_failure("bwrap: Unknown option --as-pid-1\n");
         assert!(e.contains("apt-get install bubblewrap"), "{e}");
         let e = explain_failure("");
         assert!(e.contains("saying nothing"));

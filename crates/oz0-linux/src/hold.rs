@@ -1,7 +1,7 @@
-//! In the stage, before anything of the caller runs: in a mount namespace
-//! of the stage's own, the placeholders of protected names that did not
-//! exist are mounted read-only and the run's root is made read-only; then
-//! every capability is given up.
+//! In the stage, before anything of the caller runs: the run's `/dev` is
+//! built, the placeholders of protected names that did not exist are
+//! mounted read-only and the run's root is made read-only; then the stage
+//! moves into a user namespace of its own and gives up every capability.
 //!
 //! Why here and not in bubblewrap: bubblewrap re-reads the whole mount
 //! table for every mount it makes or changes, so each placeholder cost it
@@ -19,11 +19,12 @@
 //!   read-only before any placeholder is bound from them, so every
 //!   placeholder is a read-only mount itself. The command may see the
 //!   sources there (where Landlock is missing), empty and read-only.
-//! - The stage's mount namespace is owned by the run's innermost user
-//!   namespace, where the command has no capability (given up below, with
-//!   the bounding and ambient sets emptied and no_new_privs set before the
-//!   command is executed) and cannot get one: it cannot make a user
-//!   namespace (bubblewrap's `--disable-userns`, and seccomp).
+//! - The run's mount namespace is bubblewrap's, owned by the run's first
+//!   user namespace. The command runs in a second one below it (see
+//!   [`enter_own_user_namespace`]), where it has no capability either (given
+//!   up below, with the bounding and ambient sets emptied and no_new_privs
+//!   set before the command is executed) and cannot get one: it cannot make
+//!   a user namespace (`user.max_user_namespaces`, and seccomp).
 //! - No path is followed through a link: each component is resolved with
 //!   `RESOLVE_NO_SYMLINKS`, what is at the placeholder's place must be of
 //!   its kind, and the mount goes onto the descriptor of what was checked
@@ -44,39 +45,66 @@ use crate::plan::{
 /// The node's word on [`fds::READY`] that every placeholder is in place.
 pub const READY_WORD: &[u8] = b"ready";
 
-/// In a new mount namespace: mounts `placeholders` (once the node says they
-/// are in place), then makes the run's root read-only (bubblewrap leaves it
-/// writable for this).
-///
-/// Returns bubblewrap's mount namespace, held open: the stage lets it go
-/// once the command has started, so that tearing it down (its mounts are no
-/// one's once the stage has left it) happens while the command runs rather
-/// than in the way of its start.
-pub fn prepare_mounts(placeholders: &[Placeholder]) -> Result<Option<OwnedFd>, String> {
-    let outer = rustix::fs::open(
-        "/proc/self/ns/mnt",
-        OFlags::RDONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok();
-    oz0_sys::ns::unshare_mount_namespace()
-        .map_err(|e| format!("cannot make the stage's mount namespace: {e}"))?;
-    if !placeholders.is_empty() {
-        make_sources().map_err(|e| format!("placeholder sources: {e}"))?;
-    }
+/// Builds the run's `/dev` with `devices` (see [`crate::devfs`]), mounts
+/// `placeholders` (once the node says they are in place) and makes the
+/// run's root read-only (bubblewrap leaves it writable for this). All in
+/// bubblewrap's mount namespace, where the stage still has `CAP_SYS_ADMIN`
+/// (see [`enter_own_user_namespace`]).
+pub fn prepare_mounts(devices: &[String], placeholders: &[Placeholder]) -> Result<(), String> {
+    crate::devfs::build(devices).map_err(|e| format!("the run's /dev: {e}"))?;
+    let sources = if placeholders.is_empty() {
+        None
+    } else {
+        Some(make_sources().map_err(|e| format!("placeholder sources: {e}"))?)
+    };
     wait_ready()?;
-    let mut folders = Folders::default();
-    for p in placeholders {
-        let (dir, name) = folders.place(p)?;
-        mount_one(dir, name, p.kind).map_err(|e| format!("placeholder {}: {e}", p.path))?;
+    if let Some(sources) = &sources {
+        let mut folders = Folders::default();
+        for p in placeholders {
+            let (dir, name) = folders.place(p)?;
+            mount_one(sources, dir, name, p.kind)
+                .map_err(|e| format!("placeholder {}: {e}", p.path))?;
+        }
     }
     rustix::mount::mount_remount(
         "/",
         MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
         "",
     )
-    .map_err(|e| format!("cannot make the run's root read-only: {e}"))?;
-    Ok(outer)
+    .map_err(|e| format!("cannot make the run's root read-only: {e}"))
+}
+
+/// Takes the run out of reach of its own namespaces and forbids nested user
+/// namespaces, the way bubblewrap's `--disable-userns` does: in the run's
+/// first user namespace (which owns its mount, pid, network... namespaces)
+/// it sets `user.max_user_namespaces` to 1, then moves into a new user
+/// namespace below it, with the same uid and gid, and checks that no further
+/// one can be made. The command runs there: with no capability in the
+/// namespace that owns its mounts, and none to get, since a user namespace
+/// below would be a second one under the first.
+///
+/// Leaves the stage with every capability of the new namespace and a full
+/// bounding set: [`drop_capabilities`] must follow.
+pub fn enter_own_user_namespace() -> Result<(), String> {
+    let (uid, gid) = (
+        rustix::process::getuid().as_raw(),
+        rustix::process::getgid().as_raw(),
+    );
+    std::fs::write("/proc/sys/user/max_user_namespaces", b"1")
+        .map_err(|e| format!("cannot set user.max_user_namespaces in the run: {e}"))?;
+    oz0_sys::ns::unshare_user_namespace()
+        .map_err(|e| format!("cannot make the run's own user namespace: {e}"))?;
+    let write = |file: &str, text: String| {
+        std::fs::write(format!("/proc/self/{file}"), text)
+            .map_err(|e| format!("cannot write /proc/self/{file}: {e}"))
+    };
+    write("setgroups", "deny".into())?;
+    write("uid_map", format!("{uid} {uid} 1\n"))?;
+    write("gid_map", format!("{gid} {gid} 1\n"))?;
+    match oz0_sys::ns::unshare_user_namespace() {
+        Ok(()) => Err("a user namespace could still be made inside the run".into()),
+        Err(_) => Ok(()),
+    }
 }
 
 /// Reads the node's word on [`fds::READY`] to its end: [`READY_WORD`] once
@@ -102,8 +130,8 @@ fn wait_ready() -> Result<(), String> {
 }
 
 /// Makes the empty file and folder placeholders are bound from, in a
-/// folder that is then a read-only mount of its own.
-fn make_sources() -> Result<(), Errno> {
+/// folder that is then a read-only mount of its own, and returns it.
+fn make_sources() -> Result<OwnedFd, Errno> {
     let dir = Path::new(PLACEHOLDERS_INSIDE);
     rustix::fs::mkdir(dir, Mode::from_raw_mode(0o700))?;
     let d = no_links(CWD, dir, OFlags::DIRECTORY | OFlags::RDONLY)?;
@@ -123,7 +151,8 @@ fn make_sources() -> Result<(), Errno> {
             | MountFlags::NODEV
             | MountFlags::NOEXEC,
         "",
-    )
+    )?;
+    no_links(CWD, dir, OFlags::PATH | OFlags::DIRECTORY)
 }
 
 /// The folder of the placeholders being worked through, opened without
@@ -176,9 +205,15 @@ pub(crate) fn no_links(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<Own
     )
 }
 
-/// Binds the read-only source of `kind` onto placeholder `name` in `dir`
-/// (made by the node; or, made by someone else meanwhile, of the same kind).
-fn mount_one(dir: &OwnedFd, name: &Path, kind: PlaceholderKind) -> Result<(), String> {
+/// Binds the read-only source of `kind` (in `sources`) onto placeholder
+/// `name` in `dir` (made by the node; or, made by someone else meanwhile,
+/// of the same kind).
+fn mount_one(
+    sources: &OwnedFd,
+    dir: &OwnedFd,
+    name: &Path,
+    kind: PlaceholderKind,
+) -> Result<(), String> {
     // What is there must be of the expected kind and not a link.
     let target = no_links(dir, name, OFlags::PATH)
         .map_err(|e| format!("cannot open it without following links: {e}"))?;
@@ -193,8 +228,8 @@ fn mount_one(dir: &OwnedFd, name: &Path, kind: PlaceholderKind) -> Result<(), St
             "it is a {ft:?}, not what the node made there (it was replaced meanwhile): the run is refused"
         ));
     }
-    let onto = format!("/proc/self/fd/{}", rustix::fd::AsRawFd::as_raw_fd(&target));
-    rustix::mount::mount_bind(kind.source_inside().as_str(), onto.as_str())
+    crate::devfs::clone_mount(sources, kind.source_name())
+        .and_then(|tree| crate::devfs::attach(&tree, &target))
         .map_err(|e| format!("cannot mount it read-only from {PLACEHOLDERS_INSIDE}: {e}"))
 }
 

@@ -662,6 +662,7 @@ fn execute(
         bridge,
         deny_unix_sockets: plan.deny_unix_sockets,
         placeholders: plan.placeholders.clone(),
+        devices: plan.devices.clone(),
     };
     let cfg_fd = sealed_memfd(
         "oz0-stage",

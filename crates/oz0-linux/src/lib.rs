@@ -11,6 +11,7 @@
 //! mounted. What each layer enforced is reported, never assumed.
 
 pub mod bwrap;
+pub mod devfs;
 pub mod hold;
 pub mod host;
 pub mod landlock;

@@ -18,8 +18,10 @@
 //!   empty read-only placeholders for the ones that do not exist yet; a
 //!   protected path that is a symbolic link refuses the run. bubblewrap
 //!   mounts the existing ones; the stage mounts the placeholders (see
-//!   [`Plan::placeholders`]), in a mount namespace of its own, before it
-//!   gives up every capability.
+//!   [`Plan::placeholders`]) before it gives up every capability.
+//! - The run's `/dev` holds only [`DEV_NODES`] and the devices the launcher
+//!   adds; the stage builds it from the host's, bound at
+//!   [`HOST_DEV_INSIDE`] for it alone (see `devfs`).
 //! - The root of the sandbox is read-only; TEMP is a private tmpfs.
 
 use oz0_policy::env::DEFAULT_PATH;
@@ -96,17 +98,13 @@ pub enum Mount {
         /// Path inside.
         dest: AbsPath,
     },
-    /// A minimal /dev (null, zero, full, random, urandom, tty, pts, shm).
-    Dev {
-        /// Path inside.
-        dest: AbsPath,
-    },
     /// A private tmpfs.
     Tmpfs {
         /// Path inside.
         dest: AbsPath,
     },
-    /// A host device, bound with device access.
+    /// A host device, or the host's `/dev` for the stage to build the run's
+    /// from, bound with device access.
     DevBind {
         /// Host path.
         src: AbsPath,
@@ -123,7 +121,6 @@ impl Mount {
             | Mount::DevBind { dest, .. }
             | Mount::Symlink { dest, .. }
             | Mount::Proc { dest }
-            | Mount::Dev { dest }
             | Mount::Tmpfs { dest } => dest,
         }
     }
@@ -193,21 +190,30 @@ pub const PLACEHOLDER_DIR: &str = "empty.d";
 pub const PLACEHOLDERS_INSIDE: &str = "/oz0/ph";
 
 impl PlaceholderKind {
-    /// The source of a placeholder of this kind, inside the run.
-    pub fn source_inside(self) -> String {
+    /// The name of the source of a placeholder of this kind, in
+    /// [`PLACEHOLDERS_INSIDE`].
+    pub fn source_name(self) -> &'static str {
         match self {
-            PlaceholderKind::File => format!("{PLACEHOLDERS_INSIDE}/{PLACEHOLDER_FILE}"),
-            PlaceholderKind::Dir => format!("{PLACEHOLDERS_INSIDE}/{PLACEHOLDER_DIR}"),
+            PlaceholderKind::File => PLACEHOLDER_FILE,
+            PlaceholderKind::Dir => PLACEHOLDER_DIR,
         }
     }
 }
 
-/// The capabilities bubblewrap leaves to the stage: to mount the
-/// placeholders and make the run's root read-only in a mount namespace of
-/// its own (`CAP_SYS_ADMIN`, in the run's innermost user namespace only) and
-/// to empty its bounding set afterwards (`CAP_SETPCAP`). The stage gives up
-/// every capability before anything of the caller runs.
-pub const STAGE_CAPS: &[&str] = &["CAP_SYS_ADMIN", "CAP_SETPCAP"];
+/// Where bubblewrap binds the host's `/dev` for the stage, which builds the
+/// run's `/dev` from it and detaches it before anything of the caller runs
+/// (see `devfs`).
+pub const HOST_DEV_INSIDE: &str = "/oz0/dev";
+/// The device nodes of every run's `/dev`, as bubblewrap's `--dev` has them.
+pub const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// The capabilities bubblewrap leaves to the stage, in the run's first user
+/// namespace only: to build `/dev`, mount the placeholders and make the
+/// run's root read-only (`CAP_SYS_ADMIN`), and to forbid nested user
+/// namespaces there (`CAP_SYS_RESOURCE`, for `user.max_user_namespaces`).
+/// The stage then moves into a user namespace of its own and gives up every
+/// capability before anything of the caller runs (see `hold`).
+pub const STAGE_CAPS: &[&str] = &["CAP_SYS_ADMIN", "CAP_SYS_RESOURCE"];
 
 /// What the launcher adds to a run beyond the caller's spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,6 +276,9 @@ pub struct Plan {
     pub namespaces: Vec<&'static str>,
     /// Mount operations, in order.
     pub mounts: Vec<Mount>,
+    /// The device nodes of the run's `/dev` (names under `/dev`), which the
+    /// stage builds from the host's (see `devfs`).
+    pub devices: Vec<String>,
     /// Protected paths and how each is held.
     pub protected: Vec<Protected>,
     /// Placeholders the stage creates (on the host, through the bound
@@ -356,7 +365,10 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
     }
     // 2. Kernel interfaces and the private TEMP.
     mounts.push(Mount::Proc { dest: abs("/proc") });
-    mounts.push(Mount::Dev { dest: abs("/dev") });
+    mounts.push(Mount::DevBind {
+        src: abs("/dev"),
+        dest: abs(HOST_DEV_INSIDE),
+    });
     mounts.push(Mount::Tmpfs {
         dest: abs(TMP_INSIDE),
     });
@@ -376,14 +388,13 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
             dest: abs(EGRESS_SOCKET_INSIDE),
         });
     }
+    let mut devices: Vec<String> = DEV_NODES.iter().map(|d| d.to_string()).collect();
     for d in &extras.devices {
-        if !d.starts_with(&abs("/dev")) {
-            return Err(PlanError::NotADevice(d.clone()));
+        match d.as_str().strip_prefix("/dev/") {
+            Some(name) if !devices.iter().any(|n| n == name) => devices.push(name.to_string()),
+            Some(_) => {}
+            None => return Err(PlanError::NotADevice(d.clone())),
         }
-        mounts.push(Mount::DevBind {
-            src: d.clone(),
-            dest: d.clone(),
-        });
     }
 
     // 4. The caller's paths and the protected paths, parents before children.
@@ -498,6 +509,7 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
     Ok(Plan {
         namespaces,
         mounts,
+        devices,
         protected,
         placeholders,
         env,
@@ -589,7 +601,6 @@ impl Plan {
             a.push("--as-pid-1".into());
         }
         for s in [
-            "--disable-userns",
             "--die-with-parent",
             "--new-session",
             "--clearenv",
@@ -615,7 +626,6 @@ impl Plan {
                     a.extend(["--symlink".into(), target.clone(), dest.to_string()])
                 }
                 Mount::Proc { dest } => a.extend(["--proc".into(), dest.to_string()]),
-                Mount::Dev { dest } => a.extend(["--dev".into(), dest.to_string()]),
                 Mount::Tmpfs { dest } => a.extend(["--tmpfs".into(), dest.to_string()]),
                 Mount::DevBind { src, dest } => {
                     a.extend(["--dev-bind".into(), src.to_string(), dest.to_string()])
@@ -711,9 +721,9 @@ mod tests {
         let plan = plan(&spec(|_| {}), &basic_host(), &Extras::default()).unwrap();
         let args = plan.bwrap_args().join(" ");
         let expect = "--unshare-user --unshare-ipc --unshare-pid --unshare-net --unshare-uts --unshare-cgroup \
---as-pid-1 --disable-userns --die-with-parent --new-session --clearenv --cap-drop ALL --hostname oz0 \
---cap-add CAP_SYS_ADMIN --cap-add CAP_SETPCAP \
---ro-bind /usr /usr --symlink usr/bin /bin --ro-bind /etc /etc --proc /proc --dev /dev --tmpfs /tmp \
+--as-pid-1 --die-with-parent --new-session --clearenv --cap-drop ALL --hostname oz0 \
+--cap-add CAP_SYS_ADMIN --cap-add CAP_SYS_RESOURCE \
+--ro-bind /usr /usr --symlink usr/bin /bin --ro-bind /etc /etc --proc /proc --dev-bind /dev /oz0/dev --tmpfs /tmp \
 --ro-bind /opt/oz0/oz0-node /oz0/oz0-node --bind /w /w \
 --chdir /w --json-status-fd 4";
         assert_eq!(args, expect);
@@ -730,8 +740,9 @@ mod tests {
             path: p("/w/.oz0"),
             kind: PlaceholderKind::Dir
         }));
-        assert_eq!(PlaceholderKind::Dir.source_inside(), "/oz0/ph/empty.d");
-        assert_eq!(PlaceholderKind::File.source_inside(), "/oz0/ph/empty");
+        assert_eq!(PLACEHOLDERS_INSIDE, "/oz0/ph");
+        assert_eq!(PlaceholderKind::Dir.source_name(), "empty.d");
+        assert_eq!(PlaceholderKind::File.source_name(), "empty");
         // bubblewrap never mounts anything at the sources' place.
         assert!(!args.contains(PLACEHOLDERS_INSIDE), "{args}");
         // Nothing of the caller's is on bubblewrap's real command line.
@@ -740,6 +751,43 @@ mod tests {
             "--args 3 -- /oz0/oz0-node __oz0-stage"
         );
         assert_eq!(plan.argv, vec!["make", "test"]);
+    }
+
+    #[test]
+    fn the_run_gets_the_usual_devices_and_only_the_devices_named() {
+        let p0 = plan(&spec(|_| {}), &basic_host(), &Extras::default()).unwrap();
+        assert_eq!(p0.devices, DEV_NODES);
+        // The host's /dev is bound only where the stage builds the run's
+        // /dev from it (and detaches it): never at /dev itself.
+        let host_dev: Vec<_> = p0
+            .mounts
+            .iter()
+            .filter(|m| matches!(m, Mount::DevBind { .. }))
+            .collect();
+        assert_eq!(
+            host_dev,
+            [&Mount::DevBind {
+                src: p("/dev"),
+                dest: p(HOST_DEV_INSIDE)
+            }]
+        );
+        let extras = Extras {
+            devices: vec![p("/dev/kvm"), p("/dev/null"), p("/dev/net/tun")],
+            ..Extras::default()
+        };
+        let p1 = plan(&spec(|_| {}), &basic_host(), &extras).unwrap();
+        let mut want: Vec<&str> = DEV_NODES.to_vec();
+        want.extend(["kvm", "net/tun"]);
+        assert_eq!(p1.devices, want);
+        assert_eq!(p1.mounts, p0.mounts);
+        let outside = Extras {
+            devices: vec![p("/home/u/kvm")],
+            ..Extras::default()
+        };
+        assert_eq!(
+            plan(&spec(|_| {}), &basic_host(), &outside),
+            Err(PlanError::NotADevice(p("/home/u/kvm")))
+        );
     }
 
     #[test]

@@ -1,20 +1,18 @@
 //! The in-sandbox stage: the node binary, executed by bubblewrap as the
 //! run's first process and init (pid 1 of the run's pid namespace,
-//! bubblewrap's `--as-pid-1`). It mounts the run's placeholders and makes
-//! the root read-only in a mount namespace of its own and gives up every
+//! bubblewrap's `--as-pid-1`). It builds the run's `/dev`
+//! ([`crate::devfs`]), mounts the run's placeholders and makes the root
+//! read-only, then moves into a user namespace of its own and gives up every
 //! capability ([`crate::hold`]), applies what bubblewrap cannot — Landlock
 //! and the seccomp filter — to itself, then starts the command as its child
 //! and reaps every process of the run until the command exits, with whose
 //! status it exits (128+N for signal N); the kernel then ends every other
 //! process of the run.
 //!
-//! Why the stage is the init and not bubblewrap's own: any process of the
-//! run can reach the mount namespace of its pid 1 through `/proc/1/root`
-//! when the kernel has no Landlock to forbid it. With bubblewrap's init as
-//! pid 1, that namespace is one without the stage's placeholders or
-//! read-only root, so a command could write a protected name through it.
-//! With the stage as pid 1 there is no process in the run outside the
-//! stage's namespace, and the stage makes itself undumpable, so `/proc/1`
+//! Why the stage is the init and not bubblewrap's own: a run needs an init
+//! to reap its processes, and bubblewrap's would be a process of the run
+//! that the stage did not make (and that kept bubblewrap's command line).
+//! The stage makes itself undumpable once the command runs, so `/proc/1`
 //! gives nothing of it to the command.
 //!
 //! It reads its configuration from a memory file at [`fds::CONFIG`] (never
@@ -55,6 +53,8 @@ pub struct StageConfig {
     pub deny_unix_sockets: bool,
     /// Placeholders to create and mount read-only before anything else.
     pub placeholders: Vec<crate::plan::Placeholder>,
+    /// The device nodes of the run's `/dev` (names under `/dev`).
+    pub devices: Vec<String>,
 }
 
 /// The in-sandbox bridge to the run's proxy socket.
@@ -141,7 +141,7 @@ pub fn main() -> i32 {
     let _ = rustix::io::fcntl_setfd(&status, rustix::io::FdFlags::CLOEXEC);
     let _ = status.write_all(b"S\n");
     match prepare() {
-        Ok((cfg, report, bridge_port, outer_ns)) => {
+        Ok((cfg, report, bridge_port)) => {
             let _ = writeln!(
                 status,
                 "L {}",
@@ -155,8 +155,6 @@ pub fn main() -> i32 {
                 .env_clear()
                 .envs(cfg.env.iter().map(|(k, v)| (k, v)))
                 .spawn();
-            // bubblewrap's mount namespace goes now, while the command runs.
-            drop(outer_ns);
             match child {
                 Ok(child) => {
                     drop(status);
@@ -205,15 +203,10 @@ fn init(command: u32) -> i32 {
     }
 }
 
-type Prepared = (
-    StageConfig,
-    landlock::LandlockReport,
-    Option<u16>,
-    Option<std::os::fd::OwnedFd>,
-);
+type Prepared = (StageConfig, landlock::LandlockReport, Option<u16>);
 
 fn prepare() -> Result<Prepared, String> {
-    let (mut cfg, report, outer_ns) = restrict()?;
+    let (mut cfg, report) = restrict()?;
     let mut port = None;
     if let Some(b) = cfg.bridge.take() {
         let (p, vars) = start_bridge(&b)?;
@@ -226,7 +219,7 @@ fn prepare() -> Result<Prepared, String> {
         let p = seccomp::compile_unix_deny().map_err(|e| e.to_string())?;
         seccomp::install(&[p]).map_err(|e| e.to_string())?;
     }
-    Ok((cfg, report, port, outer_ns))
+    Ok((cfg, report, port))
 }
 
 /// Placeholder files are empty files at the top of a writable folder, and
@@ -282,13 +275,7 @@ fn hide_placeholders_from_git(cfg: &StageConfig) {
     });
 }
 
-type Restricted = (
-    StageConfig,
-    landlock::LandlockReport,
-    Option<std::os::fd::OwnedFd>,
-);
-
-fn restrict() -> Result<Restricted, String> {
+fn restrict() -> Result<(StageConfig, landlock::LandlockReport), String> {
     let mut raw = Vec::new();
     File::from(
         oz0_sys::spawn::inherited_fd(fds::CONFIG).map_err(|e| format!("no configuration: {e}"))?,
@@ -306,12 +293,13 @@ fn restrict() -> Result<Restricted, String> {
     drop(stderr);
     // The command inherits stdin, stdout and stderr, and nothing else.
     oz0_sys::spawn::cloexec_from(3).map_err(|e| format!("close_range: {e}"))?;
-    let outer_ns = crate::hold::prepare_mounts(&cfg.placeholders)?;
+    crate::hold::prepare_mounts(&cfg.devices, &cfg.placeholders)?;
     hide_placeholders_from_git(&cfg);
+    crate::hold::enter_own_user_namespace()?;
     crate::hold::drop_capabilities()?;
     let unix_now = cfg.deny_unix_sockets && cfg.bridge.is_none();
     let programs = seccomp::compile(cfg.seccomp, unix_now).map_err(|e| e.to_string())?;
     let report = landlock::restrict(&cfg.landlock).map_err(|e| e.to_string())?;
     seccomp::install(&programs).map_err(|e| e.to_string())?;
-    Ok((cfg, report, outer_ns))
+    Ok((cfg, report))
 }

@@ -342,6 +342,139 @@ fn nested_user_namespace_is_refused_even_by_unshare_command() {
     );
 }
 
+/// The run's `/dev` is its own: the usual device nodes (usable), links,
+/// an empty `shm` and a new devpts instance. The host's `/dev`, which the
+/// stage builds it from, is gone before the command starts: no mount of it
+/// is left anywhere in the run's namespace, and nothing of the host's
+/// `/dev/shm` is visible.
+#[test]
+fn dev_is_the_runs_own_and_the_hosts_is_gone() {
+    ready!();
+    let env = Env::new("dev");
+    let marker = format!("oz0-host-marker-{}", std::process::id());
+    // Where the host has a /dev/shm this user can write, leave a mark there.
+    let host_shm = std::path::Path::new("/dev/shm").join(&marker);
+    let marked = std::fs::write(&host_shm, "host").is_ok();
+    let out = env.sh(
+        &[],
+        "echo \"dev: $(ls -A /dev | tr '\\n' ' ')\"; \
+         echo \"pts: $(ls -A /dev/pts | tr '\\n' ' ')\"; \
+         echo \"shm: $(ls -A /dev/shm | tr '\\n' ' ')\"; \
+         echo x > /dev/null && echo null=ok; \
+         echo \"urandom=$(head -c 16 /dev/urandom | wc -c)\"; \
+         echo \"zero=$(head -c 16 /dev/zero | wc -c)\"; \
+         echo x > /dev/shm/f && echo shm=writable; \
+         test -e /oz0/dev && echo oz0dev=present; \
+         sed -n 's/^[0-9]* [0-9]* [^ ]* [^ ]* \\([^ ]*\\) .* - \\([^ ]*\\) .*/mount \\2 \\1/p' /proc/self/mountinfo",
+    );
+    let _ = std::fs::remove_file(&host_shm);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text} {}", stderr(&out));
+    let line = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let dev_line = line("dev: ");
+    let mut dev: Vec<&str> = dev_line.split_whitespace().collect();
+    dev.sort();
+    assert_eq!(
+        dev,
+        [
+            "core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin",
+            "stdout", "tty", "urandom", "zero"
+        ],
+        "{text}"
+    );
+    assert_eq!(line("pts: ").trim(), "ptmx", "{text}");
+    assert_eq!(line("shm: ").trim(), "", "host /dev/shm visible: {text}");
+    for want in ["null=ok", "urandom=16", "zero=16", "shm=writable"] {
+        assert!(text.lines().any(|l| l == want), "{want}: {text}");
+    }
+    assert!(!text.contains("oz0dev=present"), "{text}");
+    assert!(!text.contains(&marker), "{text}");
+    // Mounts of the host's devtmpfs: exactly the six nodes, nothing else
+    // (not the host's /dev, /dev/shm or /dev/pts).
+    let mounts: Vec<(&str, &str)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("mount "))
+        .filter_map(|l| l.split_once(' '))
+        .collect();
+    let mut devtmpfs: Vec<&str> = mounts
+        .iter()
+        .filter(|(fs, _)| *fs == "devtmpfs")
+        .map(|(_, at)| *at)
+        .collect();
+    devtmpfs.sort();
+    assert_eq!(
+        devtmpfs,
+        [
+            "/dev/full",
+            "/dev/null",
+            "/dev/random",
+            "/dev/tty",
+            "/dev/urandom",
+            "/dev/zero"
+        ],
+        "{text}"
+    );
+    assert!(
+        mounts.iter().all(|(_, at)| !at.starts_with("/oz0/dev")),
+        "{text}"
+    );
+    assert_eq!(
+        mounts.iter().filter(|(fs, _)| *fs == "devpts").count(),
+        1,
+        "{text}"
+    );
+    if !marked {
+        eprintln!("note: no writable host /dev/shm here; its marker was not placed");
+    }
+}
+
+/// On a terminal, the run's `/dev/console` is that very terminal, so that
+/// `tty` (glibc's `ttyname`) names it, as under bubblewrap's `--dev`.
+#[test]
+fn a_terminal_is_the_runs_console() {
+    ready!();
+    let env = Env::new("console");
+    if !std::path::Path::new("/usr/bin/script").exists() {
+        assert!(
+            std::env::var_os("OZ0_MUST_WORK").is_none(),
+            "script(1) (util-linux) is needed for a terminal"
+        );
+        eprintln!("skipped: no script(1) to give the run a terminal");
+        return;
+    }
+    let run = env.cmd(
+        &[],
+        [
+            "/bin/sh",
+            "-c",
+            "tty; test -c /dev/console && echo console=chr",
+        ],
+    );
+    let line: Vec<String> = std::iter::once(run.get_program())
+        .chain(run.get_args())
+        .map(|a| format!("'{}'", a.to_string_lossy()))
+        .collect();
+    let out = Command::new("/usr/bin/script")
+        .args(["-qec", &line.join(" "), "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(text.contains("/dev/console"), "{text} {}", stderr(&out));
+    assert!(text.contains("console=chr"), "{text}");
+    // Without a terminal there is no console.
+    let out = env.sh(
+        &[],
+        "test -e /dev/console && echo console=present; echo done",
+    );
+    assert_eq!(stdout(&out).trim(), "done", "{}", stderr(&out));
+}
+
 #[test]
 fn network_is_loopback_only() {
     ready!();

@@ -107,14 +107,14 @@ pub fn probe(bwrap_flag: Option<&Path>, cgroup_root: Option<PathBuf>) -> Probe {
     }
 }
 
-/// Asks bubblewrap for a user namespace (with nested ones disabled), the way
-/// every run does.
+/// Asks bubblewrap for a user namespace, the way every run does (nested
+/// ones are then forbidden by the run's stage, which the launch check
+/// exercises).
 fn try_userns(bwrap: &Path) -> Userns {
     let out = Command::new(bwrap)
         .env_clear()
         .args([
             "--unshare-user",
-            "--disable-userns",
             "--unshare-net",
             "--die-with-parent",
             "--ro-bind",
