@@ -209,11 +209,13 @@ pub const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "t
 
 /// The capabilities bubblewrap leaves to the stage, in the run's first user
 /// namespace only: to build `/dev`, mount the placeholders and make the
-/// run's root read-only (`CAP_SYS_ADMIN`), and to forbid nested user
-/// namespaces there (`CAP_SYS_RESOURCE`, for `user.max_user_namespaces`).
-/// The stage then moves into a user namespace of its own and gives up every
+/// run's root read-only (`CAP_SYS_ADMIN`), to forbid nested user namespaces
+/// there (`CAP_SYS_RESOURCE`, for `user.max_user_namespaces`), and, for a
+/// node running as root, to map uid 0 in the user namespace it then makes
+/// (`CAP_SETFCAP`: the kernel asks it of whoever makes a namespace that
+/// maps uid 0). The stage moves into that namespace and gives up every
 /// capability before anything of the caller runs (see `hold`).
-pub const STAGE_CAPS: &[&str] = &["CAP_SYS_ADMIN", "CAP_SYS_RESOURCE"];
+pub const STAGE_CAPS: &[&str] = &["CAP_SYS_ADMIN", "CAP_SYS_RESOURCE", "CAP_SETFCAP"];
 
 /// What the launcher adds to a run beyond the caller's spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -722,7 +724,7 @@ mod tests {
         let args = plan.bwrap_args().join(" ");
         let expect = "--unshare-user --unshare-ipc --unshare-pid --unshare-net --unshare-uts --unshare-cgroup \
 --as-pid-1 --die-with-parent --new-session --clearenv --cap-drop ALL --hostname oz0 \
---cap-add CAP_SYS_ADMIN --cap-add CAP_SYS_RESOURCE \
+--cap-add CAP_SYS_ADMIN --cap-add CAP_SYS_RESOURCE --cap-add CAP_SETFCAP \
 --ro-bind /usr /usr --symlink usr/bin /bin --ro-bind /etc /etc --proc /proc --dev-bind /dev /oz0/dev --tmpfs /tmp \
 --ro-bind /opt/oz0/oz0-node /oz0/oz0-node --bind /w /w \
 --chdir /w --json-status-fd 4";
