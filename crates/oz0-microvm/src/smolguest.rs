@@ -25,10 +25,10 @@ pub const GUEST_EGRESS_SOCKET: &str = "/run/oz0/egress.sock";
 /// Exit status when the wrapper could not set egress up (the server never ran).
 pub const EGRESS_FAILED: i32 = 125;
 
-/// Runs the wrapper (`argv[2..]` = `SOCKET -- SERVER…`). Returns the
-/// server's exit status (128+N for signal N).
-pub fn egress_main() -> i32 {
-    let args: Vec<OsString> = std::env::args_os().skip(2).collect();
+/// Runs the wrapper with `args` (its command line after the role's
+/// argument: `SOCKET -- SERVER…`). Returns the server's exit status (128+N
+/// for signal N).
+pub fn egress_main(args: Vec<OsString>) -> i32 {
     if args.len() < 3 || args[1] != "--" {
         eprintln!("usage: oz0-node {EGRESS_ARG} SOCKET -- SERVER… (started by `sandbox vm` in a smolvm guest)");
         return 2;

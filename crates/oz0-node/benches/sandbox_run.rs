@@ -3,9 +3,9 @@
 //! medians and a ratio. Not a test: nothing here asserts a time.
 //!
 //! `OZ0_NODE_BIN=$(scripts/build-node --release) cargo bench -p oz0-node
-//! --bench sandbox_run [-- RUNS]` measures the binary as it ships (static-pie
-//! on Linux/glibc); without `OZ0_NODE_BIN` it measures cargo's dynamically
-//! linked build, and says so. The baseline is
+//! --bench sandbox_run [-- RUNS]` measures the binary as it ships (static,
+//! linked against musl on Linux); without `OZ0_NODE_BIN` it measures cargo's
+//! dynamically linked build, and says so. The baseline is
 //! `bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true` (bare
 //! bubblewrap needs a root to find /bin/true in). `OZ0_NODE_BIN_OTHER` names
 //! a second `oz0-node` (another build) to measure in the same rounds.

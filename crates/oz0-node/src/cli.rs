@@ -179,9 +179,10 @@ pub struct RunArgs {
     pub command: Vec<std::ffi::OsString>,
 }
 
-/// Parses the command line and runs it; returns the exit status.
-pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+/// Parses the command line `args` (the program name first) and runs it;
+/// returns the exit status.
+pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();

@@ -12,9 +12,22 @@
 //! are closed are opened on `/dev/null`, and SIGPIPE is ignored (writes to a
 //! closed pipe fail with `EPIPE` instead of killing the process; what the
 //! node runs gets SIGPIPE back at its default, from std's `Command`). A stack
-//! overflow ends the process with SIGSEGV, without std's message.
+//! overflow ends the process with SIGSEGV, without std's message. The
+//! command line is the one `main` was given (`oz0_sys::start::keep_args`):
+//! on musl, std fills its own copy only in its own start-up.
+//!
+//! On Linux the shipped binary is linked statically against musl
+//! (`scripts/build-node`): glibc's start-up asks the CPU about its caches
+//! and features with `cpuid`, which traps to the hypervisor in a virtual
+//! machine, about 0.4 ms of every start on the machines we measure.
 
 #![cfg_attr(not(test), no_main)]
+
+/// On musl (the shipped Linux binary), dlmalloc instead of musl's allocator
+/// (see the dependency's note in Cargo.toml).
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
 mod check;
 mod cli;
@@ -24,13 +37,15 @@ mod node;
 mod probe;
 mod run;
 
-/// The process entry (see the module documentation). `no_mangle` is the
-/// only thing `unsafe_code` is allowed for here: it names the C entry
-/// point; the body is safe code.
+/// The process entry (see the module documentation). `unsafe_code` is
+/// allowed here for `no_mangle`, which names the C entry point, and for
+/// keeping the command line the C library passed to it.
 #[cfg(not(test))]
 #[allow(unsafe_code)]
 #[no_mangle]
-pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
+    // SAFETY: these are the C library's own argc and argv for `main`.
+    unsafe { oz0_sys::start::keep_args(argc, argv) };
     oz0_sys::start::standard_setup();
     // A panic ends the process as std's would: its message, status 101.
     let code = std::panic::catch_unwind(run).unwrap_or(101);
@@ -43,17 +58,14 @@ fn run() -> i32 {
     // The hidden roles of this binary (the in-sandbox stage, the bridges,
     // the guest agent) are started by the node itself; they must not parse
     // a command line a user could influence, and they must be quick.
-    let hidden: Option<fn() -> i32> = match std::env::args_os().nth(1) {
-        Some(a) if a == oz0_linux::plan::STAGE_ARG => Some(oz0_linux::stage::main),
-        Some(a) if a == oz0_linux::stage::BRIDGE_ARG => Some(oz0_linux::stage::bridge_main),
-        Some(a) if a == oz0_microvm::guest::GUEST_ARG => Some(oz0_microvm::guest::main),
+    let args = oz0_sys::start::args_os();
+    match args.get(1) {
+        Some(a) if a == oz0_linux::plan::STAGE_ARG => oz0_linux::stage::main(),
+        Some(a) if a == oz0_linux::stage::BRIDGE_ARG => oz0_linux::stage::bridge_main(),
+        Some(a) if a == oz0_microvm::guest::GUEST_ARG => oz0_microvm::guest::main(),
         Some(a) if a == oz0_microvm::smolguest::EGRESS_ARG => {
-            Some(oz0_microvm::smolguest::egress_main)
+            oz0_microvm::smolguest::egress_main(args[2..].to_vec())
         }
-        _ => None,
-    };
-    match hidden {
-        Some(role) => role(),
-        None => cli::main(),
+        _ => cli::main(args),
     }
 }

@@ -1,6 +1,41 @@
 //! What a binary that enters at its own C `main` (`#![no_main]`) needs of
 //! std's start-up.
 
+use std::ffi::{CStr, OsString};
+use std::os::unix::ffi::OsStringExt;
+use std::sync::OnceLock;
+
+static ARGS: OnceLock<Vec<OsString>> = OnceLock::new();
+
+/// Keeps the command line the C `main` was given, for [`args_os`]: std's
+/// own copy is filled only by std's start-up on some C libraries (musl), not
+/// by the C library itself. Call it once, first.
+///
+/// # Safety
+///
+/// `argv` must be the `argc` valid NUL-terminated strings `main` was given.
+pub unsafe fn keep_args(argc: libc::c_int, argv: *const *const libc::c_char) {
+    let n = usize::try_from(argc).unwrap_or(0);
+    let args = (0..n)
+        .map(|i| {
+            // SAFETY: the caller passes main's own argc and argv: entries
+            // 0..argc are valid NUL-terminated strings.
+            let a = unsafe { CStr::from_ptr(*argv.add(i)) };
+            OsString::from_vec(a.to_bytes().to_vec())
+        })
+        .collect();
+    let _ = ARGS.set(args);
+}
+
+/// The process's command line: the one kept by [`keep_args`], or std's
+/// where none was kept (tests, other binaries).
+pub fn args_os() -> Vec<OsString> {
+    match ARGS.get() {
+        Some(a) => a.clone(),
+        None => std::env::args_os().collect(),
+    }
+}
+
 /// Opens `/dev/null` on each of the standard descriptors 0, 1 and 2 that
 /// is closed (so that nothing opened later takes its number and receives
 /// output meant for it), and ignores SIGPIPE (a write to a closed pipe then
@@ -29,4 +64,22 @@ pub fn standard_setup() {
     }
     // SAFETY: changes only SIGPIPE's disposition, to a constant.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kept_command_line_is_the_one_given() {
+        let given = [c"oz0-node", c"sandbox", c"r\xc3\xa9sum\xff"];
+        let argv: Vec<*const libc::c_char> = given.iter().map(|a| a.as_ptr()).collect();
+        // SAFETY: three valid NUL-terminated strings, alive for the call.
+        unsafe { keep_args(argv.len() as libc::c_int, argv.as_ptr()) };
+        let want: Vec<OsString> = given
+            .iter()
+            .map(|a| OsString::from_vec(a.to_bytes().to_vec()))
+            .collect();
+        assert_eq!(args_os(), want);
+    }
 }

@@ -31,7 +31,9 @@ fn main() {
         a if a == oz0_linux::plan::STAGE_ARG => oz0_linux::stage::main(),
         a if a == oz0_linux::stage::BRIDGE_ARG => oz0_linux::stage::bridge_main(),
         a if a == oz0_microvm::guest::GUEST_ARG => oz0_microvm::guest::main(),
-        a if a == oz0_microvm::smolguest::EGRESS_ARG => oz0_microvm::smolguest::egress_main(),
+        a if a == oz0_microvm::smolguest::EGRESS_ARG => {
+            oz0_microvm::smolguest::egress_main(std::env::args_os().skip(2).collect())
+        }
         "mcp-test-server" => mcp_server(),
         _ => match Top::parse() {
             Top::Sandbox(Sandbox::Vm(a)) => oz0_microvm::cli::vm_main(a),
