@@ -3,8 +3,8 @@
 //! Why here and not in bubblewrap: bubblewrap's `--dev` binds each device
 //! node on its own and re-reads the whole mount table after each bind, so it
 //! cost about 1.2 ms of every run. Instead bubblewrap binds the host's `/dev`
-//! once, at [`HOST_DEV_INSIDE`], and the stage, still in bubblewrap's mount
-//! namespace (so that no copy of the host's `/dev` outlives this step):
+//! once, at [`HOST_DEV_INSIDE`], and the stage, in the run's one mount
+//! namespace (bubblewrap's), before anything of the caller runs:
 //! - mounts a tmpfs at `/dev` (mode 0755, nosuid, nodev), as `--dev` does;
 //! - binds each of the plan's device nodes onto an empty file there, from
 //!   the host's: each must be a character device, and no link is followed
@@ -17,7 +17,8 @@
 //! - detaches the host's `/dev`, with every mount under it, and removes its
 //!   mount point.
 //!
-//! A node without these is refused with the reason, before anything runs.
+//! If any step fails, the run is refused with the reason, and nothing of the
+//! caller runs.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
