@@ -1,4 +1,5 @@
-//! Namespaces: the in-sandbox stage's own user namespace.
+//! Namespaces: the in-sandbox stage's own user namespace, and a child
+//! process of its own for tests of what changes a whole process.
 
 use std::io;
 
@@ -21,4 +22,44 @@ pub fn unshare_user_namespace() -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Runs `f` in a child process of its own (`fork`), which exits with what
+/// `f` returns (101 if it panics), and returns that exit status (128+N for
+/// signal N). For tests of what changes a whole process, such as its user
+/// namespace, which the kernel changes only for a process with one thread:
+/// the child has one. `f` must not wait on a lock another thread of the
+/// caller may hold (it would wait forever); the C library's allocator and
+/// standard streams are fork-safe.
+pub fn in_child(f: fn() -> i32) -> io::Result<i32> {
+    // SAFETY: fork(2) without arguments. The child runs only `f` and ends
+    // with _exit (no atexit handlers or destructors of the parent's state
+    // run twice); the parent only waits for it below.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let code = std::panic::catch_unwind(f).unwrap_or(101);
+        // SAFETY: ends the child at once, as fork's contract asks.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for the child just made; `status` is a valid
+        // pointer to an int for the call's duration.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    })
 }
