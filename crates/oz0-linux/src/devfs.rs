@@ -43,14 +43,12 @@ pub fn build(devices: &[String]) -> Result<(), String> {
         Ok(()) | Err(Errno::EXIST) => {}
         Err(e) => return Err(format!("cannot make /dev: {e}")),
     }
-    rustix::mount::mount(
+    mount_fs(
         "tmpfs",
         "/dev",
-        "tmpfs",
         MountFlags::NOSUID | MountFlags::NODEV,
         c"mode=0755",
-    )
-    .map_err(|e| format!("cannot mount a tmpfs at /dev: {e}"))?;
+    )?;
     let dev = no_links(CWD, Path::new("/dev"), OFlags::RDONLY | OFlags::DIRECTORY)
         .map_err(|e| format!("/dev: {e}"))?;
     for name in devices {
@@ -71,14 +69,12 @@ pub fn build(devices: &[String]) -> Result<(), String> {
         rustix::fs::mkdirat(&dev, name, Mode::from_raw_mode(0o755))
             .map_err(|e| format!("/dev/{name}: {e}"))?;
     }
-    rustix::mount::mount(
+    mount_fs(
         "devpts",
         "/dev/pts",
-        "devpts",
         MountFlags::NOSUID | MountFlags::NOEXEC,
         c"newinstance,ptmxmode=0666,mode=620",
-    )
-    .map_err(|e| format!("cannot mount a devpts instance at /dev/pts: {e}"))?;
+    )?;
     console(&host, &dev).map_err(|e| format!("/dev/console: {e}"))?;
     drop(host);
     rustix::mount::unmount(HOST_DEV_INSIDE, UnmountFlags::DETACH)
@@ -86,21 +82,22 @@ pub fn build(devices: &[String]) -> Result<(), String> {
     rustix::fs::rmdir(HOST_DEV_INSIDE).map_err(|e| format!("{HOST_DEV_INSIDE}: {e}"))
 }
 
+/// Mounts a new file system of type `fs` at `at`.
+fn mount_fs(fs: &str, at: &str, flags: MountFlags, data: &std::ffi::CStr) -> Result<(), String> {
+    rustix::mount::mount(fs, at, fs, flags, data)
+        .map_err(|e| format!("cannot mount a {fs} at {at}: {e}"))
+}
+
 /// Binds host device `name` (a path under `/dev`, maybe in a subfolder)
 /// onto an empty file at the same place under `dev`.
 fn bind_node(host: &OwnedFd, dev: &OwnedFd, name: &str) -> Result<(), String> {
     let path = Path::new(name);
-    let (Some(parent), Some(leaf)) = (path.parent(), path.file_name()) else {
-        return Err("not a device name".into());
-    };
-    let (mut from, mut onto) = (None, None);
+    let (parent, leaf) = split(path).ok_or("not a device name")?;
+    let (node, _) = host_device(host, path)?.ok_or("the host's is not a character device")?;
+    // The same folders under `dev`, made as needed.
+    let mut onto = None;
     for part in parent.components() {
         let part: &Path = part.as_os_str().as_ref();
-        let up = from.as_ref().unwrap_or(host);
-        from = Some(
-            no_links(up, part, OFlags::PATH | OFlags::DIRECTORY)
-                .map_err(|e| format!("the host's folder: {e}"))?,
-        );
         let up = onto.as_ref().unwrap_or(dev);
         match rustix::fs::mkdirat(up, part, Mode::from_raw_mode(0o755)) {
             Ok(()) | Err(Errno::EXIST) => {}
@@ -111,19 +108,7 @@ fn bind_node(host: &OwnedFd, dev: &OwnedFd, name: &str) -> Result<(), String> {
                 .map_err(|e| format!("its folder: {e}"))?,
         );
     }
-    let (from, onto) = (from.as_ref().unwrap_or(host), onto.as_ref().unwrap_or(dev));
-    let node = clone_mount(from, leaf).map_err(|e| format!("the host's: {e}"))?;
-    if !is_char_device(&node) {
-        return Err("the host's is not a character device".into());
-    }
-    let target = rustix::fs::openat(
-        onto,
-        leaf,
-        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o444),
-    )
-    .map_err(|e| format!("cannot make its mount point: {e}"))?;
-    attach(&node, &target).map_err(|e| format!("cannot bind it from the host's: {e}"))
+    attach_at(&node, onto.as_ref().unwrap_or(dev), leaf)
 }
 
 /// Binds the terminal on the standard output, if it is one that the host's
@@ -141,42 +126,52 @@ fn console(host: &OwnedFd, dev: &OwnedFd) -> Result<(), String> {
     else {
         return Ok(());
     };
-    // The terminal's folder (`pts`) and name, reached without links.
     let Some(rel) = name.to_str().ok().and_then(|n| n.strip_prefix("/dev/")) else {
         return Ok(());
     };
-    let rel = Path::new(rel);
-    let (Some(parent), Some(leaf)) = (rel.parent(), rel.file_name()) else {
-        return Ok(());
-    };
-    let from = if parent.as_os_str().is_empty() {
+    match host_device(host, Path::new(rel)) {
+        Ok(Some((tty, rdev))) if rdev == st.st_rdev => attach_at(&tty, dev, "console"),
+        _ => Ok(()),
+    }
+}
+
+/// `path`'s folder (empty at the top) and last name.
+fn split(path: &Path) -> Option<(&Path, &std::ffi::OsStr)> {
+    Some((path.parent()?, path.file_name()?))
+}
+
+/// A detached copy of the mount of the host's device at `rel` under `host`
+/// (reached without following any link), with its device number; `None`
+/// when what is there is not a character device.
+fn host_device(host: &OwnedFd, rel: &Path) -> Result<Option<(OwnedFd, rustix::fs::Dev)>, String> {
+    let (parent, leaf) = split(rel).ok_or("not a device name")?;
+    let folder = if parent.as_os_str().is_empty() {
         None
     } else {
-        match no_links(host, parent, OFlags::PATH | OFlags::DIRECTORY) {
-            Ok(d) => Some(d),
-            Err(_) => return Ok(()),
-        }
+        Some(
+            no_links(host, parent, OFlags::PATH | OFlags::DIRECTORY)
+                .map_err(|e| format!("the host's folder: {e}"))?,
+        )
     };
-    let Ok(tty) = clone_mount(from.as_ref().unwrap_or(host), leaf) else {
-        return Ok(());
-    };
-    match rustix::fs::fstat(&tty) {
-        Ok(s) if is_char_device(&tty) && s.st_rdev == st.st_rdev => {}
-        _ => return Ok(()),
-    }
+    let node = clone_mount(folder.as_ref().unwrap_or(host), leaf)
+        .map_err(|e| format!("the host's: {e}"))?;
+    let st = rustix::fs::fstat(&node).map_err(|e| format!("the host's: {e}"))?;
+    Ok(
+        (FileType::from_raw_mode(st.st_mode) == FileType::CharacterDevice)
+            .then_some((node, st.st_rdev)),
+    )
+}
+
+/// Attaches the detached mount `tree` onto a new empty file `name` in `dir`.
+fn attach_at(tree: &OwnedFd, dir: &OwnedFd, name: impl rustix::path::Arg) -> Result<(), String> {
     let target = rustix::fs::openat(
-        dev,
-        "console",
+        dir,
+        name,
         OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o444),
     )
     .map_err(|e| format!("cannot make its mount point: {e}"))?;
-    attach(&tty, &target).map_err(|e| format!("cannot bind the terminal: {e}"))
-}
-
-fn is_char_device(fd: &impl AsFd) -> bool {
-    rustix::fs::fstat(fd)
-        .is_ok_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::CharacterDevice)
+    attach(tree, &target).map_err(|e| format!("cannot bind it from the host's: {e}"))
 }
 
 /// A detached copy of the mount at `name` in `dir`, which must not be a

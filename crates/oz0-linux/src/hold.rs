@@ -27,8 +27,8 @@
 //!   a user namespace (`user.max_user_namespaces`, and seccomp).
 //! - No path is followed through a link: each component is resolved with
 //!   `RESOLVE_NO_SYMLINKS`, what is at the placeholder's place must be of
-//!   its kind, and the mount goes onto the descriptor of what was checked
-//!   (`/proc/self/fd/N`), never onto a path again.
+//!   its kind, and the mount is attached by descriptor onto what was
+//!   checked (`open_tree`/`move_mount`), never onto a path again.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
@@ -122,9 +122,7 @@ fn wait_ready() -> Result<(), String> {
         return Ok(());
     }
     if word.is_empty() {
-        return Err(
-            "the node could not start making the placeholders (no thread to spare?)".into(),
-        );
+        return Err("the node closed the word without saying it (did it end?)".into());
     }
     Err(String::from_utf8_lossy(&word).into_owned())
 }
@@ -251,7 +249,6 @@ pub fn drop_capabilities() -> Result<(), String> {
             Err(e) => return Err(format!("cannot drop {cap:?} from the bounding set: {e}")),
         }
     }
-
     clear_ambient_capability_set().map_err(|e| format!("cannot clear the ambient set: {e}"))?;
     set_capabilities(
         None,

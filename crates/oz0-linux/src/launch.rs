@@ -931,17 +931,15 @@ fn spawn_bwrap(
         )?;
         return Ok(Bwrap::Spawned(pid));
     }
+    let std_in_out = || match stdio {
+        StdioMode::Inherit => Stdio::inherit(),
+        StdioMode::Null => Stdio::null(),
+    };
     let mut cmd = Command::new(bwrap);
     cmd.env_clear()
         .args(Plan::bwrap_command())
-        .stdin(match stdio {
-            StdioMode::Inherit => Stdio::inherit(),
-            StdioMode::Null => Stdio::null(),
-        })
-        .stdout(match stdio {
-            StdioMode::Inherit => Stdio::inherit(),
-            StdioMode::Null => Stdio::null(),
-        })
+        .stdin(std_in_out())
+        .stdout(std_in_out())
         .stderr(Stdio::from(capture));
     setup.install(&mut cmd);
     cmd.spawn().map(Bwrap::Forked)

@@ -103,8 +103,8 @@ pub enum Mount {
         /// Path inside.
         dest: AbsPath,
     },
-    /// A host device, or the host's `/dev` for the stage to build the run's
-    /// from, bound with device access.
+    /// A host folder bound with device access: the host's `/dev`, aside,
+    /// for the stage to build the run's from.
     DevBind {
         /// Host path.
         src: AbsPath,
@@ -283,8 +283,8 @@ pub struct Plan {
     pub devices: Vec<String>,
     /// Protected paths and how each is held.
     pub protected: Vec<Protected>,
-    /// Placeholders the stage creates (on the host, through the bound
-    /// writable folder) and mounts read-only; removed after the run.
+    /// Placeholders the node makes on the host (while bubblewrap builds the
+    /// sandbox) and the stage mounts read-only; removed after the run.
     pub placeholders: Vec<Placeholder>,
     /// Exactly the command's environment.
     pub env: Vec<(String, String)>,

@@ -51,7 +51,8 @@ pub struct StageConfig {
     pub bridge: Option<BridgeConfig>,
     /// Refuse new unix sockets to the command (after the bridge started).
     pub deny_unix_sockets: bool,
-    /// Placeholders to create and mount read-only before anything else.
+    /// Placeholders (made by the node) to mount read-only before anything
+    /// else.
     pub placeholders: Vec<crate::plan::Placeholder>,
     /// The device nodes of the run's `/dev` (names under `/dev`).
     pub devices: Vec<String>,

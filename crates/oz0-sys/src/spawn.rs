@@ -145,26 +145,21 @@ impl ChildSetup {
         // or NULL-terminated array that outlives the call; the descriptors are
         // open (owned by `self` or the caller) for the duration of the call.
         unsafe {
+            /// Destroys what it points at (initialised by its init call) once.
+            struct Destroy<T>(*mut T, unsafe extern "C" fn(*mut T) -> libc::c_int);
+            impl<T> Drop for Destroy<T> {
+                fn drop(&mut self) {
+                    // SAFETY: made only right after a successful init of
+                    // `self.0` with the matching destroy function.
+                    unsafe { (self.1)(self.0) };
+                }
+            }
             let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
             check(libc::posix_spawn_file_actions_init(&mut actions))?;
-            struct Actions(*mut libc::posix_spawn_file_actions_t);
-            impl Drop for Actions {
-                fn drop(&mut self) {
-                    // SAFETY: initialised above, destroyed once.
-                    unsafe { libc::posix_spawn_file_actions_destroy(self.0) };
-                }
-            }
-            let _actions = Actions(&mut actions);
+            let _actions = Destroy(&mut actions, libc::posix_spawn_file_actions_destroy);
             let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
             check(libc::posix_spawnattr_init(&mut attr))?;
-            struct Attr(*mut libc::posix_spawnattr_t);
-            impl Drop for Attr {
-                fn drop(&mut self) {
-                    // SAFETY: initialised above, destroyed once.
-                    unsafe { libc::posix_spawnattr_destroy(self.0) };
-                }
-            }
-            let _attr = Attr(&mut attr);
+            let _attr = Destroy(&mut attr, libc::posix_spawnattr_destroy);
 
             for (target, how) in stdio.iter().enumerate() {
                 let target = target as RawFd;
