@@ -98,9 +98,22 @@ pub fn enter_own_user_namespace() -> Result<(), String> {
         std::fs::write(format!("/proc/self/{file}"), text)
             .map_err(|e| format!("cannot write /proc/self/{file}: {e}"))
     };
-    write("setgroups", "deny".into())?;
-    write("uid_map", format!("{uid} {uid} 1\n"))?;
-    write("gid_map", format!("{gid} {gid} 1\n"))?;
+    // The stage is undumpable from its start, and `/proc/self` of an
+    // undumpable process belongs to a root that the run's namespaces do not
+    // map, so the stage could not write its own maps. It is dumpable for
+    // these three writes only: no other process of the run exists yet (the
+    // bridge and the command start later), so nothing of the run can reach
+    // it meanwhile; the stage checks again that it is undumpable before
+    // either starts.
+    use rustix::process::{set_dumpable_behavior, DumpableBehavior};
+    set_dumpable_behavior(DumpableBehavior::Dumpable)
+        .map_err(|e| format!("cannot write the run's user namespace maps: {e}"))?;
+    let written = write("setgroups", "deny".into())
+        .and_then(|()| write("uid_map", format!("{uid} {uid} 1\n")))
+        .and_then(|()| write("gid_map", format!("{gid} {gid} 1\n")));
+    set_dumpable_behavior(DumpableBehavior::NotDumpable)
+        .map_err(|e| format!("cannot make the stage undumpable again: {e}"))?;
+    written?;
     match oz0_sys::ns::unshare_user_namespace() {
         Ok(()) => Err("a user namespace could still be made inside the run".into()),
         Err(_) => Ok(()),

@@ -12,8 +12,9 @@
 //! Why the stage is the init and not bubblewrap's own: a run needs an init
 //! to reap its processes, and bubblewrap's would be a process of the run
 //! that the stage did not make (and that kept bubblewrap's command line).
-//! The stage makes itself undumpable once the command runs, so `/proc/1`
-//! gives nothing of it to the command.
+//! The stage makes itself undumpable as its first step, and checks again
+//! that it is just before the command starts, so `/proc/1` gives nothing of
+//! it to the command at any time.
 //!
 //! It reads its configuration from a memory file at [`fds::CONFIG`] (never
 //! from its command line or environment, both of which are visible to the
@@ -132,6 +133,16 @@ pub const STAGE_FAILED: i32 = 125;
 
 /// Runs the stage. Returns only on failure, with the process exit code.
 pub fn main() -> i32 {
+    // First of all: no process of the run may read or write the stage's
+    // memory through `/proc/1/mem`, trace it or take its descriptors, and
+    // the command runs as the same uid. A process that is not dumpable can
+    // be reached that way only with CAP_SYS_PTRACE in its user namespace,
+    // which nothing of the run ever has. The bridge is a fork of the stage
+    // and inherits this (see `start_bridge`).
+    if let Err(e) = undumpable() {
+        eprintln!("oz0-node: the sandbox could not be completed: {e}");
+        return STAGE_FAILED;
+    }
     let mut status = match oz0_sys::spawn::inherited_fd(fds::STATUS) {
         Ok(fd) => File::from(fd),
         Err(e) => {
@@ -181,16 +192,18 @@ pub fn main() -> i32 {
 /// every process that ends until `command` does. Returns the command's
 /// status (128+N for signal N).
 fn init(command: u32) -> i32 {
-    use rustix::process::{waitpid, DumpableBehavior, Pid, WaitOptions};
-    let _ = rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable);
+    use rustix::process::{wait, Pid, WaitOptions};
     if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
         let _ = rustix::stdio::dup2_stdin(&null);
         let _ = rustix::stdio::dup2_stdout(&null);
         let _ = rustix::stdio::dup2_stderr(&null);
     }
     let command = Pid::from_raw(command as i32);
+    // Any child, whatever its process group or session: a command that
+    // calls setsid() (`setsid`, `timeout`) is still the one whose end ends
+    // the run.
     loop {
-        match waitpid(None, WaitOptions::empty()) {
+        match wait(WaitOptions::empty()) {
             Ok(Some((pid, st))) if Some(pid) == command => {
                 use std::os::unix::process::ExitStatusExt;
                 let st = std::process::ExitStatus::from_raw(st.as_raw());
@@ -201,6 +214,17 @@ fn init(command: u32) -> i32 {
             // No child left, yet the command's end was not seen: cannot be.
             Err(_) => return STAGE_FAILED,
         }
+    }
+}
+
+/// Makes the stage undumpable and checks that it is.
+fn undumpable() -> Result<(), String> {
+    use rustix::process::{dumpable_behavior, set_dumpable_behavior, DumpableBehavior};
+    set_dumpable_behavior(DumpableBehavior::NotDumpable)
+        .map_err(|e| format!("cannot make the stage undumpable: {e}"))?;
+    match dumpable_behavior() {
+        Ok(DumpableBehavior::NotDumpable) => Ok(()),
+        other => Err(format!("the stage is still dumpable ({other:?})")),
     }
 }
 
@@ -220,6 +244,9 @@ fn prepare() -> Result<Prepared, String> {
         let p = seccomp::compile_unix_deny().map_err(|e| e.to_string())?;
         seccomp::install(&[p]).map_err(|e| e.to_string())?;
     }
+    // Nothing above may have made the stage dumpable again (a change of
+    // credentials can): checked once more before the command exists.
+    undumpable()?;
     Ok((cfg, report, port))
 }
 

@@ -22,6 +22,15 @@ pub struct ProbeArgs {
     /// Try to create-or-append PATH.
     #[arg(long = "write", value_name = "PATH")]
     write: Vec<PathBuf>,
+    /// Try to open PATH for reading and writing (e.g. another process's
+    /// `/proc/PID/mem`), without creating it.
+    #[arg(long = "open-rw", value_name = "PATH")]
+    open_rw: Vec<PathBuf>,
+    /// Try each --open-rw again and again, as fast as possible, for MS
+    /// milliseconds from this process's start (a race): "ok" when any
+    /// attempt succeeded, with the count of successes in `open_rw_hits`.
+    #[arg(long = "repeat-ms", value_name = "MS", default_value_t = 0)]
+    repeat_ms: u64,
     /// Try to list the folder PATH.
     #[arg(long = "list", value_name = "PATH")]
     list: Vec<PathBuf>,
@@ -198,8 +207,40 @@ fn status_field(status: &str, key: &str) -> Option<String> {
         .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
 }
 
+/// Opens each of `paths` for reading and writing, once or, with a
+/// `repeat` window, as often as it can until it ends: each path's last
+/// result ("ok" if any attempt succeeded) and how many attempts succeeded.
+fn open_rw(paths: &[PathBuf], repeat: std::time::Duration) -> (Value, Value) {
+    let start = std::time::Instant::now();
+    let mut results = BTreeMap::new();
+    let mut hits = BTreeMap::new();
+    loop {
+        for p in paths {
+            let r = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .map(drop);
+            let key = p.display().to_string();
+            let n: &mut u64 = hits.entry(key.clone()).or_default();
+            if r.is_ok() {
+                *n += 1;
+            }
+            if *n == 0 || r.is_ok() {
+                results.insert(key, res(r));
+            }
+        }
+        if start.elapsed() >= repeat {
+            return (json!(results), json!(hits));
+        }
+    }
+}
+
 /// Runs the probe and prints its JSON report.
 pub fn main(a: ProbeArgs) -> i32 {
+    // A race is tried first, before anything else of the probe.
+    let raced = (!a.open_rw.is_empty())
+        .then(|| open_rw(&a.open_rw, std::time::Duration::from_millis(a.repeat_ms)));
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let mut report = BTreeMap::<&str, Value>::new();
     report.insert("uid", json!(rustix::process::getuid().as_raw()));
@@ -227,6 +268,10 @@ pub fn main(a: ProbeArgs) -> i32 {
         reads.insert(p.display().to_string(), res(r));
     }
     report.insert("read", json!(reads));
+    if let Some((results, hits)) = raced {
+        report.insert("open_rw", results);
+        report.insert("open_rw_hits", hits);
+    }
     let mut writes = BTreeMap::new();
     for p in &a.write {
         let r = std::fs::OpenOptions::new()
