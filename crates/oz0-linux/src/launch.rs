@@ -17,7 +17,7 @@
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -262,7 +262,16 @@ fn record_run(dir: &Path, placeholders: &[Placeholder]) -> Result<(), SandboxErr
         placeholders: placeholders.to_vec(),
     };
     let text = serde_json::to_vec(&rec).map_err(prep("the run record"))?;
-    fs::write(dir.join(RECORD), text).map_err(prep("the run record"))
+    // The folder was just made, private: the record is new there, and no
+    // link is followed to it.
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o600)
+        .open(dir.join(RECORD))
+        .and_then(|mut f| f.write_all(&text))
+        .map_err(prep("the run record"))
 }
 
 /// Where a run's private host folder (its record, its proxy socket) goes
@@ -323,7 +332,14 @@ pub fn sweep_stale(base: &Path) {
         if !meta.is_dir() || meta.uid() != uid {
             continue;
         }
-        let Ok(text) = fs::read(dir.join(RECORD)) else {
+        let record = crate::hostfs::open_no_links(&dir.join(RECORD), rustix::fs::OFlags::RDONLY)
+            .map(File::from)
+            .map_err(io::Error::from)
+            .and_then(|f| {
+                let mut text = Vec::new();
+                f.take(1 << 20).read_to_end(&mut text).map(|_| text)
+            });
+        let Ok(text) = record else {
             // A node writes its record right after making the folder, before
             // anything of the run exists outside it; a folder still without
             // one after a minute belongs to a node that died in between.

@@ -14,6 +14,7 @@ pub mod bwrap;
 pub mod devfs;
 pub mod hold;
 pub mod host;
+pub mod hostfs;
 pub mod landlock;
 pub mod launch;
 pub mod plan;

@@ -131,7 +131,10 @@ pub struct RunArgs {
     /// from this environment reaches the command.
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,
-    /// Read NAME=VALUE lines from FILE (blank lines and # comments ignored).
+    /// Read NAME=VALUE lines from FILE (blank lines and # comments ignored):
+    /// a regular file of at most 1 MiB, reached without any symbolic link
+    /// (a run may have left one in a folder it could write), or a descriptor
+    /// of yours such as `<(vault read ...)`.
     #[arg(long = "env-file", value_name = "FILE")]
     pub env_file: Vec<PathBuf>,
     /// Kill the run after S seconds of wall time (exit status 124).
@@ -157,7 +160,9 @@ pub struct RunArgs {
     /// a folder it was given.
     #[arg(long = "allow-unix-sockets")]
     pub allow_unix_sockets: bool,
-    /// Write the run's status (how it ended, what was enforced) as JSON to FILE.
+    /// Write the run's status (how it ended, what was enforced) as JSON to
+    /// FILE. Its folder is opened before the run, without following any
+    /// symbolic link, and the document is renamed into place there.
     #[arg(long = "json-status", value_name = "FILE")]
     pub json_status: Option<PathBuf>,
     /// The node's data directory, which no run may see

@@ -1,10 +1,10 @@
 //! `oz0-node sandbox run`.
 
-use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
+use oz0_linux::hostfs::OutFile;
 use oz0_linux::launch::{Ended, LaunchOptions, RunOutcome, SandboxError};
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
 use serde_json::json;
@@ -17,18 +17,16 @@ pub const STATUS_SCHEMA: u32 = 1;
 
 /// Refuses the run: the reason on stderr and, with `--json-status`, in the
 /// status file too (a refused run leaves no stale status of an earlier one).
-fn refuse(json_status: Option<&Path>, msg: impl std::fmt::Display) -> i32 {
+fn refuse(json_status: Option<&OutFile>, msg: impl std::fmt::Display) -> i32 {
     eprintln!("oz0-node: sandbox refused: {msg}");
-    if let Some(p) = json_status {
+    if let Some(out) = json_status {
         let doc = json!({
             "schema": STATUS_SCHEMA,
             "outcome": "sandbox_error",
             "exit_code": Exit::Sandbox.code(),
             "reason": msg.to_string(),
         });
-        if let Err(e) = write_status(p, &doc) {
-            eprintln!("oz0-node: cannot write --json-status {}: {e}", p.display());
-        }
+        write_status(out, &doc);
     }
     Exit::Sandbox.code()
 }
@@ -44,8 +42,9 @@ fn utf8(what: &str, p: &Path) -> Result<String, String> {
 fn parse_env(args: &RunArgs) -> Result<Vec<EnvVar>, String> {
     let mut out = Vec::new();
     for f in &args.env_file {
-        let text =
-            std::fs::read_to_string(f).map_err(|e| format!("--env-file {}: {e}", f.display()))?;
+        let raw = oz0_linux::hostfs::read_caller_file("--env-file", f)?;
+        let text = String::from_utf8(raw)
+            .map_err(|_| format!("--env-file {}: not valid UTF-8", f.display()))?;
         for (i, line) in text.lines().enumerate() {
             let line = line.trim_start();
             if line.is_empty() || line.starts_with('#') {
@@ -158,13 +157,16 @@ fn cancel_pipe() -> Option<OwnedFd> {
     Some(OwnedFd::from(r))
 }
 
-fn write_status(path: &Path, doc: &serde_json::Value) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(serde_json::to_string_pretty(doc)?.as_bytes())?;
-    f.write_all(b"\n")?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+/// Writes the `--json-status` document (see [`OutFile`]: no link is
+/// followed, in the folder opened before the run).
+fn write_status(out: &OutFile, doc: &serde_json::Value) {
+    let text = serde_json::to_string_pretty(doc).expect("a status document serialises") + "\n";
+    if let Err(e) = out.write(text.as_bytes()) {
+        eprintln!(
+            "oz0-node: cannot write --json-status {}: {e}",
+            out.path().display()
+        );
+    }
 }
 
 fn outcome_doc(o: &RunOutcome) -> serde_json::Value {
@@ -214,7 +216,18 @@ fn error_doc(e: &SandboxError) -> serde_json::Value {
 
 /// Runs `sandbox run`; returns the exit status.
 pub fn run(args: RunArgs) -> i32 {
-    let refuse = |e: String| refuse(args.json_status.as_deref(), e);
+    // The status document's folder is opened now, without following links,
+    // so that nothing the run does to it meanwhile redirects the document.
+    let status_out = match args
+        .json_status
+        .as_deref()
+        .map(|p| OutFile::open("--json-status", p))
+    {
+        None => None,
+        Some(Ok(out)) => Some(out),
+        Some(Err(e)) => return refuse(None, e),
+    };
+    let refuse = |e: String| refuse(status_out.as_ref(), e);
     let req = match request(&args) {
         Ok(r) => r,
         Err(e) => return refuse(e.to_string()),
@@ -308,10 +321,8 @@ pub fn run(args: RunArgs) -> i32 {
             (Exit::Sandbox.code(), error_doc(e))
         }
     };
-    if let Some(p) = &args.json_status {
-        if let Err(e) = write_status(p, &doc) {
-            eprintln!("oz0-node: cannot write --json-status {}: {e}", p.display());
-        }
+    if let Some(out) = &status_out {
+        write_status(out, &doc);
     }
     code
 }

@@ -105,6 +105,81 @@ fn the_stage_is_never_reachable_through_proc_mem() {
     assert_eq!(opened, 0, "the stage's memory was writable from the run");
 }
 
+/// `--json-status` is written without following a link a run left: a run
+/// plants links at every name the node might use for its temporary file
+/// (for each likely pid) and at the document's own name, pointing at a
+/// file of the node's user outside the run; the next run's status lands in
+/// its own file and the victim is untouched.
+#[test]
+fn json_status_never_follows_a_link_a_run_left() {
+    ready!();
+    let env = Env::new("statuslink");
+    let victim = env.root.join("victim");
+    std::fs::write(&victim, "the user's file").unwrap();
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let plant = format!(
+        "import os\nfor p in range({}, {}):\n    os.symlink({v:?}, 'status.tmp-%d' % p)\n    os.symlink({v:?}, '.status.json.%016x.tmp' % p)\nos.symlink({v:?}, 'status.json')\n",
+        last + 1,
+        last + 3000,
+        v = victim.to_str().unwrap()
+    );
+    let out = env
+        .cmd(&[], ["/usr/bin/python3", "-c", &plant])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "planting: {}", stderr(&out));
+    let status = env.work.join("status.json");
+    let out = env
+        .cmd(&["--json-status", status.to_str().unwrap()], ["/bin/true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        std::fs::read_to_string(&victim).unwrap() == "the user's file",
+        "the status document was written through a link the run left"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&status).unwrap()).unwrap();
+    assert_eq!(doc["outcome"], "exited");
+    assert!(!std::fs::symlink_metadata(&status)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}
+
+/// `--env-file` never follows a link: a run leaves `.env` as a link to a
+/// secret of the node's user; the next run that is given that `.env` is
+/// refused, and the secret reaches no run.
+#[test]
+fn env_file_never_follows_a_link_a_run_left() {
+    ready!();
+    let env = Env::new("envlink");
+    let secret = env.root.join("credentials");
+    std::fs::write(&secret, "STOLEN=the-users-secret\n").unwrap();
+    let out = env
+        .cmd(&[], ["/bin/ln", "-s", secret.to_str().unwrap(), ".env"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dotenv = env.work.join(".env");
+    let out = env
+        .cmd(
+            &["--env-file", dotenv.to_str().unwrap()],
+            ["/bin/sh", "-c", "echo \"[$STOLEN]\""],
+        )
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("the-users-secret"),
+        "the secret reached the run through the link"
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+}
+
 #[allow(dead_code)]
 fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()
