@@ -82,6 +82,7 @@ fn main() {
         processes: Some(8),
         cpu_seconds: None,
         timeout_seconds: None,
+        tmp_mib: None,
     };
     let run = |tag: &str, i: usize| RunId::new(&format!("{tag}{i}")).unwrap();
     // Warm up.

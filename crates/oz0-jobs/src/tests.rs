@@ -22,6 +22,7 @@ fn limits() -> Limits {
         processes: Some(8),
         cpu_seconds: Some(1),
         timeout_seconds: Some(10),
+        tmp_mib: None,
     }
 }
 

@@ -5,7 +5,8 @@
 //! cost about 1.2 ms of every run. Instead bubblewrap binds the host's `/dev`
 //! once, at [`HOST_DEV_INSIDE`], and the stage, in the run's one mount
 //! namespace (bubblewrap's), before anything of the caller runs:
-//! - mounts a tmpfs at `/dev` (mode 0755, nosuid, nodev), as `--dev` does;
+//! - mounts a tmpfs at `/dev` (mode 0755, nosuid, nodev), as `--dev` does,
+//!   of the run's bounded size and number of files (`/dev/shm` is in it);
 //! - binds each of the plan's device nodes onto an empty file there, from
 //!   the host's: each must be a character device, and no link is followed
 //!   on the way to it;
@@ -28,27 +29,18 @@ use rustix::io::Errno;
 use rustix::mount::{MountFlags, UnmountFlags};
 
 use crate::hold::no_links;
-use crate::plan::HOST_DEV_INSIDE;
+use crate::plan::{TmpfsSize, HOST_DEV_INSIDE};
 
 /// Builds the run's `/dev` with `devices` (names under `/dev`) from the
 /// host's at [`HOST_DEV_INSIDE`], then detaches the host's.
-pub fn build(devices: &[String]) -> Result<(), String> {
+pub fn build(devices: &[String], size: TmpfsSize) -> Result<(), String> {
     let host = no_links(
         CWD,
         Path::new(HOST_DEV_INSIDE),
         OFlags::PATH | OFlags::DIRECTORY,
     )
     .map_err(|e| format!("the host's /dev at {HOST_DEV_INSIDE}: {e}"))?;
-    match rustix::fs::mkdir("/dev", Mode::from_raw_mode(0o755)) {
-        Ok(()) | Err(Errno::EXIST) => {}
-        Err(e) => return Err(format!("cannot make /dev: {e}")),
-    }
-    mount_fs(
-        "tmpfs",
-        "/dev",
-        MountFlags::NOSUID | MountFlags::NODEV,
-        c"mode=0755",
-    )?;
+    mount_tmpfs("/dev", size)?;
     let dev = no_links(CWD, Path::new("/dev"), OFlags::RDONLY | OFlags::DIRECTORY)
         .map_err(|e| format!("/dev: {e}"))?;
     for name in devices {
@@ -80,6 +72,31 @@ pub fn build(devices: &[String]) -> Result<(), String> {
     rustix::mount::unmount(HOST_DEV_INSIDE, UnmountFlags::DETACH)
         .map_err(|e| format!("cannot detach the host's /dev from {HOST_DEV_INSIDE}: {e}"))?;
     rustix::fs::rmdir(HOST_DEV_INSIDE).map_err(|e| format!("{HOST_DEV_INSIDE}: {e}"))
+}
+
+/// Mounts a tmpfs of `size` (mode 0755, nosuid, nodev) at `at`, a folder
+/// of the run's root made for it when missing.
+fn mount_tmpfs(at: &str, size: TmpfsSize) -> Result<(), String> {
+    match rustix::fs::mkdir(at, Mode::from_raw_mode(0o755)) {
+        Ok(()) | Err(Errno::EXIST) => {}
+        Err(e) => return Err(format!("cannot make {at}: {e}")),
+    }
+    let options =
+        std::ffi::CString::new(format!("mode=0755,{}", size.options())).expect("no NUL in numbers");
+    mount_fs(
+        "tmpfs",
+        at,
+        MountFlags::NOSUID | MountFlags::NODEV,
+        &options,
+    )
+}
+
+/// Gives the tmpfs mounted at `at` the size `size` (a remount: what is
+/// mounted under it stays).
+pub fn size_tmpfs(at: &str, size: TmpfsSize) -> Result<(), String> {
+    let options = std::ffi::CString::new(size.options()).expect("no NUL in numbers");
+    rustix::mount::mount_remount(at, MountFlags::NOSUID | MountFlags::NODEV, &*options)
+        .map_err(|e| format!("cannot give {at} its size ({}): {e}", size.options()))
 }
 
 /// Mounts a new file system of type `fs` at `at`.

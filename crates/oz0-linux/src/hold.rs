@@ -39,19 +39,26 @@ use rustix::io::Errno;
 use rustix::mount::MountFlags;
 
 use crate::plan::{
-    fds, Placeholder, PlaceholderKind, PLACEHOLDERS_INSIDE, PLACEHOLDER_DIR, PLACEHOLDER_FILE,
+    fds, Placeholder, PlaceholderKind, TmpfsSize, PLACEHOLDERS_INSIDE, PLACEHOLDER_DIR,
+    PLACEHOLDER_FILE, TMP_INSIDE,
 };
 
 /// The node's word on [`fds::READY`] that every placeholder is in place.
 pub const READY_WORD: &[u8] = b"ready";
 
-/// Builds the run's `/dev` with `devices` (see [`crate::devfs`]), mounts
-/// `placeholders` (once the node says they are in place) and makes the
-/// run's root read-only (bubblewrap leaves it writable for this). All in
+/// Builds the run's `/dev` with `devices` (see [`crate::devfs`]), gives it
+/// and the run's `/tmp` (bubblewrap's, under the caller's folders there)
+/// the size `tmp`, mounts `placeholders` (once the node
+/// says they are in place) and makes the run's root read-only (bubblewrap leaves it writable for this). All in
 /// bubblewrap's mount namespace, where the stage still has `CAP_SYS_ADMIN`
 /// (see [`enter_own_user_namespace`]).
-pub fn prepare_mounts(devices: &[String], placeholders: &[Placeholder]) -> Result<(), String> {
-    crate::devfs::build(devices).map_err(|e| format!("the run's /dev: {e}"))?;
+pub fn prepare_mounts(
+    devices: &[String],
+    tmp: TmpfsSize,
+    placeholders: &[Placeholder],
+) -> Result<(), String> {
+    crate::devfs::build(devices, tmp).map_err(|e| format!("the run's /dev: {e}"))?;
+    crate::devfs::size_tmpfs(TMP_INSIDE, tmp)?;
     let sources = if placeholders.is_empty() {
         None
     } else {

@@ -126,6 +126,8 @@ pub struct RunOutcome {
     pub protected: Vec<plan::Protected>,
     /// The job: limits enforced, counters, the limit hit.
     pub job: Option<JobReport>,
+    /// The size of the run's `/tmp` and of its `/dev`.
+    pub tmp: plan::TmpfsSize,
     /// Egress: the proxy's run socket and the bridge.
     pub egress: Option<EgressReport>,
 }
@@ -679,6 +681,7 @@ fn execute(
         deny_unix_sockets: plan.deny_unix_sockets,
         placeholders: plan.placeholders.clone(),
         devices: plan.devices.clone(),
+        tmp: plan.tmp,
     };
     let cfg_fd = sealed_memfd(
         "oz0-stage",
@@ -871,6 +874,7 @@ fn execute(
         },
         protected: plan.protected.clone(),
         job: None,
+        tmp: plan.tmp,
         egress: report.bridge_port.map(|p| EgressReport {
             allow: Vec::new(),
             forward: Vec::new(),

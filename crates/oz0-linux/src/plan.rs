@@ -22,7 +22,8 @@
 //! - The run's `/dev` holds only [`DEV_NODES`] and the devices the launcher
 //!   adds; the stage builds it from the host's, bound at
 //!   [`HOST_DEV_INSIDE`] for it alone (see `devfs`).
-//! - The root of the sandbox is read-only; TEMP is a private tmpfs.
+//! - The root of the sandbox is read-only; TEMP is a private tmpfs of a
+//!   bounded size and number of files, as is the run's `/dev`.
 
 use oz0_policy::env::DEFAULT_PATH;
 use oz0_policy::protected::{self, Kind};
@@ -98,10 +99,15 @@ pub enum Mount {
         /// Path inside.
         dest: AbsPath,
     },
-    /// A private tmpfs.
+    /// A private tmpfs of a bounded size (bubblewrap mounts it; the stage
+    /// sets its size and number of files, which bubblewrap cannot bound,
+    /// before anything of the caller runs).
     Tmpfs {
         /// Path inside.
         dest: AbsPath,
+        /// Its size.
+        #[serde(flatten)]
+        size: TmpfsSize,
     },
     /// A host folder bound with device access: the host's `/dev`, aside,
     /// for the stage to build the run's from.
@@ -121,7 +127,7 @@ impl Mount {
             | Mount::DevBind { dest, .. }
             | Mount::Symlink { dest, .. }
             | Mount::Proc { dest }
-            | Mount::Tmpfs { dest } => dest,
+            | Mount::Tmpfs { dest, .. } => dest,
         }
     }
 }
@@ -178,6 +184,24 @@ pub struct LandlockRules {
     pub read: Vec<String>,
     /// Everything.
     pub write: Vec<String>,
+}
+
+/// The size of a memory file system of the run: its `/tmp` and its `/dev`
+/// (with `/dev/shm`), each of which the stage mounts with this size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TmpfsSize {
+    /// Bytes, in MiB.
+    pub size_mib: u64,
+    /// Files (inodes).
+    pub inodes: u64,
+}
+
+impl TmpfsSize {
+    /// The tmpfs mount options that bound it: `size=…,nr_inodes=…`.
+    pub fn options(&self) -> String {
+        format!("size={}m,nr_inodes={}", self.size_mib, self.inodes)
+    }
 }
 
 /// The empty file placeholders of files are bound from.
@@ -281,6 +305,8 @@ pub struct Plan {
     /// The device nodes of the run's `/dev` (names under `/dev`), which the
     /// stage builds from the host's (see `devfs`).
     pub devices: Vec<String>,
+    /// The size of the run's `/tmp` and of its `/dev`.
+    pub tmp: TmpfsSize,
     /// Protected paths and how each is held.
     pub protected: Vec<Protected>,
     /// Placeholders the node makes on the host (while bubblewrap builds the
@@ -371,8 +397,13 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
         src: abs("/dev"),
         dest: abs(HOST_DEV_INSIDE),
     });
+    let tmp = TmpfsSize {
+        size_mib: spec.limits.tmp_size_mib(),
+        inodes: spec.limits.tmp_inodes(),
+    };
     mounts.push(Mount::Tmpfs {
         dest: abs(TMP_INSIDE),
+        size: tmp,
     });
     landlock
         .write
@@ -512,6 +543,7 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
         namespaces,
         mounts,
         devices,
+        tmp,
         protected,
         placeholders,
         env,
@@ -628,7 +660,8 @@ impl Plan {
                     a.extend(["--symlink".into(), target.clone(), dest.to_string()])
                 }
                 Mount::Proc { dest } => a.extend(["--proc".into(), dest.to_string()]),
-                Mount::Tmpfs { dest } => a.extend(["--tmpfs".into(), dest.to_string()]),
+                // The stage sizes it (see `hold::prepare_mounts`).
+                Mount::Tmpfs { dest, .. } => a.extend(["--tmpfs".into(), dest.to_string()]),
                 Mount::DevBind { src, dest } => {
                     a.extend(["--dev-bind".into(), src.to_string(), dest.to_string()])
                 }

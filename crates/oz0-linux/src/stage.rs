@@ -57,6 +57,8 @@ pub struct StageConfig {
     pub placeholders: Vec<crate::plan::Placeholder>,
     /// The device nodes of the run's `/dev` (names under `/dev`).
     pub devices: Vec<String>,
+    /// The size of the run's `/tmp` and `/dev`.
+    pub tmp: crate::plan::TmpfsSize,
 }
 
 /// The in-sandbox bridge to the run's proxy socket.
@@ -321,7 +323,7 @@ fn restrict() -> Result<(StageConfig, landlock::LandlockReport), String> {
     drop(stderr);
     // The command inherits stdin, stdout and stderr, and nothing else.
     oz0_sys::spawn::cloexec_from(3).map_err(|e| format!("close_range: {e}"))?;
-    crate::hold::prepare_mounts(&cfg.devices, &cfg.placeholders)?;
+    crate::hold::prepare_mounts(&cfg.devices, cfg.tmp, &cfg.placeholders)?;
     hide_placeholders_from_git(&cfg);
     crate::hold::enter_own_user_namespace()?;
     crate::hold::drop_capabilities()?;

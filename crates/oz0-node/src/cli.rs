@@ -149,6 +149,11 @@ pub struct RunArgs {
     /// CPU time of all the run's processes together, in seconds.
     #[arg(long = "cpu-seconds", value_name = "S")]
     pub cpu_seconds: Option<u64>,
+    /// Size of each of the run's memory file systems, its /tmp (also HOME)
+    /// and its /dev (with /dev/shm), in MiB; each holds at most 128 files
+    /// per MiB. Their files are memory, and count towards --memory too.
+    #[arg(long = "tmp-size", value_name = "MiB", default_value_t = oz0_policy::limits::DEFAULT_TMP_MIB)]
+    pub tmp_size: u64,
     /// Let the command reach HOST[:PORT] through the node's egress proxy.
     #[arg(long = "allow", value_name = "HOST[:PORT]")]
     pub allow: Vec<String>,

@@ -204,6 +204,8 @@ struct Payload {
     processes: Option<u32>,
     #[serde(default)]
     cpu_seconds: Option<u64>,
+    #[serde(default)]
+    tmp_size: Option<u64>,
 }
 
 fn spec_for(p: Payload, work: &Path, data_dir: &Path) -> Result<RunSpec, String> {
@@ -227,6 +229,7 @@ fn spec_for(p: Payload, work: &Path, data_dir: &Path) -> Result<RunSpec, String>
             processes: p.processes,
             cpu_seconds: p.cpu_seconds,
             timeout_seconds: p.timeout,
+            tmp_mib: p.tmp_size,
         },
         data_dir: data_dir
             .to_str()

@@ -102,6 +102,7 @@ fn request(args: &RunArgs) -> Result<RunRequest, String> {
             processes: args.processes,
             cpu_seconds: args.cpu_seconds,
             timeout_seconds: args.timeout,
+            tmp_mib: Some(args.tmp_size),
         },
         data_dir: utf8("--data-dir", &data_dir)?,
         allow_unix_sockets: args.allow_unix_sockets,
@@ -199,6 +200,7 @@ fn outcome_doc(o: &RunOutcome) -> serde_json::Value {
             "limits": {
                 "timeout": "supervisor: SIGKILL of the run's pid namespace (and its job)",
                 "job": o.job,
+                "tmp": o.tmp,
             },
             "egress": o.egress,
         },

@@ -180,6 +180,39 @@ fn env_file_never_follows_a_link_a_run_left() {
     assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
 }
 
+/// The run's memory file systems have a size whether or not `--memory` is
+/// given: by default 1024 MiB and 131072 files each (its `/tmp` and its
+/// `/dev`, which holds `/dev/shm`), and `--tmp-size` sets it; writing past
+/// it fails with ENOSPC instead of filling the machine's memory.
+#[test]
+fn tmp_and_dev_shm_have_a_size_without_memory_limit() {
+    ready!();
+    let env = Env::new("tmpsize");
+    let df = "for d in /tmp /dev/shm; do df -k -P $d | tail -1 | awk '{print $2}'; df -i -P $d | tail -1 | awk '{print $2}'; done";
+    let out = env.sh(&[], df);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let got: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(
+        got,
+        vec![1024 * 1024, 131072, 1024 * 1024, 131072],
+        "df said {got:?}"
+    );
+    for dir in ["/tmp", "/dev/shm"] {
+        let out = env.sh(
+            &["--tmp-size", "8"],
+            &format!("head -c 16777216 /dev/zero > {dir}/fill 2>/dev/null; echo $?; du -k {dir}/fill | cut -f1"),
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut lines = text.lines();
+        assert_ne!(lines.next(), Some("0"), "{dir}: 16 MiB fitted in 8: {text}");
+        let kib: u64 = lines.next().unwrap_or("0").trim().parse().unwrap();
+        assert!(kib <= 8 * 1024, "{dir} held {kib} KiB under --tmp-size 8");
+    }
+}
+
 #[allow(dead_code)]
 fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()

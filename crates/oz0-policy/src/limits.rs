@@ -8,6 +8,14 @@ pub const MAX_MEMORY_MIB: u64 = 1024 * 1024;
 pub const MAX_PROCESSES: u32 = 1_000_000;
 /// Largest CPU-time or wall-time limit, in seconds (30 days).
 pub const MAX_SECONDS: u64 = 30 * 24 * 3600;
+/// Size of each of a run's memory file systems (its `/tmp` and its `/dev`,
+/// which holds `/dev/shm`) when the caller names none, in MiB. They hold
+/// their files in memory, so without a size a run could fill the machine's
+/// memory through them, with or without `--memory`.
+pub const DEFAULT_TMP_MIB: u64 = 1024;
+/// Files each of those file systems may hold per MiB of its size (one per
+/// 8 KiB): each costs kernel memory beyond the size.
+pub const TMP_INODES_PER_MIB: u64 = 128;
 
 /// The limits a caller asked for. `None` means "not asked for", never
 /// "unlimited by promise": the run's status says which were enforced and how.
@@ -22,6 +30,10 @@ pub struct Limits {
     pub cpu_seconds: Option<u64>,
     /// Wall time, seconds.
     pub timeout_seconds: Option<u64>,
+    /// Size of each of the run's memory file systems (`/tmp`, `/dev`), MiB
+    /// ([`DEFAULT_TMP_MIB`] when `None`).
+    #[serde(default)]
+    pub tmp_mib: Option<u64>,
 }
 
 /// Why a limit was refused.
@@ -58,7 +70,18 @@ impl Limits {
         )?;
         check("--cpu-seconds", self.cpu_seconds, MAX_SECONDS)?;
         check("--timeout (seconds)", self.timeout_seconds, MAX_SECONDS)?;
+        check("--tmp-size (MiB)", self.tmp_mib, MAX_MEMORY_MIB)?;
         Ok(())
+    }
+
+    /// The size of each of the run's memory file systems, MiB.
+    pub fn tmp_size_mib(&self) -> u64 {
+        self.tmp_mib.unwrap_or(DEFAULT_TMP_MIB)
+    }
+
+    /// How many files each of them may hold.
+    pub fn tmp_inodes(&self) -> u64 {
+        self.tmp_size_mib() * TMP_INODES_PER_MIB
     }
 
     /// True when a job (cgroup) is needed to enforce these limits.
@@ -89,7 +112,10 @@ mod tests {
             memory_mib: Some(256),
             cpu_seconds: Some(1),
             timeout_seconds: Some(10),
+            tmp_mib: Some(64),
         };
+        assert_eq!(l.tmp_inodes(), 64 * TMP_INODES_PER_MIB);
+        assert_eq!(Limits::default().tmp_size_mib(), DEFAULT_TMP_MIB);
         assert!(l.validate().is_ok());
         assert!(l.needs_job());
     }

@@ -592,6 +592,7 @@ pub(crate) mod tests {
                 processes: Some(8),
                 cpu_seconds: Some(60),
                 timeout_seconds: Some(30),
+                tmp_mib: None,
             },
             ..req()
         }

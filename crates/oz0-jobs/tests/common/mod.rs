@@ -162,6 +162,7 @@ pub fn limits(mem: Option<u64>, procs: Option<u32>, cpu: Option<u64>) -> Limits 
         processes: procs,
         cpu_seconds: cpu,
         timeout_seconds: None,
+        tmp_mib: None,
     }
 }
 
