@@ -39,7 +39,7 @@ use rustix::io::Errno;
 use rustix::mount::MountFlags;
 
 use crate::plan::{
-    fds, Placeholder, PlaceholderKind, TmpfsSize, PLACEHOLDERS_INSIDE, PLACEHOLDER_DIR,
+    fds, Expect, Placeholder, PlaceholderKind, TmpfsSize, PLACEHOLDERS_INSIDE, PLACEHOLDER_DIR,
     PLACEHOLDER_FILE, TMP_INSIDE,
 };
 
@@ -79,6 +79,53 @@ pub fn prepare_mounts(
         "",
     )
     .map_err(|e| format!("cannot make the run's root read-only: {e}"))
+}
+
+/// Checks that bubblewrap mounted each of `expect` where the plan put it:
+/// at its path, reached without any link, a mount of its own (the root of a
+/// mount) whose object is the one the node opened on the host, and
+/// read-only when it must be. bubblewrap binds by path; a run that can write
+/// a parent folder of another run's path could swap a link or another
+/// folder in between the node's look and the bind (a `--read` folder
+/// exchanged for a link to `~/.ssh`, say). Then the run is refused: nothing
+/// of the caller has run yet.
+pub fn verify_binds(expect: &[Expect]) -> Result<(), String> {
+    use rustix::fs::{statx, AtFlags, StatVfsMountFlags, StatxAttributes, StatxFlags};
+    for e in expect {
+        let refuse = |why: String| {
+            format!(
+                "{} is not what the node looked at ({why}): it was replaced while the sandbox was being built, by another process that can write its folder; the run is refused",
+                e.path
+            )
+        };
+        let fd = no_links(CWD, e.path.as_path(), OFlags::PATH).map_err(|err| {
+            refuse(format!(
+                "it cannot be opened without following a link: {err}"
+            ))
+        })?;
+        let st = statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)
+            .map_err(|err| refuse(err.to_string()))?;
+        if !st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT) {
+            return Err(format!(
+                "this kernel does not say which paths are mount points (statx STATX_ATTR_MOUNT_ROOT, Linux 5.8 or newer), so the stage cannot check {}: the run is refused",
+                e.path
+            ));
+        }
+        if !st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT) {
+            return Err(refuse("nothing is mounted there".into()));
+        }
+        let got = (st.stx_dev_major, st.stx_dev_minor, st.stx_ino);
+        if got != (e.id.major, e.id.minor, e.id.ino) {
+            return Err(refuse("another object is mounted there".into()));
+        }
+        if e.readonly {
+            let vfs = rustix::fs::fstatvfs(&fd).map_err(|err| refuse(err.to_string()))?;
+            if !vfs.f_flag.contains(StatVfsMountFlags::RDONLY) {
+                return Err(refuse("it is mounted writable".into()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Takes the run out of reach of its own namespaces and forbids nested user

@@ -1,15 +1,25 @@
 //! What the host looks like, gathered once per run: the facts the plan is a
-//! pure function of. Gathering is the only I/O before launch; it follows no
-//! symbolic link it is not asked to report.
+//! pure function of. Gathering is the only I/O before launch.
+//!
+//! Every caller-named path is opened without following any link on the way
+//! or at its end (`openat2` with `RESOLVE_NO_SYMLINKS`), and the names inside
+//! a writable folder are looked at through the folder's descriptor, never by
+//! a path looked up again; each is recorded with its identity (device and
+//! inode), which the stage checks against what bubblewrap mounted (see
+//! `hold::verify_binds`). With `lock`, every writable folder is locked for
+//! the run ([`Held`]).
 
 use std::fs;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use oz0_policy::protected::{self, Kind};
 use oz0_policy::spec::SYSTEM_READ_ONLY;
 use oz0_policy::{AbsPath, RunSpec};
-use serde::Serialize;
+use rustix::fs::{AtFlags, FileType, OFlags};
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
 
 /// What one path is on the host (by `lstat`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -21,7 +31,8 @@ pub enum Entry {
     Dir,
     /// A regular file.
     File,
-    /// A symbolic link, with its target text.
+    /// A symbolic link, with its target text (or, for a caller's path, the
+    /// link met on the way).
     Symlink(String),
     /// Something else (socket, device, fifo).
     Other,
@@ -41,6 +52,37 @@ impl Entry {
             Err(e) => Err(e),
         }
     }
+
+    fn of_type(ft: FileType) -> Entry {
+        match ft {
+            FileType::Directory => Entry::Dir,
+            FileType::RegularFile => Entry::File,
+            _ => Entry::Other,
+        }
+    }
+}
+
+/// Which object a path is: its device and inode numbers, as `stat` gives
+/// them on the host and `statx` inside the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileId {
+    /// Device (major).
+    pub major: u32,
+    /// Device (minor).
+    pub minor: u32,
+    /// Inode.
+    pub ino: u64,
+}
+
+impl FileId {
+    fn of(st: &rustix::fs::Stat) -> FileId {
+        FileId {
+            major: rustix::fs::major(st.st_dev),
+            minor: rustix::fs::minor(st.st_dev),
+            ino: st.st_ino,
+        }
+    }
 }
 
 /// A caller-named path as found on the host.
@@ -50,7 +92,8 @@ pub struct RootFact {
     pub path: AbsPath,
     /// What it is.
     pub entry: Entry,
-    /// Its fully resolved form (`realpath`), when it exists.
+    /// Its fully resolved form (`realpath`), when it is reached through a
+    /// link (for the message that names the real path).
     pub canonical: Option<String>,
 }
 
@@ -78,6 +121,24 @@ pub struct HostFacts {
     pub roots: Vec<RootFact>,
     /// The protected names of each writable folder that is a directory.
     pub protected: Vec<ProtectedFacts>,
+    /// The identity of every caller path and protected name that exists,
+    /// as it was opened (without links).
+    pub ids: Vec<(AbsPath, FileId)>,
+}
+
+impl HostFacts {
+    /// The identity recorded for `path`.
+    pub fn id(&self, path: &AbsPath) -> Option<FileId> {
+        self.ids.iter().find(|(p, _)| p == path).map(|(_, id)| *id)
+    }
+}
+
+/// What the node holds for the run's length: a descriptor of each writable
+/// folder, locked (`flock`) so that no other run shares it meanwhile (see
+/// [`gather`]). Dropping it (or the node's end) lets them go.
+#[derive(Debug, Default)]
+pub struct Held {
+    _locked: Vec<OwnedFd>,
 }
 
 /// Why the host could not be examined.
@@ -94,6 +155,9 @@ pub enum HostError {
     /// The node binary's path is not usable.
     #[error("the node binary's own path {0:?} is not an absolute UTF-8 path")]
     NodeExe(String),
+    /// Another run holds a writable folder.
+    #[error("another run is using {0} (as its work folder or a --write folder): runs never share a writable folder at once, since each holds the protected names there for its length; give each run its own folder, or wait for the other to end")]
+    InUse(AbsPath),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> HostError + '_ {
@@ -103,8 +167,66 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> HostError + '_ {
     }
 }
 
+fn errno_err(path: &Path) -> impl FnOnce(Errno) -> HostError + '_ {
+    move |e| HostError::Io {
+        path: path.display().to_string(),
+        source: e.into(),
+    }
+}
+
+/// A caller's path opened without links: its entry and descriptor, or
+/// `Missing`, or the link met on the way.
+fn open_root(path: &Path, writable: bool) -> Result<(Entry, Option<OwnedFd>), HostError> {
+    use crate::hostfs::open_no_links;
+    // A writable folder is opened for reading, so that it can be locked.
+    let flags = if writable {
+        OFlags::RDONLY | OFlags::DIRECTORY
+    } else {
+        OFlags::PATH
+    };
+    let mut r = open_no_links(path, flags);
+    if writable && matches!(r, Err(Errno::NOTDIR)) {
+        r = open_no_links(path, OFlags::PATH);
+    }
+    match r {
+        Ok(fd) => {
+            let st = rustix::fs::fstat(&fd).map_err(errno_err(path))?;
+            match FileType::from_raw_mode(st.st_mode) {
+                // O_PATH with O_NOFOLLOW opens a link at the end itself.
+                FileType::Symlink => Ok((Entry::Symlink(path.display().to_string()), None)),
+                ft => Ok((Entry::of_type(ft), Some(fd))),
+            }
+        }
+        Err(Errno::NOENT) => Ok((Entry::Missing, None)),
+        Err(e) => match crate::hostfs::first_link(path) {
+            Some(link) => Ok((Entry::Symlink(link.display().to_string()), None)),
+            None => Err(errno_err(path)(e)),
+        },
+    }
+}
+
+/// What `name` is in the folder `dir`, without following it, and its
+/// identity.
+fn entry_at(dir: &OwnedFd, name: &str, shown: &Path) -> Result<(Entry, Option<FileId>), HostError> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => {
+            let ft = FileType::from_raw_mode(st.st_mode);
+            if ft == FileType::Symlink {
+                let target =
+                    rustix::fs::readlinkat(dir, name, Vec::new()).map_err(errno_err(shown))?;
+                return Ok((Entry::Symlink(target.to_string_lossy().into_owned()), None));
+            }
+            Ok((Entry::of_type(ft), Some(FileId::of(&st))))
+        }
+        Err(Errno::NOENT) => Ok((Entry::Missing, None)),
+        Err(e) => Err(errno_err(shown)(e)),
+    }
+}
+
 /// Gathers the facts for `spec`, with `node_exe` as the binary to bind.
-pub fn gather(spec: &RunSpec, node_exe: &Path) -> Result<HostFacts, HostError> {
+/// With `lock`, each writable folder is locked for the run: a folder another
+/// run holds refuses this one ([`HostError::InUse`]).
+pub fn gather(spec: &RunSpec, node_exe: &Path, lock: bool) -> Result<(HostFacts, Held), HostError> {
     let mut system = Vec::new();
     for s in SYSTEM_READ_ONLY {
         let p = AbsPath::new(s).expect("constant is valid");
@@ -116,59 +238,102 @@ pub fn gather(spec: &RunSpec, node_exe: &Path) -> Result<HostFacts, HostError> {
         AbsPath::from_path(&exe).map_err(|_| HostError::NodeExe(exe.display().to_string()))?;
 
     let mut roots = Vec::new();
-    let all = std::iter::once(&spec.work)
-        .chain(spec.read.iter())
-        .chain(spec.write.iter());
-    for p in all {
-        let entry = Entry::of(p.as_path()).map_err(io_err(p.as_path()))?;
-        let canonical = match entry {
-            Entry::Missing => None,
-            _ => Some(
-                fs::canonicalize(p.as_path())
-                    .map_err(io_err(p.as_path()))?
-                    .to_string_lossy()
-                    .into_owned(),
-            ),
+    let mut ids = Vec::new();
+    let mut held = Held::default();
+    let mut protected = Vec::new();
+    let all = std::iter::once((&spec.work, true))
+        .chain(spec.read.iter().map(|p| (p, false)))
+        .chain(spec.write.iter().map(|p| (p, true)));
+    for (p, writable) in all {
+        let (entry, fd) = open_root(p.as_path(), writable)?;
+        let canonical = match &entry {
+            Entry::Symlink(_) => fs::canonicalize(p.as_path())
+                .ok()
+                .map(|c| c.to_string_lossy().into_owned()),
+            _ => None,
         };
+        if let Some(fd) = &fd {
+            let st = rustix::fs::fstat(fd).map_err(errno_err(p.as_path()))?;
+            ids.push((p.clone(), FileId::of(&st)));
+        }
         roots.push(RootFact {
             path: p.clone(),
-            entry,
+            entry: entry.clone(),
             canonical,
         });
-    }
-
-    let mut protected = Vec::new();
-    for root in spec.writable() {
-        if Entry::of(root.as_path()).map_err(io_err(root.as_path()))? != Entry::Dir {
+        let (true, Entry::Dir, Some(fd)) = (writable, &entry, fd) else {
+            continue;
+        };
+        // A folder named twice is held once (a second lock on it would
+        // conflict with the first).
+        if protected.iter().any(|f: &ProtectedFacts| &f.root == p) {
             continue;
         }
-        let mut names = Vec::new();
-        for (name, kind) in protected::READ_ONLY_NAMES {
-            let p = root.as_path().join(name);
-            names.push((*name, *kind, Entry::of(&p).map_err(io_err(&p))?));
-        }
-        let git_path = root.as_path().join(protected::GIT_DIR);
-        let git = Entry::of(&git_path).map_err(io_err(&git_path))?;
-        let mut git_inner = Vec::new();
-        if git == Entry::Dir {
-            for (name, kind) in protected::GIT_READ_ONLY {
-                let p = git_path.join(name);
-                git_inner.push((*name, *kind, Entry::of(&p).map_err(io_err(&p))?));
+        if lock {
+            match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => {}
+                Err(Errno::WOULDBLOCK) => return Err(HostError::InUse(p.clone())),
+                Err(e) => return Err(errno_err(p.as_path())(e)),
             }
         }
-        protected.push(ProtectedFacts {
-            root: root.clone(),
-            names,
-            git,
-            git_inner,
-        });
+        protected.push(protected_facts(p, &fd, &mut ids)?);
+        held._locked.push(fd);
     }
 
-    Ok(HostFacts {
-        system,
-        node_exe,
-        roots,
-        protected,
+    Ok((
+        HostFacts {
+            system,
+            node_exe,
+            roots,
+            protected,
+            ids,
+        },
+        held,
+    ))
+}
+
+/// The protected names of the writable folder `root`, open at `fd`.
+fn protected_facts(
+    root: &AbsPath,
+    fd: &OwnedFd,
+    ids: &mut Vec<(AbsPath, FileId)>,
+) -> Result<ProtectedFacts, HostError> {
+    let mut names = Vec::new();
+    for (name, kind) in protected::READ_ONLY_NAMES {
+        let path = root.join(name).expect("constant name");
+        let (entry, id) = entry_at(fd, name, path.as_path())?;
+        if let Some(id) = id {
+            ids.push((path, id));
+        }
+        names.push((*name, *kind, entry));
+    }
+    let git_path = root.join(protected::GIT_DIR).expect("constant name");
+    let (git, git_id) = entry_at(fd, protected::GIT_DIR, git_path.as_path())?;
+    if let Some(id) = git_id {
+        ids.push((git_path.clone(), id));
+    }
+    let mut git_inner = Vec::new();
+    if git == Entry::Dir {
+        let git_fd = crate::hostfs::open_beneath(
+            fd.as_fd(),
+            Path::new(protected::GIT_DIR),
+            OFlags::PATH | OFlags::DIRECTORY,
+        )
+        .map_err(errno_err(git_path.as_path()))?;
+        for (name, kind) in protected::GIT_READ_ONLY {
+            let path = git_path.join(name).expect("constant name");
+            let (entry, id) = entry_at(&git_fd, name, path.as_path())?;
+            if let Some(id) = id {
+                ids.push((path, id));
+            }
+            git_inner.push((*name, *kind, entry));
+        }
+    }
+    Ok(ProtectedFacts {
+        root: root.clone(),
+        names,
+        git,
+        git_inner,
     })
 }
 

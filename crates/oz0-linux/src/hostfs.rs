@@ -50,7 +50,7 @@ pub fn explain(what: &str, path: &Path, e: Errno) -> String {
 }
 
 /// The first component of `path` that is a symbolic link, if any.
-fn first_link(path: &Path) -> Option<PathBuf> {
+pub fn first_link(path: &Path) -> Option<PathBuf> {
     let mut at = PathBuf::new();
     for c in path.components() {
         at.push(c);

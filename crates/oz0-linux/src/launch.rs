@@ -516,7 +516,7 @@ pub fn plan_only(
     node_exe: &Path,
     extras: &plan::Extras,
 ) -> Result<Plan, SandboxError> {
-    let facts = host::gather(spec, node_exe)?;
+    let (facts, _) = host::gather(spec, node_exe, false)?;
     Ok(plan::plan(spec, &facts, extras)?)
 }
 
@@ -539,31 +539,12 @@ pub fn run(spec: &RunSpec, opts: LaunchOptions<'_>) -> Result<RunOutcome, Sandbo
     let run_id = new_run_id();
     let base = opts.scratch.clone().unwrap_or_else(scratch_base);
     // Runs of a node that died (SIGKILL) left their placeholders and
-    // folders: swept while this run starts, and done before it returns.
-    let mut sweeper = Sweeper {
-        base: base.clone(),
-        done: false,
-    };
-    let scratch = Scratch::create(&base, &run_id);
-    let result =
-        scratch.and_then(|scratch| run_in(spec, &opts, started, run_id, scratch, &mut sweeper));
-    sweeper.sweep();
-    result
-}
-
-/// The sweep of dead runs' leftovers, done once: while bubblewrap builds
-/// the sandbox, or at the end if the run never got that far.
-struct Sweeper {
-    base: PathBuf,
-    done: bool,
-}
-
-impl Sweeper {
-    fn sweep(&mut self) {
-        if !std::mem::replace(&mut self.done, true) {
-            sweep_stale(&self.base);
-        }
-    }
+    // folders: swept before this run looks at its folders, which may be
+    // theirs (a leftover placeholder taken for the caller's own folder would
+    // be gone by the time bubblewrap binds it).
+    sweep_stale(&base);
+    let scratch = Scratch::create(&base, &run_id)?;
+    run_in(spec, &opts, started, run_id, scratch)
 }
 
 fn run_in(
@@ -572,7 +553,6 @@ fn run_in(
     started: Instant,
     run_id: String,
     scratch: Scratch,
-    sweeper: &mut Sweeper,
 ) -> Result<RunOutcome, SandboxError> {
     // The job first: if it cannot be made, nothing else happens.
     let job = match (spec.limits.needs_job(), opts.jobs) {
@@ -609,7 +589,9 @@ fn run_in(
         egress_guard = Some(guard);
     }
 
-    let facts = host::gather(spec, &opts.node_exe)?;
+    // The writable folders stay locked (`held`) until the run is over and
+    // its placeholders are gone.
+    let (facts, held) = host::gather(spec, &opts.node_exe, true)?;
     let plan = plan::plan(spec, &facts, &extras)?;
     let (mut holders, ready) = Holders::new(&scratch.dir)?;
     let result = execute(
@@ -620,9 +602,10 @@ fn run_in(
         spec,
         job.as_ref(),
         bridge,
-        (&mut holders, ready, sweeper),
+        (&mut holders, ready),
     );
     holders.remove(&plan.placeholders);
+    drop(held);
     drop(egress_guard);
     let result = result.map(|mut o| {
         if let Some(j) = &job {
@@ -663,7 +646,7 @@ fn execute(
     spec: &RunSpec,
     job: Option<&oz0_jobs::Job>,
     bridge: Option<crate::stage::BridgeConfig>,
-    (holders, ready, sweeper): (&mut Holders, OwnedFd, &mut Sweeper),
+    (holders, ready): (&mut Holders, OwnedFd),
 ) -> Result<RunOutcome, SandboxError> {
     let own_pid_ns = plan.namespaces.contains(&"--unshare-pid");
     let mut args = Vec::new();
@@ -680,6 +663,7 @@ fn execute(
         bridge,
         deny_unix_sockets: plan.deny_unix_sockets,
         placeholders: plan.placeholders.clone(),
+        expect: plan.expect.clone(),
         devices: plan.devices.clone(),
         tmp: plan.tmp,
     };
@@ -720,8 +704,8 @@ fn execute(
         SandboxError::Start(format!("cannot execute {}: {e}", opts.bwrap.display()))
     })?;
     drop(setup);
-    // While bubblewrap builds the sandbox: the run's record, the
-    // placeholders, and the sweep. A run that cannot be recorded is stopped:
+    // While bubblewrap builds the sandbox: the run's record and the
+    // placeholders. A run that cannot be recorded is stopped:
     // its stage, which waits for the word before anything, is told why.
     if let Err(e) = holders.start(&plan.placeholders, spec.data_dir.as_path(), run_id) {
         if let Some(pid) = rustix::process::Pid::from_raw(child.id()) {
@@ -730,7 +714,6 @@ fn execute(
         let _ = child.wait();
         return Err(e);
     }
-    sweeper.sweep();
 
     // bubblewrap reports its init's pid first; no report means it failed
     // before creating the sandbox.

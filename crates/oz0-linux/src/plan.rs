@@ -30,7 +30,7 @@ use oz0_policy::protected::{self, Kind};
 use oz0_policy::{AbsPath, RunSpec};
 use serde::{Deserialize, Serialize};
 
-use crate::host::{Entry, HostFacts, ProtectedFacts};
+use crate::host::{Entry, FileId, HostFacts, ProtectedFacts};
 use crate::seccomp::Profile;
 
 /// Where the node binary is inside every run.
@@ -165,6 +165,36 @@ pub struct Placeholder {
     pub path: AbsPath,
     /// File or folder.
     pub kind: PlaceholderKind,
+}
+
+/// A bind of a caller's path or a protected path as the stage must find it
+/// inside the run: at `path`, a mount of its own whose object is the one the
+/// node opened without links (`id`), read-only when `readonly`. bubblewrap
+/// binds by path, and another run able to write a parent folder could swap
+/// a link in between the node's look and the bind; the stage refuses the run
+/// when what is mounted is not what was looked at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// The path (the same inside and on the host).
+    pub path: AbsPath,
+    /// The object the node opened there.
+    pub id: FileId,
+    /// Mounted read-only.
+    pub readonly: bool,
+}
+
+impl Expect {
+    fn of(host: &HostFacts, path: &AbsPath, readonly: bool) -> Result<Expect, PlanError> {
+        let id = host
+            .id(path)
+            .ok_or_else(|| PlanError::NoFacts(path.clone()))?;
+        Ok(Expect {
+            path: path.clone(),
+            id,
+            readonly,
+        })
+    }
 }
 
 /// The kind of a placeholder.
@@ -312,6 +342,10 @@ pub struct Plan {
     /// Placeholders the node makes on the host (while bubblewrap builds the
     /// sandbox) and the stage mounts read-only; removed after the run.
     pub placeholders: Vec<Placeholder>,
+    /// What bubblewrap must have mounted where, of the caller's paths and
+    /// the protected ones: the stage checks each before anything of the
+    /// caller runs (see `hold::verify_binds`).
+    pub expect: Vec<Expect>,
     /// Exactly the command's environment.
     pub env: Vec<(String, String)>,
     /// The command's working directory.
@@ -354,6 +388,14 @@ pub enum PlanError {
     /// A protected path is also named writable.
     #[error("--write {0} names a protected path (agents' settings, shell start-up files, .git/hooks, .git/config), which runs never write")]
     ProtectedWritable(AbsPath),
+    /// The node binary lies in a writable folder of the run.
+    #[error("the node binary {node} is inside {folder}, which the run may write: the run could replace the binary that starts every later run (and this one's stage); install oz0-node outside the folders you give runs")]
+    NodeInWritable {
+        /// The node binary.
+        node: AbsPath,
+        /// The writable folder.
+        folder: AbsPath,
+    },
     /// A device outside /dev.
     #[error("{0} is not under /dev: only devices are bound with device access")]
     NotADevice(AbsPath),
@@ -432,6 +474,7 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
 
     // 4. The caller's paths and the protected paths, parents before children.
     let mut user = Vec::new();
+    let mut expect = Vec::new();
     let roots = std::iter::once((&spec.work, true))
         .chain(spec.read.iter().map(|p| (p, false)))
         .chain(spec.write.iter().map(|p| (p, true)));
@@ -452,12 +495,6 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
             }
             Entry::Dir | Entry::File => {}
         }
-        if fact.canonical.as_deref() != Some(path.as_str()) {
-            return Err(PlanError::Symlinked {
-                path: path.clone(),
-                resolved: fact.canonical.clone().unwrap_or_default(),
-            });
-        }
         if path == &spec.work && fact.entry != Entry::Dir {
             return Err(PlanError::WorkNotDir(path.clone()));
         }
@@ -467,6 +504,12 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
                 dest: path.clone(),
             });
             landlock.write.push(path.to_string());
+            if host.node_exe.starts_with(path) {
+                return Err(PlanError::NodeInWritable {
+                    node: host.node_exe.clone(),
+                    folder: path.clone(),
+                });
+            }
         } else {
             user.push(Mount::RoBind {
                 src: path.clone(),
@@ -474,14 +517,17 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
             });
             landlock.read.push(path.to_string());
         }
+        expect.push(Expect::of(host, path, !writable)?);
     }
 
     let mut protected = Vec::new();
     let mut placeholders = Vec::new();
     let mut holder = Holder {
+        host,
         user: &mut user,
         protected: &mut protected,
         placeholders: &mut placeholders,
+        expect: &mut expect,
     };
     if extras.fault != Some(Fault::NoProtectedPaths) {
         for facts in &host.protected {
@@ -546,6 +592,7 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
         tmp,
         protected,
         placeholders,
+        expect,
         env,
         cwd: spec.work.clone(),
         argv: spec.command.clone(),
@@ -555,11 +602,14 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
     })
 }
 
-/// Collects the mounts, reports and placeholders of the protected paths.
+/// Collects the mounts, reports, placeholders and expectations of the
+/// protected paths.
 struct Holder<'a> {
+    host: &'a HostFacts,
     user: &'a mut Vec<Mount>,
     protected: &'a mut Vec<Protected>,
     placeholders: &'a mut Vec<Placeholder>,
+    expect: &'a mut Vec<Expect>,
 }
 
 impl Holder<'_> {
@@ -584,6 +634,7 @@ impl Holder<'_> {
                     src: path.clone(),
                     dest: path.clone(),
                 });
+                self.expect.push(Expect::of(self.host, &path, true)?);
                 Protection::ReadOnly
             }
         };
@@ -609,6 +660,7 @@ impl Holder<'_> {
                     src: git.clone(),
                     dest: git.clone(),
                 });
+                self.expect.push(Expect::of(self.host, &git, false)?);
                 self.protected.push(Protected {
                     path: git.clone(),
                     how: Protection::Unmovable,
@@ -730,7 +782,36 @@ mod tests {
         }
     }
 
+    /// Host facts with an identity for every caller path and protected
+    /// name that exists (as `gather` records them).
     fn host(roots: Vec<RootFact>, protected: Vec<ProtectedFacts>) -> HostFacts {
+        let mut ids = Vec::new();
+        let mut id = |path: AbsPath, entry: &Entry| {
+            if matches!(entry, Entry::Dir | Entry::File | Entry::Other) {
+                let ino = ids.len() as u64 + 100;
+                ids.push((
+                    path,
+                    FileId {
+                        major: 8,
+                        minor: 1,
+                        ino,
+                    },
+                ));
+            }
+        };
+        for r in &roots {
+            id(r.path.clone(), &r.entry);
+        }
+        for f in &protected {
+            for (n, _, e) in &f.names {
+                id(f.root.join(n).unwrap(), e);
+            }
+            let git = f.root.join(protected::GIT_DIR).unwrap();
+            id(git.clone(), &f.git);
+            for (n, _, e) in &f.git_inner {
+                id(git.join(n).unwrap(), e);
+            }
+        }
         HostFacts {
             system: vec![
                 (p("/usr"), Entry::Dir),
@@ -741,6 +822,7 @@ mod tests {
             node_exe: p("/opt/oz0/oz0-node"),
             roots,
             protected,
+            ids,
         }
     }
 
@@ -972,6 +1054,32 @@ mod tests {
         assert_eq!(how("/w/.git"), Protection::Unmovable);
         assert_eq!(how("/w/.git/hooks"), Protection::ReadOnly);
         assert_eq!(how("/w/.git/config"), Protection::Placeholder);
+        // The stage checks every bind of a caller's or protected path: what
+        // is mounted, where, and read-only or not (placeholders it mounts
+        // itself, by descriptor).
+        let expect: Vec<(&str, bool)> = plan
+            .expect
+            .iter()
+            .map(|e| (e.path.as_str(), e.readonly))
+            .collect();
+        assert_eq!(
+            expect,
+            vec![("/w", false), ("/w/.git", false), ("/w/.git/hooks", true)]
+        );
+        for e in &plan.expect {
+            assert_eq!(Some(e.id), h.id(&e.path), "{}", e.path);
+        }
+        // Every bubblewrap bind outside the system's and the node's own is
+        // checked.
+        for m in &plan.mounts {
+            if let Mount::Bind { dest, .. } | Mount::RoBind { dest, .. } = m {
+                let ours = ["/usr", "/etc", NODE_BIN_INSIDE];
+                assert!(
+                    ours.contains(&dest.as_str()) || plan.expect.iter().any(|e| &e.path == dest),
+                    "{dest} is bound and not checked"
+                );
+            }
+        }
     }
 
     #[test]
@@ -1033,16 +1141,34 @@ mod tests {
                     (
                         spec(|_| {}),
                         host(
+                            // What `gather` records when a folder on the way
+                            // is a link: the link met, and where it leads.
                             vec![RootFact {
                                 path: p("/w"),
-                                entry: Entry::Dir,
+                                entry: Entry::Symlink("/".into()),
                                 canonical: Some("/real/w".into()),
                             }],
                             vec![],
                         ),
                     )
                 },
-                |e| matches!(e, PlanError::Symlinked { .. }),
+                |e| matches!(e, PlanError::Symlinked { resolved, .. } if resolved == "/real/w"),
+            ),
+            (
+                "the node binary in a writable folder",
+                || {
+                    (
+                        spec(|r| r.write = vec!["/opt/oz0".into()]),
+                        host(
+                            vec![root("/w", Entry::Dir), root("/opt/oz0", Entry::Dir)],
+                            vec![
+                                prot("/w", Entry::Missing, &[]),
+                                prot("/opt/oz0", Entry::Missing, &[]),
+                            ],
+                        ),
+                    )
+                },
+                |e| matches!(e, PlanError::NodeInWritable { .. }),
             ),
             (
                 "socket",

@@ -55,6 +55,9 @@ pub struct StageConfig {
     /// Placeholders (made by the node) to mount read-only before anything
     /// else.
     pub placeholders: Vec<crate::plan::Placeholder>,
+    /// What bubblewrap must have mounted where (checked before anything
+    /// else).
+    pub expect: Vec<crate::plan::Expect>,
     /// The device nodes of the run's `/dev` (names under `/dev`).
     pub devices: Vec<String>,
     /// The size of the run's `/tmp` and `/dev`.
@@ -323,6 +326,7 @@ fn restrict() -> Result<(StageConfig, landlock::LandlockReport), String> {
     drop(stderr);
     // The command inherits stdin, stdout and stderr, and nothing else.
     oz0_sys::spawn::cloexec_from(3).map_err(|e| format!("close_range: {e}"))?;
+    crate::hold::verify_binds(&cfg.expect)?;
     crate::hold::prepare_mounts(&cfg.devices, cfg.tmp, &cfg.placeholders)?;
     hide_placeholders_from_git(&cfg);
     crate::hold::enter_own_user_namespace()?;

@@ -213,6 +213,142 @@ fn tmp_and_dev_shm_have_a_size_without_memory_limit() {
     }
 }
 
+/// Two runs never share a writable folder at once: the second run in a
+/// work folder (or with it as a `--write` folder) that a live run holds is
+/// refused before anything runs, instead of sharing — and then losing — the
+/// first run's read-only placeholders; once the first has ended, the folder
+/// is free again.
+#[test]
+fn a_writable_folder_is_held_by_one_run_at_a_time() {
+    ready!();
+    let env = Env::new("shared");
+    let mut first = env
+        .cmd(&[], ["/bin/sh", "-c", "echo started; exec sleep 30"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(first.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "started\n");
+    let other = common::TempDir::new("other");
+    for extra in [vec![], vec!["--write", env.work.to_str().unwrap()]] {
+        let mut c = if extra.is_empty() {
+            env.cmd(&[], ["/bin/sh", "-c", "echo x > .bashrc; echo ran"])
+        } else {
+            let mut c = std::process::Command::new(common::node());
+            c.args(["sandbox", "run", "--work"])
+                .arg(&other.0)
+                .arg("--data-dir")
+                .arg(&env.data)
+                .args(&extra)
+                .args(["--", "/bin/sh", "-c", "echo ran"]);
+            c
+        };
+        let out = c.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(125),
+            "a second run shared a live run's folder ({extra:?}): {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("another run is using"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
+    }
+    let _ = first.kill();
+    let _ = first.wait();
+    // The node's end let the folder go.
+    let out = env.sh(&[], "echo ran");
+    assert!(out.status.success(), "{}", stderr(&out));
+    // No placeholder was left holding a name, and nothing was planted.
+    assert!(!exists(&env.work.join(".bashrc")));
+}
+
+/// A run cannot get a host folder bound into another run by swapping a
+/// link in while the other starts: run A loops `renameat2(RENAME_EXCHANGE)`
+/// on a folder that run B is given (`--read`, `--write`, `--work`), with a
+/// link to a secret folder of the node's user (a stand-in for `~/.ssh`).
+/// B either runs with its own folder or is refused; it never sees the
+/// secret. Raced hundreds of times per flag, and counted.
+#[test]
+fn a_link_swapped_in_during_start_never_binds_another_folder() {
+    ready!();
+    let env = Env::new("swap");
+    let secret = env.root.join("dot-ssh");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::write(secret.join("id_ed25519"), "PRIVATE-KEY").unwrap();
+    let arena = env.work.join("arena");
+    std::fs::create_dir(&arena).unwrap();
+    let target = arena.join("target");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join("id_ed25519"), "decoy").unwrap();
+    // Run A: exchanges arena/target (a folder) and arena/link (a link to the
+    // secret) as fast as it can.
+    let swap = format!(
+        "import ctypes, os\nos.symlink({s:?}, 'arena/link')\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('swapping', flush=True)\nwhile True:\n    libc.syscall(316, -100, b'arena/target', -100, b'arena/link', 2)\n",
+        s = secret.to_str().unwrap()
+    );
+    let mut attacker = env
+        .cmd(&["--timeout", "600"], ["/usr/bin/python3", "-c", &swap])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(attacker.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "swapping\n", "the attacking run did not start");
+    let t = target.to_str().unwrap();
+    let victim_data = common::TempDir::new("victim-data");
+    let victim_work = common::TempDir::new("victim-work");
+    let cases: [(&str, usize); 3] = [("--read", 300), ("--write", 200), ("--work", 200)];
+    let mut leaked = Vec::new();
+    for (flag, runs) in cases {
+        let (mut ran, mut refused) = (0, 0);
+        for _ in 0..runs {
+            let mut c = std::process::Command::new(common::node());
+            c.args(["sandbox", "run", "--data-dir"]).arg(&victim_data.0);
+            let read = format!("cat {t}/id_ed25519");
+            if flag == "--work" {
+                c.args(["--work", t, "--", "/bin/sh", "-c", "cat id_ed25519"]);
+            } else {
+                c.arg("--work")
+                    .arg(&victim_work.0)
+                    .args([flag, t, "--", "/bin/sh", "-c", &read]);
+            }
+            let out = c.stdin(Stdio::null()).output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            if text.contains("PRIVATE-KEY") {
+                leaked.push(flag);
+            } else if out.status.success() {
+                ran += 1;
+            } else {
+                assert_eq!(out.status.code(), Some(125), "{flag}: {}", stderr(&out));
+                refused += 1;
+            }
+        }
+        eprintln!(
+            "race {flag}: {runs} runs against the swapping run: {ran} ran with their own folder, {refused} refused, {} saw the secret",
+            leaked.iter().filter(|f| **f == flag).count()
+        );
+    }
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    assert!(
+        leaked.is_empty(),
+        "the secret folder was bound into runs: {leaked:?}"
+    );
+}
+
 #[allow(dead_code)]
 fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()
