@@ -376,7 +376,7 @@ fn remove_placeholders(ps: &[Placeholder], mut pool: Option<&mut Pool>) {
         };
         if let (PlaceholderKind::Dir, Some(pool)) = (p.kind, pool.as_deref_mut()) {
             match pool.give_back(dir, name, p.path.as_path()) {
-                Back::Pooled | Back::Leave => continue,
+                Back::Aside | Back::Leave => continue,
                 Back::Remove => {}
             }
         }
@@ -478,6 +478,11 @@ impl Holders {
             Err(e) => e.into_bytes(),
         };
         let _ = File::from(ready).write_all(&word);
+        // The stage goes on now; meanwhile the pool is tended (used folders
+        // removed, fresh ones made) instead of only waiting.
+        if let Some(pool) = &mut self.pool {
+            pool.tend();
+        }
         Ok(())
     }
 
@@ -1068,9 +1073,9 @@ mod tests {
             assert!(fs::symlink_metadata(work.join(".codex")).is_ok());
             assert!(elsewhere.join(".claude").is_dir() && elsewhere.join("config").is_file());
             if with_pool {
-                // Only the empty folder went to the pool.
-                let spare = fs::read_dir(base.join("data").join(crate::pool::POOL_DIR)).unwrap();
-                assert_eq!(spare.count(), 1);
+                // Only the empty folder went out of the way, to be removed.
+                let used = base.join("data").join(crate::pool::POOL_DIR).join("used");
+                assert_eq!(fs::read_dir(used).unwrap().count(), 1);
             }
             fs::remove_dir_all(&base).unwrap();
         }
@@ -1091,7 +1096,8 @@ mod tests {
             ph(&work.join(".mcp.json"), PlaceholderKind::File),
             ph(&work.join(".bashrc"), PlaceholderKind::File),
         ];
-        // First run: the pool is empty, folders are made; removal fills it.
+        // First run: the pool is empty, folders are made; removal puts them
+        // out of the way, and tending the pool makes fresh ones.
         let mut pool = Pool::open(&data, "a");
         make_placeholders(&list, &mut pool).unwrap();
         assert!(work.join(".claude").is_dir() && work.join(".codex").is_dir());
@@ -1099,13 +1105,17 @@ mod tests {
         assert_eq!(fs::read(work.join(".bashrc")).unwrap(), b"mine");
         remove_placeholders(&list[..3], pool.as_mut());
         let pool_dir = data.join(crate::pool::POOL_DIR);
-        assert_eq!(fs::read_dir(&pool_dir).unwrap().count(), 2);
+        let count = |sub: &str| fs::read_dir(pool_dir.join(sub)).unwrap().count();
+        assert_eq!(count("used"), 2);
         assert_eq!(fs::read_dir(&work).unwrap().count(), 1);
-        // Second run: the folders come from the pool.
+        pool.as_mut().unwrap().tend();
+        let fresh = count("fresh");
+        assert_eq!(count("used"), 0);
+        // Second run: the folders come from the fresh ones.
         let mut pool = Pool::open(&data, "b");
         make_placeholders(&list, &mut pool).unwrap();
         assert!(work.join(".claude").is_dir() && work.join(".codex").is_dir());
-        assert_eq!(fs::read_dir(&pool_dir).unwrap().count(), 0);
+        assert_eq!(count("fresh"), fresh - 2);
         remove_placeholders(&list[..3], pool.as_mut());
         // A link on the way: refused, nothing made through it.
         let elsewhere = base.join("elsewhere");

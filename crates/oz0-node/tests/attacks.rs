@@ -349,6 +349,91 @@ fn a_link_swapped_in_during_start_never_binds_another_folder() {
     );
 }
 
+/// Reads one line from a child's stdout.
+fn first_line(child: &mut std::process::Child) -> String {
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    line
+}
+
+/// A placeholder folder is never handed to another run once a run could
+/// reach it: run A, whose `--work` holds run B's work folder, keeps
+/// descriptors of B's placeholder folders and writes agents' settings into
+/// them after B ended; a later run C in an unrelated folder gets no planted
+/// file — during its run or after — however the node reuses folders.
+#[test]
+fn a_placeholder_folder_another_run_kept_open_is_never_reused() {
+    ready!();
+    let env = Env::new("poolplant");
+    let b_work = env.work.join("b");
+    std::fs::create_dir(&b_work).unwrap();
+    let data = env.data.to_str().unwrap().to_string();
+    let run = |work: &Path, cmd: &[&str]| {
+        let mut c = std::process::Command::new(common::node());
+        c.args(["sandbox", "run", "--data-dir", &data, "--work"])
+            .arg(work)
+            .arg("--")
+            .args(cmd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        c
+    };
+    // Warm the pool the way a node that ran before does.
+    let warm = common::TempDir::new("warm");
+    assert!(run(&warm.0, &["/bin/true"]).status().unwrap().success());
+    let mut b = run(&b_work, &["/bin/sh", "-c", "echo up; exec sleep 2"])
+        .spawn()
+        .unwrap();
+    assert_eq!(first_line(&mut b), "up\n");
+    let names = [
+        ".codex", ".claude", ".vscode", ".cursor", ".gemini", ".agents", ".idea", ".oz0",
+    ];
+    let plant = format!(
+        "import os, time\nnames = {names:?}\nfds = [os.open('b/' + n, os.O_RDONLY | os.O_DIRECTORY) for n in names]\nprint('held', flush=True)\nwhile os.path.exists('b/.codex'):\n    time.sleep(0.01)\ntime.sleep(0.2)\nfor fd in fds:\n    f = os.open('settings.json', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd)\n    os.write(f, b'{{\"planted\": true}}')\n    os.close(f)\nprint('planted', flush=True)\n"
+    );
+    let mut a = env
+        .cmd(&[], ["/usr/bin/python3", "-c", &plant])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(first_line(&mut a), "held\n");
+    assert!(b.wait().unwrap().success());
+    let out = a.wait_with_output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("planted"),
+        "the keeping run could not write: {}",
+        stderr(&out)
+    );
+    // Run C, elsewhere: its placeholders, seen from the host while it runs,
+    // are empty, and after it nothing is left in its folder.
+    let c_work = common::TempDir::new("unrelated");
+    let mut c = run(&c_work.0, &["/bin/sh", "-c", "echo up; exec sleep 1"])
+        .spawn()
+        .unwrap();
+    assert_eq!(first_line(&mut c), "up\n");
+    let mut planted = Vec::new();
+    for n in names {
+        let d = c_work.join(n);
+        if std::fs::read_dir(&d).map(|e| e.count()).unwrap_or(0) > 0 {
+            planted.push(d.display().to_string());
+        }
+    }
+    assert!(c.wait().unwrap().success());
+    let left: Vec<_> = std::fs::read_dir(&c_work.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        planted.is_empty(),
+        "another run's planted folders were handed to run C: {planted:?}"
+    );
+    assert!(left.is_empty(), "left in run C's folder: {left:?}");
+}
+
 #[allow(dead_code)]
 fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()
