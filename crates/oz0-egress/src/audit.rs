@@ -9,6 +9,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+/// The node's audit log, in its data directory (where no run can write),
+/// unless named otherwise.
+pub const AUDIT_LOG_NAME: &str = "egress-audit.jsonl";
+
 /// Longest request target kept in a record.
 pub const MAX_AUDIT_TARGET: usize = 256;
 
@@ -118,8 +122,10 @@ impl<F: Fn(&AuditRecord) + Send + Sync + 'static> AuditSink for F {
     }
 }
 
-/// The default sink: one line `oz0-egress {json}` per record on stderr
-/// (the node's log).
+/// One line `oz0-egress {json}` per record on stderr. Only for a proxy
+/// whose stderr no run shares (tests, tools): a run's own stderr is the
+/// node's, where it could forge or bury such lines; the node writes its
+/// trail with [`FileSink`].
 #[derive(Debug, Default, Clone, Copy)]
 pub struct StderrSink;
 
@@ -127,6 +133,40 @@ impl AuditSink for StderrSink {
     fn record(&self, record: &AuditRecord) {
         let line = format!("oz0-egress {}\n", record.to_json_line());
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
+}
+
+/// A sink that appends one JSON line per record to a file the caller opened
+/// for appending (the node's audit log, where no run can write). Each line
+/// is one `write`, so lines of several processes appending to one file do
+/// not interleave.
+#[derive(Debug)]
+pub struct FileSink {
+    file: std::sync::Mutex<std::fs::File>,
+}
+
+impl FileSink {
+    /// A sink writing to `file` (opened with `O_APPEND`).
+    pub fn new(file: std::fs::File) -> FileSink {
+        FileSink {
+            file: std::sync::Mutex::new(file),
+        }
+    }
+}
+
+impl AuditSink for FileSink {
+    fn record(&self, record: &AuditRecord) {
+        let line = format!("{}\n", record.to_json_line());
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if f.write_all(line.as_bytes()).is_err() {
+            // The trail must not go missing silently: say so where the
+            // node's own messages go (never a record, never the token).
+            let _ = writeln!(
+                std::io::stderr(),
+                "oz0-node: warning: the egress audit log could not be written; a decision for run {} is missing from it",
+                record.run
+            );
+        }
     }
 }
 

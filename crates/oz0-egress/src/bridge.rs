@@ -115,6 +115,31 @@ impl Drop for Slot {
     }
 }
 
+/// Hands every connection `listener` accepts to the proxy over `channel`
+/// (one end of the run's channel, see
+/// [`crate::ProxyHandle::add_run_channel`]), until accepting or handing
+/// over fails for good. One thread, no copy, no unix socket of its own: the
+/// bridge of a tier-1 run holds nothing its command may not have but the
+/// channel, whose far end takes only connections.
+pub fn serve_channel(listener: TcpListener, channel: &UnixStream) -> io::Result<()> {
+    loop {
+        let tcp = match listener.accept() {
+            Ok((tcp, _)) => tcp,
+            Err(e) => match e.kind() {
+                io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => continue,
+                // Out of file descriptors: back off instead of spinning.
+                _ if e.raw_os_error() == Some(24) || e.raw_os_error() == Some(23) => {
+                    thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                _ => return Err(e),
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        send_handoff(channel, &tcp)?;
+    }
+}
+
 /// The byte that travels with a handed-off connection.
 pub const HANDOFF_MARKER: u8 = 0;
 
@@ -123,9 +148,13 @@ pub const HANDOFF_MARKER: u8 = 0;
 /// marker byte, and the proxy then reads and writes the run's socket directly,
 /// so no byte passes through the bridge.
 fn hand_off(tcp: &TcpStream, target: &Path) -> io::Result<()> {
+    send_handoff(&UnixStream::connect(target)?, tcp)
+}
+
+/// Sends `tcp`'s descriptor over `unix` with the marker byte.
+fn send_handoff(unix: &UnixStream, tcp: &TcpStream) -> io::Result<()> {
     use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
     use std::mem::MaybeUninit;
-    let unix = UnixStream::connect(target)?;
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut cmsg = SendAncillaryBuffer::new(&mut space);
     let fds = [tcp.as_fd()];
@@ -133,7 +162,7 @@ fn hand_off(tcp: &TcpStream, target: &Path) -> io::Result<()> {
         return Err(io::Error::other("no room for the descriptor"));
     }
     let sent = sendmsg(
-        &unix,
+        unix,
         &[io::IoSlice::new(&[HANDOFF_MARKER])],
         &mut cmsg,
         SendFlags::NOSIGNAL,

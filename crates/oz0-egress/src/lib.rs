@@ -2,13 +2,16 @@
 //! proxy and the bridge that reaches it from inside the run.
 //!
 //! - [`proxy`]: HTTP proxy semantics (`CONNECT host:port` tunnels and
-//!   absolute-form plain HTTP) on **one unix socket per run**, each socket
-//!   knowing exactly one run's token and allowlist.
+//!   absolute-form plain HTTP) for **one run per unix socket or channel**,
+//!   each knowing exactly one run's token and allowlist. A tier-1 run is
+//!   served over a channel (a connected socket pair whose other end its
+//!   bridge holds: no file); a VM's monitor over a socket file it mounts.
 //! - [`token`]: the per-run secret (`Proxy-Authorization: Basic oz0:<token>`
 //!   or `Bearer <token>`).
-//! - [`bridge`]: inside the run, a loopback TCP listener forwarding each
-//!   connection to the run's socket (std only, no parsing).
-//! - [`audit`]: one structured record per decision, never the token.
+//! - [`bridge`]: inside the run, a loopback TCP listener handing each
+//!   connection to the proxy (std only, no parsing).
+//! - [`audit`]: one structured record per decision, never the token,
+//!   written where no run can write ([`FileSink`]).
 //! - [`resolve`]: the name-resolution seam and the node's own addresses.
 //!
 //! Threat model. Everything arriving on a run's socket is hostile: the
@@ -38,7 +41,7 @@ pub mod token;
 use std::io;
 use std::path::PathBuf;
 
-pub use audit::{AuditRecord, AuditSink, Decision, StderrSink};
+pub use audit::{AuditRecord, AuditSink, Decision, FileSink, StderrSink, AUDIT_LOG_NAME};
 pub use proxy::{Proxy, ProxyConfig, ProxyHandle, ProxyLimits, RunEgress, RunGuard};
 pub use resolve::{Resolver, SystemResolver};
 pub use token::Token;
@@ -63,6 +66,9 @@ pub enum EgressError {
     /// A token of the wrong shape.
     #[error("a proxy token is 64 lowercase hex digits")]
     BadToken,
+    /// A run's channel could not be made.
+    #[error("could not make the run's egress channel: {0}")]
+    Channel(#[source] io::Error),
     /// The proxy was shut down.
     #[error("the egress proxy has shut down: start it again")]
     ShutDown,

@@ -207,22 +207,67 @@ impl ProxyHandle {
             UnixListener::from_std(std_listener).map_err(bind_err)?
         };
         let (close, closed) = watch::channel(false);
-        let ctx = Arc::new(RunCtx {
-            run_id: run.run_id.clone(),
-            token: run.token,
-            egress: run.egress,
+        let ctx = self.run_ctx(run.run_id.clone(), run.token, run.egress, closed);
+        rt.spawn(accept_loop(listener, ctx, self.shared.clone()));
+        Ok(RunGuard {
+            run_id: run.run_id,
+            path: Some(path),
+            ino,
+            close,
+        })
+    }
+
+    /// Serves a run over a channel instead of a socket file: returns the
+    /// run's guard and the other end of a connected unix socket pair, for
+    /// the run's bridge. The bridge hands each connection it accepts over
+    /// the channel (its TCP socket's descriptor, with one marker byte, see
+    /// [`crate::bridge::serve_channel`]); nothing else is accepted on it. No
+    /// file is made: nothing of the run names a path of the node's, and the
+    /// bridge needs no unix socket of its own.
+    pub fn add_run_channel(
+        &self,
+        run_id: String,
+        token: Token,
+        egress: Egress,
+    ) -> Result<(RunGuard, std::os::fd::OwnedFd), EgressError> {
+        let rt = self.rt.as_ref().ok_or(EgressError::ShutDown)?;
+        let (ours, theirs) =
+            std::os::unix::net::UnixStream::pair().map_err(EgressError::Channel)?;
+        ours.set_nonblocking(true).map_err(EgressError::Channel)?;
+        let stream = {
+            let _enter = rt.enter();
+            UnixStream::from_std(ours).map_err(EgressError::Channel)?
+        };
+        let (close, closed) = watch::channel(false);
+        let ctx = self.run_ctx(run_id.clone(), token, egress, closed);
+        rt.spawn(channel_loop(stream, ctx, self.shared.clone()));
+        Ok((
+            RunGuard {
+                run_id,
+                path: None,
+                ino: None,
+                close,
+            },
+            theirs.into(),
+        ))
+    }
+
+    fn run_ctx(
+        &self,
+        run_id: String,
+        token: Token,
+        egress: Egress,
+        closed: watch::Receiver<bool>,
+    ) -> Arc<RunCtx> {
+        Arc::new(RunCtx {
+            run_id,
+            token,
+            egress,
             own: self.shared.own_addrs.clone().unwrap_or_else(own_addresses),
             closed,
             conns: Arc::new(Semaphore::new(
                 self.shared.limits.max_connections_per_run.max(1),
             )),
-        });
-        rt.spawn(accept_loop(listener, ctx, self.shared.clone()));
-        Ok(RunGuard {
-            run_id: run.run_id,
-            path,
-            ino,
-            close,
         })
     }
 
@@ -249,7 +294,8 @@ impl Drop for ProxyHandle {
 #[derive(Debug)]
 pub struct RunGuard {
     run_id: String,
-    path: PathBuf,
+    /// The run's socket file; none for a run served over a channel.
+    path: Option<PathBuf>,
     ino: Option<(u64, u64)>,
     close: watch::Sender<bool>,
 }
@@ -260,21 +306,25 @@ impl RunGuard {
         &self.run_id
     }
 
-    /// The run's socket (bind-mount it into the run, and only that run).
-    pub fn socket_path(&self) -> &Path {
-        &self.path
+    /// The run's socket (bind-mount it into the run, and only that run);
+    /// none for a run served over a channel.
+    pub fn socket_path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 }
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
         let _ = self.close.send(true);
+        let Some(path) = &self.path else {
+            return;
+        };
         // Remove the file only if it is still ours.
-        let same = std::fs::symlink_metadata(&self.path)
+        let same = std::fs::symlink_metadata(path)
             .map(|m| Some((m.dev(), m.ino())) == self.ino)
             .unwrap_or(false);
         if same {
-            let _ = std::fs::remove_file(&self.path);
+            let _ = std::fs::remove_file(path);
         }
     }
 }
@@ -312,6 +362,42 @@ async fn accept_loop(listener: UnixListener, ctx: Arc<RunCtx>, shared: Arc<Share
             },
         };
         tokio::spawn(receive(stream, ctx.clone(), shared.clone(), permits));
+    }
+}
+
+/// Serves the connections a run's bridge hands over on its channel, until
+/// the run ends or the bridge closes its end. A message without a TCP
+/// socket, or with anything else, is refused and closed; a channel that
+/// speaks anything but hand-overs is closed.
+async fn channel_loop(channel: UnixStream, ctx: Arc<RunCtx>, shared: Arc<Shared>) {
+    let mut closed = ctx.closed.clone();
+    loop {
+        let permits = tokio::select! {
+            _ = wait_closed(&mut closed) => return,
+            p = acquire(&ctx.conns, &shared.global) => p,
+        };
+        let got = tokio::select! {
+            _ = wait_closed(&mut closed) => return,
+            r = channel.async_io(tokio::io::Interest::READABLE, || {
+                recv_first(&channel).map_err(std::io::Error::from)
+            }) => r,
+        };
+        match got {
+            Ok(First::HandedOff(tcp)) => {
+                let tcp = match tcp
+                    .set_nonblocking(true)
+                    .and_then(|_| TcpStream::from_std(tcp))
+                {
+                    Ok(t) => t,
+                    Err(_) => continue,
+                };
+                tokio::spawn(serve_conn(tcp, ctx.clone(), shared.clone(), permits));
+            }
+            // A descriptor that is not a connected TCP socket was closed.
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => continue,
+            // End of the channel, or bytes that are no hand-over.
+            Ok(First::Byte(_)) | Err(_) => return,
+        }
     }
 }
 

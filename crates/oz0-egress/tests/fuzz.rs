@@ -63,7 +63,7 @@ fn live_proxy_survives_arbitrary_bytes() {
     let f = Fixture::new();
     let echo = echo_server();
     let (run, token) = f.run("fuzz", &[format!("127.0.0.1:{echo}")], &[]);
-    let path = run.socket_path().to_path_buf();
+    let path = run.socket_path().unwrap().to_path_buf();
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases: 200,
         ..ProptestConfig::default()

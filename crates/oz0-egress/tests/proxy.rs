@@ -17,7 +17,7 @@ fn connect_to_an_allowed_ip_literal_tunnels() {
     let f = Fixture::new();
     let echo = echo_server();
     let (run, token) = f.run("r1", &[format!("127.0.0.1:{echo}")], &[]);
-    let mut c = unix(run.socket_path());
+    let mut c = unix(run.socket_path().unwrap());
     write!(
         c,
         "CONNECT 127.0.0.1:{echo} HTTP/1.1\r\nHost: 127.0.0.1:{echo}\r\n{}\r\n",
@@ -33,7 +33,7 @@ fn connect_to_an_allowed_ip_literal_tunnels() {
     drop(c);
     // Bearer works too; the odd spelling 127.1 is the same literal.
     let r = ask(
-        run.socket_path(),
+        run.socket_path().unwrap(),
         &format!(
             "CONNECT 127.1:{echo} HTTP/1.1\r\nProxy-Authorization: Bearer {}\r\n\r\n",
             token.expose()
@@ -47,7 +47,7 @@ fn plain_http_is_forwarded_without_proxy_headers() {
     let f = Fixture::new();
     let web = http_server();
     let (run, token) = f.run("r1", &[format!("127.0.0.1:{web}")], &[]);
-    let mut c = unix(run.socket_path());
+    let mut c = unix(run.socket_path().unwrap());
     // Two requests on one connection (keep-alive), the second with a body.
     write!(
         c,
@@ -93,19 +93,19 @@ fn forwarded_port_answers_only_when_forwarded() {
     let (run, token) = f.run("r1", &[], &[web, echo]);
     for host in ["127.0.0.1", "localhost", "LOCALHOST."] {
         let r = ask(
-            run.socket_path(),
+            run.socket_path().unwrap(),
             &format!("GET http://{host}:{web}/ HTTP/1.1\r\n{}\r\n", basic(&token)),
         );
         assert_eq!(r.status, 200, "{host}: {r:?}");
     }
     let r = ask(
-        run.socket_path(),
+        run.socket_path().unwrap(),
         &format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n", basic(&token)),
     );
     assert_eq!(r.status, 200, "{r:?}");
     let (other, token2) = f.run("r2", &[], &[1]);
     let r = ask(
-        other.socket_path(),
+        other.socket_path().unwrap(),
         &format!(
             "GET http://127.0.0.1:{web}/ HTTP/1.1\r\n{}\r\n",
             basic(&token2)
@@ -113,7 +113,7 @@ fn forwarded_port_answers_only_when_forwarded() {
     );
     assert_eq!(r.status, 403, "{r:?}");
     let r = ask(
-        other.socket_path(),
+        other.socket_path().unwrap(),
         &format!("CONNECT localhost:{web} HTTP/1.1\r\n{}\r\n", basic(&token2)),
     );
     assert_eq!(r.status, 403, "{r:?}");
@@ -166,7 +166,7 @@ fn tokens_are_checked_first_and_per_run() {
         ),
     ];
     for (name, req) in &cases {
-        let r = ask(a.socket_path(), req);
+        let r = ask(a.socket_path().unwrap(), req);
         assert_eq!(r.status, 407, "{name}: {r:?}");
         assert!(
             r.head.contains("Proxy-Authenticate: Basic realm=\"oz0\"")
@@ -176,9 +176,18 @@ fn tokens_are_checked_first_and_per_run() {
             "{name}: {r:?}"
         );
     }
-    assert_eq!(ask(a.socket_path(), &connect(&basic(&token_a))).status, 200);
-    assert_eq!(ask(b.socket_path(), &connect(&basic(&token_b))).status, 200);
-    assert_eq!(ask(b.socket_path(), &connect(&basic(&token_a))).status, 407);
+    assert_eq!(
+        ask(a.socket_path().unwrap(), &connect(&basic(&token_a))).status,
+        200
+    );
+    assert_eq!(
+        ask(b.socket_path().unwrap(), &connect(&basic(&token_b))).status,
+        200
+    );
+    assert_eq!(
+        ask(b.socket_path().unwrap(), &connect(&basic(&token_a))).status,
+        407
+    );
     let auth = f
         .records()
         .iter()
@@ -215,7 +224,7 @@ fn unlisted_hosts_get_403_naming_why() {
     ];
     for (line, why) in cases {
         let r = ask(
-            run.socket_path(),
+            run.socket_path().unwrap(),
             &format!("{line} HTTP/1.1\r\n{}\r\n", basic(&token)),
         );
         assert_eq!(r.status, 403, "{line}: {r:?}");
@@ -234,14 +243,14 @@ fn invalid_names_trigger_no_lookup_but_allowed_names_do() {
     let f = Fixture::new();
     let (run, token) = f.run("r1", &["*.example.com".into()], &[]);
     let r = ask(
-        run.socket_path(),
+        run.socket_path().unwrap(),
         &format!("CONNECT x.invalid:443 HTTP/1.1\r\n{}\r\n", basic(&token)),
     );
     assert_eq!(r.status, 403);
     assert_eq!(f.calls(), 0);
     // The counter works: an allowed (unmapped) name is looked up once.
     let r = ask(
-        run.socket_path(),
+        run.socket_path().unwrap(),
         &format!(
             "CONNECT a.example.com:443 HTTP/1.1\r\n{}\r\n",
             basic(&token)
@@ -269,7 +278,7 @@ fn a_name_resolving_to_loopback_is_refused_unless_the_address_is_named() {
         ("v6.test", "loopback"),
     ] {
         let r = ask(
-            run.socket_path(),
+            run.socket_path().unwrap(),
             &format!("CONNECT {name}:{echo} HTTP/1.1\r\n{}\r\n", basic(&token)),
         );
         assert_eq!(r.status, 403, "{name}: {r:?}");
@@ -277,7 +286,7 @@ fn a_name_resolving_to_loopback_is_refused_unless_the_address_is_named() {
     }
     assert_eq!(f.calls(), 3);
     let (named, token2) = f.run("r2", &["svc.test".into(), format!("127.0.0.1:{echo}")], &[]);
-    let mut c = unix(named.socket_path());
+    let mut c = unix(named.socket_path().unwrap());
     write!(
         c,
         "CONNECT svc.test:{echo} HTTP/1.1\r\n{}\r\n",
@@ -404,11 +413,11 @@ fn bad_requests_get_400_and_the_proxy_lives_on() {
         ),
     ];
     for (name, req, want) in &cases {
-        let r = ask(run.socket_path(), req);
+        let r = ask(run.socket_path().unwrap(), req);
         assert_eq!(r.status, *want, "{name}: {r:?}");
     }
     let r = ask(
-        run.socket_path(),
+        run.socket_path().unwrap(),
         &format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{auth}\r\n"),
     );
     assert_eq!(r.status, 200);
@@ -427,26 +436,26 @@ fn audit_records_every_decision_and_never_the_token() {
     let (run, token) = f.run("audit-run", &[format!("127.0.0.1:{echo}")], &[]);
     let secret = token.expose().to_string();
     ask(
-        run.socket_path(),
+        run.socket_path().unwrap(),
         &format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n", basic(&token)),
     );
     ask(
-        run.socket_path(),
+        run.socket_path().unwrap(),
         &format!("CONNECT other.test:1 HTTP/1.1\r\n{}\r\n", basic(&token)),
     );
     ask(
-        run.socket_path(),
+        run.socket_path().unwrap(),
         &format!("GET http://oz0:{secret}@127.0.0.1:{echo}/?token={secret} HTTP/1.1\r\n\r\n"),
     );
     ask(
-        run.socket_path(),
+        run.socket_path().unwrap(),
         &format!(
             "GET http://oz0:{secret}@127.0.0.1:{echo}/?token={secret} HTTP/1.1\r\n{}\r\n",
             basic(&token)
         ),
     );
     ask(
-        run.socket_path(),
+        run.socket_path().unwrap(),
         &format!("CONNECT {secret}:1 HTTP/1.1\r\n{}\r\n", basic(&token)),
     );
     std::thread::sleep(std::time::Duration::from_millis(100));
@@ -473,7 +482,7 @@ fn dropping_the_guard_closes_the_socket() {
     let f = Fixture::new();
     let echo = echo_server();
     let (run, token) = f.run("r1", &[format!("127.0.0.1:{echo}")], &[]);
-    let path = run.socket_path().to_path_buf();
+    let path = run.socket_path().unwrap().to_path_buf();
     let mut c = unix(&path);
     write!(
         c,
@@ -518,7 +527,7 @@ fn bridge_carries_connect_and_plain_http() {
         &[format!("127.0.0.1:{echo}"), format!("127.0.0.1:{web}")],
         &[],
     );
-    let port = bridge(run.socket_path());
+    let port = bridge(run.socket_path().unwrap());
     let mut c = tcp(port);
     write!(
         c,
@@ -549,6 +558,72 @@ fn bridge_carries_connect_and_plain_http() {
     assert_eq!(read_resp(&mut c, true).unwrap().status, 407);
 }
 
+/// A run served over a channel (the tier-1 bridge's way): connections the
+/// bridge hands over are served with the run's token and allowlist; no
+/// socket file exists; the channel takes nothing but hand-overs, and the
+/// run's end closes it.
+#[test]
+fn a_run_over_a_channel_is_served_like_one_on_a_socket() {
+    let f = Fixture::new();
+    let echo = echo_server();
+    let (run, token, port) = f.channel_run("ch1", &[format!("127.0.0.1:{echo}")]);
+    assert!(run.socket_path().is_none());
+    for _ in 0..3 {
+        let mut c = tcp(port);
+        write!(
+            c,
+            "CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n",
+            basic(&token)
+        )
+        .unwrap();
+        assert_eq!(read_resp(&mut c, true).unwrap().status, 200);
+        c.write_all(b"ping").unwrap();
+        let mut got = [0u8; 4];
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"ping");
+    }
+    let mut c = tcp(port);
+    write!(c, "CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n\r\n").unwrap();
+    assert_eq!(read_resp(&mut c, true).unwrap().status, 407);
+    let mut c = tcp(port);
+    write!(c, "CONNECT x.invalid:443 HTTP/1.1\r\n{}\r\n", basic(&token)).unwrap();
+    assert_eq!(read_resp(&mut c, true).unwrap().status, 403);
+    let runs: Vec<_> = f.records().iter().map(|r| r.run.clone()).collect();
+    assert_eq!(runs.len(), 5);
+    assert!(runs.iter().all(|r| r == "ch1"));
+    // Plain bytes on a channel (a bridge that is not one) end it: the
+    // proxy closes its end.
+    let (_run2, theirs) = f
+        .proxy
+        .as_ref()
+        .unwrap()
+        .add_run_channel(
+            "ch2".into(),
+            oz0_egress::Token::generate().unwrap(),
+            oz0_policy::net::Egress::parse(&[], &[]).unwrap(),
+        )
+        .unwrap();
+    let mut theirs = std::os::unix::net::UnixStream::from(theirs);
+    theirs.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    theirs
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    match theirs.read(&mut [0u8; 16]) {
+        Ok(0) => {}
+        Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {}
+        other => panic!("the channel stayed open: {other:?}"),
+    }
+    drop(run);
+    // After the run's end, nothing is served.
+    let mut c = tcp(port);
+    let _ = write!(
+        c,
+        "CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n",
+        basic(&token)
+    );
+    assert!(read_resp(&mut c, true).is_err());
+}
+
 /// Bytes a client sends right behind its CONNECT head (before the 200)
 /// still reach the server, a half-close passes through the tunnel, and the
 /// audit record counts every byte both ways.
@@ -557,7 +632,7 @@ fn a_tunnel_through_the_bridge_keeps_early_bytes_and_counts_them() {
     let f = Fixture::new();
     let echo = echo_server();
     let (run, token) = f.run("r1", &[format!("127.0.0.1:{echo}")], &[]);
-    let port = bridge(run.socket_path());
+    let port = bridge(run.socket_path().unwrap());
     let mut c = tcp(port);
     let early = b"sent with the head;";
     let mut head =
@@ -636,7 +711,7 @@ fn the_copying_bridge_works_where_descriptors_cannot_travel() {
     let (run, token) = f.run("r1", &[format!("127.0.0.1:{echo}")], &[]);
     let dir = std::env::temp_dir().join(format!("oz0-relay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let relay = byte_relay(run.socket_path(), &dir);
+    let relay = byte_relay(run.socket_path().unwrap(), &dir);
     let tunnel = |port: u16| -> Option<Vec<u8>> {
         let mut c = tcp(port);
         c.set_read_timeout(Some(std::time::Duration::from_secs(5)))
@@ -678,7 +753,7 @@ fn curl_through_the_bridge() {
     let f = Fixture::new();
     let web = http_server();
     let (run, token) = f.run("r1", &[format!("127.0.0.1:{web}")], &[web + 1]);
-    let port = bridge(run.socket_path());
+    let port = bridge(run.socket_path().unwrap());
     let curl = |extra: &[&str], proxy: &str, url: &str| {
         let out = Command::new("curl")
             .args([
@@ -719,7 +794,7 @@ fn python_urllib_through_the_bridge() {
     let f = Fixture::new();
     let web = http_server();
     let (run, token) = f.run("r1", &[format!("127.0.0.1:{web}")], &[]);
-    let port = bridge(run.socket_path());
+    let port = bridge(run.socket_path().unwrap());
     let script = r#"
 import os, sys, urllib.request, urllib.error
 url = os.environ["TARGET"]

@@ -175,6 +175,57 @@ impl OutFile {
     }
 }
 
+/// A log grows to this size before it is renamed to `<name>.1` (replacing
+/// the one before) and a new one is begun.
+pub const MAX_LOG: u64 = 64 << 20;
+
+/// Opens the node's log at `path` for appending (made 0600 when missing,
+/// with its folder, 0700): reached without following links, a regular
+/// file of this user's. One that has grown past [`MAX_LOG`] is renamed to
+/// `<name>.1` first.
+pub fn open_log(what: &str, path: &Path) -> Result<File, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("{what} {} does not name a file", path.display()))?;
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(parent);
+    let dir = open_no_links(parent, OFlags::PATH | OFlags::DIRECTORY)
+        .map_err(|e| explain(what, parent, e))?;
+    let open = || {
+        rustix::fs::openat(
+            &dir,
+            name,
+            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| explain(what, path, e))
+    };
+    let mut fd = open()?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| explain(what, path, e))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
+        || st.st_uid != rustix::process::getuid().as_raw()
+    {
+        return Err(format!(
+            "{what} {} is not a regular file of this user's",
+            path.display()
+        ));
+    }
+    if st.st_size as u64 > MAX_LOG {
+        let mut old = name.to_os_string();
+        old.push(".1");
+        renameat(&dir, name, &dir, old.as_os_str()).map_err(|e| explain(what, path, e))?;
+        fd = open()?;
+    }
+    Ok(File::from(fd))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,6 +259,26 @@ mod tests {
             e.contains("symbolic link") && e.contains("real path"),
             "{e}"
         );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn logs_are_appended_without_links() {
+        let d = tmp("log");
+        let log = d.join("sub/audit.jsonl");
+        let mut f = open_log("the audit log", &log).unwrap();
+        f.write_all(b"one\n").unwrap();
+        let mut f = open_log("the audit log", &log).unwrap();
+        f.write_all(b"two\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "one\ntwo\n");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&log), mode(&d.join("sub"))), (0o600, 0o700));
+        std::fs::write(d.join("victim"), "keep").unwrap();
+        std::os::unix::fs::symlink(d.join("victim"), d.join("linked.jsonl")).unwrap();
+        let e = open_log("the audit log", &d.join("linked.jsonl")).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(d.join("victim")).unwrap(), "keep");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

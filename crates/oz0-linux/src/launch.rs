@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use oz0_policy::{AbsPath, RunSpec};
+use oz0_policy::RunSpec;
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::process::{pidfd_open, pidfd_send_signal, PidfdFlags, Signal};
 use serde::Serialize;
@@ -571,27 +571,23 @@ fn run_in(
         _ => None,
     };
 
-    let mut extras = opts.extras.clone();
+    let extras = opts.extras.clone();
     let mut bridge = None;
     let mut egress_guard = None;
+    let mut channel = None;
     if let (true, Some(proxy)) = (spec.egress.is_enabled(), opts.proxy) {
+        // The proxy serves the run over a channel handed to the stage (no
+        // socket file: nothing in the run names a path of the node's).
         let token =
             oz0_egress::Token::generate().map_err(|e| SandboxError::Egress(e.to_string()))?;
-        let socket_path = scratch.dir.join("egress.sock");
-        let guard = proxy
-            .add_run(oz0_egress::RunEgress {
-                run_id: run_id.clone(),
-                token: token.clone(),
-                egress: spec.egress.clone(),
-                socket_path: socket_path.clone(),
-            })
+        let (guard, theirs) = proxy
+            .add_run_channel(run_id.clone(), token.clone(), spec.egress.clone())
             .map_err(|e| SandboxError::Egress(e.to_string()))?;
-        extras.egress_socket =
-            Some(AbsPath::from_path(&socket_path).map_err(prep("the egress socket path"))?);
         bridge = Some(crate::stage::BridgeConfig {
             token: token.expose().to_string(),
         });
         egress_guard = Some(guard);
+        channel = Some(theirs);
     }
 
     // The writable folders stay locked (`held`) until the run is over and
@@ -606,7 +602,7 @@ fn run_in(
         started,
         spec,
         job.as_ref(),
-        bridge,
+        (bridge, channel),
         (&mut holders, ready),
     );
     holders.remove(&plan.placeholders);
@@ -650,7 +646,7 @@ fn execute(
     started: Instant,
     spec: &RunSpec,
     job: Option<&oz0_jobs::Job>,
-    bridge: Option<crate::stage::BridgeConfig>,
+    (bridge, channel): (Option<crate::stage::BridgeConfig>, Option<OwnedFd>),
     (holders, ready): (&mut Holders, OwnedFd),
 ) -> Result<RunOutcome, SandboxError> {
     let own_pid_ns = plan.namespaces.contains(&"--unshare-pid");
@@ -694,6 +690,9 @@ fn execute(
     pass(&mut setup, status_w, fds::STATUS)?;
     pass(&mut setup, real_stderr, fds::STDERR)?;
     pass(&mut setup, ready, fds::READY)?;
+    if let Some(channel) = channel {
+        pass(&mut setup, channel, fds::EGRESS)?;
+    }
     // bubblewrap joins the job before it executes; if it cannot, it never
     // runs (the spawn fails).
     if let Some(j) = job {
@@ -1007,6 +1006,7 @@ impl StageReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oz0_policy::AbsPath;
 
     #[test]
     fn stage_report_parsing() {

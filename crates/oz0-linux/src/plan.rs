@@ -57,6 +57,9 @@ pub mod fds {
     /// The node's word that the run is recorded and its placeholders are in
     /// place, or why not (see `hold`); every stage waits for it.
     pub const READY: i32 = 8;
+    /// With egress, the run's channel to the egress proxy (one end of a
+    /// connected unix socket pair), which the stage hands to the bridge.
+    pub const EGRESS: i32 = 9;
 }
 
 /// The namespaces every run gets (bubblewrap flags).

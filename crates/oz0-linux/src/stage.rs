@@ -50,7 +50,8 @@ pub struct StageConfig {
     pub seccomp: Profile,
     /// The egress bridge, when the run has egress.
     pub bridge: Option<BridgeConfig>,
-    /// Refuse new unix sockets to the command (after the bridge started).
+    /// Refuse new unix sockets to the command (and to the bridge, which
+    /// needs none).
     pub deny_unix_sockets: bool,
     /// Placeholders (made by the node) to mount read-only before anything
     /// else.
@@ -78,59 +79,52 @@ impl std::fmt::Debug for BridgeConfig {
     }
 }
 
-/// The hidden argument that makes the node binary act as the bridge.
-pub const BRIDGE_ARG: &str = "__oz0-bridge";
-
-/// The bridge's listener descriptor.
-const BRIDGE_LISTENER_FD: i32 = 3;
-
-/// Runs the bridge: forwards each connection on the inherited loopback
-/// listener to the run's proxy socket. Returns the exit code.
-pub fn bridge_main() -> i32 {
-    let listener = match oz0_sys::spawn::inherited_fd(BRIDGE_LISTENER_FD) {
-        Ok(fd) => std::net::TcpListener::from(fd),
-        Err(e) => {
-            eprintln!("oz0-node: {BRIDGE_ARG} is started only inside a run (no listener: {e})");
-            return STAGE_FAILED;
-        }
-    };
-    match oz0_egress::bridge::serve(
-        listener,
-        std::path::Path::new(crate::plan::EGRESS_SOCKET_INSIDE),
-    ) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("oz0-node: egress bridge: {e}");
-            1
-        }
-    }
-}
-
-/// Binds the bridge's listener on the run's own loopback and starts the
-/// bridge (already under the run's Landlock and seccomp). Returns the proxy
-/// variables for the command.
+/// Starts the bridge: binds its listener on the run's own loopback and
+/// forks it from the stage with that listener and the run's channel to the
+/// proxy (see `oz0_egress::bridge::serve_channel`). A fork, never a program
+/// executed: the bridge is as undumpable as the stage, so the command, which
+/// runs as the same user, can neither trace it nor write its memory through
+/// `/proc`; and it is already under the run's Landlock rules and seccomp
+/// filter, unix sockets refused included, for it needs none. Returns the
+/// proxy variables for the command.
 fn start_bridge(b: &BridgeConfig) -> Result<(u16, Vec<(String, String)>), String> {
+    use std::os::fd::AsFd;
+    let channel = oz0_sys::spawn::inherited_fd(fds::EGRESS)
+        .map_err(|e| format!("egress bridge: no channel to the proxy: {e}"))?;
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
         .map_err(|e| format!("egress bridge: cannot listen on the run's loopback: {e}"))?;
     let port = listener
         .local_addr()
         .map_err(|e| format!("egress bridge: {e}"))?
         .port();
-    let mut setup = oz0_sys::spawn::ChildSetup::new();
-    setup
-        .pass_fd(std::os::fd::OwnedFd::from(listener), BRIDGE_LISTENER_FD)
-        .map_err(|e| format!("egress bridge: {e}"))?;
-    let mut cmd = Command::new(crate::plan::NODE_BIN_INSIDE);
-    cmd.arg(BRIDGE_ARG)
-        .env_clear()
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null());
-    setup.install(&mut cmd);
-    cmd.spawn()
+    oz0_sys::ns::fork_keeping(&[listener.as_fd(), channel.as_fd()], bridge)
         .map_err(|e| format!("egress bridge: cannot start: {e}"))?;
     let token =
         oz0_egress::Token::from_secret(&b.token).map_err(|e| format!("egress bridge: {e}"))?;
     Ok((port, token.proxy_env(port)))
+}
+
+/// The bridge, in its forked child: its listener at 3 and the channel at
+/// 4 (see [`start_bridge`]); no standard input or output.
+fn bridge() -> i32 {
+    if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
+    }
+    let (Ok(listener), Ok(channel)) = (
+        oz0_sys::spawn::inherited_fd(3),
+        oz0_sys::spawn::inherited_fd(4),
+    ) else {
+        return STAGE_FAILED;
+    };
+    let channel = std::os::unix::net::UnixStream::from(channel);
+    match oz0_egress::bridge::serve_channel(std::net::TcpListener::from(listener), &channel) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("oz0-node: egress bridge: {e}");
+            1
+        }
+    }
 }
 
 /// Exit status of the stage when the sandbox could not be completed.
@@ -243,12 +237,6 @@ fn prepare() -> Result<Prepared, String> {
         cfg.env.extend(vars);
         port = Some(p);
     }
-    // With a bridge, its unix socket is made first, then new ones refused
-    // by a filter of their own; without, the refusal is in the one filter.
-    if cfg.deny_unix_sockets && port.is_some() {
-        let p = seccomp::compile_unix_deny().map_err(|e| e.to_string())?;
-        seccomp::install(&[p]).map_err(|e| e.to_string())?;
-    }
     // Nothing above may have made the stage dumpable again (a change of
     // credentials can): checked once more before the command exists.
     undumpable()?;
@@ -331,8 +319,8 @@ fn restrict() -> Result<(StageConfig, landlock::LandlockReport), String> {
     hide_placeholders_from_git(&cfg);
     crate::hold::enter_own_user_namespace()?;
     crate::hold::drop_capabilities()?;
-    let unix_now = cfg.deny_unix_sockets && cfg.bridge.is_none();
-    let programs = seccomp::compile(cfg.seccomp, unix_now).map_err(|e| e.to_string())?;
+    let programs =
+        seccomp::compile(cfg.seccomp, cfg.deny_unix_sockets).map_err(|e| e.to_string())?;
     let report = landlock::restrict(&cfg.landlock).map_err(|e| e.to_string())?;
     seccomp::install(&programs).map_err(|e| e.to_string())?;
     Ok((cfg, report))

@@ -142,7 +142,19 @@ pub fn vm_main(args: VmArgs) -> i32 {
         Err(e) => return fail(format!("cannot find this binary's own path: {e}")),
     };
     let proxy = if !args.allow.is_empty() || !args.forward.is_empty() {
-        match oz0_egress::Proxy::start(oz0_egress::ProxyConfig::default()) {
+        // Decisions go to the node's audit log, never to stderr, which the
+        // tool server's output shares.
+        let log = match oz0_linux::hostfs::open_log(
+            "the egress audit log",
+            &data_dir.join(oz0_egress::AUDIT_LOG_NAME),
+        ) {
+            Ok(f) => f,
+            Err(e) => return fail(e),
+        };
+        match oz0_egress::Proxy::start(oz0_egress::ProxyConfig {
+            audit: std::sync::Arc::new(oz0_egress::FileSink::new(log)),
+            ..Default::default()
+        }) {
             Ok(p) => Some(p),
             Err(e) => return fail(format!("the egress proxy could not start: {e}")),
         }

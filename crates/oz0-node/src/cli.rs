@@ -170,6 +170,11 @@ pub struct RunArgs {
     /// symbolic link, and the document is renamed into place there.
     #[arg(long = "json-status", value_name = "FILE")]
     pub json_status: Option<PathBuf>,
+    /// Append a JSON line for every egress decision (allowed, 403, 407) to
+    /// FILE, never to stderr, which the run shares
+    /// [default: <data-dir>/egress-audit.jsonl, 0600].
+    #[arg(long = "audit-log", value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
     /// The node's data directory, which no run may see
     /// [default: $XDG_DATA_HOME/oz0-node or ~/.local/share/oz0-node].
     #[arg(long = "data-dir", value_name = "DIR")]

@@ -344,7 +344,7 @@ fn run_job(
         .map_err(|e| e.to_string())?;
     let job_mode =
         crate::run::job_mode(spec, s.cgroup_root.clone(), "memory/processes/cpu_seconds")?;
-    let proxy = crate::run::start_proxy(spec)?;
+    let proxy = crate::run::start_proxy(spec, &crate::run::audit_log(spec, None))?;
     let opts = LaunchOptions {
         bwrap,
         node_exe,

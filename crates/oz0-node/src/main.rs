@@ -61,7 +61,6 @@ fn run() -> i32 {
     let args = oz0_sys::start::args_os();
     match args.get(1) {
         Some(a) if a == oz0_linux::plan::STAGE_ARG => oz0_linux::stage::main(),
-        Some(a) if a == oz0_linux::stage::BRIDGE_ARG => oz0_linux::stage::bridge_main(),
         Some(a) if a == oz0_microvm::guest::GUEST_ARG => oz0_microvm::guest::main(),
         Some(a) if a == oz0_microvm::smolguest::EGRESS_ARG => {
             oz0_microvm::smolguest::egress_main(args[2..].to_vec())

@@ -135,14 +135,30 @@ pub fn job_mode(
     Ok(Some(probed.mode))
 }
 
-/// The egress proxy for a run with egress; none without.
-pub fn start_proxy(spec: &RunSpec) -> Result<Option<oz0_egress::ProxyHandle>, String> {
+/// Where a run's egress decisions are recorded: `flag`, else
+/// `<data-dir>/egress-audit.jsonl`. Never the node's stderr, which the run
+/// shares and could forge records in or bury them under.
+pub fn audit_log(spec: &RunSpec, flag: Option<&Path>) -> std::path::PathBuf {
+    flag.map(Path::to_path_buf)
+        .unwrap_or_else(|| spec.data_dir.as_path().join(oz0_egress::AUDIT_LOG_NAME))
+}
+
+/// The egress proxy for a run with egress, recording each decision in
+/// `audit_log`; none without egress.
+pub fn start_proxy(
+    spec: &RunSpec,
+    audit_log: &Path,
+) -> Result<Option<oz0_egress::ProxyHandle>, String> {
     if !spec.egress.is_enabled() {
         return Ok(None);
     }
-    oz0_egress::Proxy::start(oz0_egress::ProxyConfig::default())
-        .map(Some)
-        .map_err(|e| format!("the egress proxy could not start: {e}"))
+    let log = oz0_linux::hostfs::open_log("the egress audit log", audit_log)?;
+    oz0_egress::Proxy::start(oz0_egress::ProxyConfig {
+        audit: std::sync::Arc::new(oz0_egress::FileSink::new(log)),
+        ..Default::default()
+    })
+    .map(Some)
+    .map_err(|e| format!("the egress proxy could not start: {e}"))
 }
 
 /// A pipe that becomes readable on SIGINT, SIGTERM or SIGHUP.
@@ -170,7 +186,9 @@ fn write_status(out: &OutFile, doc: &serde_json::Value) {
     }
 }
 
-fn outcome_doc(o: &RunOutcome) -> serde_json::Value {
+/// The status document of a run that ran; `audit_log` is where its egress
+/// decisions went.
+fn outcome_doc(o: &RunOutcome, audit_log: &Path) -> serde_json::Value {
     let limit_hit = o.job.as_ref().and_then(|j| j.outcome.limit_hit);
     let (outcome, reason): (&str, Option<&str>) = match &o.ended {
         Ended::NotExecuted { reason } => ("not_executed", Some(reason.as_str())),
@@ -202,7 +220,11 @@ fn outcome_doc(o: &RunOutcome) -> serde_json::Value {
                 "job": o.job,
                 "tmp": o.tmp,
             },
-            "egress": o.egress,
+            "egress": o.egress.as_ref().map(|e| {
+                let mut v = json!(e);
+                v["audit_log"] = json!(audit_log);
+                v
+            }),
         },
     })
 }
@@ -278,7 +300,8 @@ pub fn run(args: RunArgs) -> i32 {
         Ok(m) => m,
         Err(e) => return refuse(e.to_string()),
     };
-    let proxy = match start_proxy(&spec) {
+    let audit = audit_log(&spec, args.audit_log.as_deref());
+    let proxy = match start_proxy(&spec, &audit) {
         Ok(p) => p,
         Err(e) => return refuse(e.to_string()),
     };
@@ -316,7 +339,7 @@ pub fn run(args: RunArgs) -> i32 {
             {
                 eprintln!("oz0-node: the run reached its --memory limit; the kernel killed processes of the run");
             }
-            (o.exit_code, outcome_doc(o))
+            (o.exit_code, outcome_doc(o, &audit))
         }
         Err(e) => {
             eprintln!("oz0-node: sandbox refused: {e}");

@@ -434,6 +434,88 @@ fn a_placeholder_folder_another_run_kept_open_is_never_reused() {
     assert!(left.is_empty(), "left in run C's folder: {left:?}");
 }
 
+/// The egress bridge is out of the command's reach: it runs as the same
+/// user in the same run, but the command can neither open its memory
+/// through `/proc` (to write code into it), nor read its environment, nor
+/// list its descriptors.
+#[test]
+fn the_egress_bridge_is_out_of_the_commands_reach() {
+    ready!();
+    let env = Env::new("bridge");
+    let out = env
+        .cmd(
+            &["--allow", "example.com"],
+            [
+                "/bin/sh",
+                "-c",
+                "cat /proc/2/comm; exec /oz0/oz0-node sandbox probe --no-syscalls --open-rw /proc/2/mem --read /proc/2/environ --list /proc/2/fd",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (comm, report) = text.split_once('\n').unwrap();
+    assert_eq!(comm, "oz0-node", "pid 2 is not the bridge");
+    let r: serde_json::Value = serde_json::from_str(report).unwrap();
+    for (what, v) in [
+        ("its memory", &r["open_rw"]["/proc/2/mem"]),
+        ("its environment", &r["read"]["/proc/2/environ"]),
+        ("its descriptors", &r["list"]["/proc/2/fd"]),
+    ] {
+        assert!(
+            v.as_str().is_some_and(|e| e.starts_with('E')),
+            "the command reached the bridge's {what}: {r}"
+        );
+    }
+}
+
+/// The egress audit trail is written where the run cannot write: a command
+/// that prints a forged `oz0-egress` record on its stderr adds nothing to
+/// the trail, which holds exactly the proxy's decisions for the run; and
+/// nothing in the run names the run's id or a host folder of the node.
+#[test]
+fn audit_records_cannot_be_forged_and_the_run_id_is_not_inside() {
+    ready!();
+    let env = Env::new("audit");
+    let (doc, out) = run_with_status(
+        &env,
+        &["--allow", "example.com"],
+        &[
+            "/bin/sh",
+            "-c",
+            "echo 'oz0-egress {\"ts_ms\":1,\"run\":\"forged\",\"decision\":\"allow\",\"status\":200}' >&2; \
+             /oz0/oz0-node sandbox probe --no-syscalls --proxy-get http://blocked.invalid/ > probe.json; \
+             cat /proc/self/mountinfo > mountinfo; env > environ",
+        ],
+    );
+    assert_eq!(doc["outcome"], "exited", "{doc}\n{}", stderr(&out));
+    let run_id = doc["run_id"].as_str().unwrap().to_string();
+    let log = env.data.join("egress-audit.jsonl");
+    let trail = std::fs::read_to_string(&log)
+        .unwrap_or_else(|e| panic!("no audit log at {}: {e}", log.display()));
+    let recs: Vec<serde_json::Value> = trail
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 1, "{trail}");
+    assert_eq!(recs[0]["run"], run_id.as_str(), "{trail}");
+    assert_eq!(recs[0]["status"], 403, "{trail}");
+    assert_eq!(
+        doc["enforced"]["egress"]["audit_log"],
+        log.to_str().unwrap()
+    );
+    for f in ["mountinfo", "environ"] {
+        let inside = std::fs::read_to_string(env.work.join(f)).unwrap();
+        for secret in [run_id.as_str(), "oz0-run-", env.data.to_str().unwrap()] {
+            assert!(
+                !inside.contains(secret),
+                "{secret:?} is visible inside, in {f}:\n{inside}"
+            );
+        }
+    }
+}
+
 #[allow(dead_code)]
 fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()

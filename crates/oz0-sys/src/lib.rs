@@ -9,7 +9,8 @@
 //!   file descriptors between `fork` and `exec` (what `std` cannot do).
 //! - [`probe`]: raw calls that the in-sandbox probe makes to prove that a
 //!   system call is refused, and with which errno.
-//! - [`ns`]: the in-sandbox stage's own user namespace.
+//! - [`ns`]: the in-sandbox stage's own user namespace, and children it
+//!   forks without executing a program (the egress bridge).
 #![allow(unsafe_code)]
 
 pub mod ns;

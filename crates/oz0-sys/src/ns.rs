@@ -63,3 +63,66 @@ pub fn in_child(f: fn() -> i32) -> io::Result<i32> {
         128 + libc::WTERMSIG(status)
     })
 }
+
+/// Forks a child that keeps only its standard streams and the descriptors
+/// `keep`, placed at 3, 4, … in that order (without close-on-exec), runs
+/// `f`, and exits with what `f` returns (101 if it panics). Returns the
+/// child's pid; the caller reaps it. The child is a copy of the caller that
+/// never executes a program: it keeps the caller's seccomp filter,
+/// Landlock domain, credentials and dumpable flag (the in-sandbox stage
+/// starts the egress bridge this way, so that the bridge is as undumpable
+/// as the stage itself).
+///
+/// The caller must have one thread (as the stage has): the child has only
+/// the calling thread, and a lock another thread held would never be let
+/// go there.
+pub fn fork_keeping(
+    keep: &[std::os::fd::BorrowedFd<'_>],
+    f: impl FnOnce() -> i32,
+) -> io::Result<i32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fork(2) without arguments, in a process with one thread (the
+    // caller's contract). The child below only rearranges descriptors, runs
+    // `f`, and ends with _exit, so no destructor of the parent's state runs
+    // twice and no descriptor it closes is used by anything that runs later.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid > 0 {
+        return Ok(pid);
+    }
+    fn fail() -> ! {
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(125) }
+    }
+    // Each kept descriptor is copied above every target first, so that
+    // placing one never overwrites another still to be placed.
+    let mut staged = Vec::new();
+    for fd in keep {
+        // SAFETY: F_DUPFD makes a new descriptor of an open one; nothing of
+        // Rust's owns the copy.
+        let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD, 64) };
+        if n < 0 {
+            fail();
+        }
+        staged.push(n);
+    }
+    for (i, n) in staged.iter().enumerate() {
+        // SAFETY: dup2 onto 3 + i, which the child owns from here on (the
+        // parent's owner of that number, if any, never runs again here).
+        if unsafe { libc::dup2(*n, 3 + i as i32) } < 0 {
+            fail();
+        }
+    }
+    // SAFETY: closes every descriptor above the kept ones (their staged
+    // copies included). Objects of the parent's that owned them are never
+    // used again in the child, which ends with _exit below.
+    let first = 3 + staged.len() as u32;
+    if unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) } < 0 {
+        fail();
+    }
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(101);
+    // SAFETY: ends the child at once, as fork's contract asks.
+    unsafe { libc::_exit(code) }
+}

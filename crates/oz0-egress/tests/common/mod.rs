@@ -104,6 +104,24 @@ impl Fixture {
         (guard, token)
     }
 
+    /// Adds a run served over a channel, with its bridge listening on a
+    /// loopback port; returns the guard, the token and the port.
+    pub fn channel_run(&self, id: &str, allow: &[String]) -> (RunGuard, Token, u16) {
+        let token = Token::generate().unwrap();
+        let egress = Egress::parse(allow, &[]).unwrap();
+        let (guard, channel) = self
+            .proxy
+            .as_ref()
+            .unwrap()
+            .add_run_channel(id.into(), token.clone(), egress)
+            .unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let channel = std::os::unix::net::UnixStream::from(channel);
+        thread::spawn(move || oz0_egress::bridge::serve_channel(l, &channel));
+        (guard, token, port)
+    }
+
     pub fn records(&self) -> Vec<AuditRecord> {
         self.audit.lock().unwrap().clone()
     }

@@ -1,6 +1,6 @@
 //! A node binary for this crate's end-to-end tests and benchmark.
 //!
-//! It holds what `oz0-node` holds for a VM — the tier-1 stage, the bridge,
+//! It holds what `oz0-node` holds for a VM — the tier-1 stage,
 //! the guest agent, `sandbox vm` — plus `mcp-test-server`, a small MCP
 //! server (JSON-RPC 2.0 over stdio, newline-delimited) whose tools let a
 //! test look at the guest from inside: `write_file`, `read_file`,
@@ -29,7 +29,6 @@ fn main() {
     let first = std::env::args().nth(1).unwrap_or_default();
     let code = match first.as_str() {
         a if a == oz0_linux::plan::STAGE_ARG => oz0_linux::stage::main(),
-        a if a == oz0_linux::stage::BRIDGE_ARG => oz0_linux::stage::bridge_main(),
         a if a == oz0_microvm::guest::GUEST_ARG => oz0_microvm::guest::main(),
         a if a == oz0_microvm::smolguest::EGRESS_ARG => {
             oz0_microvm::smolguest::egress_main(std::env::args_os().skip(2).collect())
