@@ -38,10 +38,12 @@ use rustix::io::Errno;
 
 use rustix::mount::MountFlags;
 
+use crate::host::FileId;
 use crate::plan::{
-    fds, Expect, Placeholder, PlaceholderKind, TmpfsSize, PLACEHOLDERS_INSIDE, PLACEHOLDER_DIR,
-    PLACEHOLDER_FILE, TMP_INSIDE,
+    fds, Expect, Hold, Placeholder, PlaceholderKind, TmpfsSize, PLACEHOLDERS_INSIDE,
+    PLACEHOLDER_DIR, PLACEHOLDER_FILE, PLACEHOLDER_SELF, SELF_REF, TMP_INSIDE,
 };
+use oz0_policy::AbsPath;
 
 /// The node's word on [`fds::READY`] that every placeholder is in place.
 pub const READY_WORD: &[u8] = b"ready";
@@ -55,6 +57,7 @@ pub const READY_WORD: &[u8] = b"ready";
 pub fn prepare_mounts(
     devices: &[String],
     tmp: TmpfsSize,
+    holds: &[Hold],
     placeholders: &[Placeholder],
 ) -> Result<(), String> {
     crate::devfs::build(devices, tmp).map_err(|e| format!("the run's /dev: {e}"))?;
@@ -65,6 +68,9 @@ pub fn prepare_mounts(
         Some(make_sources().map_err(|e| format!("placeholder sources: {e}"))?)
     };
     wait_ready()?;
+    for h in holds {
+        bind_in_place(h).map_err(|e| format!("protected path {}: {e}", h.path))?;
+    }
     if let Some(sources) = &sources {
         let mut folders = Folders::default();
         for p in placeholders {
@@ -90,42 +96,81 @@ pub fn prepare_mounts(
 /// exchanged for a link to `~/.ssh`, say). Then the run is refused: nothing
 /// of the caller has run yet.
 pub fn verify_binds(expect: &[Expect]) -> Result<(), String> {
-    use rustix::fs::{statx, AtFlags, StatVfsMountFlags, StatxAttributes, StatxFlags};
     for e in expect {
-        let refuse = |why: String| {
+        check_mounted(&e.path, e.id, e.readonly).map_err(|why| {
             format!(
                 "{} is not what the node looked at ({why}): it was replaced while the sandbox was being built, by another process that can write its folder; the run is refused",
                 e.path
             )
-        };
-        let fd = no_links(CWD, e.path.as_path(), OFlags::PATH).map_err(|err| {
-            refuse(format!(
-                "it cannot be opened without following a link: {err}"
-            ))
         })?;
-        let st = statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)
-            .map_err(|err| refuse(err.to_string()))?;
-        if !st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT) {
-            return Err(format!(
-                "this kernel does not say which paths are mount points (statx STATX_ATTR_MOUNT_ROOT, Linux 5.8 or newer), so the stage cannot check {}: the run is refused",
-                e.path
-            ));
-        }
-        if !st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT) {
-            return Err(refuse("nothing is mounted there".into()));
-        }
-        let got = (st.stx_dev_major, st.stx_dev_minor, st.stx_ino);
-        if got != (e.id.major, e.id.minor, e.id.ino) {
-            return Err(refuse("another object is mounted there".into()));
-        }
-        if e.readonly {
-            let vfs = rustix::fs::fstatvfs(&fd).map_err(|err| refuse(err.to_string()))?;
-            if !vfs.f_flag.contains(StatVfsMountFlags::RDONLY) {
-                return Err(refuse("it is mounted writable".into()));
-            }
+    }
+    Ok(())
+}
+
+/// Checks that `path`, reached without any link, is the root of a mount
+/// whose object is `id`, read-only when `readonly`; or says what it is not.
+fn check_mounted(path: &AbsPath, id: FileId, readonly: bool) -> Result<(), String> {
+    use rustix::fs::{statx, AtFlags, StatVfsMountFlags, StatxAttributes, StatxFlags};
+    let fd = no_links(CWD, path.as_path(), OFlags::PATH)
+        .map_err(|e| format!("it cannot be opened without following a link: {e}"))?;
+    let st =
+        statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS).map_err(|e| e.to_string())?;
+    if !st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT) {
+        return Err(
+            "this kernel does not say which paths are mount points (statx STATX_ATTR_MOUNT_ROOT, Linux 5.8 or newer), so the stage cannot check it"
+                .into(),
+        );
+    }
+    if !st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT) {
+        return Err("nothing is mounted there".into());
+    }
+    if (st.stx_dev_major, st.stx_dev_minor, st.stx_ino) != (id.major, id.minor, id.ino) {
+        return Err("another object is mounted there".into());
+    }
+    if readonly {
+        let vfs = rustix::fs::fstatvfs(&fd).map_err(|e| e.to_string())?;
+        if !vfs.f_flag.contains(StatVfsMountFlags::RDONLY) {
+            return Err("it is mounted writable".into());
         }
     }
     Ok(())
+}
+
+/// Binds the protected path of `h` onto itself, by descriptor: a copy of
+/// what is at its place (checked to be the object the node looked at, and
+/// reached without following any link), read-only if it must be, attached
+/// onto that very object; then checks the result by path. A mount point
+/// cannot be renamed or removed from within the run, so neither can what
+/// is held.
+fn bind_in_place(h: &Hold) -> Result<(), String> {
+    let path = h.path.as_path();
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err("not a path with a parent".into());
+    };
+    let dir = no_links(CWD, parent, OFlags::PATH | OFlags::DIRECTORY)
+        .map_err(|e| format!("its folder: {e}"))?;
+    let target = no_links(&dir, Path::new(name), OFlags::PATH)
+        .map_err(|e| format!("cannot open it without following links: {e}"))?;
+    let st = rustix::fs::fstat(&target).map_err(|e| e.to_string())?;
+    let found = FileId {
+        major: rustix::fs::major(st.st_dev),
+        minor: rustix::fs::minor(st.st_dev),
+        ino: st.st_ino,
+    };
+    if found != h.id {
+        return Err(
+            "it is not what the node looked at (it was replaced meanwhile): the run is refused"
+                .into(),
+        );
+    }
+    let tree =
+        crate::devfs::clone_mount(&dir, name).map_err(|e| format!("cannot copy its mount: {e}"))?;
+    if h.readonly {
+        oz0_sys::ns::make_mount_read_only(tree.as_fd())
+            .map_err(|e| format!("cannot make it read-only: {e}"))?;
+    }
+    crate::devfs::attach(&tree, &target).map_err(|e| format!("cannot bind it onto itself: {e}"))?;
+    check_mounted(&h.path, h.id, h.readonly)
 }
 
 /// Takes the run out of reach of its own namespaces and forbids nested user
@@ -207,6 +252,14 @@ fn make_sources() -> Result<OwnedFd, Errno> {
         Mode::from_raw_mode(0o444),
     )?);
     rustix::fs::mkdirat(&d, PLACEHOLDER_DIR, Mode::from_raw_mode(0o555))?;
+    let own = rustix::fs::openat(
+        &d,
+        PLACEHOLDER_SELF,
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o444),
+    )?;
+    rustix::io::write(&own, SELF_REF)?;
+    drop(own);
     rustix::mount::mount_bind(dir, dir)?;
     rustix::mount::mount_remount(
         dir,
@@ -286,7 +339,7 @@ fn mount_one(
     let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
     let ok = match kind {
         PlaceholderKind::Dir => ft == rustix::fs::FileType::Directory,
-        PlaceholderKind::File => ft == rustix::fs::FileType::RegularFile,
+        PlaceholderKind::File | PlaceholderKind::SelfRef => ft == rustix::fs::FileType::RegularFile,
     };
     if !ok {
         return Err(format!(

@@ -106,9 +106,19 @@ pub struct ProtectedFacts {
     pub names: Vec<(&'static str, Kind, Entry)>,
     /// `.git` itself.
     pub git: Entry,
-    /// `(name, kind, what it is)` for each of [`protected::GIT_READ_ONLY`] when `.git` is a folder.
-    pub git_inner: Vec<(&'static str, Kind, Entry)>,
+    /// When `.git` is a folder: each entry at its top (sorted by name) and
+    /// each of [`protected::GIT_HELD`] that is missing there.
+    pub git_entries: Vec<(String, Entry)>,
+    /// When `.git/objects/info` is a folder: each of
+    /// [`protected::GIT_OBJECTS_HELD`] in it; else what it is.
+    pub objects_info: Entry,
+    /// `(name, kind, what it is)` for each of [`protected::GIT_OBJECTS_HELD`].
+    pub objects_held: Vec<(&'static str, Kind, Entry)>,
 }
+
+/// Most entries at the top of a `.git` folder that a run may not write
+/// (each is held read-only for the run): more refuses the run.
+pub const MAX_GIT_HELD: usize = 256;
 
 /// Everything the plan needs to know about the host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -141,6 +151,23 @@ pub struct Held {
     _locked: Vec<OwnedFd>,
 }
 
+/// Locks each of the writable folders `roots` (as [`gather`] does), or
+/// `None` when another run holds one of them. A folder that is gone or is
+/// not one (no longer a folder, or reached through a link) needs no lock.
+pub fn lock_folders(roots: &[PathBuf]) -> Option<Held> {
+    let mut held = Held::default();
+    for r in roots {
+        let Ok(fd) = crate::hostfs::open_no_links(r, OFlags::RDONLY | OFlags::DIRECTORY) else {
+            continue;
+        };
+        match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => held._locked.push(fd),
+            Err(_) => return None,
+        }
+    }
+    Some(held)
+}
+
 /// Why the host could not be examined.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -155,6 +182,9 @@ pub enum HostError {
     /// The node binary's path is not usable.
     #[error("the node binary's own path {0:?} is not an absolute UTF-8 path")]
     NodeExe(String),
+    /// A `.git` folder with more entries to hold than a run takes.
+    #[error("{0} holds more than {MAX_GIT_HELD} entries that git does not write in ordinary work, each of which a run would have to hold read-only: move the ones you do not need out of it")]
+    GitCrowded(AbsPath),
     /// Another run holds a writable folder.
     #[error("another run is using {0} (as its work folder or a --write folder): runs never share a writable folder at once, since each holds the protected names there for its length; give each run its own folder, or wait for the other to end")]
     InUse(AbsPath),
@@ -221,6 +251,20 @@ fn entry_at(dir: &OwnedFd, name: &str, shown: &Path) -> Result<(Entry, Option<Fi
         Err(Errno::NOENT) => Ok((Entry::Missing, None)),
         Err(e) => Err(errno_err(shown)(e)),
     }
+}
+
+/// The names in the folder open at `dir` (without `.` and `..`).
+fn list_names(dir: &OwnedFd) -> Result<Vec<String>, Errno> {
+    let mut names = Vec::new();
+    for e in rustix::fs::Dir::read_from(dir)? {
+        let e = e?;
+        // A name that is not UTF-8 cannot be named to the stage: refused.
+        let n = e.file_name().to_str().map_err(|_| Errno::ILSEQ)?;
+        if n != "." && n != ".." {
+            names.push(n.to_string());
+        }
+    }
+    Ok(names)
 }
 
 /// Gathers the facts for `spec`, with `node_exe` as the binary to bind.
@@ -312,28 +356,88 @@ fn protected_facts(
     if let Some(id) = git_id {
         ids.push((git_path.clone(), id));
     }
-    let mut git_inner = Vec::new();
+    let mut git_entries = Vec::new();
+    let mut objects_info = Entry::Missing;
+    let mut objects_held = Vec::new();
     if git == Entry::Dir {
         let git_fd = crate::hostfs::open_beneath(
             fd.as_fd(),
             Path::new(protected::GIT_DIR),
-            OFlags::PATH | OFlags::DIRECTORY,
+            OFlags::RDONLY | OFlags::DIRECTORY,
         )
         .map_err(errno_err(git_path.as_path()))?;
-        for (name, kind) in protected::GIT_READ_ONLY {
-            let path = git_path.join(name).expect("constant name");
-            let (entry, id) = entry_at(&git_fd, name, path.as_path())?;
+        // Every entry git does not write in ordinary work is held, so each
+        // is looked at; the writable ones only by name (but `objects`).
+        let mut held = 0;
+        for name in list_names(&git_fd).map_err(errno_err(git_path.as_path()))? {
+            if protected::git_writable(&name) && name != "objects" {
+                continue;
+            }
+            held += 1;
+            if held > MAX_GIT_HELD {
+                return Err(HostError::GitCrowded(git_path.clone()));
+            }
+            let path = git_path.join(&name).map_err(|_| HostError::Io {
+                path: format!("{}/{name:?}", git_path),
+                source: io::Error::from(io::ErrorKind::InvalidInput),
+            })?;
+            let (entry, id) = entry_at(&git_fd, &name, path.as_path())?;
             if let Some(id) = id {
                 ids.push((path, id));
             }
-            git_inner.push((*name, *kind, entry));
+            git_entries.push((name, entry));
+        }
+        for (name, _) in protected::GIT_HELD {
+            if !git_entries.iter().any(|(n, _)| n == name) {
+                git_entries.push((name.to_string(), Entry::Missing));
+            }
+        }
+        git_entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let objects_is_dir = git_entries
+            .iter()
+            .any(|(n, e)| n == "objects" && *e == Entry::Dir);
+        if objects_is_dir {
+            let info_path = crate::plan::join_all(&git_path, protected::GIT_OBJECTS_INFO);
+            let info_fd = match crate::hostfs::open_beneath(
+                &git_fd,
+                Path::new(protected::GIT_OBJECTS_INFO),
+                OFlags::PATH | OFlags::DIRECTORY,
+            ) {
+                Ok(f) => Some(f),
+                Err(Errno::NOENT) => None,
+                Err(_) => {
+                    // A link, or not a folder: named as what it is.
+                    let (e, _) =
+                        entry_at(&git_fd, protected::GIT_OBJECTS_INFO, info_path.as_path())?;
+                    objects_info = match e {
+                        Entry::Dir => Entry::Symlink(info_path.to_string()),
+                        other => other,
+                    };
+                    None
+                }
+            };
+            if let Some(info_fd) = info_fd {
+                let st = rustix::fs::fstat(&info_fd).map_err(errno_err(info_path.as_path()))?;
+                ids.push((info_path.clone(), FileId::of(&st)));
+                objects_info = Entry::Dir;
+                for (name, kind) in protected::GIT_OBJECTS_HELD {
+                    let path = info_path.join(name).expect("constant name");
+                    let (entry, id) = entry_at(&info_fd, name, path.as_path())?;
+                    if let Some(id) = id {
+                        ids.push((path, id));
+                    }
+                    objects_held.push((*name, *kind, entry));
+                }
+            }
         }
     }
     Ok(ProtectedFacts {
         root: root.clone(),
         names,
         git,
-        git_inner,
+        git_entries,
+        objects_info,
+        objects_held,
     })
 }
 

@@ -243,6 +243,11 @@ struct RunRecord {
     /// The process's start time (clock ticks since boot), so that a reused
     /// pid is not taken for the live run.
     start: u64,
+    /// The writable folders the run held (locked): a sweep removes the
+    /// placeholders only while it holds them itself, so never those of a
+    /// live run that now uses the same names.
+    #[serde(default)]
+    roots: Vec<PathBuf>,
     placeholders: Vec<Placeholder>,
 }
 
@@ -256,11 +261,16 @@ fn start_time(pid: i32) -> Option<u64> {
 
 const RECORD: &str = "run.json";
 
-fn record_run(dir: &Path, placeholders: &[Placeholder]) -> Result<(), SandboxError> {
+fn record_run(
+    dir: &Path,
+    roots: &[PathBuf],
+    placeholders: &[Placeholder],
+) -> Result<(), SandboxError> {
     let pid = std::process::id() as i32;
     let rec = RunRecord {
         pid,
         start: start_time(pid).unwrap_or(0),
+        roots: roots.to_vec(),
         placeholders: placeholders.to_vec(),
     };
     let text = serde_json::to_vec(&rec).map_err(prep("the run record"))?;
@@ -357,6 +367,12 @@ pub fn sweep_stale(base: &Path) {
         if start_time(rec.pid).is_some_and(|s| s == rec.start) {
             continue;
         }
+        // The dead run's folders, held while its placeholders go: one a live
+        // run holds now may have placeholders of that run's own under the
+        // same names. Then the record waits for a later sweep.
+        let Some(_held) = host::lock_folders(&rec.roots) else {
+            continue;
+        };
         remove_placeholders(&rec.placeholders, None);
         remove_run_dir(&dir);
     }
@@ -391,9 +407,30 @@ fn remove_placeholders(ps: &[Placeholder], mut pool: Option<&mut Pool>) {
             PlaceholderKind::File if ft == FileType::RegularFile && st.st_size == 0 => {
                 unlinkat(dir, name, AtFlags::empty())
             }
+            PlaceholderKind::SelfRef
+                if ft == FileType::RegularFile && holds_self_ref(dir, name) =>
+            {
+                unlinkat(dir, name, AtFlags::empty())
+            }
             _ => continue,
         };
     }
+}
+
+/// Whether `name` in `dir` (not followed if a link) holds exactly
+/// [`plan::SELF_REF`], as a `SelfRef` placeholder the node made does.
+fn holds_self_ref(dir: &OwnedFd, name: &Path) -> bool {
+    use rustix::fs::{openat, Mode, OFlags};
+    let Ok(f) = openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    let mut buf = [0u8; 8];
+    rustix::io::read(&f, &mut buf).is_ok_and(|n| &buf[..n] == plan::SELF_REF)
 }
 
 /// Makes the placeholders on the host: an empty folder (moved from `pool`
@@ -411,13 +448,16 @@ fn make_placeholders(ps: &[Placeholder], pool: &mut Option<Pool>) -> Result<(), 
                 Some(Taken::Moved | Taken::Exists) => Ok(()),
                 Some(Taken::No) | None => mkdirat(dir, name, Mode::from_raw_mode(0o755)),
             },
-            PlaceholderKind::File => openat(
+            PlaceholderKind::File | PlaceholderKind::SelfRef => openat(
                 dir,
                 name,
                 OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::from_raw_mode(0o644),
             )
-            .map(drop),
+            .and_then(|f| match p.kind {
+                PlaceholderKind::SelfRef => rustix::io::write(&f, plan::SELF_REF).map(drop),
+                _ => Ok(()),
+            }),
         };
         match made {
             Ok(()) | Err(Errno::EXIST) => {}
@@ -433,6 +473,8 @@ fn make_placeholders(ps: &[Placeholder], pool: &mut Option<Pool>) -> Result<(), 
 struct Holders {
     /// The run's private folder, where the run is recorded.
     record: PathBuf,
+    /// The writable folders the run holds.
+    roots: Vec<PathBuf>,
     pool: Option<Pool>,
     removed: bool,
     /// The pipe's write end, until the making starts.
@@ -441,10 +483,11 @@ struct Holders {
 
 impl Holders {
     /// The holders of a run, and the end of the pipe the stage reads.
-    fn new(record: &Path) -> Result<(Holders, OwnedFd), SandboxError> {
+    fn new(record: &Path, roots: Vec<PathBuf>) -> Result<(Holders, OwnedFd), SandboxError> {
         let (ready_r, ready_w) = pipe()?;
         let holders = Holders {
             record: record.to_path_buf(),
+            roots,
             pool: None,
             removed: false,
             ready: Some(ready_w),
@@ -466,7 +509,7 @@ impl Holders {
         };
         // Recorded before anything is created, so that a sweep can undo it
         // if this process dies.
-        if let Err(e) = record_run(&self.record, ps) {
+        if let Err(e) = record_run(&self.record, &self.roots, ps) {
             let _ = File::from(ready).write_all(e.to_string().as_bytes());
             return Err(e);
         }
@@ -594,7 +637,12 @@ fn run_in(
     // its placeholders are gone.
     let (facts, held) = host::gather(spec, &opts.node_exe, true)?;
     let plan = plan::plan(spec, &facts, &extras)?;
-    let (mut holders, ready) = Holders::new(&scratch.dir)?;
+    let roots = facts
+        .protected
+        .iter()
+        .map(|f| f.root.to_path_buf())
+        .collect();
+    let (mut holders, ready) = Holders::new(&scratch.dir, roots)?;
     let result = execute(
         &plan,
         opts,
@@ -665,6 +713,7 @@ fn execute(
         deny_unix_sockets: plan.deny_unix_sockets,
         placeholders: plan.placeholders.clone(),
         expect: plan.expect.clone(),
+        holds: plan.holds.clone(),
         devices: plan.devices.clone(),
         tmp: plan.tmp,
     };

@@ -59,6 +59,8 @@ pub struct StageConfig {
     /// What bubblewrap must have mounted where (checked before anything
     /// else).
     pub expect: Vec<crate::plan::Expect>,
+    /// Protected paths that exist, to bind onto themselves.
+    pub holds: Vec<crate::plan::Hold>,
     /// The device nodes of the run's `/dev` (names under `/dev`).
     pub devices: Vec<String>,
     /// The size of the run's `/tmp` and `/dev`.
@@ -315,7 +317,7 @@ fn restrict() -> Result<(StageConfig, landlock::LandlockReport), String> {
     // The command inherits stdin, stdout and stderr, and nothing else.
     oz0_sys::spawn::cloexec_from(3).map_err(|e| format!("close_range: {e}"))?;
     crate::hold::verify_binds(&cfg.expect)?;
-    crate::hold::prepare_mounts(&cfg.devices, cfg.tmp, &cfg.placeholders)?;
+    crate::hold::prepare_mounts(&cfg.devices, cfg.tmp, &cfg.holds, &cfg.placeholders)?;
     hide_placeholders_from_git(&cfg);
     crate::hold::enter_own_user_namespace()?;
     crate::hold::drop_capabilities()?;

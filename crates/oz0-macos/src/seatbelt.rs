@@ -330,8 +330,10 @@ pub fn plan(
         }
         let git = join(protected::GIT_DIR);
         let git_key = params.add(format!("W{i}_GIT"), &git);
-        for (j, (name, _)) in protected::GIT_READ_ONLY.iter().enumerate() {
-            let path = git.join(name).expect("plain component");
+        for (j, (rel, _)) in protected::git_held().iter().enumerate() {
+            let path = rel.split('/').fold(git.clone(), |p, name| {
+                p.join(name).expect("plain component")
+            });
             ro_keys.push(params.add(format!("W{i}_GIT_RO_{j}"), &path));
         }
         unmovable.push(git_key);

@@ -516,6 +516,109 @@ fn audit_records_cannot_be_forged_and_the_run_id_is_not_inside() {
     }
 }
 
+/// The host's git, for the tests that look at a repository from outside.
+fn host_git() -> Option<&'static str> {
+    ["/usr/bin/git", "/usr/local/bin/git"]
+        .into_iter()
+        .find(|g| Path::new(g).exists())
+}
+
+/// A repository in `env`'s work folder, made on the host, with one commit.
+fn host_repo(env: &Env, git: &str) {
+    let st = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "cd '{}' && {git} init -q . && echo a > a && {git} add a && \
+             {git} -c user.name=h -c user.email=h@example.invalid commit -qm host",
+            env.work.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// Nothing a run writes in `.git` makes the host's git run its code or read
+/// its files: `commondir` naming a folder of the run's (with a `config`
+/// whose `core.fsmonitor` runs a command, and hooks), `config.worktree`,
+/// `info/`, alternates, a linked worktree's or a submodule's repository,
+/// `objects` moved aside for a new one — each is refused inside the run,
+/// while commits still work; the host's `git status` afterwards runs
+/// nothing of the run's.
+#[test]
+fn nothing_a_run_writes_in_git_makes_host_git_run_its_code() {
+    ready!();
+    let Some(git) = host_git() else {
+        common::skip("git is not installed");
+        return;
+    };
+    let env = Env::new("gitrule");
+    host_repo(&env, git);
+    let pwned = env.root.join("pwned");
+    let script = r#"
+mkdir -p evil/hooks
+printf '[core]\n\tfsmonitor = "touch @P@-fsmonitor; false"\n' > evil/config
+printf '#!/bin/sh\ntouch @P@-hook\n' > evil/hooks/post-index-change
+chmod +x evil/hooks/post-index-change
+cp -r .git/objects .git/refs .git/HEAD evil/ 2>/dev/null
+try() { if (eval "$2") 2>/dev/null; then echo "$1=done"; else echo "$1=refused"; fi; }
+try commondir 'echo "$PWD/evil" > .git/commondir'
+try config.worktree 'printf "[core]\n\tfsmonitor = x\n" > .git/config.worktree'
+try attributes 'echo "* filter=evil" > .git/info/attributes'
+try alternates 'echo "$PWD/evil/objects" > .git/objects/info/alternates'
+try worktrees 'mkdir .git/worktrees/x'
+try modules 'mkdir .git/modules/x'
+try objects-aside 'mv .git/objects .git/objects-aside'
+try info-aside 'mv .git/objects/info .git/objects/info-aside'
+try hooks-aside 'mv .git/hooks .git/hooks-aside'
+echo b > b && git add b && git -c user.name=r -c user.email=r@example.invalid commit -qm run && echo commit=ok
+"#
+    .replace("@P@", pwned.to_str().unwrap());
+    let out = env.sh(&[], &script);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("commit=ok"),
+        "commits must work: {text}\n{}",
+        stderr(&out)
+    );
+    for what in [
+        "commondir",
+        "config.worktree",
+        "attributes",
+        "alternates",
+        "worktrees",
+        "modules",
+        "objects-aside",
+        "info-aside",
+        "hooks-aside",
+    ] {
+        assert!(text.contains(&format!("{what}=refused")), "{what}: {text}");
+    }
+    // On the host, afterwards: git works, sees the run's commit, and runs
+    // nothing of the run's.
+    let st = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "cd '{}' && {git} status --porcelain >/dev/null && {git} log --oneline | wc -l",
+            env.work.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&st.stdout).trim(), "2");
+    for suffix in ["-fsmonitor", "-hook"] {
+        let f = env.root.join(&format!("pwned{suffix}"));
+        assert!(!exists(&f), "the host's git ran the run's code ({suffix})");
+    }
+    assert!(
+        !exists(&env.work.join(".git/commondir")),
+        "a commondir was left in .git"
+    );
+}
+
 #[allow(dead_code)]
 fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()

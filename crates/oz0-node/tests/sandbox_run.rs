@@ -981,18 +981,27 @@ fn stdin_and_stdout_are_the_callers() {
     assert_eq!(stdout(&out), "hello through the sandbox\n");
 }
 
-/// Folder placeholders move in from the node's pool of spare folders (in
-/// its data directory, on the same mount as the work folder here) and go
-/// back after the run: the work folder is left as it was, the pool keeps
-/// one spare folder per folder placeholder, and a run sees each one as an
-/// empty read-only folder.
+/// Folder placeholders move in from the node's fresh folders (in its data
+/// directory, on the same mount as the work folder here) and out to its
+/// used ones after the run, never back: the work folder is left as it was,
+/// a run sees each one as an empty read-only folder, and no folder that was
+/// a placeholder is a fresh one again.
 #[test]
 fn folder_placeholders_come_from_the_pool_and_go_back() {
+    ready!();
     let env = Env::new("pool");
     let pool = env.data.join("placeholders");
-    let spare = || std::fs::read_dir(&pool).map(|d| d.count()).unwrap_or(0);
+    let names = |sub: &str| -> Vec<String> {
+        std::fs::read_dir(pool.join(sub))
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
     let folders = 8; // the folder kinds among the protected names
-    for round in 0..2 {
+    let mut used_before: Vec<String> = Vec::new();
+    for round in 0..3 {
         let out = env.sh(
             &[],
             "test -d .claude && ! ls -A .claude | grep -q . && echo claude=empty-folder; \
@@ -1010,7 +1019,34 @@ fn folder_placeholders_come_from_the_pool_and_go_back() {
             0,
             "round {round}: the work folder is not as it was"
         );
-        assert_eq!(spare(), folders, "round {round}: spare folders in the pool");
+        let (fresh, used) = (names("fresh"), names("used"));
+        assert_eq!(used.len(), folders, "round {round}: folders put aside");
+        assert!(
+            fresh.len() >= folders,
+            "round {round}: {} fresh folders",
+            fresh.len()
+        );
+        // A folder once put aside is gone by the next run (removed with
+        // what was written into it), never fresh again.
+        for n in &used_before {
+            assert!(
+                !fresh.contains(n) && !used.contains(n),
+                "round {round}: {n} came back"
+            );
+        }
+        for f in &fresh {
+            assert_eq!(
+                std::fs::read_dir(pool.join("fresh").join(f))
+                    .unwrap()
+                    .count(),
+                0
+            );
+        }
+        // Written into after its run, as a run that kept it open could.
+        for n in &used {
+            std::fs::write(pool.join("used").join(n).join("planted"), "x").unwrap();
+        }
+        used_before = used;
     }
 }
 

@@ -725,7 +725,7 @@ fn check_fail_closed(c: &mut Ctx) -> CheckResult {
 fn check_protected(c: &mut Ctx) -> CheckResult {
     let work = c.dir("protected")?;
     let git = work.join(".git");
-    for d in ["hooks", "objects"] {
+    for d in ["hooks", "objects/info"] {
         fs::create_dir_all(git.join(d)).map_err(|e| e.to_string())?;
     }
     fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\n").map_err(|e| e.to_string())?;
@@ -734,6 +734,8 @@ fn check_protected(c: &mut Ctx) -> CheckResult {
         (echo x > .git/hooks/pre-commit) 2>/dev/null && echo hooks >> $r; \
         (echo x > .git/hooks/post-checkout) 2>/dev/null && echo newhook >> $r; \
         (echo x >> .git/config) 2>/dev/null && echo config >> $r; \
+        (echo /elsewhere > .git/commondir) 2>/dev/null && echo commondir >> $r; \
+        (echo /elsewhere > .git/objects/info/alternates) 2>/dev/null && echo alternates >> $r; \
         mv .git .git-aside 2>/dev/null && echo renamed >> $r; \
         (echo x > .git/objects/oz0-selftest) 2>/dev/null && echo objects >> $r; exit 0";
     c.launch(
@@ -749,6 +751,11 @@ fn check_protected(c: &mut Ctx) -> CheckResult {
         ("hooks", ".git/hooks/pre-commit was modified"),
         ("newhook", "a new hook was created in .git/hooks"),
         ("config", ".git/config was modified"),
+        (
+            "commondir",
+            "a .git/commondir was written (it moves config and hooks elsewhere)",
+        ),
+        ("alternates", ".git/objects/info/alternates was written"),
         ("renamed", ".git was renamed aside"),
     ] {
         if got.contains(&k) {
@@ -758,7 +765,7 @@ fn check_protected(c: &mut Ctx) -> CheckResult {
     if !got.contains(&"objects") {
         return Err("the rest of .git was not writable".into());
     }
-    Ok(".git/hooks and .git/config read-only, .git not movable, the rest of .git writable".into())
+    Ok(".git/hooks, .git/config, .git/commondir and alternates read-only, .git not movable, the rest of .git writable".into())
 }
 
 // --- environment --------------------------------------------------------------

@@ -470,7 +470,7 @@ fn protected_entries<'a>(
 ) -> Result<(Vec<Protected>, Vec<WinPath>), PlanError> {
     let kind = |k: Kind| match k {
         Kind::Dir => "dir",
-        Kind::File => "file",
+        Kind::File | Kind::SelfRef => "file",
     };
     let join = |root: &WinPath, name: &str| {
         root.join(name).map_err(|source| PlanError::Path {
@@ -495,14 +495,16 @@ fn protected_entries<'a>(
         }
         let git = join(root, protected::GIT_DIR)?;
         hold.push(git.clone());
-        for (name, k) in protected::GIT_READ_ONLY {
-            let path = join(&git, name)?;
-            if *k == Kind::Dir {
+        for (rel, k) in protected::git_held() {
+            let path = rel
+                .split('/')
+                .try_fold(git.clone(), |p, name| join(&p, name))?;
+            if k == Kind::Dir {
                 hold.push(path.clone());
             }
             out.push(Protected {
                 path,
-                kind: kind(*k),
+                kind: kind(k),
                 when: When::IfGitDir,
             });
         }
@@ -653,7 +655,7 @@ pub(crate) mod tests {
         assert!(plan.hold_open.contains(&w("C:\\jobs\\j1\\.git")));
         assert_eq!(
             plan.protected.len(),
-            protected::READ_ONLY_NAMES.len() + protected::GIT_READ_ONLY.len()
+            protected::READ_ONLY_NAMES.len() + protected::git_held().len()
         );
         assert!(r.capabilities.is_empty());
         assert_eq!(r.network_policy.proxy_url, None);
