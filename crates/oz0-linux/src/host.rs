@@ -149,6 +149,19 @@ impl HostFacts {
 #[derive(Debug, Default)]
 pub struct Held {
     _locked: Vec<OwnedFd>,
+    /// The folders, as named.
+    paths: Vec<PathBuf>,
+}
+
+impl Held {
+    /// Each folder held, with its descriptor.
+    pub fn folders(&self) -> Vec<(&Path, &OwnedFd)> {
+        self.paths
+            .iter()
+            .map(PathBuf::as_path)
+            .zip(self._locked.iter())
+            .collect()
+    }
 }
 
 /// Locks each of the writable folders `roots` (as [`gather`] does), or
@@ -161,7 +174,10 @@ pub fn lock_folders(roots: &[PathBuf]) -> Option<Held> {
             continue;
         };
         match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => held._locked.push(fd),
+            Ok(()) => {
+                held._locked.push(fd);
+                held.paths.push(r.clone());
+            }
             Err(_) => return None,
         }
     }
@@ -322,6 +338,7 @@ pub fn gather(spec: &RunSpec, node_exe: &Path, lock: bool) -> Result<(HostFacts,
         }
         protected.push(protected_facts(p, &fd, &mut ids)?);
         held._locked.push(fd);
+        held.paths.push(p.to_path_buf());
     }
 
     Ok((

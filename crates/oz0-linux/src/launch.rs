@@ -52,6 +52,9 @@ pub struct LaunchOptions<'a> {
     pub extras: plan::Extras,
     /// Where the command's stdin and stdout go.
     pub stdio: StdioMode,
+    /// What the node does with what the run left that host git would run
+    /// or follow (see `gitlook`).
+    pub git: crate::gitlook::Policy,
 }
 
 /// The command's stdin and stdout.
@@ -128,6 +131,8 @@ pub struct RunOutcome {
     pub job: Option<JobReport>,
     /// The size of the run's `/tmp` and of its `/dev`.
     pub tmp: plan::TmpfsSize,
+    /// The look at git after the run.
+    pub git: Option<crate::gitlook::GitLook>,
     /// Egress: the proxy's run socket and the bridge.
     pub egress: Option<EgressReport>,
 }
@@ -212,6 +217,10 @@ pub fn new_run_id() -> String {
 /// The run's private host folder; removed on drop.
 struct Scratch {
     dir: PathBuf,
+    /// When it was made, by the kernel's clock for file changes (its
+    /// `ctime`): what the run changes later is stamped no earlier (see
+    /// `gitlook`).
+    made: std::time::Duration,
 }
 
 impl Scratch {
@@ -221,7 +230,9 @@ impl Scratch {
             .mode(0o700)
             .create(&dir)
             .map_err(prep("creating the run's folder"))?;
-        Ok(Scratch { dir })
+        let st = rustix::fs::stat(&dir).map_err(prep("the run's folder"))?;
+        let made = std::time::Duration::new(st.st_ctime.max(0) as u64, st.st_ctime_nsec as u32);
+        Ok(Scratch { dir, made })
     }
 }
 
@@ -654,9 +665,15 @@ fn run_in(
         (&mut holders, ready),
     );
     holders.remove(&plan.placeholders);
+    // Every process of the run is gone and its placeholders too; its
+    // folders are still held: the look at what it left for host git.
+    let git = result
+        .is_ok()
+        .then(|| crate::gitlook::look(&held.folders(), scratch.made, opts.git, &run_id));
     drop(held);
     drop(egress_guard);
     let result = result.map(|mut o| {
+        o.git = git;
         if let Some(j) = &job {
             o.job = Some(JobReport {
                 mode: j.version_name(),
@@ -911,6 +928,7 @@ fn execute(
         protected: plan.protected.clone(),
         job: None,
         tmp: plan.tmp,
+        git: None,
         egress: report.bridge_port.map(|p| EgressReport {
             allow: Vec::new(),
             forward: Vec::new(),

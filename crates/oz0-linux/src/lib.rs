@@ -12,6 +12,7 @@
 
 pub mod bwrap;
 pub mod devfs;
+pub mod gitlook;
 pub mod hold;
 pub mod host;
 pub mod hostfs;

@@ -280,6 +280,7 @@ fn boot_smolvm(
                 ..Default::default()
             },
             stdio: oz0_linux::launch::StdioMode::Null,
+            git: Default::default(),
         },
     );
     let ms = started.elapsed().as_millis() as u64;

@@ -399,6 +399,7 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
             Backend::QemuTcg(_) => oz0_linux::launch::StdioMode::Null,
             Backend::Smolvm(_) => oz0_linux::launch::StdioMode::Inherit,
         },
+        git: Default::default(),
     };
     let done = Arc::new(AtomicBool::new(false));
     let stream_slot: Arc<Mutex<Option<UnixStream>>> = Arc::new(Mutex::new(None));

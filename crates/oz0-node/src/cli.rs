@@ -75,9 +75,13 @@ enum SandboxCmd {
     /// --write paths, a private /tmp that disappears with the run (also its
     /// HOME and TMPDIR), and nothing else. It has no network but its own
     /// loopback, no capabilities, and cannot create namespaces, ptrace, mount,
-    /// use io_uring, bpf or keyrings. In every writable folder .git/hooks,
-    /// .git/config and agents' settings (.claude, .codex, .vscode, .mcp.json,
-    /// shell rc files, ...) are read-only and .git cannot be renamed.
+    /// use io_uring, bpf or keyrings. In every writable folder agents'
+    /// settings (.claude, .codex, .vscode, .mcp.json, shell rc files, ...)
+    /// are read-only, and in .git everything git reads to decide what to run
+    /// (config, hooks, commondir, info, alternates, worktrees, modules) is
+    /// read-only while commits still work; .git cannot be renamed. After the
+    /// run, what it left that host git would run or follow is renamed aside
+    /// (--git-findings).
     ///
     /// When the command exits, every process it started is killed, and this
     /// returns only after they are gone.
@@ -186,6 +190,17 @@ pub struct RunArgs {
     /// The bubblewrap binary [default: bwrap on PATH, then /usr/bin/bwrap].
     #[arg(long, value_name = "PATH")]
     pub bwrap: Option<PathBuf>,
+    /// After the run, what it left in its writable folders that host git
+    /// would run or follow (hooks, a config that runs programs, commondir,
+    /// alternates, a .git file, in any repository there) is renamed aside
+    /// to NAME.oz0-quarantine-<run id> ("neutralise"), or only reported
+    /// ("report"); each is a warning and is listed in --json-status.
+    #[arg(
+        long = "git-findings",
+        value_name = "neutralise|report",
+        default_value = "neutralise"
+    )]
+    pub git_findings: oz0_linux::gitlook::Policy,
     /// Print the plan (mounts, protected paths, environment names) as JSON and run nothing.
     #[arg(long = "dry-run")]
     pub dry_run: bool,

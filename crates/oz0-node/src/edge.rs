@@ -354,6 +354,7 @@ fn run_job(
         jobs: job_mode.as_ref(),
         extras: Default::default(),
         stdio: oz0_linux::StdioMode::Inherit,
+        git: Default::default(),
     };
     let result = match Redirect::new(&out, &err) {
         Ok(guard) => {

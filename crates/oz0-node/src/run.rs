@@ -186,6 +186,45 @@ fn write_status(out: &OutFile, doc: &serde_json::Value) {
     }
 }
 
+/// One warning line per thing the run left that host git would run or
+/// follow, with what was done with it (a path is shown escaped: the run
+/// chose it).
+pub fn warn_git(look: &oz0_linux::gitlook::GitLook) {
+    use oz0_linux::gitlook::What;
+    for f in &look.findings {
+        let what = match &f.what {
+            What::Config { settings } => {
+                format!("a git config that sets {}", settings.join(", "))
+            }
+            What::UnreadableConfig { reason } => {
+                format!("a git config the node cannot read ({reason})")
+            }
+            What::Hook => "a git hook".into(),
+            What::Commondir => "a git commondir (config and hooks read from elsewhere)".into(),
+            What::Alternates => "git alternates (objects read from elsewhere)".into(),
+            What::RebaseExec => "a rebase in progress that would run commands".into(),
+            What::LegacyRemote => "a legacy git remote".into(),
+            What::GitFile => "a .git file naming another repository".into(),
+            What::Link => "a symbolic link where git reads".into(),
+        };
+        let done = match (&f.aside, &f.left) {
+            (Some(a), _) => format!("renamed aside to {:?}", a.display().to_string()),
+            (None, Some(why)) => format!("left in place: {why}"),
+            (None, None) => "left in place (--git-findings report)".into(),
+        };
+        eprintln!(
+            "oz0-node: warning: the run left {what} at {:?}: {done}",
+            f.path.display().to_string()
+        );
+    }
+    if !look.complete {
+        eprintln!(
+            "oz0-node: warning: the look at git after the run stopped after {} entries of the writable folders; what lies beyond was not looked at",
+            look.entries
+        );
+    }
+}
+
 /// The status document of a run that ran; `audit_log` is where its egress
 /// decisions went.
 fn outcome_doc(o: &RunOutcome, audit_log: &Path) -> serde_json::Value {
@@ -206,6 +245,7 @@ fn outcome_doc(o: &RunOutcome, audit_log: &Path) -> serde_json::Value {
         "exit_code": o.exit_code,
         "reason": reason,
         "duration_ms": o.duration_ms,
+        "git": o.git,
         "enforced": {
             "mechanism": "bubblewrap",
             "namespaces": o.namespaces,
@@ -314,6 +354,7 @@ pub fn run(args: RunArgs) -> i32 {
         jobs: job_mode.as_ref(),
         extras: Default::default(),
         stdio: oz0_linux::StdioMode::Inherit,
+        git: args.git_findings,
     };
     let result = oz0_linux::launch::run(&spec, opts);
     if let Some(p) = proxy {
@@ -334,6 +375,9 @@ pub fn run(args: RunArgs) -> i32 {
                     spec.limits.cpu_seconds.unwrap_or(0)
                 ),
                 _ => {}
+            }
+            if let Some(look) = &o.git {
+                warn_git(look);
             }
             if o.job.as_ref().and_then(|j| j.outcome.limit_hit) == Some(oz0_jobs::LimitHit::Memory)
             {

@@ -619,6 +619,102 @@ echo b > b && git add b && git -c user.name=r -c user.email=r@example.invalid co
     );
 }
 
+/// After every run the node looks at what it left for the host's git: a
+/// repository it made with a `core.fsmonitor` command and a hook, a bare
+/// repository with `core.sshCommand`, a `.git` file naming it — each is
+/// reported (a warning, and in `--json-status`) and renamed aside, so the
+/// host's `git status` there runs nothing; a repository made the way `git
+/// init` makes it is not a finding. With `--git-findings report` the same
+/// are reported and left in place.
+#[test]
+fn the_look_at_git_after_a_run_finds_and_neutralises() {
+    ready!();
+    let Some(git) = host_git() else {
+        common::skip("git is not installed");
+        return;
+    };
+    let script = r#"
+g() { git -c user.name=r -c user.email=r@example.invalid "$@"; }
+g init -q . && echo a > a && g add a && g commit -qm clean
+g init -q src && g -C src config core.fsmonitor 'touch @P@-fsmonitor; false'
+printf '#!/bin/sh
+touch @P@-hook
+' > src/.git/hooks/post-index-change
+chmod +x src/.git/hooks/post-index-change
+g init -q --bare deep/evil.git && g -C deep/evil.git config core.sshCommand 'touch @P@-ssh'
+mkdir wt && echo 'gitdir: ../deep/evil.git' > wt/.git
+"#;
+    for policy in ["neutralise", "report"] {
+        let env = Env::new("gitlook");
+        let pwned = env.root.join("pwned");
+        let script = script.replace("@P@", pwned.to_str().unwrap());
+        let (doc, out) = run_with_status(
+            &env,
+            &["--git-findings", policy],
+            &["/bin/sh", "-c", &script],
+        );
+        assert_eq!(doc["exit_code"], 0, "{doc}\n{}", stderr(&out));
+        let look = &doc["git"];
+        assert_eq!(look["policy"], policy, "{look}");
+        assert_eq!(look["complete"], true, "{look}");
+        let findings = look["findings"].as_array().unwrap();
+        let rel = |f: &serde_json::Value| {
+            Path::new(f["path"].as_str().unwrap())
+                .strip_prefix(&env.work)
+                .unwrap()
+                .display()
+                .to_string()
+        };
+        let mut got: Vec<(String, String)> = findings
+            .iter()
+            .map(|f| (rel(f), f["what"].as_str().unwrap().to_string()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("deep/evil.git/config".into(), "config".into()),
+                ("src/.git/config".into(), "config".into()),
+                ("src/.git/hooks/post-index-change".into(), "hook".into()),
+                ("wt/.git".into(), "git_file".into()),
+            ],
+            "{look}"
+        );
+        let warnings = stderr(&out)
+            .matches("oz0-node: warning: the run left")
+            .count();
+        assert_eq!(warnings, 4, "{}", stderr(&out));
+        if policy == "report" {
+            assert!(findings.iter().all(|f| f["aside"].is_null()));
+            assert!(exists(&env.work.join("src/.git/config")));
+            continue;
+        }
+        for f in findings {
+            let aside = f["aside"].as_str().unwrap();
+            assert!(aside.contains(".oz0-quarantine-"), "{f}");
+            assert!(exists(Path::new(aside)), "{aside}");
+            assert!(!exists(Path::new(f["path"].as_str().unwrap())), "{f}");
+        }
+        // The host's git, in each repository the run left: nothing runs.
+        let st = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!(
+                "cd '{w}' && {git} status >/dev/null; cd src && {git} status >/dev/null; \
+                 cd ../deep/evil.git && {git} fetch -q ssh://example.invalid/x 2>/dev/null; true",
+                w = env.work.display()
+            ))
+            .output()
+            .unwrap();
+        assert!(st.status.success());
+        for suffix in ["-fsmonitor", "-hook", "-ssh"] {
+            assert!(
+                !exists(&env.root.join(&format!("pwned{suffix}"))),
+                "the host's git ran the run's code ({suffix})"
+            );
+        }
+    }
+}
+
 #[allow(dead_code)]
 fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()

@@ -15,6 +15,7 @@
 
 pub mod env;
 pub mod facts;
+pub mod gitconfig;
 pub mod limits;
 pub mod net;
 pub mod path;

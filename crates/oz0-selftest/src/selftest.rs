@@ -265,6 +265,7 @@ impl Ctx<'_> {
                 jobs,
                 extras,
                 stdio: StdioMode::Null,
+                git: Default::default(),
             },
         )
         .map_err(|e| format!("the sandbox did not start: {e}"))
