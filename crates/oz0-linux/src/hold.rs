@@ -107,6 +107,41 @@ pub fn verify_binds(expect: &[Expect]) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks that the run's mount table holds exactly `expected` mount
+/// points (see `plan::mount_points`), and nothing else but a console and
+/// the proc file system's own: a bubblewrap that mounted one more host
+/// folder into the run (`--ro-bind /home /home`, or a writable one), or one
+/// fewer, is refused before anything of the caller runs. With the identity
+/// of each bind checked (see [`verify_binds`]), the mount layer is proven
+/// on its own, not only together with Landlock.
+pub fn verify_mount_table(expected: &[String]) -> Result<(), String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("cannot read the run's mount table: {e}"))?;
+    let mut found: Vec<String> = crate::host::parse_mount_points(&text)
+        .into_iter()
+        .filter(|(m, fs)| !(m == "/dev/console" || (m.starts_with("/proc/") && fs == "proc")))
+        .map(|(m, _)| m)
+        .collect();
+    found.sort();
+    if found == expected {
+        return Ok(());
+    }
+    let count = |v: &[String], m: &String| v.iter().filter(|x| *x == m).count();
+    let extra = found.iter().find(|m| count(&found, m) > count(expected, m));
+    let missing = expected
+        .iter()
+        .find(|m| count(expected, m) > count(&found, m));
+    Err(match (extra, missing) {
+        (Some(m), _) => format!(
+            "the run's mount table holds {m:?}, which the node did not plan: bubblewrap (or what stands in its place) mounted more than it was asked to; the mount layer is not the plan, so the run is refused"
+        ),
+        (None, Some(m)) => format!(
+            "{m:?} is not mounted in the run, though the node planned it: the mount layer is not the plan, so the run is refused"
+        ),
+        (None, None) => "the run's mount table is not the plan".into(),
+    })
+}
+
 /// Checks that `path`, reached without any link, is the root of a mount
 /// whose object is `id`, read-only when `readonly`; or says what it is not.
 fn check_mounted(path: &AbsPath, id: FileId, readonly: bool) -> Result<(), String> {

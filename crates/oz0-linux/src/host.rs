@@ -132,8 +132,12 @@ pub struct HostFacts {
     /// The protected names of each writable folder that is a directory.
     pub protected: Vec<ProtectedFacts>,
     /// The identity of every caller path and protected name that exists,
-    /// as it was opened (without links).
+    /// as it was opened (without links), of each system folder, of the node
+    /// binary and of `/dev`.
     pub ids: Vec<(AbsPath, FileId)>,
+    /// The mount points of the node's mount namespace (a bind of a folder
+    /// takes those under it along).
+    pub mounts: Vec<String>,
 }
 
 impl HostFacts {
@@ -269,6 +273,48 @@ fn entry_at(dir: &OwnedFd, name: &str, shown: &Path) -> Result<(Entry, Option<Fi
     }
 }
 
+/// The mount points listed in the mountinfo file at `path` (field 5,
+/// with the kernel's octal escapes undone), in order.
+pub fn mount_points(path: &str) -> io::Result<Vec<String>> {
+    Ok(parse_mount_points(&fs::read_to_string(path)?)
+        .into_iter()
+        .map(|(m, _)| m)
+        .collect())
+}
+
+/// The `(mount point, file system type)` of each line of a mountinfo text.
+pub fn parse_mount_points(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            Some((unescape(f.get(4)?), f.get(sep + 1)?.to_string()))
+        })
+        .collect()
+}
+
+/// Undoes mountinfo's escapes (`\040` for a space, `\011`, `\012`,
+/// `\134`).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The names in the folder open at `dir` (without `.` and `..`).
 fn list_names(dir: &OwnedFd) -> Result<Vec<String>, Errno> {
     let mut names = Vec::new();
@@ -287,18 +333,29 @@ fn list_names(dir: &OwnedFd) -> Result<Vec<String>, Errno> {
 /// With `lock`, each writable folder is locked for the run: a folder another
 /// run holds refuses this one ([`HostError::InUse`]).
 pub fn gather(spec: &RunSpec, node_exe: &Path, lock: bool) -> Result<(HostFacts, Held), HostError> {
+    let mut ids = Vec::new();
     let mut system = Vec::new();
     for s in SYSTEM_READ_ONLY {
         let p = AbsPath::new(s).expect("constant is valid");
         let e = Entry::of(p.as_path()).map_err(io_err(p.as_path()))?;
+        if e == Entry::Dir {
+            let st = rustix::fs::stat(p.as_path()).map_err(errno_err(p.as_path()))?;
+            ids.push((p.clone(), FileId::of(&st)));
+        }
         system.push((p, e));
     }
     let exe = fs::canonicalize(node_exe).map_err(io_err(node_exe))?;
     let node_exe =
         AbsPath::from_path(&exe).map_err(|_| HostError::NodeExe(exe.display().to_string()))?;
+    let st = rustix::fs::stat(node_exe.as_path()).map_err(errno_err(node_exe.as_path()))?;
+    ids.push((node_exe.clone(), FileId::of(&st)));
+    let dev = AbsPath::new("/dev").expect("constant is valid");
+    let st = rustix::fs::stat(dev.as_path()).map_err(errno_err(dev.as_path()))?;
+    ids.push((dev, FileId::of(&st)));
+    let mounts =
+        mount_points("/proc/self/mountinfo").map_err(io_err(Path::new("/proc/self/mountinfo")))?;
 
     let mut roots = Vec::new();
-    let mut ids = Vec::new();
     let mut held = Held::default();
     let mut protected = Vec::new();
     let all = std::iter::once((&spec.work, true))
@@ -348,6 +405,7 @@ pub fn gather(spec: &RunSpec, node_exe: &Path, lock: bool) -> Result<(HostFacts,
             roots,
             protected,
             ids,
+            mounts,
         },
         held,
     ))

@@ -188,12 +188,23 @@ pub struct Expect {
 }
 
 impl Expect {
+    /// `path` bound onto itself.
     fn of(host: &HostFacts, path: &AbsPath, readonly: bool) -> Result<Expect, PlanError> {
+        Expect::at(host, path, path.clone(), readonly)
+    }
+
+    /// Host `src` bound at `dest`.
+    fn at(
+        host: &HostFacts,
+        src: &AbsPath,
+        dest: AbsPath,
+        readonly: bool,
+    ) -> Result<Expect, PlanError> {
         let id = host
-            .id(path)
-            .ok_or_else(|| PlanError::NoFacts(path.clone()))?;
+            .id(src)
+            .ok_or_else(|| PlanError::NoFacts(src.clone()))?;
         Ok(Expect {
-            path: path.clone(),
+            path: dest,
             id,
             readonly,
         })
@@ -334,6 +345,21 @@ pub enum Fault {
     NoProtectedPaths,
     /// Pass this node variable to the command.
     LeakEnv(String, String),
+    /// Bind this host folder, writable, at another path outside every
+    /// Landlock rule (the self-test's proof that Landlock alone refuses
+    /// what the mounts would allow).
+    ExposeAt {
+        /// Host folder.
+        src: AbsPath,
+        /// Where inside.
+        dest: AbsPath,
+    },
+    /// Do not apply Landlock (the proof that the mounts alone hide what
+    /// they must).
+    NoLandlock,
+    /// Do not install the seccomp filter (the control run that shows which
+    /// calls this kernel itself allows).
+    NoSeccomp,
 }
 
 impl Default for Extras {
@@ -376,6 +402,9 @@ pub struct Plan {
     /// descriptor, checked to be the object the node looked at), parents
     /// first: read-only, or unmovable (`.git`, `.git/objects`...).
     pub holds: Vec<Hold>,
+    /// Every mount point the run must have, and no other (see
+    /// [`mount_points`]).
+    pub mount_points: Vec<String>,
     /// Exactly the command's environment.
     pub env: Vec<(String, String)>,
     /// The command's working directory.
@@ -384,8 +413,12 @@ pub struct Plan {
     pub argv: Vec<String>,
     /// Landlock rules (second layer).
     pub landlock: LandlockRules,
+    /// Landlock is not applied (a self-test fault only).
+    pub landlock_off: bool,
     /// The seccomp profile.
     pub seccomp: Profile,
+    /// No seccomp filter is installed (a self-test fault only).
+    pub seccomp_off: bool,
     /// New unix sockets refused to the command.
     pub deny_unix_sockets: bool,
 }
@@ -452,6 +485,7 @@ fn abs(s: &str) -> AbsPath {
 pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, PlanError> {
     let mut mounts = Vec::new();
     let mut landlock = LandlockRules::default();
+    let mut expect = Vec::new();
 
     // 1. The system, read-only. Merged-/usr links stay links.
     for (path, entry) in &host.system {
@@ -462,6 +496,7 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
                     dest: path.clone(),
                 });
                 landlock.read.push(path.to_string());
+                expect.push(Expect::of(host, path, true)?);
             }
             Entry::Symlink(target) => mounts.push(Mount::Symlink {
                 target: target.clone(),
@@ -476,6 +511,7 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
         src: abs("/dev"),
         dest: abs(HOST_DEV_INSIDE),
     });
+    expect.push(Expect::at(host, &abs("/dev"), abs(HOST_DEV_INSIDE), false)?);
     let tmp = TmpfsSize {
         size_mib: spec.limits.tmp_size_mib(),
         inodes: spec.limits.tmp_inodes(),
@@ -493,6 +529,12 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
         dest: abs(NODE_BIN_INSIDE),
     });
     landlock.read.push(NODE_BIN_INSIDE.to_string());
+    expect.push(Expect::at(
+        host,
+        &host.node_exe,
+        abs(NODE_BIN_INSIDE),
+        true,
+    )?);
     // 3b. The run's own proxy socket (its only way out), and devices.
     if let Some(sock) = &extras.egress_socket {
         mounts.push(Mount::RoBind {
@@ -511,7 +553,6 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
 
     // 4. The caller's paths and the protected paths, parents before children.
     let mut user = Vec::new();
-    let mut expect = Vec::new();
     let roots = std::iter::once((&spec.work, true))
         .chain(spec.read.iter().map(|p| (p, false)))
         .chain(spec.write.iter().map(|p| (p, true)));
@@ -573,11 +614,16 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
     }
     // Parents before children (a stable sort keeps the order otherwise).
     holds.sort_by_key(|h| h.path.depth());
-    if let Some(Fault::Expose(p)) = &extras.fault {
-        user.push(Mount::RoBind {
+    match &extras.fault {
+        Some(Fault::Expose(p)) => user.push(Mount::RoBind {
             src: p.clone(),
             dest: p.clone(),
-        });
+        }),
+        Some(Fault::ExposeAt { src, dest }) => user.push(Mount::Bind {
+            src: src.clone(),
+            dest: dest.clone(),
+        }),
+        _ => {}
     }
     for w in &spec.write {
         if protected
@@ -625,6 +671,7 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
         })
         .collect();
 
+    let mount_points = mount_points(&mounts, &host.mounts, &devices, &holds, &placeholders);
     Ok(Plan {
         namespaces,
         mounts,
@@ -634,13 +681,61 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
         placeholders,
         expect,
         holds,
+        mount_points,
         env,
         cwd: spec.work.clone(),
         argv: spec.command.clone(),
         landlock,
+        landlock_off: extras.fault == Some(Fault::NoLandlock),
         seccomp: extras.profile,
+        seccomp_off: extras.fault == Some(Fault::NoSeccomp),
         deny_unix_sockets: !spec.allow_unix_sockets && extras.profile == Profile::Default,
     })
+}
+
+/// Every mount point the run has once the stage is done, sorted (a path
+/// mounted on twice is there twice): the root; each of `mounts` but the
+/// host's `/dev`, which the stage detaches, with the host's mount points
+/// (`host_mounts`) under each folder bound (a bind takes them along); the
+/// stage's `/dev` and its devices; the placeholders' sources; the holds and
+/// the placeholders. The stage finds exactly these, or refuses the run
+/// (see `hold::verify_mount_table`).
+fn mount_points(
+    mounts: &[Mount],
+    host_mounts: &[String],
+    devices: &[String],
+    holds: &[Hold],
+    placeholders: &[Placeholder],
+) -> Vec<String> {
+    let mut points = vec!["/".to_string()];
+    for m in mounts {
+        match m {
+            Mount::RoBind { src, dest } | Mount::Bind { src, dest } => {
+                points.push(dest.to_string());
+                for h in host_mounts {
+                    if let Some(rest) = h.strip_prefix(src.as_str()) {
+                        if rest.starts_with('/') && src.as_str() != "/" {
+                            points.push(format!("{dest}{rest}"));
+                        } else if src.as_str() == "/" && h != "/" {
+                            points.push(format!("{}{h}", dest.as_str().trim_end_matches('/')));
+                        }
+                    }
+                }
+            }
+            Mount::Proc { dest } | Mount::Tmpfs { dest, .. } => points.push(dest.to_string()),
+            Mount::DevBind { .. } | Mount::Symlink { .. } => {}
+        }
+    }
+    points.push("/dev".into());
+    points.extend(devices.iter().map(|d| format!("/dev/{d}")));
+    points.push("/dev/pts".into());
+    if !placeholders.is_empty() {
+        points.push(PLACEHOLDERS_INSIDE.into());
+    }
+    points.extend(holds.iter().map(|h| h.path.to_string()));
+    points.extend(placeholders.iter().map(|p| p.path.to_string()));
+    points.sort();
+    points
 }
 
 /// Collects the holds, reports and placeholders of the protected paths.
@@ -911,6 +1006,9 @@ mod tests {
         for r in &roots {
             id(r.path.clone(), &r.entry);
         }
+        for s in ["/usr", "/etc", "/opt/oz0/oz0-node", "/dev"] {
+            id(p(s), &Entry::Dir);
+        }
         for f in &protected {
             for (n, _, e) in &f.names {
                 id(f.root.join(n).unwrap(), e);
@@ -937,6 +1035,7 @@ mod tests {
             roots,
             protected,
             ids,
+            mounts: vec!["/".into()],
         }
     }
 
@@ -982,6 +1081,48 @@ mod tests {
             "--args 3 -- /oz0/oz0-node __oz0-stage"
         );
         assert_eq!(plan.argv, vec!["make", "test"]);
+    }
+
+    /// The stage finds exactly these mount points in the run, or refuses
+    /// it: what bubblewrap binds (with the host's mount points under each
+    /// folder it binds, which a bind takes along), but not the host's /dev
+    /// the stage detaches, and what the stage mounts itself.
+    #[test]
+    fn the_mount_points_the_stage_expects() {
+        let mut h = basic_host();
+        h.mounts = vec![
+            "/".into(),
+            "/usr".into(),
+            "/w/cache".into(),
+            "/wx".into(),
+            "/dev/shm".into(),
+            "/home".into(),
+        ];
+        let plan = plan(&spec(|_| {}), &h, &Extras::default()).unwrap();
+        let mut want: Vec<String> = [
+            "/",
+            "/usr",
+            "/etc",
+            "/proc",
+            "/tmp",
+            "/oz0/oz0-node",
+            "/w",
+            "/w/cache",
+            "/dev",
+            "/dev/pts",
+            "/oz0/ph",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(DEV_NODES.iter().map(|d| format!("/dev/{d}")))
+        .chain(plan.placeholders.iter().map(|p| p.path.to_string()))
+        .collect();
+        want.sort();
+        assert_eq!(plan.mount_points, want);
+        // Every bind of bubblewrap's is checked by identity too: the
+        // system's, the node binary, the host's /dev aside, the caller's.
+        let expect: Vec<&str> = plan.expect.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(expect, ["/usr", "/etc", "/oz0/dev", "/oz0/oz0-node", "/w"]);
     }
 
     #[test]
@@ -1200,22 +1341,20 @@ mod tests {
         assert_eq!(how("/w/.git"), Protection::Unmovable);
         assert_eq!(how("/w/.git/hooks"), Protection::ReadOnly);
         assert_eq!(how("/w/.git/commondir"), Protection::Placeholder);
-        // bubblewrap binds only the caller's folder, which the stage checks.
+        // bubblewrap binds only the caller's folder of these, which the
+        // stage checks, as it checks every bind of bubblewrap's.
         assert!(!plan
             .mounts
             .iter()
             .any(|m| m.dest().as_str().starts_with("/w/.git")));
-        let expect: Vec<(&str, bool)> = plan
-            .expect
-            .iter()
-            .map(|e| (e.path.as_str(), e.readonly))
-            .collect();
-        assert_eq!(expect, vec![("/w", false)]);
+        assert!(plan.expect.iter().any(|e| e.path == p("/w") && !e.readonly));
         for m in &plan.mounts {
-            if let Mount::Bind { dest, .. } | Mount::RoBind { dest, .. } = m {
-                let ours = ["/usr", "/etc", NODE_BIN_INSIDE];
+            if let Mount::Bind { dest, .. }
+            | Mount::RoBind { dest, .. }
+            | Mount::DevBind { dest, .. } = m
+            {
                 assert!(
-                    ours.contains(&dest.as_str()) || plan.expect.iter().any(|e| &e.path == dest),
+                    plan.expect.iter().any(|e| &e.path == dest),
                     "{dest} is bound and not checked"
                 );
             }

@@ -46,8 +46,12 @@ pub struct StageConfig {
     pub env: Vec<(String, String)>,
     /// Landlock rules.
     pub landlock: LandlockRules,
+    /// Landlock is not applied (a self-test fault only).
+    pub landlock_off: bool,
     /// Seccomp profile.
     pub seccomp: Profile,
+    /// No seccomp filter (a self-test fault only).
+    pub seccomp_off: bool,
     /// The egress bridge, when the run has egress.
     pub bridge: Option<BridgeConfig>,
     /// Refuse new unix sockets to the command (and to the bridge, which
@@ -61,6 +65,8 @@ pub struct StageConfig {
     pub expect: Vec<crate::plan::Expect>,
     /// Protected paths that exist, to bind onto themselves.
     pub holds: Vec<crate::plan::Hold>,
+    /// Every mount point the run must have once the stage is done.
+    pub mount_points: Vec<String>,
     /// The device nodes of the run's `/dev` (names under `/dev`).
     pub devices: Vec<String>,
     /// The size of the run's `/tmp` and `/dev`.
@@ -318,12 +324,22 @@ fn restrict() -> Result<(StageConfig, landlock::LandlockReport), String> {
     oz0_sys::spawn::cloexec_from(3).map_err(|e| format!("close_range: {e}"))?;
     crate::hold::verify_binds(&cfg.expect)?;
     crate::hold::prepare_mounts(&cfg.devices, cfg.tmp, &cfg.holds, &cfg.placeholders)?;
+    crate::hold::verify_mount_table(&cfg.mount_points)?;
     hide_placeholders_from_git(&cfg);
     crate::hold::enter_own_user_namespace()?;
     crate::hold::drop_capabilities()?;
     let programs =
         seccomp::compile(cfg.seccomp, cfg.deny_unix_sockets).map_err(|e| e.to_string())?;
-    let report = landlock::restrict(&cfg.landlock).map_err(|e| e.to_string())?;
-    seccomp::install(&programs).map_err(|e| e.to_string())?;
+    let report = if cfg.landlock_off {
+        landlock::LandlockReport {
+            kernel_abi: oz0_sys::probe::landlock_abi(),
+            enforced: "off".into(),
+        }
+    } else {
+        landlock::restrict(&cfg.landlock).map_err(|e| e.to_string())?
+    };
+    if !cfg.seccomp_off {
+        seccomp::install(&programs).map_err(|e| e.to_string())?;
+    }
     Ok((cfg, report))
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use oz0_policy::facts::Property;
 use oz0_selftest::check;
-use oz0_selftest::selftest::{self, Config, Line, Outcome};
+use oz0_selftest::selftest::{self, Config, Layer, Line, Outcome};
 
 use crate::exit::Exit;
 
@@ -75,12 +75,32 @@ pub fn closing(o: &Outcome, bwrap: &str) -> String {
     }
 }
 
+/// What `--inject-fault` names: one property's runs to weaken, or one
+/// layer of the sandbox to take away from every run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Weaken this property's runs.
+    Property(Property),
+    /// Take this layer away.
+    Layer(Layer),
+}
+
+/// Reads `--inject-fault`'s value.
+pub fn parse_fault(s: &str) -> Result<Fault, String> {
+    Property::parse(s)
+        .map(Fault::Property)
+        .or_else(|| Layer::parse(s).map(Fault::Layer))
+        .ok_or_else(|| {
+            "--inject-fault takes one of: launch, files, egress, ingress, job_limits, fail_closed, protected_paths, environment, or a layer: mounts, landlock, seccomp".into()
+        })
+}
+
 /// Runs the self-test when the probe found tier 1's mechanisms.
 pub fn self_test(
     probe: &check::Probe,
     report: &check::Report,
     data_dir: Option<PathBuf>,
-    fault: Option<Property>,
+    fault: Option<Fault>,
     on_line: impl FnMut(&Line),
 ) -> Option<Outcome> {
     let b = probe.bwrap.as_ref().ok().filter(|_| report.tier == 1)?;
@@ -94,7 +114,14 @@ pub fn self_test(
         data_dir,
         job_mode,
         job_unavailable,
-        fault,
+        fault: match fault {
+            Some(Fault::Property(p)) => Some(p),
+            _ => None,
+        },
+        layer_fault: match fault {
+            Some(Fault::Layer(l)) => Some(l),
+            _ => None,
+        },
     };
     Some(selftest::run(&cfg, on_line))
 }
@@ -105,11 +132,11 @@ pub fn main(a: CheckArgs) -> i32 {
         eprintln!("oz0-node: --psec is the Windows spelling (PSEC is Windows 11's process security environment); on Linux use --self-test");
         return Exit::Usage.code();
     }
-    let fault = match a.inject_fault.as_deref().map(Property::parse) {
+    let fault = match a.inject_fault.as_deref().map(parse_fault) {
         None => None,
-        Some(Some(p)) => Some(p),
-        Some(None) => {
-            eprintln!("oz0-node: --inject-fault takes one of: launch, files, egress, ingress, job_limits, fail_closed, protected_paths, environment");
+        Some(Ok(f)) => Some(f),
+        Some(Err(e)) => {
+            eprintln!("oz0-node: {e}");
             return Exit::Usage.code();
         }
     };

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use oz0_edge::client::NodeKey;
-use oz0_policy::facts::Property;
 use oz0_policy::facts::{Microvm, MicrovmReason, NodeFacts};
 use oz0_selftest::facts::{self, SandboxMode};
 
@@ -235,7 +234,7 @@ struct Assessor {
     bwrap: Option<PathBuf>,
     cgroup_root: Option<PathBuf>,
     data_dir: PathBuf,
-    fault: Option<Property>,
+    fault: Option<crate::check::Fault>,
 }
 
 fn probe_key(r: &oz0_selftest::check::Report) -> String {
@@ -317,11 +316,11 @@ pub fn run(a: NodeArgs) -> i32 {
         eprintln!("oz0-node: --sandbox psec is Windows-only (Windows 11's process security environment); on Linux use --sandbox auto");
         return Exit::Usage.code();
     }
-    let fault = match a.inject_fault.as_deref().map(Property::parse) {
+    let fault = match a.inject_fault.as_deref().map(crate::check::parse_fault) {
         None => None,
-        Some(Some(p)) => Some(p),
-        Some(None) => {
-            eprintln!("oz0-node: --inject-fault takes one of: launch, files, egress, ingress, job_limits, fail_closed, protected_paths, environment");
+        Some(Ok(f)) => Some(f),
+        Some(Err(e)) => {
+            eprintln!("oz0-node: {e}");
             return Exit::Usage.code();
         }
     };

@@ -143,6 +143,102 @@ fn each_property_can_fail_and_then_the_tier_is_0() {
     assert_eq!(o.status.code(), Some(2));
 }
 
+/// The self-test proves each layer of tier 1 on its own: with the mounts
+/// letting the data directory in, with Landlock off, or without the seccomp
+/// filter — the other layers still holding — the self-test fails and names
+/// the layer that went, and the tier is 0.
+#[test]
+fn each_layer_is_proven_on_its_own_and_named_when_it_fails() {
+    ready!();
+    for (layer, property, named) in [
+        ("mounts", "files", "mount layer"),
+        ("landlock", "files", "landlock layer"),
+        ("seccomp", "launch", "seccomp layer"),
+    ] {
+        let o = oz0(&["sandbox", "check", "--self-test", "--inject-fault", layer]);
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(1), "{layer}: {out}");
+        let failed: Vec<&str> = out.lines().filter(|l| l.contains(": failed (")).collect();
+        assert_eq!(failed.len(), 1, "{layer}: {out}");
+        assert!(
+            failed[0].starts_with(&format!("Self-test {property}: failed ("))
+                && failed[0].contains(named),
+            "{layer}: {out}"
+        );
+        assert!(
+            out.contains("Sandbox: tier 0: a fault was injected"),
+            "{layer}: {out}"
+        );
+    }
+    // And what each layer shows when it holds.
+    let o = oz0(&["sandbox", "check", "--self-test"]);
+    let out = stdout(&o);
+    assert!(out.contains("seccomp alone refuses"), "{out}");
+    assert!(
+        out.contains("with Landlock off the mounts still hide"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Landlock (ABI") && out.contains("alone refuses listing, reading and writing"),
+        "{out}"
+    );
+}
+
+/// A bubblewrap (named with --bwrap) that quietly mounts more than the node
+/// asked for — a host folder read-only, or a writable one — is caught by
+/// the stage's look at the run's mount table, whatever Landlock would
+/// still refuse: `sandbox run` is refused with the reason, and the
+/// self-test reports tier 0.
+#[test]
+fn a_bubblewrap_that_mounts_more_than_planned_is_refused() {
+    ready!();
+    let dir = TempDir::new("evil-bwrap");
+    let host = dir.join("host-folder");
+    std::fs::create_dir(&host).unwrap();
+    let wrappers = [
+        ("home", "--ro-bind /home /home".to_string()),
+        (
+            "writable",
+            format!("--bind {} /oz0/host-folder", host.display()),
+        ),
+    ];
+    for (name, extra) in wrappers {
+        let w = dir.join(name);
+        std::fs::write(
+            &w,
+            format!("#!/bin/sh\nexec /usr/bin/bwrap {extra} \"$@\"\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let w = w.to_str().unwrap();
+        let work = dir.join(&format!("work-{name}"));
+        std::fs::create_dir(&work).unwrap();
+        let o = oz0(&[
+            "sandbox",
+            "run",
+            "--bwrap",
+            w,
+            "--work",
+            work.to_str().unwrap(),
+            "--",
+            "/bin/true",
+        ]);
+        assert_eq!(o.status.code(), Some(125), "{name}: {}", stderr(&o));
+        assert!(stderr(&o).contains("mount table"), "{name}: {}", stderr(&o));
+        let o = oz0(&["sandbox", "check", "--self-test", "--bwrap", w]);
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(1), "{name}: {out}");
+        assert!(
+            out.contains("Self-test launch: failed") && out.contains("mount table"),
+            "{name}: {out}"
+        );
+        assert!(
+            out.contains("Sandbox: tier 0: the self-test failed at launch"),
+            "{name}: {out}"
+        );
+    }
+}
+
 #[test]
 fn check_names_the_fix_when_bubblewrap_is_missing() {
     ready!();

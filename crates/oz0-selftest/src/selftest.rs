@@ -39,6 +39,40 @@ pub struct Config {
     pub job_unavailable: Option<String>,
     /// A fault to inject into one property's runs (self-test tests only).
     pub fault: Option<Property>,
+    /// A layer to take away from every run (self-test tests only).
+    pub layer_fault: Option<Layer>,
+}
+
+/// A layer of the sandbox that the self-test's tests can take away from
+/// every run of the self-test, to show that the self-test sees that layer
+/// go even while the others hold (and names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    /// The mounts: the stand-in data directory is mounted into the runs.
+    Mounts,
+    /// Landlock is not applied.
+    Landlock,
+    /// No seccomp filter.
+    Seccomp,
+}
+
+impl Layer {
+    /// Every layer.
+    pub const ALL: [Layer; 3] = [Layer::Mounts, Layer::Landlock, Layer::Seccomp];
+
+    /// The name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layer::Mounts => "mounts",
+            Layer::Landlock => "landlock",
+            Layer::Seccomp => "seccomp",
+        }
+    }
+
+    /// The layer named `s`.
+    pub fn parse(s: &str) -> Option<Layer> {
+        Layer::ALL.into_iter().find(|l| l.as_str() == s)
+    }
 }
 
 /// One check's result.
@@ -135,7 +169,7 @@ pub fn run(cfg: &Config, mut on_line: impl FnMut(&Line)) -> Outcome {
             return Outcome {
                 lines: vec![l],
                 failed: Some(Property::Launch),
-                fault_injected: cfg.fault.is_some(),
+                fault_injected: cfg.fault.is_some() || cfg.layer_fault.is_some(),
                 total_ms: 0,
             };
         }
@@ -194,7 +228,7 @@ pub fn run(cfg: &Config, mut on_line: impl FnMut(&Line)) -> Outcome {
     Outcome {
         lines,
         failed,
-        fault_injected: cfg.fault.is_some(),
+        fault_injected: cfg.fault.is_some() || cfg.layer_fault.is_some(),
         total_ms: started.elapsed().as_millis() as u64,
     }
 }
@@ -217,6 +251,15 @@ impl Ctx<'_> {
     }
 
     fn fault(&self) -> Option<Fault> {
+        if let Some(layer) = self.cfg.layer_fault {
+            return Some(match layer {
+                Layer::Mounts => Fault::Expose(
+                    oz0_policy::AbsPath::from_path(&self.standin).expect("temp dir is UTF-8"),
+                ),
+                Layer::Landlock => Fault::NoLandlock,
+                Layer::Seccomp => Fault::NoSeccomp,
+            });
+        }
         if self.cfg.fault != Some(self.current) {
             return None;
         }
@@ -249,9 +292,26 @@ impl Ctx<'_> {
         jobs: Option<&oz0_jobs::JobMode>,
         cancel: Option<std::os::fd::OwnedFd>,
     ) -> Result<RunOutcome, String> {
+        self.launch_with(req, proxy, jobs, cancel, self.fault())
+    }
+
+    /// A run of the probe with one layer of the sandbox deliberately taken
+    /// away (`fault`), to show that another holds on its own.
+    fn launch_without(&self, req: RunRequest, fault: Fault) -> Result<RunOutcome, String> {
+        self.launch_with(req, None, None, None, Some(fault))
+    }
+
+    fn launch_with(
+        &self,
+        req: RunRequest,
+        proxy: Option<&oz0_egress::ProxyHandle>,
+        jobs: Option<&oz0_jobs::JobMode>,
+        cancel: Option<std::os::fd::OwnedFd>,
+        fault: Option<Fault>,
+    ) -> Result<RunOutcome, String> {
         let spec = RunSpec::new(req).map_err(|e| format!("self-test spec refused: {e}"))?;
         let extras = Extras {
-            fault: self.fault(),
+            fault,
             ..Default::default()
         };
         launch::run(
@@ -370,7 +430,56 @@ fn check_launch(c: &mut Ctx) -> CheckResult {
             "a process it started outlived it (pids {leftover:?})"
         ));
     }
-    Ok("wrote its work directory; the process it started ended with it".into())
+    let seccomp = seccomp_alone(c)?;
+    Ok(format!(
+        "wrote its work directory; the process it started ended with it; {seccomp}"
+    ))
+}
+
+/// The seccomp layer on its own: the probe tries the system calls the
+/// filter refuses, once in a run with the filter and once in the same run
+/// without it. A call refused with the filter that this kernel allows
+/// without it is refused by the filter alone; at least two such calls
+/// prove the layer, whatever the namespaces and capabilities refuse too.
+fn seccomp_alone(c: &mut Ctx) -> CheckResult {
+    let work = c.dir("seccomp")?;
+    let (with, without) = (work.join("with.json"), work.join("without.json"));
+    let probe = |out: &Path| -> Vec<String> {
+        let mut v = probe_cmd(out, &[]);
+        v.retain(|a| a != "--no-syscalls");
+        v
+    };
+    c.launch(c.request(&work, probe(&with)), None, None, None)?;
+    c.launch_without(c.request(&work, probe(&without)), Fault::NoSeccomp)?;
+    let (a, b) = (read_report(&with)?, read_report(&without)?);
+    if a["seccomp"] != "2" {
+        return Err(format!(
+            "seccomp layer: no filter is in place in the run (Seccomp: {} in /proc/self/status)",
+            a["seccomp"]
+        ));
+    }
+    let calls = a["syscalls"]
+        .as_object()
+        .ok_or("the probe reported no system calls")?;
+    let mut proven: Vec<&str> = calls
+        .iter()
+        .filter(|(k, v)| {
+            v.as_str().is_some_and(|e| e.starts_with('E')) && b["syscalls"][k.as_str()] == "ok"
+        })
+        .map(|(k, _)| k.as_str())
+        .collect();
+    proven.sort_unstable();
+    if proven.len() < 2 {
+        return Err(format!(
+            "seccomp layer: the filter refused {} call(s) this kernel allows here without it ({}); it refuses at least two on a machine it works on",
+            proven.len(),
+            proven.join(", ")
+        ));
+    }
+    Ok(format!(
+        "seccomp alone refuses {}, which this kernel allows without the filter",
+        proven.join(", ")
+    ))
 }
 
 // --- files ------------------------------------------------------------------
@@ -402,9 +511,20 @@ fn check_files(c: &mut Ctx) -> CheckResult {
     if let (Some(d), Some(k)) = (&real, &real_key) {
         args.extend(["--list", d.as_str(), "--read", k.as_str()]);
     }
-    c.launch(c.request(&work, probe_cmd(&out, &args)), None, None, None)?;
+    let o = c.launch(c.request(&work, probe_cmd(&out, &args)), None, None, None)?;
     let r = read_report(&out)?;
     let bad = |section: &str, key: &str| r[section][key] == "ok";
+    let abi = oz0_sys::probe::landlock_abi();
+    match &o.landlock {
+        _ if abi == 0 => {}
+        Some(l) if l.enforced == "full" || l.enforced == "partial" => {}
+        other => {
+            return Err(format!(
+                "landlock layer: the run's Landlock is {} though this kernel has ABI {abi}",
+                other.as_ref().map_or("missing", |l| l.enforced.as_str())
+            ))
+        }
+    }
     if bad("write", "/etc/oz0-selftest") {
         return Err("a write to /etc succeeded".into());
     }
@@ -415,18 +535,91 @@ fn check_files(c: &mut Ctx) -> CheckResult {
     }
     if bad("list", &standin) || bad("read", &standin_key) {
         return Err(format!(
-            "the stand-in data directory {standin} could be listed or read"
+            "mount layer: the stand-in data directory {standin} could be listed or read"
         ));
     }
-    match (&real, &real_key) {
+    let first = match (&real, &real_key) {
         (Some(d), Some(k)) => {
             if bad("list", d) || bad("read", k) {
                 return Err(format!("the node's data directory {d} could be listed or its key read"));
             }
-            Ok(format!("writes outside refused; the node's data directory {d}: listing refused, reading identity/node.key refused; the stand-in too"))
+            format!("writes outside refused; the node's data directory {d}: listing refused, reading identity/node.key refused; the stand-in too")
         }
-        _ => Ok("writes outside refused; a stand-in data directory: listing and reading its key refused (the node has no data directory yet)".into()),
+        _ => "writes outside refused; a stand-in data directory: listing and reading its key refused (the node has no data directory yet)".into(),
+    };
+    // The mount layer on its own: the same, in a run without Landlock.
+    let out = work.join("mounts-alone.json");
+    c.launch_without(c.request(&work, probe_cmd(&out, &args)), Fault::NoLandlock)?;
+    let r = read_report(&out)?;
+    let seen: Vec<&str> = [
+        ("write", "/etc/oz0-selftest"),
+        ("write", outside_file.as_str()),
+        ("list", standin.as_str()),
+        ("read", standin_key.as_str()),
+    ]
+    .into_iter()
+    .chain(real.iter().map(|d| ("list", d.as_str())))
+    .chain(real_key.iter().map(|k| ("read", k.as_str())))
+    .filter(|(section, key)| r[*section][*key] == "ok")
+    .map(|(_, key)| key)
+    .collect();
+    if !seen.is_empty() || Path::new(&outside_file).exists() {
+        return Err(format!(
+            "mount layer: without Landlock, the run reached {}: the mounts alone do not hide what they must",
+            seen.join(", ")
+        ));
     }
+    let landlock = landlock_alone(c)?;
+    Ok(format!(
+        "{first}; each layer alone: with Landlock off the mounts still hide all of it; {landlock}"
+    ))
+}
+
+/// The Landlock layer on its own: the stand-in data directory is bound
+/// into a run, writable, at a path no Landlock rule covers (the mount
+/// layer deliberately opened); Landlock alone must refuse listing it,
+/// reading its key and writing in it.
+fn landlock_alone(c: &mut Ctx) -> CheckResult {
+    let abi = oz0_sys::probe::landlock_abi();
+    if abi == 0 {
+        return Ok("Landlock: not on this kernel, so the mount layer alone holds the files (no second layer)".into());
+    }
+    let work = c.dir("landlock")?;
+    let out = work.join("r.json");
+    let inside = "/oz0/exposed";
+    let key = format!("{inside}/identity/node.key");
+    let planted = format!("{inside}/planted");
+    let req = c.request(
+        &work,
+        probe_cmd(
+            &out,
+            &["--list", inside, "--read", &key, "--write", &planted],
+        ),
+    );
+    let fault = Fault::ExposeAt {
+        src: oz0_policy::AbsPath::from_path(&c.standin).map_err(|e| e.to_string())?,
+        dest: oz0_policy::AbsPath::new(inside).expect("constant path"),
+    };
+    c.launch_without(req, fault)?;
+    let r = read_report(&out)?;
+    let reached: Vec<&str> = [
+        ("list", inside),
+        ("read", key.as_str()),
+        ("write", planted.as_str()),
+    ]
+    .into_iter()
+    .filter(|(section, k)| r[*section][*k] != "EACCES")
+    .map(|(_, k)| k)
+    .collect();
+    if !reached.is_empty() || c.standin.join("planted").exists() {
+        return Err(format!(
+            "landlock layer: with the stand-in data directory mounted in the run, Landlock did not refuse {} (ABI {abi}): it does not hold on its own",
+            reached.join(", ")
+        ));
+    }
+    Ok(format!(
+        "with it mounted writable, Landlock (ABI {abi}) alone refuses listing, reading and writing it"
+    ))
 }
 
 // --- egress -----------------------------------------------------------------
