@@ -597,6 +597,15 @@ pub fn run(spec: &RunSpec, opts: LaunchOptions<'_>) -> Result<RunOutcome, Sandbo
     let started = Instant::now();
     let run_id = new_run_id();
     let base = opts.scratch.clone().unwrap_or_else(scratch_base);
+    // The node keeps its run records there, and trusts them when it sweeps
+    // a dead run's leftovers: never in a folder the run may write.
+    let real_base = fs::canonicalize(&base).unwrap_or_else(|_| base.clone());
+    if let Some(w) = spec.writable().find(|w| real_base.starts_with(w.as_path())) {
+        return Err(SandboxError::Prepare(format!(
+            "the node's folder for its run records, {}, lies in {w}, which the run may write: set TMPDIR to a folder outside the run's folders",
+            base.display()
+        )));
+    }
     // Runs of a node that died (SIGKILL) left their placeholders and
     // folders: swept before this run looks at its folders, which may be
     // theirs (a leftover placeholder taken for the caller's own folder would

@@ -715,7 +715,23 @@ mkdir wt && echo 'gitdir: ../deep/evil.git' > wt/.git
     }
 }
 
-#[allow(dead_code)]
+/// The node's run records (which a later node trusts to sweep a dead run's
+/// placeholders) never lie where the run could forge them: a `TMPDIR` in
+/// the run's work folder refuses the run, naming the fix.
+#[test]
+fn run_records_never_lie_in_a_folder_the_run_may_write() {
+    ready!();
+    let env = Env::new("records");
+    let out = env
+        .cmd(&[], ["/bin/true"])
+        .env("TMPDIR", env.work.join("tmp"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("set TMPDIR"), "{}", stderr(&out));
+    assert!(!exists(&env.work.join("tmp")));
+}
+
 fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()
 }
