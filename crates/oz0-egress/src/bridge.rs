@@ -69,17 +69,8 @@ fn serve_mode(
             *n += 1;
         }
         let release = Slot(slots.clone());
-        let tcp = match listener.accept() {
-            Ok((tcp, _)) => tcp,
-            Err(e) => match e.kind() {
-                io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => continue,
-                // Out of file descriptors: back off instead of spinning.
-                _ if e.raw_os_error() == Some(24) || e.raw_os_error() == Some(23) => {
-                    thread::sleep(Duration::from_millis(20));
-                    continue;
-                }
-                _ => return Err(e),
-            },
+        let Some(tcp) = accept(&listener)? else {
+            continue;
         };
         let target = target.clone();
         let spawned = thread::Builder::new()
@@ -123,20 +114,28 @@ impl Drop for Slot {
 /// channel, whose far end takes only connections.
 pub fn serve_channel(listener: TcpListener, channel: &UnixStream) -> io::Result<()> {
     loop {
-        let tcp = match listener.accept() {
-            Ok((tcp, _)) => tcp,
-            Err(e) => match e.kind() {
-                io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => continue,
-                // Out of file descriptors: back off instead of spinning.
-                _ if e.raw_os_error() == Some(24) || e.raw_os_error() == Some(23) => {
-                    thread::sleep(Duration::from_millis(20));
-                    continue;
-                }
-                _ => return Err(e),
-            },
+        let Some(tcp) = accept(&listener)? else {
+            continue;
         };
         let _ = tcp.set_nodelay(true);
         send_handoff(channel, &tcp)?;
+    }
+}
+
+/// The next connection on `listener`; `None` when accepting should simply
+/// be tried again (interrupted, aborted by the client, or out of
+/// descriptors, after backing off instead of spinning).
+fn accept(listener: &TcpListener) -> io::Result<Option<TcpStream>> {
+    match listener.accept() {
+        Ok((tcp, _)) => Ok(Some(tcp)),
+        Err(e) => match e.kind() {
+            io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => Ok(None),
+            _ if e.raw_os_error() == Some(24) || e.raw_os_error() == Some(23) => {
+                thread::sleep(Duration::from_millis(20));
+                Ok(None)
+            }
+            _ => Err(e),
+        },
     }
 }
 

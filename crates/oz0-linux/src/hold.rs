@@ -33,7 +33,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
-use rustix::fs::{openat2, Mode, OFlags, ResolveFlags, CWD};
+use rustix::fs::{Mode, OFlags, CWD};
 use rustix::io::Errno;
 
 use rustix::mount::MountFlags;
@@ -348,15 +348,7 @@ impl<'a> Folders<'a> {
     }
 }
 
-pub(crate) fn no_links(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
-    openat2(
-        dir,
-        path,
-        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
-}
+pub(crate) use crate::hostfs::open_beneath as no_links;
 
 /// Binds the read-only source of `kind` (in `sources`) onto placeholder
 /// `name` in `dir` (made by the node; or, made by someone else meanwhile,

@@ -168,6 +168,25 @@ impl Held {
     }
 }
 
+/// How long a run waits for a folder that is held: a sweep of a dead run's
+/// leftovers holds it for a moment (see `launch::sweep_stale`); a live run
+/// holds it for its whole length.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Locks the folder open at `fd`, waiting up to [`LOCK_WAIT`] for another
+/// holder to let it go.
+fn lock_briefly(fd: &OwnedFd) -> Result<(), Errno> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match rustix::fs::flock(fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Err(Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Locks each of the writable folders `roots` (as [`gather`] does), or
 /// `None` when another run holds one of them. A folder that is gone or is
 /// not one (no longer a folder, or reached through a link) needs no lock.
@@ -387,7 +406,7 @@ pub fn gather(spec: &RunSpec, node_exe: &Path, lock: bool) -> Result<(HostFacts,
             continue;
         }
         if lock {
-            match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            match lock_briefly(&fd) {
                 Ok(()) => {}
                 Err(Errno::WOULDBLOCK) => return Err(HostError::InUse(p.clone())),
                 Err(e) => return Err(errno_err(p.as_path())(e)),

@@ -227,13 +227,7 @@ fn a_writable_folder_is_held_by_one_run_at_a_time() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(first.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line, "started\n");
+    assert_eq!(first_line(&mut first), "started\n");
     let other = common::TempDir::new("other");
     for extra in [vec![], vec!["--write", env.work.to_str().unwrap()]] {
         let mut c = if extra.is_empty() {
@@ -300,13 +294,11 @@ fn a_link_swapped_in_during_start_never_binds_another_folder() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(attacker.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line, "swapping\n", "the attacking run did not start");
+    assert_eq!(
+        first_line(&mut attacker),
+        "swapping\n",
+        "the attacking run did not start"
+    );
     let t = target.to_str().unwrap();
     let victim_data = common::TempDir::new("victim-data");
     let victim_work = common::TempDir::new("victim-work");
