@@ -403,7 +403,7 @@ pub struct Plan {
     /// first: read-only, or unmovable (`.git`, `.git/objects`...).
     pub holds: Vec<Hold>,
     /// Every mount point the run must have, and no other (see
-    /// [`mount_points`]).
+    /// `mount_points` in this module).
     pub mount_points: Vec<String>,
     /// Exactly the command's environment.
     pub env: Vec<(String, String)>,
