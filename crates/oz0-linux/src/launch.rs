@@ -336,7 +336,11 @@ const UNRECORDED_GRACE: std::time::Duration = std::time::Duration::from_secs(60)
 /// Removes what runs of dead node processes left in `base`: their
 /// placeholders (only if still empty, never through a link) and their
 /// private folders. Folders of live runs, or that this user does not own,
-/// are left alone.
+/// are left alone, and so is a dead run whose writable folders another
+/// live run holds now (which may have made placeholders of its own under
+/// the same names); a later sweep takes them. A run sweeps before it looks
+/// at its own folders, so that it never takes a dead run's leftovers there
+/// for the caller's.
 pub fn sweep_stale(base: &Path) {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = fs::read_dir(base) else {
