@@ -1066,7 +1066,9 @@ async fn tunnel(
                 // Bytes the client sent right behind its CONNECT head.
                 tokio::io::AsyncWriteExt::write_all(&mut server, &parts.read_buf).await?;
                 up.fetch_add(parts.read_buf.len() as u64, Ordering::Relaxed);
-                crate::pump::both_ways(&client, &server, &up, &down, large_buffers).await
+                crate::pump::both_ways(&client, &server, &up, &down, large_buffers)
+                    .await
+                    .map(drop)
             };
             guard(moved, &up, &down, idle, closed).await
         }

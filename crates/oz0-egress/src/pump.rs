@@ -27,24 +27,26 @@ pub(crate) const LARGE_BUDGET: usize = 64;
 /// Moves bytes both ways between `a` and `b` until both directions reached
 /// EOF or one failed. Counts bytes read from `a` in `up` and from `b` in
 /// `down` as they move. A direction that reaches EOF half-closes its
-/// destination, as `copy_bidirectional` does.
+/// destination, as `copy_bidirectional` does. Returns the largest buffer
+/// either direction used.
 pub(crate) async fn both_ways(
     a: &TcpStream,
     b: &TcpStream,
     up: &AtomicU64,
     down: &AtomicU64,
     budget: &Semaphore,
-) -> io::Result<()> {
-    tokio::try_join!(one_way(a, b, up, budget), one_way(b, a, down, budget)).map(|_| ())
+) -> io::Result<usize> {
+    tokio::try_join!(one_way(a, b, up, budget), one_way(b, a, down, budget)).map(|(x, y)| x.max(y))
 }
 
 /// Moves bytes `from` → `to` until EOF, then shuts down writing on `to`.
+/// Returns the size of the buffer it ended with.
 async fn one_way(
     from: &TcpStream,
     to: &TcpStream,
     count: &AtomicU64,
     budget: &Semaphore,
-) -> io::Result<()> {
+) -> io::Result<usize> {
     let mut buf = vec![0u8; SMALL];
     let mut large: Option<SemaphorePermit<'_>> = None;
     loop {
@@ -56,7 +58,7 @@ async fn one_way(
         };
         if n == 0 {
             shut_write(to);
-            return Ok(());
+            return Ok(buf.len());
         }
         count.fetch_add(n as u64, Ordering::Relaxed);
         write_all(to, &buf[..n]).await?;
@@ -100,8 +102,9 @@ mod tests {
         (c.unwrap(), s.unwrap().0)
     }
 
-    /// One tunnel: `payload` up, `reply` down, through `budget`.
-    async fn tunnel_once(payload: Vec<u8>, reply: Vec<u8>, budget: &Semaphore) {
+    /// One tunnel: `payload` up, `reply` down, through `budget`; the
+    /// largest buffer it used.
+    async fn tunnel_once(payload: Vec<u8>, reply: Vec<u8>, budget: &Semaphore) -> usize {
         let (mut client, proxy_a) = pair().await;
         let (proxy_b, mut server) = pair().await;
         let up = AtomicU64::new(0);
@@ -126,11 +129,12 @@ mod tests {
             server_side,
             client_side
         );
-        t.unwrap();
+        let largest = t.unwrap();
         assert!(got_server == payload, "the bytes up arrived changed");
         assert!(got_client == reply, "the bytes down arrived changed");
         assert_eq!(up.load(Ordering::Relaxed), payload.len() as u64);
         assert_eq!(down.load(Ordering::Relaxed), reply.len() as u64);
+        largest
     }
 
     fn pattern(n: u32, m: u32) -> Vec<u8> {
@@ -143,7 +147,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn moves_both_ways_and_passes_eof() {
         let budget = Semaphore::new(2);
-        tunnel_once(pattern(30_000_000, 251), b"pong".repeat(10_000), &budget).await;
+        let largest = tunnel_once(pattern(30_000_000, 251), b"pong".repeat(10_000), &budget).await;
+        assert_eq!(
+            largest, LARGE,
+            "the bulk direction never took a large buffer"
+        );
         assert_eq!(budget.available_permits(), 2, "a large buffer was kept");
     }
 
@@ -154,6 +162,11 @@ mod tests {
         let budget = Semaphore::new(0);
         let a = tunnel_once(pattern(5_000_000, 253), pattern(3_000_000, 7), &budget);
         let b = tunnel_once(pattern(4_000_000, 13), pattern(6_000_000, 241), &budget);
-        tokio::join!(a, b);
+        let (x, y) = tokio::join!(a, b);
+        assert_eq!(
+            (x, y),
+            (SMALL, SMALL),
+            "a buffer grew with the budget spent"
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! Everything that decides *which* cgroup to use and *what* to write is written
 //! against [`CgroupFs`], so it runs unchanged on the real kernel ([`RealFs`])
 //! and on an in-memory model of a v1 or v2 cgroup tree
-//! ([`crate::fake::FakeFs`]). The trait also carries the few non-file
+//! (the unit tests' `FakeFs`). The trait also carries the few non-file
 //! operations the job logic needs (effective uid, `SIGKILL`), so the fake can
 //! model them too.
 

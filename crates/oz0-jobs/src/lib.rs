@@ -25,7 +25,7 @@
 //! [`Job::remove`] end it. [`cleanup_stale`] removes the jobs of dead nodes.
 //!
 //! All system access goes through [`CgroupFs`], implemented by [`RealFs`] and
-//! by the in-memory [`fake::FakeFs`], so the v1 and v2 logic is unit-tested
+//! by an in-memory `FakeFs` in the unit tests, so the v1 and v2 logic is tested
 //! without root and without the host having that layout.
 //!
 //! # Threat model
@@ -52,6 +52,7 @@
 //! command); the next `fork` fails with `EAGAIN`.
 
 mod error;
+#[cfg(test)]
 pub mod fake;
 mod fs;
 mod job;

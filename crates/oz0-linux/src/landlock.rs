@@ -4,7 +4,8 @@
 //! read-and-execute on the system, the node binary and `--read` paths; full
 //! access on the work directory, `--write` paths, TEMP, `/dev` and `/proc`.
 //! On kernels with ABI 6 it also scopes abstract unix sockets and signals to
-//! the run. It is best effort by design (DESIGN §4): the stage reports
+//! the run. It is best effort by design (a kernel without it still has the
+//! mount layer, which the self-test proves on its own): the stage reports
 //! exactly what the kernel enforced, and the run's status carries it.
 
 use landlock::{

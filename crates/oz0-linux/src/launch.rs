@@ -326,7 +326,14 @@ fn private_dir_of(d: &Path, uid: u32) -> bool {
 /// (so no one removes another's entries), as `/tmp` is.
 fn shared_sticky_dir(d: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    fs::symlink_metadata(d).is_ok_and(|m| m.is_dir() && m.mode() & 0o1777 == 0o1777 && m.uid() == 0)
+    fs::symlink_metadata(d).is_ok_and(|m| m.is_dir() && shared_sticky(m.mode(), m.uid()))
+}
+
+/// Whether a folder of `mode` owned by `uid` is one everyone may create in
+/// and no one but its owner may remove another's entries from, owned by
+/// root.
+fn shared_sticky(mode: u32, uid: u32) -> bool {
+    mode & 0o1777 == 0o1777 && uid == 0
 }
 
 /// How old a run folder without a record must be before a sweep takes it
@@ -1235,8 +1242,18 @@ mod tests {
         assert!(!private_dir_of(&link, uid), "a link");
         assert!(!shared_sticky_dir(&private));
         assert!(!shared_sticky_dir(&link));
-        // The model of a shared folder.
-        assert!(shared_sticky_dir(Path::new("/tmp")));
+        // What makes a shared folder, whatever this host's /tmp is.
+        assert!(shared_sticky(0o41777, 0));
+        assert!(!shared_sticky(0o40777, 0), "no sticky bit");
+        assert!(!shared_sticky(0o41775, 0), "not writable by all");
+        assert!(!shared_sticky(0o41777, 1000), "not root's");
+        if rustix::process::getuid().is_root() {
+            use std::os::unix::fs::PermissionsExt;
+            let shared = base.join("shared");
+            fs::create_dir(&shared).unwrap();
+            fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+            assert!(shared_sticky_dir(&shared));
+        }
         fs::remove_dir_all(&base).unwrap();
     }
 

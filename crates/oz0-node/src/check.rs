@@ -37,7 +37,7 @@ pub struct CheckArgs {
     pub inject_fault: Option<String>,
 }
 
-/// Prints a self-test line as DESIGN §5 words it.
+/// A self-test line: `Self-test PROPERTY: ok (MSms); detail` or `failed`.
 pub fn line_text(l: &Line) -> String {
     if l.ok {
         format!(

@@ -1,7 +1,8 @@
 //! `oz0-selftest` owns what a Linux node says about its wall:
 //! [`check`] asks the system what it has (never a version number) and decides
 //! the tier and the fix; [`selftest`] proves tier 1 by checking the eight
-//! properties of DESIGN §5 through the real `sandbox run` machinery; [`facts`]
+//! properties (launch, files, egress, ingress, job_limits, fail_closed,
+//! protected_paths, environment) through the real `sandbox run` machinery; [`facts`]
 //! assembles what the node reports.
 //!
 //! Threat model: the self-test is the node's only evidence for the tier it

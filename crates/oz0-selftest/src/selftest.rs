@@ -1,4 +1,4 @@
-//! The eight-property self-test (DESIGN §5), Linux flavour.
+//! The eight-property self-test (docs/ARCHITECTURE.md), Linux flavour.
 //!
 //! Each check runs real sandboxes through [`oz0_linux::launch::run`], with
 //! the node binary itself as the probe inside, and judges what the probe

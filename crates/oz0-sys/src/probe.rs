@@ -207,10 +207,38 @@ pub fn raw_syscall0(nr: libc::c_long) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    /// The ABI the kernel reports agrees with what it does: with an ABI,
+    /// a ruleset can be made; without, the kernel refuses to make one.
     #[test]
-    fn landlock_abi_is_a_number() {
-        // Any value is acceptable on an arbitrary kernel; the call must not fail.
-        let _ = super::landlock_abi();
+    fn landlock_abi_agrees_with_the_kernel() {
+        let abi = super::landlock_abi();
+        assert!(abi < 64, "an ABI version no kernel has: {abi}");
+        /// `struct landlock_ruleset_attr` with only `handled_access_fs`.
+        #[repr(C)]
+        struct Attr {
+            handled_access_fs: u64,
+        }
+        const LANDLOCK_ACCESS_FS_EXECUTE: u64 = 1;
+        let attr = Attr {
+            handled_access_fs: LANDLOCK_ACCESS_FS_EXECUTE,
+        };
+        // SAFETY: a valid pointer to `attr` and its size, no flags; the
+        // descriptor made, if any, is closed below.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                &attr as *const Attr,
+                std::mem::size_of::<Attr>(),
+                0u32,
+            )
+        };
+        if abi > 0 {
+            assert!(fd >= 0, "ABI {abi} reported, yet no ruleset could be made");
+            // SAFETY: closes the descriptor just made, owned by no one else.
+            unsafe { libc::close(fd as libc::c_int) };
+        } else {
+            assert!(fd < 0, "no ABI reported, yet a ruleset was made");
+        }
     }
 
     #[test]
