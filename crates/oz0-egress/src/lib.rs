@@ -1,7 +1,10 @@
 //! `oz0-egress` owns the only way out of a sandboxed run: the node's egress
 //! proxy and the bridge that reaches it from inside the run.
 //!
-//! - [`proxy`]: HTTP proxy semantics (`CONNECT host:port` tunnels and
+//! - [`service`]: the proxy as the synchronous crates see it (a trait),
+//!   so that they are built without the async runtime (this crate without
+//!   its default `proxy` feature is synchronous code only).
+//! - `proxy` (feature `proxy`): HTTP proxy semantics (`CONNECT host:port` tunnels and
 //!   absolute-form plain HTTP) for **one run per unix socket or channel**,
 //!   each knowing exactly one run's token and allowlist. A tier-1 run is
 //!   served over a channel (a connected socket pair whose other end its
@@ -33,17 +36,26 @@
 
 pub mod audit;
 pub mod bridge;
+#[cfg(feature = "proxy")]
+mod lazy;
+#[cfg(feature = "proxy")]
 pub mod proxy;
+#[cfg(feature = "proxy")]
 mod pump;
 pub mod resolve;
+pub mod service;
 pub mod token;
 
 use std::io;
 use std::path::PathBuf;
 
 pub use audit::{AuditRecord, AuditSink, Decision, FileSink, StderrSink, AUDIT_LOG_NAME};
-pub use proxy::{Proxy, ProxyConfig, ProxyHandle, ProxyLimits, RunEgress, RunGuard};
+#[cfg(feature = "proxy")]
+pub use lazy::{LazyProxy, MakeConfig};
+#[cfg(feature = "proxy")]
+pub use proxy::{Proxy, ProxyConfig, ProxyHandle, ProxyLimits, RunGuard};
 pub use resolve::{Resolver, SystemResolver};
+pub use service::{EgressService, Lease, RunEgress};
 pub use token::Token;
 
 /// Why the proxy could not do what it was asked.
@@ -69,6 +81,9 @@ pub enum EgressError {
     /// A run's channel could not be made.
     #[error("could not make the run's egress channel: {0}")]
     Channel(#[source] io::Error),
+    /// The proxy could not be configured when it first started.
+    #[error("the egress proxy could not start: {0}")]
+    Start(String),
     /// The proxy was shut down.
     #[error("the egress proxy has shut down: start it again")]
     ShutDown,

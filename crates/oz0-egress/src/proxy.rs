@@ -29,6 +29,7 @@ use oz0_policy::net::{self as policy, DenyReason, Egress, Host, Port, Verdict};
 
 use crate::audit::{audit_target, AuditRecord, AuditSink, Decision, StderrSink};
 use crate::resolve::{own_addresses, Resolver, SystemResolver};
+use crate::service::{EgressService, Lease, RunEgress};
 use crate::token::Token;
 use crate::EgressError;
 
@@ -120,19 +121,6 @@ impl fmt::Debug for ProxyConfig {
             .field("worker_threads", &self.worker_threads)
             .finish_non_exhaustive()
     }
-}
-
-/// One run's egress: what its socket serves.
-#[derive(Debug, Clone)]
-pub struct RunEgress {
-    /// The run's id (in every audit record).
-    pub run_id: String,
-    /// The only token this socket accepts.
-    pub token: Token,
-    /// The run's policy.
-    pub egress: Egress,
-    /// Where to create the run's socket; must not exist yet.
-    pub socket_path: PathBuf,
 }
 
 /// Starts the proxy.
@@ -278,7 +266,14 @@ impl ProxyHandle {
 
     fn stop(&mut self) {
         if let Some(rt) = self.rt.take() {
-            rt.shutdown_timeout(Duration::from_secs(1));
+            // Within another runtime (an async caller dropping the last
+            // handle) a runtime may not wait for its threads: they are told
+            // to stop and left to finish.
+            if tokio::runtime::Handle::try_current().is_ok() {
+                rt.shutdown_background();
+            } else {
+                rt.shutdown_timeout(Duration::from_secs(1));
+            }
         }
     }
 }
@@ -286,6 +281,22 @@ impl ProxyHandle {
 impl Drop for ProxyHandle {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+impl EgressService for ProxyHandle {
+    fn open_channel(
+        &self,
+        run_id: String,
+        token: Token,
+        egress: Egress,
+    ) -> Result<(Lease, std::os::fd::OwnedFd), EgressError> {
+        let (guard, theirs) = self.add_run_channel(run_id, token, egress)?;
+        Ok((Lease::new(guard), theirs))
+    }
+
+    fn open_socket(&self, run: RunEgress) -> Result<Lease, EgressError> {
+        self.add_run(run).map(Lease::new)
     }
 }
 

@@ -85,17 +85,9 @@ pub struct JobStats {
     pub cpu_usec: Option<u64>,
 }
 
-/// Which limit ended or constrained the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LimitHit {
-    /// The supervisor killed the job for CPU time.
-    CpuTime,
-    /// The out-of-memory killer killed in the job.
-    Memory,
-    /// A fork was refused by the process limit.
-    Processes,
-}
+/// Which limit ended or constrained the run (the node core's, so that
+/// every platform's outcome says it the same way).
+pub use oz0_core::LimitHit;
 
 /// What the job says about how the run went.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -21,6 +21,7 @@
 //! If any step fails, the run is refused with the reason, and nothing of the
 //! caller runs.
 
+use crate::hold::{os, within, StageError};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 
@@ -33,18 +34,18 @@ use crate::plan::{TmpfsSize, HOST_DEV_INSIDE};
 
 /// Builds the run's `/dev` with `devices` (names under `/dev`) from the
 /// host's at [`HOST_DEV_INSIDE`], then detaches the host's.
-pub fn build(devices: &[String], size: TmpfsSize) -> Result<(), String> {
+pub fn build(devices: &[String], size: TmpfsSize) -> Result<(), StageError> {
     let host = no_links(
         CWD,
         Path::new(HOST_DEV_INSIDE),
         OFlags::PATH | OFlags::DIRECTORY,
     )
-    .map_err(|e| format!("the host's /dev at {HOST_DEV_INSIDE}: {e}"))?;
+    .map_err(os(format!("the host's /dev at {HOST_DEV_INSIDE}")))?;
     mount_tmpfs("/dev", size)?;
-    let dev = no_links(CWD, Path::new("/dev"), OFlags::RDONLY | OFlags::DIRECTORY)
-        .map_err(|e| format!("/dev: {e}"))?;
+    let dev =
+        no_links(CWD, Path::new("/dev"), OFlags::RDONLY | OFlags::DIRECTORY).map_err(os("/dev"))?;
     for name in devices {
-        bind_node(&host, &dev, name).map_err(|e| format!("/dev/{name}: {e}"))?;
+        bind_node(&host, &dev, name).map_err(within(format!("/dev/{name}")))?;
     }
     let links = [
         ("/proc/self/fd/0", "stdin"),
@@ -55,11 +56,11 @@ pub fn build(devices: &[String], size: TmpfsSize) -> Result<(), String> {
         ("pts/ptmx", "ptmx"),
     ];
     for (target, name) in links {
-        rustix::fs::symlinkat(target, &dev, name).map_err(|e| format!("/dev/{name}: {e}"))?;
+        rustix::fs::symlinkat(target, &dev, name).map_err(os(format!("/dev/{name}")))?;
     }
     for name in ["shm", "pts"] {
         rustix::fs::mkdirat(&dev, name, Mode::from_raw_mode(0o755))
-            .map_err(|e| format!("/dev/{name}: {e}"))?;
+            .map_err(os(format!("/dev/{name}")))?;
     }
     mount_fs(
         "devpts",
@@ -67,19 +68,20 @@ pub fn build(devices: &[String], size: TmpfsSize) -> Result<(), String> {
         MountFlags::NOSUID | MountFlags::NOEXEC,
         c"newinstance,ptmxmode=0666,mode=620",
     )?;
-    console(&host, &dev).map_err(|e| format!("/dev/console: {e}"))?;
+    console(&host, &dev).map_err(within("/dev/console"))?;
     drop(host);
-    rustix::mount::unmount(HOST_DEV_INSIDE, UnmountFlags::DETACH)
-        .map_err(|e| format!("cannot detach the host's /dev from {HOST_DEV_INSIDE}: {e}"))?;
-    rustix::fs::rmdir(HOST_DEV_INSIDE).map_err(|e| format!("{HOST_DEV_INSIDE}: {e}"))
+    rustix::mount::unmount(HOST_DEV_INSIDE, UnmountFlags::DETACH).map_err(os(format!(
+        "cannot detach the host's /dev from {HOST_DEV_INSIDE}"
+    )))?;
+    rustix::fs::rmdir(HOST_DEV_INSIDE).map_err(os(HOST_DEV_INSIDE))
 }
 
 /// Mounts a tmpfs of `size` (mode 0755, nosuid, nodev) at `at`, a folder
 /// of the run's root made for it when missing.
-fn mount_tmpfs(at: &str, size: TmpfsSize) -> Result<(), String> {
+fn mount_tmpfs(at: &str, size: TmpfsSize) -> Result<(), StageError> {
     match rustix::fs::mkdir(at, Mode::from_raw_mode(0o755)) {
         Ok(()) | Err(Errno::EXIST) => {}
-        Err(e) => return Err(format!("cannot make {at}: {e}")),
+        Err(e) => return Err(os(format!("cannot make {at}"))(e)),
     }
     let options =
         std::ffi::CString::new(format!("mode=0755,{}", size.options())).expect("no NUL in numbers");
@@ -93,24 +95,32 @@ fn mount_tmpfs(at: &str, size: TmpfsSize) -> Result<(), String> {
 
 /// Gives the tmpfs mounted at `at` the size `size` (a remount: what is
 /// mounted under it stays).
-pub fn size_tmpfs(at: &str, size: TmpfsSize) -> Result<(), String> {
+pub fn size_tmpfs(at: &str, size: TmpfsSize) -> Result<(), StageError> {
     let options = std::ffi::CString::new(size.options()).expect("no NUL in numbers");
-    rustix::mount::mount_remount(at, MountFlags::NOSUID | MountFlags::NODEV, &*options)
-        .map_err(|e| format!("cannot give {at} its size ({}): {e}", size.options()))
+    rustix::mount::mount_remount(at, MountFlags::NOSUID | MountFlags::NODEV, &*options).map_err(os(
+        format!("cannot give {at} its size ({})", size.options()),
+    ))
 }
 
 /// Mounts a new file system of type `fs` at `at`.
-fn mount_fs(fs: &str, at: &str, flags: MountFlags, data: &std::ffi::CStr) -> Result<(), String> {
+fn mount_fs(
+    fs: &str,
+    at: &str,
+    flags: MountFlags,
+    data: &std::ffi::CStr,
+) -> Result<(), StageError> {
     rustix::mount::mount(fs, at, fs, flags, data)
-        .map_err(|e| format!("cannot mount a {fs} at {at}: {e}"))
+        .map_err(os(format!("cannot mount a {fs} at {at}")))
 }
 
 /// Binds host device `name` (a path under `/dev`, maybe in a subfolder)
 /// onto an empty file at the same place under `dev`.
-fn bind_node(host: &OwnedFd, dev: &OwnedFd, name: &str) -> Result<(), String> {
+fn bind_node(host: &OwnedFd, dev: &OwnedFd, name: &str) -> Result<(), StageError> {
     let path = Path::new(name);
-    let (parent, leaf) = split(path).ok_or("not a device name")?;
-    let (node, _) = host_device(host, path)?.ok_or("the host's is not a character device")?;
+    let (parent, leaf) =
+        split(path).ok_or_else(|| StageError::Refused("not a device name".into()))?;
+    let (node, _) = host_device(host, path)?
+        .ok_or_else(|| StageError::Refused("the host's is not a character device".into()))?;
     // The same folders under `dev`, made as needed.
     let mut onto = None;
     for part in parent.components() {
@@ -118,19 +128,17 @@ fn bind_node(host: &OwnedFd, dev: &OwnedFd, name: &str) -> Result<(), String> {
         let up = onto.as_ref().unwrap_or(dev);
         match rustix::fs::mkdirat(up, part, Mode::from_raw_mode(0o755)) {
             Ok(()) | Err(Errno::EXIST) => {}
-            Err(e) => return Err(format!("cannot make its folder: {e}")),
+            Err(e) => return Err(os("cannot make its folder")(e)),
         }
-        onto = Some(
-            no_links(up, part, OFlags::RDONLY | OFlags::DIRECTORY)
-                .map_err(|e| format!("its folder: {e}"))?,
-        );
+        onto =
+            Some(no_links(up, part, OFlags::RDONLY | OFlags::DIRECTORY).map_err(os("its folder"))?);
     }
     attach_at(&node, onto.as_ref().unwrap_or(dev), leaf)
 }
 
 /// Binds the terminal on the standard output, if it is one that the host's
 /// `/dev` holds, to `console`. Anything else leaves no `console`.
-fn console(host: &OwnedFd, dev: &OwnedFd) -> Result<(), String> {
+fn console(host: &OwnedFd, dev: &OwnedFd) -> Result<(), StageError> {
     use std::io::IsTerminal;
     let out = std::io::stdout();
     if !out.is_terminal() {
@@ -160,19 +168,22 @@ fn split(path: &Path) -> Option<(&Path, &std::ffi::OsStr)> {
 /// A detached copy of the mount of the host's device at `rel` under `host`
 /// (reached without following any link), with its device number; `None`
 /// when what is there is not a character device.
-fn host_device(host: &OwnedFd, rel: &Path) -> Result<Option<(OwnedFd, rustix::fs::Dev)>, String> {
-    let (parent, leaf) = split(rel).ok_or("not a device name")?;
+fn host_device(
+    host: &OwnedFd,
+    rel: &Path,
+) -> Result<Option<(OwnedFd, rustix::fs::Dev)>, StageError> {
+    let (parent, leaf) =
+        split(rel).ok_or_else(|| StageError::Refused("not a device name".into()))?;
     let folder = if parent.as_os_str().is_empty() {
         None
     } else {
         Some(
             no_links(host, parent, OFlags::PATH | OFlags::DIRECTORY)
-                .map_err(|e| format!("the host's folder: {e}"))?,
+                .map_err(os("the host's folder"))?,
         )
     };
-    let node = clone_mount(folder.as_ref().unwrap_or(host), leaf)
-        .map_err(|e| format!("the host's: {e}"))?;
-    let st = rustix::fs::fstat(&node).map_err(|e| format!("the host's: {e}"))?;
+    let node = clone_mount(folder.as_ref().unwrap_or(host), leaf).map_err(os("the host's"))?;
+    let st = rustix::fs::fstat(&node).map_err(os("the host's"))?;
     Ok(
         (FileType::from_raw_mode(st.st_mode) == FileType::CharacterDevice)
             .then_some((node, st.st_rdev)),
@@ -180,15 +191,19 @@ fn host_device(host: &OwnedFd, rel: &Path) -> Result<Option<(OwnedFd, rustix::fs
 }
 
 /// Attaches the detached mount `tree` onto a new empty file `name` in `dir`.
-fn attach_at(tree: &OwnedFd, dir: &OwnedFd, name: impl rustix::path::Arg) -> Result<(), String> {
+fn attach_at(
+    tree: &OwnedFd,
+    dir: &OwnedFd,
+    name: impl rustix::path::Arg,
+) -> Result<(), StageError> {
     let target = rustix::fs::openat(
         dir,
         name,
         OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o444),
     )
-    .map_err(|e| format!("cannot make its mount point: {e}"))?;
-    attach(tree, &target).map_err(|e| format!("cannot bind it from the host's: {e}"))
+    .map_err(os("cannot make its mount point"))?;
+    attach(tree, &target).map_err(os("cannot bind it from the host's"))
 }
 
 /// A detached copy of the mount at `name` in `dir`, which must not be a

@@ -142,6 +142,48 @@ pub struct GitLook {
     pub findings: Vec<Finding>,
 }
 
+impl GitLook {
+    /// One warning per thing the run left that host git would run or
+    /// follow, with what was done with it (a path is shown escaped: the
+    /// run chose it), and one more when the look stopped early.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for f in &self.findings {
+            let what = match &f.what {
+                What::Config { settings } => {
+                    format!("a git config that sets {}", settings.join(", "))
+                }
+                What::UnreadableConfig { reason } => {
+                    format!("a git config the node cannot read ({reason})")
+                }
+                What::Hook => "a git hook".into(),
+                What::Commondir => "a git commondir (config and hooks read from elsewhere)".into(),
+                What::Alternates => "git alternates (objects read from elsewhere)".into(),
+                What::RebaseExec => "a rebase in progress that would run commands".into(),
+                What::LegacyRemote => "a legacy git remote".into(),
+                What::GitFile => "a .git file naming another repository".into(),
+                What::Link => "a symbolic link where git reads".into(),
+            };
+            let done = match (&f.aside, &f.left) {
+                (Some(a), _) => format!("renamed aside to {:?}", a.display().to_string()),
+                (None, Some(why)) => format!("left in place: {why}"),
+                (None, None) => "left in place (--git-findings report)".into(),
+            };
+            out.push(format!(
+                "the run left {what} at {:?}: {done}",
+                f.path.display().to_string()
+            ));
+        }
+        if !self.complete {
+            out.push(format!(
+                "the look at git after the run stopped after {} entries of the writable folders; what lies beyond was not looked at",
+                self.entries
+            ));
+        }
+        out
+    }
+}
+
 /// Looks at git in the writable folders `roots` (descriptors the node
 /// holds, with the path each stands for) after a run that started at
 /// `since` (a `ctime`, since the Unix epoch), doing `policy` with what it

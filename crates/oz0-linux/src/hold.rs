@@ -59,24 +59,24 @@ pub fn prepare_mounts(
     tmp: TmpfsSize,
     holds: &[Hold],
     placeholders: &[Placeholder],
-) -> Result<(), String> {
-    crate::devfs::build(devices, tmp).map_err(|e| format!("the run's /dev: {e}"))?;
+) -> Result<(), StageError> {
+    crate::devfs::build(devices, tmp).map_err(within("the run's /dev"))?;
     crate::devfs::size_tmpfs(TMP_INSIDE, tmp)?;
     let sources = if placeholders.is_empty() {
         None
     } else {
-        Some(make_sources().map_err(|e| format!("placeholder sources: {e}"))?)
+        Some(make_sources().map_err(os("placeholder sources"))?)
     };
     wait_ready()?;
     for h in holds {
-        bind_in_place(h).map_err(|e| format!("protected path {}: {e}", h.path))?;
+        bind_in_place(h).map_err(within(format!("protected path {}", h.path)))?;
     }
     if let Some(sources) = &sources {
         let mut folders = Folders::default();
         for p in placeholders {
             let (dir, name) = folders.place(p)?;
             mount_one(sources, dir, name, p.kind)
-                .map_err(|e| format!("placeholder {}: {e}", p.path))?;
+                .map_err(within(format!("placeholder {}", p.path)))?;
         }
     }
     rustix::mount::mount_remount(
@@ -84,7 +84,7 @@ pub fn prepare_mounts(
         MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
         "",
     )
-    .map_err(|e| format!("cannot make the run's root read-only: {e}"))
+    .map_err(os("cannot make the run's root read-only"))
 }
 
 /// Checks that bubblewrap mounted each of `expect` where the plan put it:
@@ -95,13 +95,13 @@ pub fn prepare_mounts(
 /// folder in between the node's look and the bind (a `--read` folder
 /// exchanged for a link to `~/.ssh`, say). Then the run is refused: nothing
 /// of the caller has run yet.
-pub fn verify_binds(expect: &[Expect]) -> Result<(), String> {
+pub fn verify_binds(expect: &[Expect]) -> Result<(), StageError> {
     for e in expect {
         check_mounted(&e.path, e.id, e.readonly).map_err(|why| {
-            format!(
+            StageError::Refused(format!(
                 "{} is not what the node looked at ({why}): it was replaced while the sandbox was being built, by another process that can write its folder; the run is refused",
                 e.path
-            )
+            ))
         })?;
     }
     Ok(())
@@ -114,9 +114,9 @@ pub fn verify_binds(expect: &[Expect]) -> Result<(), String> {
 /// fewer, is refused before anything of the caller runs. With the identity
 /// of each bind checked (see [`verify_binds`]), the mount layer is proven
 /// on its own, not only together with Landlock.
-pub fn verify_mount_table(expected: &[String]) -> Result<(), String> {
+pub fn verify_mount_table(expected: &[String]) -> Result<(), StageError> {
     let text = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("cannot read the run's mount table: {e}"))?;
+        .map_err(os("cannot read the run's mount table"))?;
     let mut found: Vec<String> = crate::host::parse_mount_points(&text)
         .into_iter()
         .filter(|(m, fs)| !(m == "/dev/console" || (m.starts_with("/proc/") && fs == "proc")))
@@ -131,7 +131,7 @@ pub fn verify_mount_table(expected: &[String]) -> Result<(), String> {
     let missing = expected
         .iter()
         .find(|m| count(expected, m) > count(&found, m));
-    Err(match (extra, missing) {
+    Err(StageError::Refused(match (extra, missing) {
         (Some(m), _) => format!(
             "the run's mount table holds {m:?}, which the node did not plan: bubblewrap (or what stands in its place) mounted more than it was asked to; the mount layer is not the plan, so the run is refused"
         ),
@@ -139,33 +139,31 @@ pub fn verify_mount_table(expected: &[String]) -> Result<(), String> {
             "{m:?} is not mounted in the run, though the node planned it: the mount layer is not the plan, so the run is refused"
         ),
         (None, None) => "the run's mount table is not the plan".into(),
-    })
+    }))
 }
 
 /// Checks that `path`, reached without any link, is the root of a mount
 /// whose object is `id`, read-only when `readonly`; or says what it is not.
-fn check_mounted(path: &AbsPath, id: FileId, readonly: bool) -> Result<(), String> {
+fn check_mounted(path: &AbsPath, id: FileId, readonly: bool) -> Result<(), StageError> {
     use rustix::fs::{statx, AtFlags, StatVfsMountFlags, StatxAttributes, StatxFlags};
     let fd = no_links(CWD, path.as_path(), OFlags::PATH)
-        .map_err(|e| format!("it cannot be opened without following a link: {e}"))?;
-    let st =
-        statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS).map_err(|e| e.to_string())?;
+        .map_err(os("it cannot be opened without following a link"))?;
+    let st = statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS).map_err(os("stat"))?;
     if !st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT) {
-        return Err(
-            "this kernel does not say which paths are mount points (statx STATX_ATTR_MOUNT_ROOT, Linux 5.8 or newer), so the stage cannot check it"
-                .into(),
-        );
+        return Err(StageError::Refused("this kernel does not say which paths are mount points (statx STATX_ATTR_MOUNT_ROOT, Linux 5.8 or newer), so the stage cannot check it".into()));
     }
     if !st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT) {
-        return Err("nothing is mounted there".into());
+        return Err(StageError::Refused("nothing is mounted there".into()));
     }
     if (st.stx_dev_major, st.stx_dev_minor, st.stx_ino) != (id.major, id.minor, id.ino) {
-        return Err("another object is mounted there".into());
+        return Err(StageError::Refused(
+            "another object is mounted there".into(),
+        ));
     }
     if readonly {
-        let vfs = rustix::fs::fstatvfs(&fd).map_err(|e| e.to_string())?;
+        let vfs = rustix::fs::fstatvfs(&fd).map_err(os("stat"))?;
         if !vfs.f_flag.contains(StatVfsMountFlags::RDONLY) {
-            return Err("it is mounted writable".into());
+            return Err(StageError::Refused("it is mounted writable".into()));
         }
     }
     Ok(())
@@ -177,34 +175,31 @@ fn check_mounted(path: &AbsPath, id: FileId, readonly: bool) -> Result<(), Strin
 /// onto that very object; then checks the result by path. A mount point
 /// cannot be renamed or removed from within the run, so neither can what
 /// is held.
-fn bind_in_place(h: &Hold) -> Result<(), String> {
+fn bind_in_place(h: &Hold) -> Result<(), StageError> {
     let path = h.path.as_path();
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err("not a path with a parent".into());
+        return Err(StageError::Refused("not a path with a parent".into()));
     };
-    let dir = no_links(CWD, parent, OFlags::PATH | OFlags::DIRECTORY)
-        .map_err(|e| format!("its folder: {e}"))?;
+    let dir = no_links(CWD, parent, OFlags::PATH | OFlags::DIRECTORY).map_err(os("its folder"))?;
     let target = no_links(&dir, Path::new(name), OFlags::PATH)
-        .map_err(|e| format!("cannot open it without following links: {e}"))?;
-    let st = rustix::fs::fstat(&target).map_err(|e| e.to_string())?;
+        .map_err(os("cannot open it without following links"))?;
+    let st = rustix::fs::fstat(&target).map_err(os("stat"))?;
     let found = FileId {
         major: rustix::fs::major(st.st_dev),
         minor: rustix::fs::minor(st.st_dev),
         ino: st.st_ino,
     };
     if found != h.id {
-        return Err(
+        return Err(StageError::Refused(
             "it is not what the node looked at (it was replaced meanwhile): the run is refused"
                 .into(),
-        );
+        ));
     }
-    let tree =
-        crate::devfs::clone_mount(&dir, name).map_err(|e| format!("cannot copy its mount: {e}"))?;
+    let tree = crate::devfs::clone_mount(&dir, name).map_err(os("cannot copy its mount"))?;
     if h.readonly {
-        oz0_sys::ns::make_mount_read_only(tree.as_fd())
-            .map_err(|e| format!("cannot make it read-only: {e}"))?;
+        oz0_sys::ns::make_mount_read_only(tree.as_fd()).map_err(os("cannot make it read-only"))?;
     }
-    crate::devfs::attach(&tree, &target).map_err(|e| format!("cannot bind it onto itself: {e}"))?;
+    crate::devfs::attach(&tree, &target).map_err(os("cannot bind it onto itself"))?;
     check_mounted(&h.path, h.id, h.readonly)
 }
 
@@ -219,18 +214,18 @@ fn bind_in_place(h: &Hold) -> Result<(), String> {
 ///
 /// Leaves the stage with every capability of the new namespace and a full
 /// bounding set: [`drop_capabilities`] must follow.
-pub fn enter_own_user_namespace() -> Result<(), String> {
+pub fn enter_own_user_namespace() -> Result<(), StageError> {
     let (uid, gid) = (
         rustix::process::getuid().as_raw(),
         rustix::process::getgid().as_raw(),
     );
     std::fs::write("/proc/sys/user/max_user_namespaces", b"1")
-        .map_err(|e| format!("cannot set user.max_user_namespaces in the run: {e}"))?;
+        .map_err(os("cannot set user.max_user_namespaces in the run"))?;
     oz0_sys::ns::unshare_user_namespace()
-        .map_err(|e| format!("cannot make the run's own user namespace: {e}"))?;
+        .map_err(os("cannot make the run's own user namespace"))?;
     let write = |file: &str, text: String| {
         std::fs::write(format!("/proc/self/{file}"), text)
-            .map_err(|e| format!("cannot write /proc/self/{file}: {e}"))
+            .map_err(os(format!("cannot write /proc/self/{file}")))
     };
     // The stage is undumpable from its start, and `/proc/self` of an
     // undumpable process belongs to a root that the run's namespaces do not
@@ -241,15 +236,17 @@ pub fn enter_own_user_namespace() -> Result<(), String> {
     // either starts.
     use rustix::process::{set_dumpable_behavior, DumpableBehavior};
     set_dumpable_behavior(DumpableBehavior::Dumpable)
-        .map_err(|e| format!("cannot write the run's user namespace maps: {e}"))?;
+        .map_err(os("cannot write the run's user namespace maps"))?;
     let written = write("setgroups", "deny".into())
         .and_then(|()| write("uid_map", format!("{uid} {uid} 1\n")))
         .and_then(|()| write("gid_map", format!("{gid} {gid} 1\n")));
     set_dumpable_behavior(DumpableBehavior::NotDumpable)
-        .map_err(|e| format!("cannot make the stage undumpable again: {e}"))?;
+        .map_err(os("cannot make the stage undumpable again"))?;
     written?;
     match oz0_sys::ns::unshare_user_namespace() {
-        Ok(()) => Err("a user namespace could still be made inside the run".into()),
+        Ok(()) => Err(StageError::Refused(
+            "a user namespace could still be made inside the run".into(),
+        )),
         Err(_) => Ok(()),
     }
 }
@@ -257,21 +254,24 @@ pub fn enter_own_user_namespace() -> Result<(), String> {
 /// Reads the node's word on [`fds::READY`] to its end: [`READY_WORD`] once
 /// the run is recorded and its placeholders are in place, or why not. Every
 /// stage waits for it, so that nothing of the caller runs before then.
-fn wait_ready() -> Result<(), String> {
+fn wait_ready() -> Result<(), StageError> {
     use std::io::Read;
-    let fd = oz0_sys::spawn::inherited_fd(fds::READY)
-        .map_err(|e| format!("no placeholder descriptor: {e}"))?;
+    let fd = oz0_sys::spawn::inherited_fd(fds::READY).map_err(os("no placeholder descriptor"))?;
     let mut word = Vec::new();
     std::fs::File::from(fd)
         .read_to_end(&mut word)
-        .map_err(|e| format!("waiting for the placeholders: {e}"))?;
+        .map_err(os("waiting for the placeholders"))?;
     if word == READY_WORD {
         return Ok(());
     }
     if word.is_empty() {
-        return Err("the node closed the word without saying it (did it end?)".into());
+        return Err(StageError::Refused(
+            "the node closed the word without saying it (did it end?)".into(),
+        ));
     }
-    Err(String::from_utf8_lossy(&word).into_owned())
+    Err(StageError::Refused(
+        String::from_utf8_lossy(&word).into_owned(),
+    ))
 }
 
 /// Makes the empty file and folder placeholders are bound from, in a
@@ -332,20 +332,101 @@ impl<'a> Folders<'a> {
 
     /// Placeholder `p`'s folder (see [`Folders::open`]) and its name there,
     /// or why not, naming the placeholder.
-    pub(crate) fn place(&mut self, p: &'a Placeholder) -> Result<(&OwnedFd, &'a Path), String> {
+    pub(crate) fn place(&mut self, p: &'a Placeholder) -> Result<(&OwnedFd, &'a Path), PlaceError> {
         let path = p.path.as_path();
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            return Err(format!("placeholder {}: not a path with a parent", p.path));
+            return Err(PlaceError::NoParent(p.path.to_string()));
         };
-        let dir = self.open(parent).map_err(|e| {
-            format!(
-                "placeholder {}: its folder {}: {e}",
-                p.path,
-                parent.display()
-            )
+        let dir = self.open(parent).map_err(|source| PlaceError::Folder {
+            path: p.path.to_string(),
+            folder: parent.to_path_buf(),
+            source,
         })?;
         Ok((dir, Path::new(name)))
     }
+}
+
+/// Why the stage could not complete the sandbox: the step, the path, and
+/// the OS's answer or what was found instead of the plan. The stage sends
+/// its words to the launcher (`protocol::StageMessage::Failed`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StageError {
+    /// A step failed with the OS's error.
+    #[error("{step}: {source}")]
+    Os {
+        /// What the stage was doing, and on what.
+        step: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A step failed for a reason found within it.
+    #[error("{step}: {source}")]
+    Within {
+        /// What the stage was doing, and on what.
+        step: String,
+        /// Why.
+        #[source]
+        source: Box<StageError>,
+    },
+    /// What was found is not what the plan says: the run is refused.
+    #[error("{0}")]
+    Refused(String),
+    /// A placeholder could not be reached.
+    #[error(transparent)]
+    Place(#[from] PlaceError),
+    /// Landlock could not be applied.
+    #[error(transparent)]
+    Landlock(#[from] crate::landlock::LandlockError),
+    /// The seccomp filter could not be compiled or installed.
+    #[error(transparent)]
+    Seccomp(#[from] crate::seccomp::SeccompError),
+}
+
+/// An OS error while doing `step`.
+pub(crate) fn os<E: Into<std::io::Error>>(step: impl Into<String>) -> impl FnOnce(E) -> StageError {
+    let step = step.into();
+    move |e| StageError::Os {
+        step,
+        source: e.into(),
+    }
+}
+
+/// A failure within `step`.
+pub(crate) fn within(step: impl Into<String>) -> impl FnOnce(StageError) -> StageError {
+    let step = step.into();
+    move |e| StageError::Within {
+        step,
+        source: Box::new(e),
+    }
+}
+
+/// Why a placeholder could not be made or reached.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlaceError {
+    /// The path has no folder (the plan never makes such a placeholder).
+    #[error("placeholder {0}: not a path with a parent")]
+    NoParent(String),
+    /// Its folder could not be opened without following a link.
+    #[error("placeholder {path}: its folder {}: {source}", folder.display())]
+    Folder {
+        /// The placeholder.
+        path: String,
+        /// Its folder.
+        folder: std::path::PathBuf,
+        /// The OS error (`ELOOP`: a link on the way).
+        source: Errno,
+    },
+    /// It could not be created.
+    #[error("placeholder {path}: cannot create it: {source}")]
+    Create {
+        /// The placeholder.
+        path: String,
+        /// The OS error.
+        source: Errno,
+    },
 }
 
 pub(crate) use crate::hostfs::open_beneath as no_links;
@@ -358,31 +439,33 @@ fn mount_one(
     dir: &OwnedFd,
     name: &Path,
     kind: PlaceholderKind,
-) -> Result<(), String> {
+) -> Result<(), StageError> {
     // What is there must be of the expected kind and not a link.
-    let target = no_links(dir, name, OFlags::PATH)
-        .map_err(|e| format!("cannot open it without following links: {e}"))?;
-    let st = rustix::fs::fstat(&target).map_err(|e| e.to_string())?;
+    let target =
+        no_links(dir, name, OFlags::PATH).map_err(os("cannot open it without following links"))?;
+    let st = rustix::fs::fstat(&target).map_err(os("stat"))?;
     let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
     let ok = match kind {
         PlaceholderKind::Dir => ft == rustix::fs::FileType::Directory,
         PlaceholderKind::File | PlaceholderKind::SelfRef => ft == rustix::fs::FileType::RegularFile,
     };
     if !ok {
-        return Err(format!(
+        return Err(StageError::Refused(format!(
             "it is a {ft:?}, not what the node made there (it was replaced meanwhile): the run is refused"
-        ));
+        )));
     }
     crate::devfs::clone_mount(sources, kind.source_name())
         .and_then(|tree| crate::devfs::attach(&tree, &target))
-        .map_err(|e| format!("cannot mount it read-only from {PLACEHOLDERS_INSIDE}: {e}"))
+        .map_err(os(format!(
+            "cannot mount it read-only from {PLACEHOLDERS_INSIDE}"
+        )))
 }
 
 /// Gives up every capability: empties the bounding set (while
 /// `CAP_SETPCAP` is still effective) and the ambient set, then the
 /// effective, permitted and inheritable sets. Run in every stage, with or
 /// without placeholders; a run whose stage cannot do it does not start.
-pub fn drop_capabilities() -> Result<(), String> {
+pub fn drop_capabilities() -> Result<(), StageError> {
     use rustix::thread::{
         capabilities, clear_ambient_capability_set, remove_capability_from_bounding_set,
         set_capabilities, CapabilitySet, CapabilitySets,
@@ -393,10 +476,10 @@ pub fn drop_capabilities() -> Result<(), String> {
     for cap in CapabilitySet::all().iter() {
         match remove_capability_from_bounding_set(cap) {
             Ok(()) | Err(rustix::io::Errno::INVAL) => {}
-            Err(e) => return Err(format!("cannot drop {cap:?} from the bounding set: {e}")),
+            Err(e) => return Err(os(format!("cannot drop {cap:?} from the bounding set"))(e)),
         }
     }
-    clear_ambient_capability_set().map_err(|e| format!("cannot clear the ambient set: {e}"))?;
+    clear_ambient_capability_set().map_err(os("cannot clear the ambient set"))?;
     set_capabilities(
         None,
         CapabilitySets {
@@ -405,12 +488,12 @@ pub fn drop_capabilities() -> Result<(), String> {
             inheritable: CapabilitySet::empty(),
         },
     )
-    .map_err(|e| format!("cannot give up capabilities: {e}"))?;
-    let left = capabilities(None).map_err(|e| e.to_string())?;
+    .map_err(os("cannot give up capabilities"))?;
+    let left = capabilities(None).map_err(os("stat"))?;
     if !(left.effective.is_empty() && left.permitted.is_empty() && left.inheritable.is_empty()) {
-        return Err(format!(
+        return Err(StageError::Refused(format!(
             "capabilities remain after giving them up: {left:?}"
-        ));
+        )));
     }
     Ok(())
 }

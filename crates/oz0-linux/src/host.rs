@@ -209,6 +209,7 @@ pub fn lock_folders(roots: &[PathBuf]) -> Option<Held> {
 
 /// Why the host could not be examined.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HostError {
     /// An I/O error on a named path.
     #[error("cannot examine {path}: {source}")]
@@ -224,6 +225,14 @@ pub enum HostError {
     /// A `.git` folder with more entries to hold than a run takes.
     #[error("{0} holds more than {MAX_GIT_HELD} entries that git does not write in ordinary work, each of which a run would have to hold read-only: move the ones you do not need out of it")]
     GitCrowded(AbsPath),
+    /// No data directory was named and none can be derived.
+    #[error(
+        "neither XDG_DATA_HOME nor HOME is set: name the node's data directory with --data-dir"
+    )]
+    NoDataDir,
+    /// This binary's own path could not be found.
+    #[error("cannot find this binary's own path: {0}")]
+    OwnPath(#[source] io::Error),
     /// Another run holds a writable folder.
     #[error("another run is using {0} (as its work folder or a --write folder): runs never share a writable folder at once, since each holds the protected names there for its length; give each run its own folder, or wait for the other to end")]
     InUse(AbsPath),
@@ -536,7 +545,7 @@ fn protected_facts(
 }
 
 /// The node's data directory: `--data-dir`, else under the XDG data home.
-pub fn data_dir(flag: Option<&Path>) -> Result<PathBuf, String> {
+pub fn data_dir(flag: Option<&Path>) -> Result<PathBuf, HostError> {
     if let Some(d) = flag {
         return Ok(d.to_path_buf());
     }
@@ -545,9 +554,6 @@ pub fn data_dir(flag: Option<&Path>) -> Result<PathBuf, String> {
     }
     match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         Some(h) => Ok(PathBuf::from(h).join(".local/share/oz0-node")),
-        None => Err(
-            "neither XDG_DATA_HOME nor HOME is set: name the node's data directory with --data-dir"
-                .into(),
-        ),
+        None => Err(HostError::NoDataDir),
     }
 }

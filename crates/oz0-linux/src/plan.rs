@@ -62,14 +62,58 @@ pub mod fds {
     pub const EGRESS: i32 = 9;
 }
 
-/// The namespaces every run gets (bubblewrap flags).
-pub const NAMESPACES: &[&str] = &[
-    "--unshare-user",
-    "--unshare-ipc",
-    "--unshare-pid",
-    "--unshare-net",
-    "--unshare-uts",
-    "--unshare-cgroup",
+/// A namespace of the run's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Namespace {
+    /// User (and, inside, one more of the stage's own: see `hold`).
+    User,
+    /// IPC.
+    Ipc,
+    /// Process ids: the stage is the run's init.
+    Pid,
+    /// Network: only the run's own loopback.
+    Net,
+    /// Host name.
+    Uts,
+    /// cgroup.
+    Cgroup,
+}
+
+impl Namespace {
+    /// Its name (`pid`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Namespace::User => "user",
+            Namespace::Ipc => "ipc",
+            Namespace::Pid => "pid",
+            Namespace::Net => "net",
+            Namespace::Uts => "uts",
+            Namespace::Cgroup => "cgroup",
+        }
+    }
+
+    /// bubblewrap's flag for it (`--unshare-pid`).
+    pub fn bwrap_flag(self) -> &'static str {
+        match self {
+            Namespace::User => "--unshare-user",
+            Namespace::Ipc => "--unshare-ipc",
+            Namespace::Pid => "--unshare-pid",
+            Namespace::Net => "--unshare-net",
+            Namespace::Uts => "--unshare-uts",
+            Namespace::Cgroup => "--unshare-cgroup",
+        }
+    }
+}
+
+/// The namespaces every run gets.
+pub const NAMESPACES: &[Namespace] = &[
+    Namespace::User,
+    Namespace::Ipc,
+    Namespace::Pid,
+    Namespace::Net,
+    Namespace::Uts,
+    Namespace::Cgroup,
 ];
 
 /// One mount operation, in order.
@@ -381,7 +425,7 @@ pub const EGRESS_SOCKET_INSIDE: &str = "/oz0/egress.sock";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
     /// Namespace flags (always [`NAMESPACES`] unless a self-test fault).
-    pub namespaces: Vec<&'static str>,
+    pub namespaces: Vec<Namespace>,
     /// Mount operations, in order.
     pub mounts: Vec<Mount>,
     /// The device nodes of the run's `/dev` (names under `/dev`), which the
@@ -665,8 +709,8 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
         .iter()
         .copied()
         .filter(|n| match extras.fault {
-            Some(Fault::SharePid) => *n != "--unshare-pid",
-            Some(Fault::ShareNet) => *n != "--unshare-net",
+            Some(Fault::SharePid) => *n != Namespace::Pid,
+            Some(Fault::ShareNet) => *n != Namespace::Net,
             _ => true,
         })
         .collect();
@@ -858,10 +902,14 @@ impl Plan {
     /// command, which bubblewrap takes only from its real command line, is
     /// [`Plan::bwrap_command`].
     pub fn bwrap_args(&self) -> Vec<String> {
-        let mut a: Vec<String> = self.namespaces.iter().map(|s| s.to_string()).collect();
+        let mut a: Vec<String> = self
+            .namespaces
+            .iter()
+            .map(|n| n.bwrap_flag().to_string())
+            .collect();
         // The stage is the run's init (see `stage`); without a pid
         // namespace of its own (a self-test fault) there is none to be.
-        if self.namespaces.contains(&"--unshare-pid") {
+        if self.namespaces.contains(&Namespace::Pid) {
             a.push("--as-pid-1".into());
         }
         for s in [

@@ -20,72 +20,22 @@
 //! from its command line or environment, both of which are visible to the
 //! run) and reports to the launcher over the pipe at [`fds::STATUS`], which it
 //! closes once the command was executed: the launcher sees end-of-file
-//! exactly then. Lines on that pipe:
-//! - `S` — the stage started;
-//! - `L <json>` — what Landlock enforced;
-//! - `E <reason>` — the sandbox could not be completed (the command never ran);
-//! - `X <code> <reason>` — the command could not be executed (126/127).
+//! exactly then. Both are typed, in [`crate::protocol`].
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::process::Command;
 
-use serde::{Deserialize, Serialize};
+use oz0_core::exit::{self, Exit};
 
+use crate::hold::{os, StageError};
 use crate::landlock;
-use crate::plan::{fds, LandlockRules};
-use crate::seccomp::{self, Profile};
+use crate::plan::fds;
+use crate::protocol::{BridgeConfig, StageConfig, StageMessage};
+use crate::seccomp;
 
-/// What the launcher tells the stage.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StageConfig {
-    /// The command.
-    pub argv: Vec<String>,
-    /// Exactly its environment.
-    pub env: Vec<(String, String)>,
-    /// Landlock rules.
-    pub landlock: LandlockRules,
-    /// Landlock is not applied (a self-test fault only).
-    pub landlock_off: bool,
-    /// Seccomp profile.
-    pub seccomp: Profile,
-    /// No seccomp filter (a self-test fault only).
-    pub seccomp_off: bool,
-    /// The egress bridge, when the run has egress.
-    pub bridge: Option<BridgeConfig>,
-    /// Refuse new unix sockets to the command (and to the bridge, which
-    /// needs none).
-    pub deny_unix_sockets: bool,
-    /// Placeholders (made by the node) to mount read-only before anything
-    /// else.
-    pub placeholders: Vec<crate::plan::Placeholder>,
-    /// What bubblewrap must have mounted where (checked before anything
-    /// else).
-    pub expect: Vec<crate::plan::Expect>,
-    /// Protected paths that exist, to bind onto themselves.
-    pub holds: Vec<crate::plan::Hold>,
-    /// Every mount point the run must have once the stage is done.
-    pub mount_points: Vec<String>,
-    /// The device nodes of the run's `/dev` (names under `/dev`).
-    pub devices: Vec<String>,
-    /// The size of the run's `/tmp` and `/dev`.
-    pub tmp: crate::plan::TmpfsSize,
-}
-
-/// The in-sandbox bridge to the run's proxy socket.
-#[derive(Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BridgeConfig {
-    /// The run's token, for the proxy variables.
-    pub token: String,
-}
-
-impl std::fmt::Debug for BridgeConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BridgeConfig { token: <redacted> }")
-    }
-}
+/// Exit status of the stage when the sandbox could not be completed.
+const STAGE_FAILED: i32 = Exit::Sandbox as i32;
 
 /// Starts the bridge: binds its listener on the run's own loopback and
 /// forks it from the stage with that listener and the run's channel to the
@@ -95,20 +45,17 @@ impl std::fmt::Debug for BridgeConfig {
 /// `/proc`; and it is already under the run's Landlock rules and seccomp
 /// filter, unix sockets refused included, for it needs none. Returns the
 /// proxy variables for the command.
-fn start_bridge(b: &BridgeConfig) -> Result<(u16, Vec<(String, String)>), String> {
+fn start_bridge(b: &BridgeConfig) -> Result<(u16, Vec<(String, String)>), StageError> {
     use std::os::fd::AsFd;
     let channel = oz0_sys::spawn::inherited_fd(fds::EGRESS)
-        .map_err(|e| format!("egress bridge: no channel to the proxy: {e}"))?;
+        .map_err(os("egress bridge: no channel to the proxy"))?;
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
-        .map_err(|e| format!("egress bridge: cannot listen on the run's loopback: {e}"))?;
-    let port = listener
-        .local_addr()
-        .map_err(|e| format!("egress bridge: {e}"))?
-        .port();
+        .map_err(os("egress bridge: cannot listen on the run's loopback"))?;
+    let port = listener.local_addr().map_err(os("egress bridge"))?.port();
     oz0_sys::ns::fork_keeping(&[listener.as_fd(), channel.as_fd()], bridge)
-        .map_err(|e| format!("egress bridge: cannot start: {e}"))?;
-    let token =
-        oz0_egress::Token::from_secret(&b.token).map_err(|e| format!("egress bridge: {e}"))?;
+        .map_err(os("egress bridge: cannot start"))?;
+    let token = oz0_egress::Token::from_secret(&b.token)
+        .map_err(|e| StageError::Refused(format!("egress bridge: {e}")))?;
     Ok((port, token.proxy_env(port)))
 }
 
@@ -135,9 +82,6 @@ fn bridge() -> i32 {
     }
 }
 
-/// Exit status of the stage when the sandbox could not be completed.
-pub const STAGE_FAILED: i32 = 125;
-
 /// Runs the stage. Returns only on failure, with the process exit code.
 pub fn main() -> i32 {
     // First of all: no process of the run may read or write the stage's
@@ -158,16 +102,12 @@ pub fn main() -> i32 {
         }
     };
     let _ = rustix::io::fcntl_setfd(&status, rustix::io::FdFlags::CLOEXEC);
-    let _ = status.write_all(b"S\n");
+    let _ = StageMessage::Started.send(&mut status);
     match prepare() {
         Ok((cfg, report, bridge_port)) => {
-            let _ = writeln!(
-                status,
-                "L {}",
-                serde_json::to_string(&report).unwrap_or_default()
-            );
+            let _ = StageMessage::Landlock { report }.send(&mut status);
             if let Some(port) = bridge_port {
-                let _ = writeln!(status, "B {port}");
+                let _ = StageMessage::Bridge { port }.send(&mut status);
             }
             let child = Command::new(&cfg.argv[0])
                 .args(&cfg.argv[1..])
@@ -180,14 +120,16 @@ pub fn main() -> i32 {
                     init(child.id())
                 }
                 Err(err) => {
-                    let code = crate::launch::exec_failure_code(&err);
-                    let _ = writeln!(status, "X {code} cannot execute {:?}: {err}", cfg.argv[0]);
+                    let code = exit::exec_failure_code(&err);
+                    let reason = format!("cannot execute {:?}: {err}", cfg.argv[0]);
+                    let _ = StageMessage::NotExecuted { code, reason }.send(&mut status);
                     code
                 }
             }
         }
-        Err(reason) => {
-            let _ = writeln!(status, "E {}", reason.replace('\n', " "));
+        Err(e) => {
+            let reason = e.to_string();
+            let _ = StageMessage::Failed { reason }.send(&mut status);
             STAGE_FAILED
         }
     }
@@ -214,7 +156,7 @@ fn init(command: u32) -> i32 {
             Ok(Some((pid, st))) if Some(pid) == command => {
                 use std::os::unix::process::ExitStatusExt;
                 let st = std::process::ExitStatus::from_raw(st.as_raw());
-                return crate::launch::status_code(st);
+                return exit::status_code(st);
             }
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => {}
@@ -225,19 +167,21 @@ fn init(command: u32) -> i32 {
 }
 
 /// Makes the stage undumpable and checks that it is.
-fn undumpable() -> Result<(), String> {
+fn undumpable() -> Result<(), StageError> {
     use rustix::process::{dumpable_behavior, set_dumpable_behavior, DumpableBehavior};
     set_dumpable_behavior(DumpableBehavior::NotDumpable)
-        .map_err(|e| format!("cannot make the stage undumpable: {e}"))?;
+        .map_err(os("cannot make the stage undumpable"))?;
     match dumpable_behavior() {
         Ok(DumpableBehavior::NotDumpable) => Ok(()),
-        other => Err(format!("the stage is still dumpable ({other:?})")),
+        other => Err(StageError::Refused(format!(
+            "the stage is still dumpable ({other:?})"
+        ))),
     }
 }
 
 type Prepared = (StageConfig, landlock::LandlockReport, Option<u16>);
 
-fn prepare() -> Result<Prepared, String> {
+fn prepare() -> Result<Prepared, StageError> {
     let (mut cfg, report) = restrict()?;
     let mut port = None;
     if let Some(b) = cfg.bridge.take() {
@@ -304,42 +248,37 @@ fn hide_placeholders_from_git(cfg: &StageConfig) {
     });
 }
 
-fn restrict() -> Result<(StageConfig, landlock::LandlockReport), String> {
+fn restrict() -> Result<(StageConfig, landlock::LandlockReport), StageError> {
     let mut raw = Vec::new();
-    File::from(
-        oz0_sys::spawn::inherited_fd(fds::CONFIG).map_err(|e| format!("no configuration: {e}"))?,
-    )
-    .read_to_end(&mut raw)
-    .map_err(|e| format!("reading the configuration: {e}"))?;
-    let cfg: StageConfig =
-        serde_json::from_slice(&raw).map_err(|e| format!("bad configuration: {e}"))?;
+    File::from(oz0_sys::spawn::inherited_fd(fds::CONFIG).map_err(os("no configuration"))?)
+        .read_to_end(&mut raw)
+        .map_err(os("reading the configuration"))?;
+    let cfg: StageConfig = serde_json::from_slice(&raw).map_err(os("bad configuration"))?;
     if cfg.argv.is_empty() {
-        return Err("empty command".into());
+        return Err(StageError::Refused("empty command".into()));
     }
-    let stderr = oz0_sys::spawn::inherited_fd(fds::STDERR)
-        .map_err(|e| format!("no stderr descriptor: {e}"))?;
-    rustix::stdio::dup2_stderr(&stderr).map_err(|e| format!("dup2 stderr: {e}"))?;
+    let stderr = oz0_sys::spawn::inherited_fd(fds::STDERR).map_err(os("no stderr descriptor"))?;
+    rustix::stdio::dup2_stderr(&stderr).map_err(os("dup2 stderr"))?;
     drop(stderr);
     // The command inherits stdin, stdout and stderr, and nothing else.
-    oz0_sys::spawn::cloexec_from(3).map_err(|e| format!("close_range: {e}"))?;
+    oz0_sys::spawn::cloexec_from(3).map_err(os("close_range"))?;
     crate::hold::verify_binds(&cfg.expect)?;
     crate::hold::prepare_mounts(&cfg.devices, cfg.tmp, &cfg.holds, &cfg.placeholders)?;
     crate::hold::verify_mount_table(&cfg.mount_points)?;
     hide_placeholders_from_git(&cfg);
     crate::hold::enter_own_user_namespace()?;
     crate::hold::drop_capabilities()?;
-    let programs =
-        seccomp::compile(cfg.seccomp, cfg.deny_unix_sockets).map_err(|e| e.to_string())?;
+    let programs = seccomp::compile(cfg.seccomp, cfg.deny_unix_sockets)?;
     let report = if cfg.landlock_off {
         landlock::LandlockReport {
             kernel_abi: oz0_sys::probe::landlock_abi(),
             enforced: "off".into(),
         }
     } else {
-        landlock::restrict(&cfg.landlock).map_err(|e| e.to_string())?
+        landlock::restrict(&cfg.landlock)?
     };
     if !cfg.seccomp_off {
-        seccomp::install(&programs).map_err(|e| e.to_string())?;
+        seccomp::install(&programs)?;
     }
     Ok((cfg, report))
 }

@@ -61,27 +61,44 @@ impl TestGuest {
 
     /// Refuses an image name that is not a plain name (`[a-z0-9-]`, at most
     /// 32) or that this test guest was not built with, naming the fix.
-    pub fn check_image(&self, image: &str) -> Result<(), String> {
+    pub fn check_image(&self, image: &str) -> Result<(), ImageError> {
         let plain = !image.is_empty()
             && image.len() <= 32
             && image
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         if !plain {
-            return Err(format!(
-                "--image {image:?}: the QEMU test backend takes the name of a test-guest image ([a-z0-9-], e.g. `python`)"
-            ));
+            return Err(ImageError::NotAName(image.to_string()));
         }
         let f = self.initrd(Some(image));
         if !f.is_file() {
-            return Err(format!(
-                "--image {image}: the test guest has no {} (build it: scripts/build-test-guest-{image}.sh {})",
-                f.display(),
-                self.dir.display()
-            ));
+            return Err(ImageError::NotBuilt {
+                image: image.to_string(),
+                file: f,
+                guest: self.dir.clone(),
+            });
         }
         Ok(())
     }
+}
+
+/// An image the QEMU test backend does not have.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImageError {
+    /// Not a plain name.
+    #[error("--image {0:?}: the QEMU test backend takes the name of a test-guest image ([a-z0-9-], e.g. `python`)")]
+    NotAName(String),
+    /// The test guest was not built with it.
+    #[error("--image {image}: the test guest has no {} (build it: scripts/build-test-guest-{image}.sh {})", file.display(), guest.display())]
+    NotBuilt {
+        /// The image.
+        image: String,
+        /// The file it needs.
+        file: PathBuf,
+        /// The test guest's folder.
+        guest: PathBuf,
+    },
 }
 
 /// Which VMM.
@@ -403,14 +420,14 @@ mod tests {
             qemu: "/usr/bin/qemu-system-x86_64".into(),
             dir: dir.clone(),
         };
-        assert_eq!(g.check_image("python"), Ok(()));
-        let missing = g.check_image("node").unwrap_err();
+        assert!(g.check_image("python").is_ok());
+        let missing = g.check_image("node").unwrap_err().to_string();
         assert!(
             missing.contains("initrd-node.cpio") && missing.contains("build-test-guest-node.sh"),
             "{missing}"
         );
         for bad in ["", "../x", "a/b", "Python", "x.cpio", &"a".repeat(33)] {
-            let e = g.check_image(bad).unwrap_err();
+            let e = g.check_image(bad).unwrap_err().to_string();
             assert!(e.contains("[a-z0-9-]"), "{bad:?}: {e}");
         }
         let _ = std::fs::remove_dir_all(&dir);
@@ -484,4 +501,53 @@ machine delete --name oz0-a -f"
         assert!(env.contains(&("SMOLVM_LANDLOCK".into(), "enforce".into())));
         assert!(env.contains(&("SMOLVM_VM_UID_DROP".into(), "off".into())));
     }
+}
+
+/// The VMM from the environment: the test backend when
+/// `OZ0_MICROVM_TEST_BACKEND=qemu-tcg`, else smolvm per `OZ0_MICROVM`;
+/// and a warning to print, if any.
+pub fn backend_from_env() -> Result<(Backend, Option<String>), BackendError> {
+    match std::env::var(TEST_BACKEND_VAR).ok().as_deref() {
+        None | Some("") => {}
+        Some(TEST_BACKEND_QEMU) => {
+            let dir = std::env::var_os(TEST_GUEST_VAR)
+                .map(PathBuf::from)
+                .ok_or(BackendError::NoTestGuest)?;
+            let qemu = std::env::var_os(TEST_QEMU_VAR)
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/usr/bin/qemu-system-x86_64"));
+            let g = TestGuest { qemu, dir };
+            for p in [g.kernel(), g.initrd(None), g.qemu.clone()] {
+                if !p.is_file() {
+                    return Err(BackendError::TestGuestMissing(p));
+                }
+            }
+            let warning = "the QEMU test backend (software emulation) is not a microVM this node offers; it is for tests only";
+            return Ok((Backend::QemuTcg(g), Some(warning.into())));
+        }
+        Some(other) => return Err(BackendError::UnknownTestBackend(other.to_string())),
+    }
+    let sel =
+        crate::pin::Selection::from_value(std::env::var(crate::pin::MICROVM_VAR).ok().as_deref());
+    let vmm = crate::pin::select(&sel, std::env::var("PATH").ok().as_deref())?;
+    let warning = vmm.warning.clone();
+    Ok((Backend::Smolvm(vmm), warning))
+}
+
+/// Why no VMM can be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The test backend without its guest.
+    #[error("{TEST_BACKEND_VAR}=qemu-tcg needs {TEST_GUEST_VAR} naming the folder scripts/build-test-guest.sh filled")]
+    NoTestGuest,
+    /// A file of the test backend is missing.
+    #[error("{} is missing: install qemu-system-x86 and run scripts/build-test-guest.sh", .0.display())]
+    TestGuestMissing(PathBuf),
+    /// An unknown test backend.
+    #[error("{TEST_BACKEND_VAR}={0:?} is not a test backend: the one there is is qemu-tcg")]
+    UnknownTestBackend(String),
+    /// No usable smolvm.
+    #[error(transparent)]
+    Vmm(#[from] crate::pin::PinError),
 }

@@ -202,7 +202,7 @@ fn serve(reader: &mut File, writer: &Writer) -> Result<i32, String> {
     for t in [out, err].into_iter().flatten() {
         let _ = t.join();
     }
-    let code = oz0_linux::launch::status_code(status);
+    let code = oz0_core::exit::status_code(status);
     send(writer, Kind::Exit, 0, &code.to_be_bytes()).map_err(|e| e.to_string())?;
     Ok(code)
 }

@@ -4,8 +4,8 @@
 //! This crate owns the plugin manifest (`oz0-plugin.yaml`, [`manifest`]),
 //! the VMM's pins ([`pin`]), the microVM probe ([`probe`]), the VM lifecycle
 //! ([`vm`]) for smolvm and the QEMU test backend ([`backend`]), the byte
-//! stream between node and guest ([`mux`]), the guest agent ([`guest`]) and
-//! `sandbox vm` ([`cli`]).
+//! stream between node and guest ([`mux`]) and the guest agent ([`guest`]);
+//! `oz0-node sandbox vm` drives it.
 //!
 //! Threat model. The server in the VM, its guest kernel, and anything it
 //! writes into `/work` are hostile. A server that breaks out of its guest
@@ -25,7 +25,7 @@
 //! Secrets reach the server by name and never appear on a command line.
 
 pub mod backend;
-pub mod cli;
+pub mod command;
 pub mod guest;
 pub mod manifest;
 pub mod mux;

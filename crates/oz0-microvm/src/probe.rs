@@ -9,8 +9,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use oz0_linux::launch::{Ended, LaunchOptions};
+use oz0_core::{Ended, RunIo};
 use oz0_linux::seccomp::Profile;
+use oz0_linux::{Host, HostConfig, RunOptions};
 use oz0_policy::facts::{Microvm, MicrovmReason};
 use oz0_policy::{AbsPath, EnvVar, Limits, RunRequest, RunSpec};
 use serde::Serialize;
@@ -31,10 +32,9 @@ pub struct ProbeOptions {
     pub path_var: Option<String>,
     /// Whether this node has tier 1 (its self-test passed).
     pub tier1: bool,
-    /// bubblewrap (None: not found, which means no tier 1 either).
-    pub bwrap: Option<PathBuf>,
-    /// The node binary.
-    pub node_exe: PathBuf,
+    /// The node's host context's parts: the test VM's monitor runs through
+    /// it, in tier 1. Its data directory is the node's.
+    pub host: HostConfig,
     /// The node's data directory.
     pub data_dir: PathBuf,
     /// The temp dir for the test VM's folder.
@@ -49,18 +49,15 @@ pub struct ProbeOptions {
 
 impl ProbeOptions {
     /// The node's defaults, from its environment.
-    pub fn from_env(
-        tier1: bool,
-        bwrap: Option<PathBuf>,
-        node_exe: PathBuf,
-        data_dir: PathBuf,
-    ) -> Self {
+    pub fn from_env(tier1: bool, host: HostConfig, data_dir: PathBuf) -> Self {
         ProbeOptions {
             selection: Selection::from_value(std::env::var(pin::MICROVM_VAR).ok().as_deref()),
             path_var: std::env::var("PATH").ok(),
             tier1,
-            bwrap,
-            node_exe,
+            host: HostConfig {
+                data_dir: Some(data_dir.clone()),
+                ..host
+            },
             data_dir,
             tmp: std::env::temp_dir(),
             kvm: PathBuf::from(crate::vm::KVM_DEVICE),
@@ -129,8 +126,8 @@ pub fn probe(o: &ProbeOptions) -> ProbeReport {
             ),
         );
     }
-    let bwrap = match (&o.bwrap, o.tier1) {
-        (Some(b), true) => b.clone(),
+    let host = match (o.tier1, Host::open(o.host.clone())) {
+        (true, Ok(h)) => h,
         _ => {
             return no(
                 MicrovmReason::NoTier1,
@@ -180,15 +177,10 @@ pub fn probe(o: &ProbeOptions) -> ProbeReport {
             ));
         }
     }
-    with_warning(boot_smolvm(o, &bwrap, &vmm, pinned))
+    with_warning(boot_smolvm(o, &host, &vmm, pinned))
 }
 
-fn boot_smolvm(
-    o: &ProbeOptions,
-    bwrap: &Path,
-    vmm: &pin::Vmm,
-    pinned: Option<bool>,
-) -> ProbeReport {
+fn boot_smolvm(o: &ProbeOptions, host: &Host, vmm: &pin::Vmm, pinned: Option<bool>) -> ProbeReport {
     let fail = |r, d: String| no(r, pinned, d);
     let vmdir = match VmDir::create(&o.tmp, &o.data_dir) {
         Ok(d) => d,
@@ -265,22 +257,16 @@ fn boot_smolvm(
         Err(e) => return fail(MicrovmReason::NoKvmAccess, e.to_string()),
     };
     let started = Instant::now();
-    let r = oz0_linux::launch::run(
+    let r = host.run(
         &spec,
-        LaunchOptions {
-            bwrap: bwrap.to_path_buf(),
-            node_exe: o.node_exe.clone(),
-            cancel: None,
-            scratch: None,
-            proxy: None,
-            jobs: None,
+        RunOptions {
+            io: RunIo::quiet(),
             extras: oz0_linux::plan::Extras {
                 profile: Profile::Vmm,
                 devices: vec![kvm],
                 ..Default::default()
             },
-            stdio: oz0_linux::launch::StdioMode::Null,
-            git: Default::default(),
+            ..Default::default()
         },
     );
     let ms = started.elapsed().as_millis() as u64;

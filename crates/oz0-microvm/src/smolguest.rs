@@ -23,7 +23,7 @@ pub const TOKEN_VAR: &str = "OZ0_EGRESS_TOKEN";
 pub const GUEST_EGRESS_SOCKET: &str = "/run/oz0/egress.sock";
 
 /// Exit status when the wrapper could not set egress up (the server never ran).
-pub const EGRESS_FAILED: i32 = 125;
+pub const EGRESS_FAILED: i32 = oz0_core::exit::Exit::Sandbox as i32;
 
 /// Runs the wrapper with `args` (its command line after the role's
 /// argument: `SOCKET -- SERVER…`). Returns the server's exit status (128+N
@@ -79,10 +79,10 @@ pub fn egress_main(args: Vec<OsString>) -> i32 {
         .envs(env)
         .status()
     {
-        Ok(s) => oz0_linux::launch::status_code(s),
+        Ok(s) => oz0_core::exit::status_code(s),
         Err(e) => {
             eprintln!("oz0-node: cannot execute {:?}: {e}", cmd[0]);
-            oz0_linux::launch::exec_failure_code(&e)
+            oz0_core::exit::exec_failure_code(&e)
         }
     }
 }

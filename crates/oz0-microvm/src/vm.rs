@@ -1,8 +1,8 @@
 //! One VM per tool server: create, start, exec with MCP over the caller's
 //! stdin/stdout, delete — whatever ended it.
 //!
-//! The monitor is always a tier-1 run ([`oz0_linux::launch::run`], seccomp
-//! profile `vmm`) that sees the system read-only, `/work`, the VM's own
+//! The monitor is always a tier-1 run (through the node's host context,
+//! [`oz0_linux::Host::run`], seccomp profile `vmm`) that sees the system read-only, `/work`, the VM's own
 //! `vmm/` folder and the VMM's files, nothing else; it has no egress of its
 //! own. The run ends when the server exits (the guest reports its status),
 //! when the caller's input ends and the server does not exit within
@@ -21,8 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use oz0_linux::launch::{Ended, LaunchOptions, RunOutcome};
+use oz0_core::exit::Exit;
+use oz0_core::{Cancel, Ended, RunIo};
 use oz0_linux::seccomp::Profile;
+use oz0_linux::{Host, RunOptions, RunOutcome};
 use oz0_policy::{AbsPath, EnvVar, Limits, RunRequest, RunSpec};
 
 use crate::backend::{self, Backend, MonitorInput};
@@ -67,15 +69,12 @@ pub struct VmRequest {
 
 /// Where and with what the monitor runs.
 pub struct VmHost<'a> {
-    /// bubblewrap.
-    pub bwrap: PathBuf,
-    /// The node binary (bound at `/oz0/oz0-node` in tier 1 and, for the test
-    /// backend, the guest agent).
-    pub node_exe: PathBuf,
+    /// The node's host context: the monitor's tier-1 run goes through it,
+    /// its node binary is bound at `/oz0/oz0-node` (and, for the test
+    /// backend, is the guest agent), and its egress proxy serves the VM.
+    pub host: &'a Host,
     /// The VMM.
     pub backend: Backend,
-    /// The egress proxy; required when the request has egress.
-    pub proxy: Option<&'a oz0_egress::ProxyHandle>,
     /// Where tier-1 jobs go; required with monitor limits that need one.
     pub jobs: Option<&'a oz0_jobs::JobMode>,
     /// The temp dir for VM folders.
@@ -147,50 +146,89 @@ pub struct VmOutcome {
 }
 
 /// The status of a VM that could not run its server.
-pub const EXIT_VM_FAILED: i32 = 125;
+pub const EXIT_VM_FAILED: i32 = Exit::Sandbox as i32;
 
 /// Why a VM could not be run at all.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum VmError {
-    /// The request is malformed.
-    #[error("{0}")]
-    Request(String),
+    /// No server command.
+    #[error("no server command given: put it after --, e.g. `-- /app/server --stdio`")]
+    NoCommand,
+    /// A variable the server may not be given.
+    #[error("--env: {0}")]
+    Variable(String),
+    /// A variable that is not one.
+    #[error("--env: {0}")]
+    Env(#[from] oz0_policy::env::EnvError),
+    /// The work folder.
+    #[error("--work {}: {source}", path.display())]
+    Work {
+        /// The folder.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The allowlist or forwarded ports.
+    #[error(transparent)]
+    Net(#[from] oz0_policy::net::NetError),
+    /// The image is not one the backend has.
+    #[error(transparent)]
+    Image(#[from] crate::backend::ImageError),
+    /// A path the VM needs is not UTF-8.
+    #[error("{0:?} is not valid UTF-8")]
+    NotUtf8(PathBuf),
+    /// The KVM device's path.
+    #[error(transparent)]
+    Path(#[from] oz0_policy::path::PathError),
     /// The VM's folder or record.
-    #[error(
-        "the VM's folder under {tmp}: {error}: the temp dir must be writable by the node's user"
-    )]
+    #[error("the VM's folder under {}: {what}: {source}: the temp dir must be writable by the node's user", tmp.display())]
     Folder {
         /// The temp dir.
         tmp: PathBuf,
-        /// The error.
-        error: String,
+        /// What was being made.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
     },
     /// The egress proxy could not take the VM.
     #[error("the egress proxy could not take the VM: {0}")]
-    Egress(String),
+    Egress(#[from] oz0_egress::EgressError),
+    /// Egress was asked for and the node serves none.
+    #[error(
+        "the egress proxy could not take the VM: egress was asked for and the node has no proxy"
+    )]
+    NoProxy,
     /// Tier 1 refused the monitor: no VM runs outside it.
     #[error("the VM monitor could not run inside tier 1, so no VM runs: {0}")]
-    Tier1(String),
+    Tier1(#[from] oz0_linux::SandboxError),
+    /// Tier 1 refused the monitor's spec.
+    #[error("the VM monitor could not run inside tier 1, so no VM runs: {0}")]
+    Spec(#[from] oz0_policy::spec::SpecError),
     /// The VMM's files changed since they were checked.
     #[error(transparent)]
     Pin(#[from] crate::pin::PinError),
 }
 
-fn cancel_pair() -> Result<(OwnedFd, UnixStream), VmError> {
-    let (r, w) = UnixStream::pair().map_err(|e| VmError::Request(format!("socketpair: {e}")))?;
+fn cancel_pair(tmp: &Path) -> Result<(OwnedFd, UnixStream), VmError> {
+    let (r, w) = UnixStream::pair().map_err(|source| VmError::Folder {
+        tmp: tmp.to_path_buf(),
+        what: "the VM's cancel channel",
+        source,
+    })?;
     Ok((OwnedFd::from(r), w))
 }
 
 fn env_vars(list: &[(String, String)]) -> Result<Vec<EnvVar>, VmError> {
     list.iter()
-        .map(|(k, v)| EnvVar::new(k, v).map_err(|e| VmError::Request(e.to_string())))
+        .map(|(k, v)| EnvVar::new(k, v).map_err(VmError::from))
         .collect()
 }
 
 fn utf8(p: &Path) -> Result<String, VmError> {
     p.to_str()
         .map(str::to_string)
-        .ok_or_else(|| VmError::Request(format!("{p:?} is not valid UTF-8")))
+        .ok_or_else(|| VmError::NotUtf8(p.to_path_buf()))
 }
 
 fn console_tail(vmm: &Path) -> String {
@@ -204,29 +242,29 @@ fn console_tail(vmm: &Path) -> String {
 pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, VmError> {
     let started = Instant::now();
     if req.command.is_empty() {
-        return Err(VmError::Request(
-            "no server command given: put it after --, e.g. `-- /app/server --stdio`".into(),
-        ));
+        return Err(VmError::NoCommand);
     }
     for (n, _) in &req.env {
         if let Some(why) = crate::manifest::vm_variable_refusal(n) {
-            return Err(VmError::Request(format!("--env: {why}")));
+            return Err(VmError::Variable(why));
         }
     }
-    let work = std::fs::canonicalize(&req.work)
-        .map_err(|e| VmError::Request(format!("--work {}: {e}", req.work.display())))?;
-    let egress = oz0_policy::net::Egress::parse(&req.allow, &req.forward)
-        .map_err(|e| VmError::Request(e.to_string()))?;
+    let work = std::fs::canonicalize(&req.work).map_err(|source| VmError::Work {
+        path: req.work.clone(),
+        source,
+    })?;
+    let egress = oz0_policy::net::Egress::parse(&req.allow, &req.forward)?;
     if let (Backend::QemuTcg(g), Some(image)) = (&host.backend, &req.image) {
-        g.check_image(image).map_err(VmError::Request)?;
+        g.check_image(image)?;
     }
     if let Backend::Smolvm(v) = &host.backend {
         crate::pin::recheck(v)?;
     }
     crate::vmdir::cleanup_stale(&host.tmp, &req.data_dir);
-    let vmdir = VmDir::create(&host.tmp, &req.data_dir).map_err(|e| VmError::Folder {
+    let vmdir = VmDir::create(&host.tmp, &req.data_dir).map_err(|source| VmError::Folder {
         tmp: host.tmp.clone(),
-        error: e.to_string(),
+        what: "the VM's folder",
+        source,
     })?;
     let vmm_dir = vmdir.vmm();
 
@@ -237,20 +275,14 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
     let mut token = None;
     let egress_sock = vmdir.dir.join("egress.sock");
     if egress.is_enabled() {
-        let proxy = host.proxy.ok_or_else(|| {
-            VmError::Egress("egress was asked for and the node has no proxy".into())
-        })?;
-        let t = oz0_egress::Token::generate().map_err(|e| VmError::Egress(e.to_string()))?;
-        egress_guard = Some(
-            proxy
-                .add_run(oz0_egress::RunEgress {
-                    run_id: format!("vm-{}", vmdir.id),
-                    token: t.clone(),
-                    egress: egress.clone(),
-                    socket_path: egress_sock.clone(),
-                })
-                .map_err(|e| VmError::Egress(e.to_string()))?,
-        );
+        let proxy = host.host.egress().ok_or(VmError::NoProxy)?;
+        let t = oz0_egress::Token::generate()?;
+        egress_guard = Some(proxy.open_socket(oz0_egress::RunEgress {
+            run_id: format!("vm-{}", vmdir.id),
+            token: t.clone(),
+            egress: egress.clone(),
+            socket_path: egress_sock.clone(),
+        })?);
         token = Some(t);
     }
 
@@ -266,12 +298,14 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
     if guest_node {
         let made = std::fs::create_dir(&node_dir).and_then(|_| {
             let dest = node_dir.join(backend::NODE_IN_GUEST);
-            std::fs::hard_link(&host.node_exe, &dest)
-                .or_else(|_| std::fs::copy(&host.node_exe, &dest).map(|_| ()))
+            let node_exe = host.host.node_exe();
+            std::fs::hard_link(node_exe, &dest)
+                .or_else(|_| std::fs::copy(node_exe, &dest).map(|_| ()))
         });
-        made.map_err(|e| VmError::Folder {
+        made.map_err(|source| VmError::Folder {
             tmp: host.tmp.clone(),
-            error: format!("the node binary for the guest: {e}"),
+            what: "the node binary for the guest",
+            source,
         })?;
     }
     let input = MonitorInput {
@@ -311,7 +345,7 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
                 backend::smolvm_argv(v, &run),
                 backend::smolvm_env(v, &vmm_dir),
                 read,
-                vec![AbsPath::new(KVM_DEVICE).map_err(|e| VmError::Request(e.to_string()))?],
+                vec![AbsPath::new(KVM_DEVICE)?],
             )
         }
     };
@@ -345,10 +379,9 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
         allow_unix_sockets: true,
         data_dir: utf8(&req.data_dir)?,
         command: argv,
-    })
-    .map_err(|e| VmError::Tier1(e.to_string()))?;
+    })?;
 
-    let (cancel_r, cancel_w) = cancel_pair()?;
+    let (cancel_r, cancel_w) = cancel_pair(&host.tmp)?;
     let signalled = Arc::new(AtomicBool::new(false));
     if host.handle_signals {
         for sig in [
@@ -363,43 +396,38 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
         }
     }
 
-    let listener =
-        match &host.backend {
-            Backend::QemuTcg(_) => Some(UnixListener::bind(vmm_dir.join("mux.sock")).map_err(
-                |e| VmError::Folder {
-                    tmp: host.tmp.clone(),
-                    error: format!("mux socket: {e}"),
-                },
-            )?),
-            Backend::Smolvm(_) => None,
-        };
+    let listener = match &host.backend {
+        Backend::QemuTcg(_) => Some(UnixListener::bind(vmm_dir.join("mux.sock")).map_err(
+            |source| VmError::Folder {
+                tmp: host.tmp.clone(),
+                what: "the mux socket",
+                source,
+            },
+        )?),
+        Backend::Smolvm(_) => None,
+    };
 
-    let opts = LaunchOptions {
-        bwrap: host.bwrap.clone(),
-        node_exe: host.node_exe.clone(),
-        cancel: Some(cancel_r),
-        scratch: None,
-        proxy: None,
+    let opts = RunOptions {
+        cancel: Some(Cancel(cancel_r)),
         jobs: host.jobs,
         extras: oz0_linux::plan::Extras {
             profile: Profile::Vmm,
             devices,
             egress_socket: match &host.backend {
-                Backend::Smolvm(_) if egress_guard.is_some() => Some(
-                    AbsPath::from_path(&egress_sock)
-                        .map_err(|e| VmError::Request(e.to_string()))?,
-                ),
+                Backend::Smolvm(_) if egress_guard.is_some() => {
+                    Some(AbsPath::from_path(&egress_sock)?)
+                }
                 _ => None,
             },
             vm_secrets,
             ..Default::default()
         },
-        stdio: match host.backend {
+        io: match host.backend {
             // The server's stdio travels over the mux; QEMU gets none.
-            Backend::QemuTcg(_) => oz0_linux::launch::StdioMode::Null,
-            Backend::Smolvm(_) => oz0_linux::launch::StdioMode::Inherit,
+            Backend::QemuTcg(_) => RunIo::quiet(),
+            Backend::Smolvm(_) => RunIo::inherit(),
         },
-        git: Default::default(),
+        ..Default::default()
     };
     let done = Arc::new(AtomicBool::new(false));
     let stream_slot: Arc<Mutex<Option<UnixStream>>> = Arc::new(Mutex::new(None));
@@ -414,7 +442,7 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
             let (done, slot) = (done.clone(), stream_slot.clone());
             let spec = &spec;
             s.spawn(move || {
-                let r = oz0_linux::launch::run(spec, opts);
+                let r = host.host.run(spec, opts);
                 done.store(true, Ordering::SeqCst);
                 if let Some(st) = slot.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                     let _ = st.shutdown(Shutdown::Both);
@@ -452,7 +480,7 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
     drop(egress_guard);
     let tail = console_tail(&vmm_dir);
     drop(vmdir);
-    let monitor = monitor.map_err(|e| VmError::Tier1(e.to_string()))?;
+    let monitor = monitor?;
     let signalled = signalled.load(Ordering::SeqCst);
     let (ended, exit_code) = match (&host.backend, session.exit) {
         (Backend::Smolvm(_), _) => match monitor.ended {

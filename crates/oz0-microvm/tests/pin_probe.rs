@@ -55,8 +55,12 @@ fn opts(selection: Selection, path: Option<&Path>) -> ProbeOptions {
         selection,
         path_var: path.map(|p| p.display().to_string()),
         tier1: true,
-        bwrap: Some(PathBuf::from("/usr/bin/bwrap")),
-        node_exe: PathBuf::from(env!("CARGO_BIN_EXE_oz0-vm-testnode")),
+        host: oz0_linux::HostConfig {
+            data_dir: Some(base.join("data")),
+            bwrap: Some(PathBuf::from("/usr/bin/bwrap")),
+            node_exe: Some(PathBuf::from(env!("CARGO_BIN_EXE_oz0-vm-testnode"))),
+            ..Default::default()
+        },
         data_dir: base.join("data"),
         tmp: std::env::temp_dir(),
         kvm: PathBuf::from("/dev/kvm"),

@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use oz0_linux::HostConfig;
 
-use crate::exit::Exit;
+use oz0_core::exit::Exit;
 
 /// OZ0 node: runs AI-agent work behind the strongest wall this machine can prove.
 ///
@@ -109,7 +110,7 @@ enum SandboxCmd {
     /// VM has no network device; with --allow/--forward the run's egress proxy
     /// is carried into the guest. The work folder is the guest's /work. The
     /// VM and its folder are removed whatever ends it.
-    Vm(oz0_microvm::cli::VmArgs),
+    Vm(crate::vm::VmArgs),
     /// Report what this process can see and do (for use inside a sandbox).
     ///
     /// Prints one JSON object: capabilities, no_new_privs, seccomp mode, the
@@ -179,17 +180,8 @@ pub struct RunArgs {
     /// [default: <data-dir>/egress-audit.jsonl, 0600].
     #[arg(long = "audit-log", value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
-    /// The node's data directory, which no run may see
-    /// [default: $XDG_DATA_HOME/oz0-node or ~/.local/share/oz0-node].
-    #[arg(long = "data-dir", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// Where run jobs (cgroups) are made [default: probed: the node's own
-    /// delegated cgroup v2, else the `oz0` folder `oz0-node setup cgroups` made].
-    #[arg(long = "cgroup-root", value_name = "DIR")]
-    pub cgroup_root: Option<PathBuf>,
-    /// The bubblewrap binary [default: bwrap on PATH, then /usr/bin/bwrap].
-    #[arg(long, value_name = "PATH")]
-    pub bwrap: Option<PathBuf>,
+    #[command(flatten)]
+    pub host: HostArgs,
     /// After the run, what it left in its writable folders that host git
     /// would run or follow (hooks, a config that runs programs, commondir,
     /// alternates, a .git file, in any repository there) is renamed aside
@@ -207,6 +199,42 @@ pub struct RunArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,
+}
+
+/// The node's data directory: one flag for every command that uses it.
+#[derive(Debug, Clone, Args)]
+pub struct DataDirArg {
+    /// The node's data directory, which no run may see
+    /// [default: $XDG_DATA_HOME/oz0-node or ~/.local/share/oz0-node].
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Where the node's parts are: one set of flags, the same for every
+/// command that runs or checks sandboxes.
+#[derive(Debug, Clone, Args)]
+pub struct HostArgs {
+    #[command(flatten)]
+    pub data: DataDirArg,
+    /// Where run jobs (cgroups) are made [default: probed: the node's own
+    /// delegated cgroup v2, else the `oz0` folder `oz0-node setup cgroups` made].
+    #[arg(long = "cgroup-root", value_name = "DIR")]
+    pub cgroup_root: Option<PathBuf>,
+    /// The bubblewrap binary [default: bwrap on PATH, then /usr/bin/bwrap].
+    #[arg(long, value_name = "PATH")]
+    pub bwrap: Option<PathBuf>,
+}
+
+impl HostArgs {
+    /// The host context's parts.
+    pub fn config(&self) -> HostConfig {
+        HostConfig {
+            data_dir: self.data.data_dir.clone(),
+            cgroup_root: self.cgroup_root.clone(),
+            bwrap: self.bwrap.clone(),
+            ..Default::default()
+        }
+    }
 }
 
 /// Parses the command line `args` (the program name first) and runs it;
@@ -228,7 +256,7 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
         Top::Sandbox(SandboxCmd::Run(a)) => crate::run::run(a),
         Top::Sandbox(SandboxCmd::Probe(a)) => crate::probe::main(a),
         Top::Sandbox(SandboxCmd::Check(a)) => crate::check::main(a),
-        Top::Sandbox(SandboxCmd::Vm(a)) => oz0_microvm::cli::vm_main(a),
+        Top::Sandbox(SandboxCmd::Vm(a)) => crate::vm::main(a),
         Top::Run(a) => crate::node::run(a),
         Top::Facts(a) => crate::node::facts(a),
         Top::Setup(SetupCmd::Cgroups { user, mode, json }) => setup_cgroups(&user, &mode, json),

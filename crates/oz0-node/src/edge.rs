@@ -29,18 +29,18 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use oz0_core::{Cancel, Ended, Outcome, RunIo, Sandbox};
 use oz0_edge::client::{ClientError, Lease, NodeClient, NodeKey};
 use oz0_edge::wire::NodeView;
-use oz0_linux::launch::{Ended, LaunchOptions, RunOutcome};
 use oz0_policy::facts::NodeFacts;
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
 use serde::Deserialize;
 
-use crate::exit::Exit;
 use crate::node::NodeArgs;
+use oz0_core::exit::Exit;
 
 /// The highest tier this node runs jobs at: tier 2 (microVM tools) is
 /// taken by `sandbox vm`, not by this loop.
@@ -48,19 +48,10 @@ const MAX_TAKEN_TIER: u8 = 1;
 /// The longest wait between retries when the edge cannot be reached.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
-/// The daemon's own log: the original stderr, kept apart from a job's
-/// output while a job runs (its stdout and stderr go to its files).
-static LOG: OnceLock<Mutex<File>> = OnceLock::new();
-
-/// Writes one log line.
+/// Writes one line to the daemon's log (its stderr: a job's output goes to
+/// the job's files, never there).
 pub fn log(msg: &str) {
-    match LOG.get() {
-        Some(f) => {
-            let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = writeln!(f, "oz0-node: {msg}");
-        }
-        None => eprintln!("oz0-node: {msg}"),
-    }
+    eprintln!("oz0-node: {msg}");
 }
 
 /// What `--edge` needs, checked before the node starts.
@@ -75,8 +66,7 @@ pub struct Settings {
     poll: Duration,
     recheck: Duration,
     sandbox_none: bool,
-    bwrap: Option<PathBuf>,
-    cgroup_root: Option<PathBuf>,
+    host: crate::cli::HostArgs,
 }
 
 impl Settings {
@@ -124,8 +114,7 @@ impl Settings {
             poll: Duration::from_millis(a.poll_ms.clamp(50, 60_000)),
             recheck: Duration::from_secs(a.recheck_secs.max(1)),
             sandbox_none: a.sandbox == crate::node::Sandbox::None,
-            bwrap: a.bwrap.clone(),
-            cgroup_root: a.cgroup_root.clone(),
+            host: a.host.clone(),
         })
     }
 }
@@ -267,7 +256,7 @@ impl JobEnd {
         }
     }
 
-    fn from_outcome(o: &RunOutcome) -> JobEnd {
+    fn from_outcome(o: &Outcome) -> JobEnd {
         let mut end = JobEnd::from_ended(&o.ended, o.exit_code);
         end.duration_ms = o.duration_ms;
         end
@@ -297,160 +286,19 @@ impl JobEnd {
     }
 }
 
-/// While alive, this process's stdout and stderr are a job's files (and
-/// stdin /dev/null); dropped, they are the daemon's again. One job at a time.
-struct Redirect {
-    out: OwnedFd,
-    err: OwnedFd,
-}
-
-impl Redirect {
-    fn new(out: &File, err: &File) -> std::io::Result<Redirect> {
-        let saved = Redirect {
-            out: rustix::io::dup(std::io::stdout())?,
-            err: rustix::io::dup(std::io::stderr())?,
-        };
-        let _ = std::io::stdout().flush();
-        rustix::stdio::dup2_stdout(out)?;
-        rustix::stdio::dup2_stderr(err)?;
-        Ok(saved)
-    }
-}
-
-impl Drop for Redirect {
-    fn drop(&mut self) {
-        let _ = std::io::stdout().flush();
-        let _ = rustix::stdio::dup2_stdout(&self.out);
-        let _ = rustix::stdio::dup2_stderr(&self.err);
-    }
-}
-
-/// Runs one job to its end (blocking): in the sandbox through the launcher,
-/// or, with `--sandbox none`, as a plain process group.
+/// Runs one job to its end (blocking) through the node's sandbox, its
+/// output into its files.
 fn run_job(
+    sandbox: &dyn Sandbox,
     spec: &RunSpec,
     out: File,
     err: File,
     cancel: OwnedFd,
-    s: &JobEnv,
 ) -> Result<JobEnd, String> {
-    if s.sandbox_none {
-        return run_plain(spec, out, err, cancel);
-    }
-    let node_exe =
-        std::env::current_exe().map_err(|e| format!("cannot find this binary's own path: {e}"))?;
-    let path_var = std::env::var("PATH").ok();
-    let bwrap = oz0_linux::bwrap::find(s.bwrap.as_deref(), path_var.as_deref())
-        .map_err(|e| e.to_string())?;
-    let job_mode =
-        crate::run::job_mode(spec, s.cgroup_root.clone(), "memory/processes/cpu_seconds")?;
-    let proxy = crate::run::start_proxy(spec, &crate::run::audit_log(spec, None))?;
-    let opts = LaunchOptions {
-        bwrap,
-        node_exe,
-        cancel: Some(cancel),
-        scratch: None,
-        proxy: proxy.as_ref(),
-        jobs: job_mode.as_ref(),
-        extras: Default::default(),
-        stdio: oz0_linux::StdioMode::Inherit,
-        git: Default::default(),
-    };
-    let result = match Redirect::new(&out, &err) {
-        Ok(guard) => {
-            let r = oz0_linux::launch::run(spec, opts);
-            drop(guard);
-            r.map(|o| JobEnd::from_outcome(&o))
-                .map_err(|e| e.to_string())
-        }
-        Err(e) => Err(format!("cannot send the job's output to its files: {e}")),
-    };
-    if let Some(p) = proxy {
-        p.shutdown();
-    }
-    result
-}
-
-/// `--sandbox none`: the command as a process group with the node's own
-/// permissions, killed as a group on cancel or timeout.
-fn run_plain(spec: &RunSpec, out: File, err: File, cancel: OwnedFd) -> Result<JobEnd, String> {
-    use rustix::event::{poll, PollFd, PollFlags, Timespec};
-    let started = Instant::now();
-    let argv: Vec<&str> = spec.command.iter().map(|a| a.as_str()).collect();
-    let mut cmd = std::process::Command::new(argv[0]);
-    cmd.args(&argv[1..])
-        .current_dir(spec.work.as_str())
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .stdin(std::process::Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    for v in &spec.env {
-        cmd.env(v.name.as_str(), &v.value);
-    }
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            let code = oz0_linux::launch::exec_failure_code(&e);
-            return Ok(plain_outcome(
-                Ended::NotExecuted {
-                    reason: format!("cannot execute {}: {e}", argv[0]),
-                },
-                code,
-                started,
-            ));
-        }
-    };
-    let pgid = rustix::process::Pid::from_child(&child);
-    let deadline = spec
-        .limits
-        .timeout_seconds
-        .map(|t| started + Duration::from_secs(t));
-    let kill = || {
-        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
-    };
-    loop {
-        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
-            kill();
-            let code = oz0_linux::launch::status_code(st);
-            return Ok(plain_outcome(Ended::Exited, code, started));
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            kill();
-            let _ = child.wait();
-            return Ok(plain_outcome(
-                Ended::Timeout,
-                oz0_linux::launch::EXIT_TIMEOUT,
-                started,
-            ));
-        }
-        let mut fds = [PollFd::new(&cancel, PollFlags::IN)];
-        let t = Timespec {
-            tv_sec: 0,
-            tv_nsec: 100_000_000,
-        };
-        if poll(&mut fds, Some(&t)).unwrap_or(0) > 0 && !fds[0].revents().is_empty() {
-            kill();
-            let st = child.wait().map_err(|e| e.to_string())?;
-            let code = st.code().unwrap_or(137);
-            return Ok(plain_outcome(Ended::Cancelled, code, started));
-        }
-    }
-}
-
-fn plain_outcome(ended: Ended, exit_code: i32, started: Instant) -> JobEnd {
-    let mut end = JobEnd::from_ended(&ended, exit_code);
-    end.duration_ms = started.elapsed().as_millis() as u64;
-    end
-}
-
-/// What a job run needs of the settings (moved into the blocking task).
-#[derive(Debug, Clone)]
-struct JobEnv {
-    sandbox_none: bool,
-    bwrap: Option<PathBuf>,
-    cgroup_root: Option<PathBuf>,
+    sandbox
+        .run(spec, RunIo::files(out, err), Some(Cancel(cancel)))
+        .map(|o| JobEnd::from_outcome(&o))
+        .map_err(|e| e.to_string())
 }
 
 /// What the loop does next.
@@ -461,6 +309,9 @@ enum Next {
 
 struct Daemon {
     s: Settings,
+    /// The wall every job runs behind: the node's host context (tier 1,
+    /// one egress proxy for all jobs), or none (`--sandbox none`).
+    sandbox: Arc<dyn Sandbox>,
     client: NodeClient,
     facts: NodeFacts,
     view: Option<NodeView>,
@@ -711,13 +562,9 @@ impl Daemon {
                 return Err(Next::Continue);
             }
         };
-        let env = JobEnv {
-            sandbox_none: self.s.sandbox_none,
-            bwrap: self.s.bwrap.clone(),
-            cgroup_root: self.s.cgroup_root.clone(),
-        };
+        let sandbox = self.sandbox.clone();
         let mut handle = tokio::task::spawn_blocking(move || {
-            run_job(&spec, out, err, OwnedFd::from(cancel_r), &env)
+            run_job(&*sandbox, &spec, out, err, OwnedFd::from(cancel_r))
         });
         let stop = &self.stop;
         let work = async {
@@ -833,13 +680,17 @@ pub fn serve(
     stop: UnixStream,
     once: bool,
 ) -> i32 {
-    // The daemon logs to its own stderr; a job's output goes to its files.
-    if let Ok(fd) = rustix::io::dup(std::io::stderr()) {
-        let _ = LOG.set(Mutex::new(File::from(fd)));
-    }
-    if let Ok(null) = File::open("/dev/null") {
-        let _ = rustix::stdio::dup2_stdin(&null);
-    }
+    let sandbox: Arc<dyn Sandbox> = if s.sandbox_none {
+        Arc::new(oz0_linux::plain::Plain)
+    } else {
+        match crate::run::open_host(&s.host, None) {
+            Ok(h) => Arc::new(h),
+            Err(e) => {
+                log(&format!("cannot make the node's host context: {e}"));
+                return Exit::CheckFailed.code();
+            }
+        }
+    };
     let client = match NodeClient::new(&s.url, &s.tenant, key) {
         Ok(c) => c,
         Err(e) => {
@@ -857,7 +708,10 @@ pub fn serve(
             return Exit::CheckFailed.code();
         }
     };
-    rt.block_on(async move {
+    // The daemon's sandbox (and the egress proxy it may hold, a runtime of
+    // its own) outlives this event loop: it is dropped after it.
+    let held = sandbox.clone();
+    let code = rt.block_on(async move {
         let stop = match stop
             .set_nonblocking(true)
             .and_then(|_| tokio::net::UnixStream::from_std(stop))
@@ -872,6 +726,7 @@ pub fn serve(
         let poll_every = s.poll;
         let mut d = Daemon {
             s,
+            sandbox: sandbox.clone(),
             client,
             facts,
             view: None,
@@ -922,7 +777,10 @@ pub fn serve(
         }
         log("stopping");
         Exit::Ok.code()
-    })
+    });
+    drop(rt);
+    drop(held);
+    code
 }
 
 #[cfg(test)]

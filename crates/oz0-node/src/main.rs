@@ -2,7 +2,8 @@
 //!
 //! One binary holds the CLI, the hidden in-sandbox stage, and the diagnostic
 //! probe, so that there is one file to pin, verify and ship. Only `main`
-//! exits; every status is documented in [`exit::Exit`] and the README.
+//! exits; every status is documented in [`oz0_core::exit::Exit`] and the
+//! README.
 //!
 //! The process starts at this file's C `main`, not std's: std's start-up
 //! (its stack-overflow handler reads `/proc/self/maps`) cost about 0.3 ms of
@@ -32,10 +33,10 @@ static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 mod check;
 mod cli;
 mod edge;
-mod exit;
 mod node;
 mod probe;
 mod run;
+mod vm;
 
 /// The process entry (see the module documentation). `unsafe_code` is
 /// allowed here for `no_mangle`, which names the C entry point, and for

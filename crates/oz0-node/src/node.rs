@@ -6,11 +6,16 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
+use oz0_core::facts::{self, SandboxMode};
+use oz0_core::{Check, Wall};
 use oz0_edge::client::NodeKey;
+use oz0_linux::HostConfig;
 use oz0_policy::facts::{Microvm, MicrovmReason, NodeFacts};
-use oz0_selftest::facts::{self, SandboxMode};
+use oz0_selftest::LinuxWall;
 
-use crate::exit::Exit;
+use crate::cli::{DataDirArg, HostArgs};
+
+use oz0_core::exit::Exit;
 
 /// `run` flags.
 #[derive(Debug, Args)]
@@ -19,15 +24,9 @@ pub struct NodeArgs {
     /// sandbox (work runs with the node's own permissions); psec: Windows only.
     #[arg(long, value_enum, default_value_t = Sandbox::Auto)]
     pub sandbox: Sandbox,
-    /// The node's data directory [default: $XDG_DATA_HOME/oz0-node or ~/.local/share/oz0-node].
-    #[arg(long = "data-dir", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// Where run jobs (cgroups) are made [default: probed].
-    #[arg(long = "cgroup-root", value_name = "DIR")]
-    pub cgroup_root: Option<PathBuf>,
-    /// The bubblewrap binary [default: bwrap on PATH, then /usr/bin/bwrap].
-    #[arg(long, value_name = "PATH")]
-    pub bwrap: Option<PathBuf>,
+    /// The node's data directory, where jobs go, and bubblewrap.
+    #[command(flatten)]
+    pub host: HostArgs,
     /// Start, publish the facts, and exit instead of staying up (with
     /// --edge: register and report the facts, then exit).
     #[arg(long)]
@@ -87,9 +86,8 @@ pub struct FactsArgs {
     /// json (the document), nfd (Node Feature Discovery features.d file), kv (key=value lines).
     #[arg(long, value_enum, default_value_t = Format::Json)]
     pub format: Format,
-    /// The node's data directory.
-    #[arg(long = "data-dir", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub data: DataDirArg,
 }
 
 /// `facts --format`.
@@ -200,7 +198,7 @@ fn write_facts(d: &Path, f: &NodeFacts) -> Result<PathBuf, String> {
 }
 
 /// Probes microVMs: only with tier 1 proven, by booting a test VM inside it.
-pub fn microvm_state(tier1: bool, bwrap: Option<PathBuf>, data_dir: &Path) -> Microvm {
+pub fn microvm_state(tier1: bool, host: HostConfig, data_dir: &Path) -> Microvm {
     let removed = oz0_microvm::vmdir::cleanup_stale(&std::env::temp_dir(), data_dir);
     if !removed.is_empty() {
         log(&format!(
@@ -208,11 +206,9 @@ pub fn microvm_state(tier1: bool, bwrap: Option<PathBuf>, data_dir: &Path) -> Mi
             removed.len()
         ));
     }
-    let node_exe = std::env::current_exe().unwrap_or_default();
     let r = oz0_microvm::probe::probe(&oz0_microvm::probe::ProbeOptions::from_env(
         tier1,
-        bwrap,
-        node_exe,
+        host,
         data_dir.to_path_buf(),
     ));
     if let Some(w) = &r.warning {
@@ -222,47 +218,38 @@ pub fn microvm_state(tier1: bool, bwrap: Option<PathBuf>, data_dir: &Path) -> Mi
     r.microvm
 }
 
-/// What the machine proved, assessed once: probe, self-test, microVMs.
+/// What the machine proved, assessed once: check, self-test, microVMs.
 struct Assessment {
     facts: NodeFacts,
-    /// The probe's words, to notice a changed machine cheaply.
-    probe_key: String,
+    /// The check's words, to notice a changed machine cheaply.
+    check_key: String,
 }
 
 struct Assessor {
     mode: SandboxMode,
-    bwrap: Option<PathBuf>,
-    cgroup_root: Option<PathBuf>,
+    wall: LinuxWall,
     data_dir: PathBuf,
-    fault: Option<crate::check::Fault>,
 }
 
-fn probe_key(r: &oz0_selftest::check::Report) -> String {
+fn check_key(c: &Check) -> String {
     format!(
         "{}\n{}\n{}",
-        r.headline,
-        r.facts_line,
-        r.fix.as_deref().unwrap_or("")
+        c.headline,
+        c.facts_line,
+        c.fix.as_deref().unwrap_or("")
     )
 }
 
 impl Assessor {
     fn assess(&self) -> Assessment {
-        let probe = oz0_selftest::check::probe(self.bwrap.as_deref(), self.cgroup_root.clone());
-        let report = oz0_selftest::check::report(&probe);
-        log(&report.headline);
-        log(&report.facts_line);
-        if let Some(f) = &report.fix {
+        let check = self.wall.check();
+        log(&check.headline);
+        log(&check.facts_line);
+        if let Some(f) = &check.fix {
             log(f);
         }
         let outcome = if self.mode == SandboxMode::Auto {
-            crate::check::self_test(
-                &probe,
-                &report,
-                Some(self.data_dir.clone()),
-                self.fault,
-                |l| log(&crate::check::line_text(l)),
-            )
+            crate::check::self_test(&self.wall, &check, |l| log(&l.text()))
         } else {
             log("--sandbox none: no sandbox; work runs with this node's own permissions (tier 0)");
             None
@@ -274,32 +261,28 @@ impl Assessor {
                 reason: Some(MicrovmReason::Off),
                 pinned: None,
             },
-            _ => microvm_state(
-                tier1,
-                probe.bwrap.as_ref().ok().map(|b| b.path.clone()),
-                &self.data_dir,
-            ),
+            _ => microvm_state(tier1, self.wall.host.clone(), &self.data_dir),
         };
-        let facts = facts::assemble(&probe, &report, outcome.as_ref(), self.mode, microvm);
+        let facts = facts::assemble(
+            &check,
+            outcome.as_ref(),
+            self.mode,
+            microvm,
+            env!("CARGO_PKG_VERSION"),
+        );
         if let Some(o) = &outcome {
-            let bw = probe
-                .bwrap
-                .as_ref()
-                .map(|b| b.version.clone())
-                .unwrap_or_default();
-            log(&crate::check::closing(o, &bw));
+            log(&o.closing(&check.wall_name));
         }
         Assessment {
             facts,
-            probe_key: probe_key(&report),
+            check_key: check_key(&check),
         }
     }
 
-    /// Probes again; only when the probe's words changed is the self-test
+    /// Checks again; only when the check's words changed is the self-test
     /// run again. Returns the new facts when they changed.
     fn recheck(&self, last: &mut Assessment) -> Option<NodeFacts> {
-        let probe = oz0_selftest::check::probe(self.bwrap.as_deref(), self.cgroup_root.clone());
-        if probe_key(&oz0_selftest::check::report(&probe)) == last.probe_key {
+        if check_key(&self.wall.check()) == last.check_key {
             return None;
         }
         log("the machine changed since the last check: probing and self-testing again");
@@ -316,15 +299,14 @@ pub fn run(a: NodeArgs) -> i32 {
         eprintln!("oz0-node: --sandbox psec is Windows-only (Windows 11's process security environment); on Linux use --sandbox auto");
         return Exit::Usage.code();
     }
-    let fault = match a.inject_fault.as_deref().map(crate::check::parse_fault) {
-        None => None,
-        Some(Ok(f)) => Some(f),
-        Some(Err(e)) => {
+    let fault = match crate::check::parse_fault(a.inject_fault.as_deref()) {
+        Ok(f) => f,
+        Err(e) => {
             eprintln!("oz0-node: {e}");
             return Exit::Usage.code();
         }
     };
-    let data_dir = match crate::run::data_dir(a.data_dir.as_deref()) {
+    let data_dir = match oz0_linux::host::data_dir(a.host.data.data_dir.as_deref()) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("oz0-node: {e}");
@@ -363,10 +345,8 @@ pub fn run(a: NodeArgs) -> i32 {
             Sandbox::None => SandboxMode::None,
             _ => SandboxMode::Auto,
         },
-        bwrap: a.bwrap.clone(),
-        cgroup_root: a.cgroup_root.clone(),
+        wall: crate::check::wall(&a.host, fault),
         data_dir: data_dir.clone(),
-        fault,
     };
     let mut assessment = assessor.assess();
     if let Err(code) = publish(&data_dir, &assessment.facts) {
@@ -420,7 +400,7 @@ fn signal_stream() -> std::io::Result<std::os::unix::net::UnixStream> {
 
 /// Prints the facts.
 pub fn facts(a: FactsArgs) -> i32 {
-    let data_dir = match crate::run::data_dir(a.data_dir.as_deref()) {
+    let data_dir = match oz0_linux::host::data_dir(a.data.data_dir.as_deref()) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("oz0-node: {e}");

@@ -11,7 +11,7 @@ use clap::Args;
 use oz0_sys::probe as sys;
 use serde_json::{json, Value};
 
-use crate::exit::Exit;
+use oz0_core::exit::Exit;
 
 /// `sandbox probe` flags.
 #[derive(Debug, Args)]

@@ -3,14 +3,16 @@
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::Arc;
 
+use oz0_core::exit::Exit;
+use oz0_core::{Cancel, Ended, LimitHit, Outcome, RunIo, Sandbox};
 use oz0_linux::hostfs::OutFile;
-use oz0_linux::launch::{Ended, LaunchOptions, RunOutcome, SandboxError};
+use oz0_linux::{Host, SandboxError};
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
 use serde_json::json;
 
-use crate::cli::RunArgs;
-use crate::exit::Exit;
+use crate::cli::{HostArgs, RunArgs};
 
 /// Version of the `--json-status` document.
 pub const STATUS_SCHEMA: u32 = 1;
@@ -30,8 +32,6 @@ fn refuse(json_status: Option<&OutFile>, msg: impl std::fmt::Display) -> i32 {
     }
     Exit::Sandbox.code()
 }
-
-pub use oz0_linux::host::data_dir;
 
 fn utf8(what: &str, p: &Path) -> Result<String, String> {
     p.to_str()
@@ -71,7 +71,8 @@ fn parse_env(args: &RunArgs) -> Result<Vec<EnvVar>, String> {
 }
 
 fn request(args: &RunArgs) -> Result<RunRequest, String> {
-    let data_dir = data_dir(args.data_dir.as_deref())?;
+    let data_dir =
+        oz0_linux::host::data_dir(args.host.data.data_dir.as_deref()).map_err(|e| e.to_string())?;
     let command = args
         .command
         .iter()
@@ -110,55 +111,21 @@ fn request(args: &RunArgs) -> Result<RunRequest, String> {
     })
 }
 
-/// Where the run's job goes, when its limits need one: probed (or
-/// `cgroup_root`), refused with the reason and the fix when no cgroup this
-/// user can drive is found. `what` names the limits for the message. Job
-/// folders of runs whose node died are removed before a new one is made.
-pub fn job_mode(
-    spec: &RunSpec,
-    cgroup_root: Option<std::path::PathBuf>,
-    what: &str,
-) -> Result<Option<oz0_jobs::JobMode>, String> {
-    if !spec.limits.needs_job() {
-        return Ok(None);
-    }
-    let probed = oz0_jobs::probe_mode(&oz0_jobs::ProbeOptions {
-        cgroup_root,
-        version: None,
+/// The node's host context for `args`: runs' egress decisions go to
+/// `audit_log` (default `<data-dir>/egress-audit.jsonl`, 0600), never to
+/// the node's stderr, which the run shares and could forge records in or
+/// bury them under. The egress proxy starts with the first run that has
+/// egress, and the log is made then.
+pub fn open_host(args: &HostArgs, audit_log: Option<&Path>) -> Result<Host, SandboxError> {
+    let host = Host::open(args.config())?;
+    let audit = audit_log
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| host.data_dir().join(oz0_egress::AUDIT_LOG_NAME));
+    let log = audit.clone();
+    let proxy = oz0_egress::LazyProxy::with_audit_file(move || {
+        oz0_linux::hostfs::open_log("the egress audit log", &log).map_err(|e| e.to_string())
     });
-    if let oz0_jobs::JobMode::Unavailable { reason, fix } = &probed.mode {
-        return Err(format!(
-            "{what} need a job (cgroup) this user can make: {reason} — {fix}"
-        ));
-    }
-    let _ = oz0_jobs::cleanup_stale(&probed.mode);
-    Ok(Some(probed.mode))
-}
-
-/// Where a run's egress decisions are recorded: `flag`, else
-/// `<data-dir>/egress-audit.jsonl`. Never the node's stderr, which the run
-/// shares and could forge records in or bury them under.
-pub fn audit_log(spec: &RunSpec, flag: Option<&Path>) -> std::path::PathBuf {
-    flag.map(Path::to_path_buf)
-        .unwrap_or_else(|| spec.data_dir.as_path().join(oz0_egress::AUDIT_LOG_NAME))
-}
-
-/// The egress proxy for a run with egress, recording each decision in
-/// `audit_log`; none without egress.
-pub fn start_proxy(
-    spec: &RunSpec,
-    audit_log: &Path,
-) -> Result<Option<oz0_egress::ProxyHandle>, String> {
-    if !spec.egress.is_enabled() {
-        return Ok(None);
-    }
-    let log = oz0_linux::hostfs::open_log("the egress audit log", audit_log)?;
-    oz0_egress::Proxy::start(oz0_egress::ProxyConfig {
-        audit: std::sync::Arc::new(oz0_egress::FileSink::new(log)),
-        ..Default::default()
-    })
-    .map(Some)
-    .map_err(|e| format!("the egress proxy could not start: {e}"))
+    Ok(host.with_egress(Arc::new(proxy), audit))
 }
 
 /// A pipe that becomes readable on SIGINT, SIGTERM or SIGHUP.
@@ -186,90 +153,25 @@ fn write_status(out: &OutFile, doc: &serde_json::Value) {
     }
 }
 
-/// One warning line per thing the run left that host git would run or
-/// follow, with what was done with it (a path is shown escaped: the run
-/// chose it).
-pub fn warn_git(look: &oz0_linux::gitlook::GitLook) {
-    use oz0_linux::gitlook::What;
-    for f in &look.findings {
-        let what = match &f.what {
-            What::Config { settings } => {
-                format!("a git config that sets {}", settings.join(", "))
-            }
-            What::UnreadableConfig { reason } => {
-                format!("a git config the node cannot read ({reason})")
-            }
-            What::Hook => "a git hook".into(),
-            What::Commondir => "a git commondir (config and hooks read from elsewhere)".into(),
-            What::Alternates => "git alternates (objects read from elsewhere)".into(),
-            What::RebaseExec => "a rebase in progress that would run commands".into(),
-            What::LegacyRemote => "a legacy git remote".into(),
-            What::GitFile => "a .git file naming another repository".into(),
-            What::Link => "a symbolic link where git reads".into(),
-        };
-        let done = match (&f.aside, &f.left) {
-            (Some(a), _) => format!("renamed aside to {:?}", a.display().to_string()),
-            (None, Some(why)) => format!("left in place: {why}"),
-            (None, None) => "left in place (--git-findings report)".into(),
-        };
-        eprintln!(
-            "oz0-node: warning: the run left {what} at {:?}: {done}",
-            f.path.display().to_string()
-        );
-    }
-    if !look.complete {
-        eprintln!(
-            "oz0-node: warning: the look at git after the run stopped after {} entries of the writable folders; what lies beyond was not looked at",
-            look.entries
-        );
-    }
-}
-
-/// The status document of a run that ran; `audit_log` is where its egress
-/// decisions went.
-fn outcome_doc(o: &RunOutcome, audit_log: &Path) -> serde_json::Value {
-    let limit_hit = o.job.as_ref().and_then(|j| j.outcome.limit_hit);
-    let (outcome, reason): (&str, Option<&str>) = match &o.ended {
-        Ended::NotExecuted { reason } => ("not_executed", Some(reason.as_str())),
-        Ended::Timeout => ("timeout", Some("the wall-time limit (--timeout) was reached; every process of the run was killed")),
-        Ended::CpuTime => ("cpu_time", Some("the CPU-time limit (--cpu-seconds) was used up; every process of the run was killed")),
-        Ended::Cancelled => ("cancelled", Some("the node was told to stop (signal); every process of the run was killed")),
-        Ended::Exited if limit_hit == Some(oz0_jobs::LimitHit::Memory) => ("out_of_memory", Some("the memory limit (--memory) was reached and the kernel killed processes of the run")),
-        Ended::Exited if limit_hit == Some(oz0_jobs::LimitHit::Processes) => ("exited", Some("the process limit (--processes) refused at least one new process")),
-        Ended::Exited => ("exited", None),
-    };
-    json!({
+/// The status document of a run that ran: how it ended, and the
+/// platform's report of what held it.
+fn outcome_doc(o: &Outcome) -> serde_json::Value {
+    let (outcome, reason) = o.describe();
+    let mut doc = json!({
         "schema": STATUS_SCHEMA,
         "run_id": o.run_id,
         "outcome": outcome,
         "exit_code": o.exit_code,
         "reason": reason,
         "duration_ms": o.duration_ms,
-        "git": o.git,
-        "enforced": {
-            "mechanism": "bubblewrap",
-            "namespaces": o.namespaces,
-            "nested_user_namespaces": false,
-            "capabilities": "none",
-            "no_new_privs": true,
-            "seccomp": o.seccomp,
-            "landlock": o.landlock,
-            "protected": o.protected,
-            "limits": {
-                "timeout": "supervisor: SIGKILL of the run's pid namespace (and its job)",
-                "job": o.job,
-                "tmp": o.tmp,
-            },
-            "egress": o.egress.as_ref().map(|e| {
-                let mut v = json!(e);
-                v["audit_log"] = json!(audit_log);
-                v
-            }),
-        },
-    })
+    });
+    for (k, v) in &o.report {
+        doc[k] = v.clone();
+    }
+    doc
 }
 
-fn error_doc(e: &SandboxError) -> serde_json::Value {
+fn error_doc(e: &dyn std::fmt::Display) -> serde_json::Value {
     json!({
         "schema": STATUS_SCHEMA,
         "outcome": "sandbox_error",
@@ -300,12 +202,12 @@ pub fn run(args: RunArgs) -> i32 {
         Ok(s) => s,
         Err(e) => return refuse(e.to_string()),
     };
-    let node_exe = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => return refuse(format!("cannot find this binary's own path: {e}")),
+    let host = match open_host(&args.host, args.audit_log.as_deref()) {
+        Ok(h) => h.with_git(args.git_findings),
+        Err(e) => return refuse(e.to_string()),
     };
     if args.dry_run {
-        return match oz0_linux::launch::plan_only(&spec, &node_exe, &Default::default()) {
+        return match host.plan(&spec, &Default::default()) {
             Ok(plan) => {
                 let env_names: Vec<&str> = plan.env.iter().map(|(n, _)| n.as_str()).collect();
                 let doc = json!({
@@ -327,39 +229,10 @@ pub fn run(args: RunArgs) -> i32 {
             Err(e) => refuse(e.to_string()),
         };
     }
-    let path_var = std::env::var("PATH").ok();
-    let bwrap = match oz0_linux::bwrap::find(args.bwrap.as_deref(), path_var.as_deref()) {
-        Ok(b) => b,
-        Err(e) => return refuse(e.to_string()),
-    };
-    let job_mode = match job_mode(
-        &spec,
-        args.cgroup_root.clone(),
-        "--memory/--processes/--cpu-seconds",
-    ) {
-        Ok(m) => m,
-        Err(e) => return refuse(e.to_string()),
-    };
-    let audit = audit_log(&spec, args.audit_log.as_deref());
-    let proxy = match start_proxy(&spec, &audit) {
-        Ok(p) => p,
-        Err(e) => return refuse(e.to_string()),
-    };
-    let opts = LaunchOptions {
-        bwrap,
-        node_exe,
-        cancel: cancel_pipe(),
-        scratch: None,
-        proxy: proxy.as_ref(),
-        jobs: job_mode.as_ref(),
-        extras: Default::default(),
-        stdio: oz0_linux::StdioMode::Inherit,
-        git: args.git_findings,
-    };
-    let result = oz0_linux::launch::run(&spec, opts);
-    if let Some(p) = proxy {
-        p.shutdown();
-    }
+    let sandbox: &dyn Sandbox = &host;
+    let result = sandbox.run(&spec, RunIo::inherit(), cancel_pipe().map(Cancel));
+    // The proxy (if a run started it) stops with the host.
+    drop(host);
     let (code, doc) = match &result {
         Ok(o) => {
             if let Ended::NotExecuted { reason } = &o.ended {
@@ -376,14 +249,13 @@ pub fn run(args: RunArgs) -> i32 {
                 ),
                 _ => {}
             }
-            if let Some(look) = &o.git {
-                warn_git(look);
+            for w in &o.warnings {
+                eprintln!("oz0-node: warning: {w}");
             }
-            if o.job.as_ref().and_then(|j| j.outcome.limit_hit) == Some(oz0_jobs::LimitHit::Memory)
-            {
+            if o.limit_hit == Some(LimitHit::Memory) {
                 eprintln!("oz0-node: the run reached its --memory limit; the kernel killed processes of the run");
             }
-            (o.exit_code, outcome_doc(o, &audit))
+            (o.exit_code, outcome_doc(o))
         }
         Err(e) => {
             eprintln!("oz0-node: sandbox refused: {e}");

@@ -1,9 +1,10 @@
-//! `oz0-selftest` owns what a Linux node says about its wall:
-//! [`check`] asks the system what it has (never a version number) and decides
-//! the tier and the fix; [`selftest`] proves tier 1 by checking the eight
+//! `oz0-selftest` owns what a Linux node says about its wall: [`check`]
+//! asks the system what it has (never a version number) and decides the
+//! tier and the fix; [`selftest`] proves tier 1 by checking the eight
 //! properties (launch, files, egress, ingress, job_limits, fail_closed,
-//! protected_paths, environment) through the real `sandbox run` machinery; [`facts`]
-//! assembles what the node reports.
+//! protected_paths, environment) through the node's one door to a run;
+//! [`wall::LinuxWall`] is both, as the node core asks for them
+//! ([`oz0_core::Wall`]).
 //!
 //! Threat model: the self-test is the node's only evidence for the tier it
 //! reports, so each check must be able to fail. Every check runs real
@@ -13,5 +14,7 @@
 //! never reports a tier above 0.
 
 pub mod check;
-pub mod facts;
 pub mod selftest;
+pub mod wall;
+
+pub use wall::{Fault, LinuxWall};

@@ -1,9 +1,9 @@
 //! The eight-property self-test (docs/ARCHITECTURE.md), Linux flavour.
 //!
-//! Each check runs real sandboxes through [`oz0_linux::launch::run`], with
-//! the node binary itself as the probe inside, and judges what the probe
-//! reports and what the host sees. The checks run in order and stop at the
-//! first failure.
+//! Each check runs real sandboxes through the node's one door to a run,
+//! [`oz0_linux::Host::run`], with the node binary itself as the probe
+//! inside, and judges what the probe reports and what the host sees. The
+//! checks run in order and stop at the first failure.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oz0_linux::launch::{self, Ended, LaunchOptions, RunOutcome, StdioMode};
+use oz0_core::{Cancel, Ended, Line, RunIo, SelfTest as Outcome};
 use oz0_linux::plan::{Extras, Fault};
+use oz0_linux::{Host, RunOptions, RunOutcome};
 use oz0_policy::facts::Property;
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
-use serde::Serialize;
 use serde_json::Value;
 
 /// The node variable the environment check plants in the node's own
@@ -26,11 +26,13 @@ use serde_json::Value;
 pub const CANARY: &str = "OZ0_SELFTEST_CANARY";
 
 /// What the self-test needs.
-pub struct Config {
-    /// bubblewrap.
-    pub bwrap: PathBuf,
-    /// The node binary (also the probe inside).
-    pub node_exe: PathBuf,
+pub struct Config<'a> {
+    /// The node's host context: its runs go through it (its node binary is
+    /// also the probe inside).
+    pub host: &'a Host,
+    /// The egress proxy of the egress check's run (the node's own, or one
+    /// whose records go nowhere: the check's decisions are no one's).
+    pub egress: &'a dyn oz0_egress::EgressService,
     /// The node's real data directory, when it has one.
     pub data_dir: Option<PathBuf>,
     /// Where jobs go (None: job limits unavailable here).
@@ -75,48 +77,10 @@ impl Layer {
     }
 }
 
-/// One check's result.
-#[derive(Debug, Clone, Serialize)]
-pub struct Line {
-    /// Which property.
-    pub property: Property,
-    /// Held or not.
-    pub ok: bool,
-    /// How long the check took.
-    pub ms: u64,
-    /// What it showed, or how it failed.
-    pub detail: String,
-}
-
-/// The whole self-test.
-#[derive(Debug, Clone, Serialize)]
-pub struct Outcome {
-    /// The checks run, in order.
-    pub lines: Vec<Line>,
-    /// The property that failed, if any.
-    pub failed: Option<Property>,
-    /// A fault was injected: the tier is 0 whatever the checks said.
-    pub fault_injected: bool,
-    /// Total time.
-    pub total_ms: u64,
-}
-
-impl Outcome {
-    /// The tier the self-test proves.
-    pub fn tier(&self) -> u8 {
-        if self.failed.is_none() && !self.fault_injected && self.lines.len() == Property::ALL.len()
-        {
-            1
-        } else {
-            0
-        }
-    }
-}
-
 type CheckResult = Result<String, String>;
 
 struct Ctx<'a> {
-    cfg: &'a Config,
+    cfg: &'a Config<'a>,
     base: PathBuf,
     standin: PathBuf,
     spec_data_dir: String,
@@ -288,7 +252,7 @@ impl Ctx<'_> {
     fn launch(
         &self,
         req: RunRequest,
-        proxy: Option<&oz0_egress::ProxyHandle>,
+        proxy: Option<&dyn oz0_egress::EgressService>,
         jobs: Option<&oz0_jobs::JobMode>,
         cancel: Option<std::os::fd::OwnedFd>,
     ) -> Result<RunOutcome, String> {
@@ -304,7 +268,7 @@ impl Ctx<'_> {
     fn launch_with(
         &self,
         req: RunRequest,
-        proxy: Option<&oz0_egress::ProxyHandle>,
+        proxy: Option<&dyn oz0_egress::EgressService>,
         jobs: Option<&oz0_jobs::JobMode>,
         cancel: Option<std::os::fd::OwnedFd>,
         fault: Option<Fault>,
@@ -314,21 +278,18 @@ impl Ctx<'_> {
             fault,
             ..Default::default()
         };
-        launch::run(
-            &spec,
-            LaunchOptions {
-                bwrap: self.cfg.bwrap.clone(),
-                node_exe: self.cfg.node_exe.clone(),
-                cancel,
-                scratch: Some(self.base.clone()),
-                proxy,
-                jobs,
-                extras,
-                stdio: StdioMode::Null,
-                git: Default::default(),
-            },
-        )
-        .map_err(|e| format!("the sandbox did not start: {e}"))
+        let opts = RunOptions {
+            io: RunIo::quiet(),
+            cancel: cancel.map(Cancel),
+            extras,
+            scratch: Some(self.base.clone()),
+            jobs,
+            egress: proxy,
+        };
+        self.cfg
+            .host
+            .run(&spec, opts)
+            .map_err(|e| format!("the sandbox did not start: {e}"))
     }
 }
 
@@ -672,18 +633,9 @@ impl Drop for Server {
     }
 }
 
-fn quiet_proxy() -> Result<oz0_egress::ProxyHandle, String> {
-    let cfg = oz0_egress::ProxyConfig {
-        audit: Arc::new(|_: &oz0_egress::AuditRecord| {}),
-        ..Default::default()
-    };
-    oz0_egress::Proxy::start(cfg).map_err(|e| format!("the egress proxy did not start: {e}"))
-}
-
 fn check_egress(c: &mut Ctx) -> CheckResult {
     let allowed = Server::start()?;
     let forwarded = Server::start()?;
-    let proxy = quiet_proxy()?;
     let work = c.dir("egress")?;
     let out = work.join("r.json");
     let a = format!("127.0.0.1:{}", allowed.port);
@@ -708,9 +660,7 @@ fn check_egress(c: &mut Ctx) -> CheckResult {
     let mut req = c.request(&work, probe_cmd(&out, &args));
     req.allow = vec![a.clone()];
     req.forward = vec![forwarded.port];
-    let o = c.launch(req, Some(&proxy), None, None);
-    proxy.shutdown();
-    o?;
+    c.launch(req, Some(c.cfg.egress), None, None)?;
     let r = read_report(&out)?;
     // Each listener must have seen exactly the one connection the proxy made
     // for it. (A direct "connect ok" alone may have met the run's own bridge,
@@ -966,7 +916,6 @@ fn check_protected(c: &mut Ctx) -> CheckResult {
 
 fn check_environment(c: &mut Ctx) -> CheckResult {
     let server = Server::start()?;
-    let proxy = quiet_proxy()?;
     let work = c.dir("env")?;
     let out = work.join("r.json");
     let a = format!("127.0.0.1:{}", server.port);
@@ -974,9 +923,7 @@ fn check_environment(c: &mut Ctx) -> CheckResult {
     let mut req = c.request(&work, probe_cmd(&out, &["--env", "--proxy-get", &ua]));
     req.allow = vec![a];
     req.env = vec![EnvVar::new("OZ0SELFTEST_GIVEN", "given").map_err(|e| e.to_string())?];
-    let o = c.launch(req, Some(&proxy), None, None);
-    proxy.shutdown();
-    o?;
+    c.launch(req, Some(c.cfg.egress), None, None)?;
     let r = read_report(&out)?;
     let env = r["env"]
         .as_object()

@@ -8,22 +8,7 @@
 
 use std::io::{BufRead, Read, Write};
 
-use clap::Parser;
 use serde_json::{json, Value};
-
-#[derive(Parser)]
-#[command(name = "oz0-vm-testnode")]
-enum Top {
-    /// `sandbox vm …`
-    #[command(subcommand)]
-    Sandbox(Sandbox),
-}
-
-#[derive(clap::Subcommand)]
-enum Sandbox {
-    /// Run one tool server in a microVM.
-    Vm(oz0_microvm::cli::VmArgs),
-}
 
 fn main() {
     let first = std::env::args().nth(1).unwrap_or_default();
@@ -34,11 +19,81 @@ fn main() {
             oz0_microvm::smolguest::egress_main(std::env::args_os().skip(2).collect())
         }
         "mcp-test-server" => mcp_server(),
-        _ => match Top::parse() {
-            Top::Sandbox(Sandbox::Vm(a)) => oz0_microvm::cli::vm_main(a),
-        },
+        "sandbox" => sandbox_vm(std::env::args().skip(2).collect()),
+        _ => {
+            eprintln!("oz0-vm-testnode: sandbox vm FLAGS -- CMD, or mcp-test-server");
+            2
+        }
     };
     std::process::exit(code);
+}
+
+/// `sandbox vm --FLAG VALUE ... -- CMD`, as the tests call it (the real
+/// command line is `oz0-node`'s): the same library call behind it.
+fn sandbox_vm(args: Vec<String>) -> i32 {
+    let usage = |m: &str| {
+        eprintln!("oz0-vm-testnode: {m}");
+        2
+    };
+    let Some(("vm", rest)) = args.split_first().map(|(a, r)| (a.as_str(), r)) else {
+        return usage("only `sandbox vm` is here");
+    };
+    let split = rest.iter().position(|a| a == "--").unwrap_or(rest.len());
+    let (flags, command) = (&rest[..split], rest.get(split + 1..).unwrap_or_default());
+    let mut cmd = oz0_microvm::command::VmCommand {
+        work: std::path::PathBuf::new(),
+        memory_mib: oz0_microvm::vm::DEFAULT_MEMORY_MIB,
+        cpus: 1,
+        allow: Vec::new(),
+        forward: Vec::new(),
+        env_names: Vec::new(),
+        image: None,
+        boot_timeout_s: 60,
+        command: command.to_vec(),
+    };
+    let mut host = oz0_linux::HostConfig::default();
+    for pair in flags.chunks(2) {
+        let [flag, value] = pair else {
+            return usage("every flag takes a value");
+        };
+        let number = |v: &str| v.parse::<u64>().ok();
+        match flag.as_str() {
+            "--work" => cmd.work = value.into(),
+            "--data-dir" => host.data_dir = Some(value.into()),
+            "--bwrap" => host.bwrap = Some(value.into()),
+            "--image" => cmd.image = Some(value.clone()),
+            "--allow" => cmd.allow.push(value.clone()),
+            "--env" => cmd.env_names.push(value.clone()),
+            "--memory" => match number(value).and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => cmd.memory_mib = n,
+                None => return usage("--memory takes MiB"),
+            },
+            "--cpus" => match number(value).and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => cmd.cpus = n,
+                None => return usage("--cpus takes a number"),
+            },
+            "--forward" => match number(value).and_then(|n| u16::try_from(n).ok()) {
+                Some(n) => cmd.forward.push(n),
+                None => return usage("--forward takes a port"),
+            },
+            "--boot-timeout" => match number(value) {
+                Some(n) => cmd.boot_timeout_s = n,
+                None => return usage("--boot-timeout takes seconds"),
+            },
+            other => return usage(&format!("unknown flag {other}")),
+        }
+    }
+    let host = match oz0_linux::Host::open(host) {
+        Ok(h) => h,
+        Err(e) => return usage(&e.to_string()),
+    };
+    let audit = host.data_dir().join(oz0_egress::AUDIT_LOG_NAME);
+    let log = audit.clone();
+    let proxy = oz0_egress::LazyProxy::with_audit_file(move || {
+        oz0_linux::hostfs::open_log("the egress audit log", &log).map_err(|e| e.to_string())
+    });
+    let host = host.with_egress(std::sync::Arc::new(proxy), audit);
+    oz0_microvm::command::run(cmd, &host)
 }
 
 fn text(s: impl Into<String>) -> Value {

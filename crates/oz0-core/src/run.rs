@@ -1,0 +1,135 @@
+//! One run: its stdio, its cancel handle, how it ended.
+
+use std::fs::File;
+
+use serde::Serialize;
+
+/// Why a run never ran: the sandbox's own error, naming the value and the
+/// fix (each platform has its typed error; callers print it).
+pub type RunError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where one of the command's standard streams goes.
+#[derive(Debug, Default)]
+pub enum Stdio {
+    /// The caller's own (MCP over stdio, interactive use).
+    #[default]
+    Inherit,
+    /// The null device.
+    Null,
+    /// A file or pipe the caller opened (a job's output file): the command
+    /// gets it; the caller's own stream is never rewired.
+    File(File),
+}
+
+/// The command's stdin, stdout and stderr.
+#[derive(Debug, Default)]
+pub struct RunIo {
+    /// stdin.
+    pub stdin: Stdio,
+    /// stdout.
+    pub stdout: Stdio,
+    /// stderr (also where the sandbox's own messages about the run go).
+    pub stderr: Stdio,
+}
+
+impl RunIo {
+    /// The caller's stdin, stdout and stderr.
+    pub fn inherit() -> RunIo {
+        RunIo::default()
+    }
+
+    /// No input, output discarded, errors on the caller's stderr (the
+    /// self-test's runs, a VM monitor whose server talks over its own
+    /// stream).
+    pub fn quiet() -> RunIo {
+        RunIo {
+            stdin: Stdio::Null,
+            stdout: Stdio::Null,
+            stderr: Stdio::Inherit,
+        }
+    }
+
+    /// No input; output and errors into the caller's files.
+    pub fn files(stdout: File, stderr: File) -> RunIo {
+        RunIo {
+            stdin: Stdio::Null,
+            stdout: Stdio::File(stdout),
+            stderr: Stdio::File(stderr),
+        }
+    }
+}
+
+/// Fires when the run must be stopped: every process of the run is killed.
+/// On Unix a descriptor that becomes readable (or hung up): a signal's
+/// self-pipe, or a socket whose other end the caller writes or closes.
+#[derive(Debug)]
+pub struct Cancel(#[cfg(unix)] pub std::os::fd::OwnedFd);
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "how")]
+pub enum Ended {
+    /// The command exited (its status is the exit code; death by signal N
+    /// is 128+N).
+    Exited,
+    /// `--timeout` was reached and the run was killed.
+    Timeout,
+    /// `--cpu-seconds` was used up and the run was killed.
+    CpuTime,
+    /// The run was cancelled.
+    Cancelled,
+    /// The command could not be executed (not found: 127, otherwise 126).
+    NotExecuted {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Which limit ended or constrained the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitHit {
+    /// CPU time: the run was killed.
+    CpuTime,
+    /// Memory: the kernel killed processes of the run.
+    Memory,
+    /// Processes: at least one new process was refused.
+    Processes,
+}
+
+/// What a run did and what held it.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The run's id.
+    pub run_id: String,
+    /// How it ended.
+    pub ended: Ended,
+    /// The command's status (128+N for signal N); 124 on timeout.
+    pub exit_code: i32,
+    /// Wall time, milliseconds.
+    pub duration_ms: u64,
+    /// A limit the run met.
+    pub limit_hit: Option<LimitHit>,
+    /// What the caller is warned of (one line each, e.g. what the run left
+    /// that host git would run).
+    pub warnings: Vec<String>,
+    /// The platform's fields of the run's status document: what was
+    /// enforced (`enforced`), what was found after the run.
+    pub report: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Outcome {
+    /// Why the run ended as it did, in words, when it did not simply exit:
+    /// (the status document's `outcome`, its `reason`).
+    pub fn describe(&self) -> (&'static str, Option<String>) {
+        match &self.ended {
+            Ended::NotExecuted { reason } => ("not_executed", Some(reason.clone())),
+            Ended::Timeout => ("timeout", Some("the wall-time limit (--timeout) was reached; every process of the run was killed".into())),
+            Ended::CpuTime => ("cpu_time", Some("the CPU-time limit (--cpu-seconds) was used up; every process of the run was killed".into())),
+            Ended::Cancelled => ("cancelled", Some("the node was told to stop (signal); every process of the run was killed".into())),
+            Ended::Exited if self.limit_hit == Some(LimitHit::Memory) => ("out_of_memory", Some("the memory limit (--memory) was reached and the kernel killed processes of the run".into())),
+            Ended::Exited if self.limit_hit == Some(LimitHit::Processes) => ("exited", Some("the process limit (--processes) refused at least one new process".into())),
+            Ended::Exited => ("exited", None),
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The host context: what a node process resolves once for all its runs
+//! (its data directory, bubblewrap, its own binary, the job mode, the
+//! egress proxy), and the one door to a tier-1 run on Linux. Every caller
+//! (`sandbox run`, edge jobs, the self-test, a VM's monitor) runs through
+//! [`Host::run`], or [`oz0_core::Sandbox::run`] on it.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use oz0_core::{Cancel, RunIo};
+use oz0_egress::EgressService;
+use oz0_jobs::JobMode;
+use oz0_policy::RunSpec;
+
+use crate::launch::{self, Launch};
+use crate::outcome::{RunOutcome, SandboxError};
+use crate::plan::{self, Plan};
+use crate::{bwrap, gitlook, host, record};
+
+/// Where a host's parts come from; `None` takes the default.
+#[derive(Debug, Clone, Default)]
+pub struct HostConfig {
+    /// The node's data directory, which no run may see
+    /// [default: `$XDG_DATA_HOME/oz0-node` or `~/.local/share/oz0-node`].
+    pub data_dir: Option<PathBuf>,
+    /// Where run jobs (cgroups) are made [default: probed].
+    pub cgroup_root: Option<PathBuf>,
+    /// bubblewrap [default: `bwrap` on `PATH`, then `/usr/bin/bwrap`].
+    pub bwrap: Option<PathBuf>,
+    /// The node binary, bound into each run as its stage [default: this
+    /// process's own].
+    pub node_exe: Option<PathBuf>,
+    /// Where each run's private host folder goes [default:
+    /// [`record::scratch_base`]].
+    pub scratch: Option<PathBuf>,
+}
+
+/// One node process's context for its runs, made once.
+///
+/// bubblewrap and the job mode are found when a run first needs them and
+/// kept once found (a machine fixed after the node started is then seen at
+/// the next run); the egress proxy is the one the caller gives, shared by
+/// every run.
+pub struct Host {
+    data_dir: PathBuf,
+    node_exe: PathBuf,
+    scratch: PathBuf,
+    bwrap_flag: Option<PathBuf>,
+    cgroup_root: Option<PathBuf>,
+    bwrap: Mutex<Option<PathBuf>>,
+    jobs: Mutex<Option<JobMode>>,
+    egress: Option<Arc<dyn EgressService>>,
+    audit_log: Option<PathBuf>,
+    git: gitlook::Policy,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("data_dir", &self.data_dir)
+            .field("node_exe", &self.node_exe)
+            .field("scratch", &self.scratch)
+            .field("egress", &self.egress.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one run may set beyond its spec; the rest comes from the host.
+#[derive(Default)]
+pub struct RunOptions<'a> {
+    /// The command's stdio.
+    pub io: RunIo,
+    /// Fires when the run must be cancelled.
+    pub cancel: Option<Cancel>,
+    /// Seccomp profile, devices, faults: what the caller adds to the spec.
+    pub extras: plan::Extras,
+    /// Where the run's private host folder goes, instead of the host's.
+    pub scratch: Option<PathBuf>,
+    /// Where the run's job goes, instead of the host's probed mode.
+    pub jobs: Option<&'a JobMode>,
+    /// Serves the run's egress, instead of the host's proxy.
+    pub egress: Option<&'a dyn EgressService>,
+}
+
+impl Host {
+    /// Resolves the data directory and the node binary; everything else is
+    /// found when a run needs it.
+    pub fn open(cfg: HostConfig) -> Result<Host, SandboxError> {
+        let data_dir = host::data_dir(cfg.data_dir.as_deref())?;
+        let node_exe = match cfg.node_exe {
+            Some(p) => p,
+            None => std::env::current_exe().map_err(host::HostError::OwnPath)?,
+        };
+        Ok(Host {
+            data_dir,
+            node_exe,
+            scratch: cfg.scratch.unwrap_or_else(record::scratch_base),
+            bwrap_flag: cfg.bwrap,
+            cgroup_root: cfg.cgroup_root,
+            bwrap: Mutex::new(None),
+            jobs: Mutex::new(None),
+            egress: None,
+            audit_log: None,
+            git: gitlook::Policy::default(),
+        })
+    }
+
+    /// Serves runs' egress with `service`, which records every decision in
+    /// `audit_log` (named in each run's status).
+    pub fn with_egress(mut self, service: Arc<dyn EgressService>, audit_log: PathBuf) -> Host {
+        self.egress = Some(service);
+        self.audit_log = Some(audit_log);
+        self
+    }
+
+    /// Does `policy` with what runs leave that host git would run.
+    pub fn with_git(mut self, policy: gitlook::Policy) -> Host {
+        self.git = policy;
+        self
+    }
+
+    /// The node's data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The node binary.
+    pub fn node_exe(&self) -> &Path {
+        &self.node_exe
+    }
+
+    /// Where egress decisions are recorded, when the host serves egress.
+    pub fn audit_log(&self) -> Option<&Path> {
+        self.audit_log.as_deref()
+    }
+
+    /// The host's egress service, if it has one.
+    pub fn egress(&self) -> Option<&dyn EgressService> {
+        self.egress.as_deref()
+    }
+
+    /// bubblewrap: found on first use (`--bwrap`, `PATH`, `/usr/bin`), and
+    /// kept.
+    pub fn bwrap(&self) -> Result<PathBuf, SandboxError> {
+        let mut kept = self.bwrap.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = kept.as_ref() {
+            return Ok(b.clone());
+        }
+        let path_var = std::env::var("PATH").ok();
+        let found = bwrap::find(self.bwrap_flag.as_deref(), path_var.as_deref())?;
+        *kept = Some(found.clone());
+        Ok(found)
+    }
+
+    /// Where runs' jobs go: probed on first use (or `--cgroup-root`) and
+    /// kept once a mode is found; the job folders of runs whose node died
+    /// are removed then. Refused, with the reason and the fix, when no
+    /// cgroup this user can drive is found.
+    pub fn job_mode(&self) -> Result<JobMode, SandboxError> {
+        let mut kept = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = kept.as_ref() {
+            return Ok(m.clone());
+        }
+        let probed = oz0_jobs::probe_mode(&oz0_jobs::ProbeOptions {
+            cgroup_root: self.cgroup_root.clone(),
+            version: None,
+        });
+        if let JobMode::Unavailable { reason, fix } = probed.mode {
+            return Err(SandboxError::NoJob { reason, fix });
+        }
+        let _ = oz0_jobs::cleanup_stale(&probed.mode);
+        *kept = Some(probed.mode.clone());
+        Ok(probed.mode)
+    }
+
+    /// Plans a run without starting it (`--dry-run`).
+    pub fn plan(&self, spec: &RunSpec, extras: &plan::Extras) -> Result<Plan, SandboxError> {
+        launch::plan_only(spec, &self.node_exe, extras)
+    }
+
+    /// Runs `spec` to its end. `Err` means the command never ran.
+    pub fn run(&self, spec: &RunSpec, opts: RunOptions<'_>) -> Result<RunOutcome, SandboxError> {
+        let bwrap = self.bwrap()?;
+        let probed;
+        let jobs = match (opts.jobs, spec.limits.needs_job()) {
+            (Some(j), _) => Some(j),
+            (None, true) => {
+                probed = self.job_mode()?;
+                Some(&probed)
+            }
+            (None, false) => None,
+        };
+        launch::run(
+            spec,
+            Launch {
+                bwrap: &bwrap,
+                node_exe: &self.node_exe,
+                scratch: opts.scratch.unwrap_or_else(|| self.scratch.clone()),
+                io: opts.io,
+                cancel: opts.cancel,
+                egress: opts.egress.or(self.egress.as_deref()),
+                jobs,
+                extras: opts.extras,
+                git: self.git,
+            },
+        )
+    }
+}
+
+impl oz0_core::Sandbox for Host {
+    fn tier(&self) -> u8 {
+        1
+    }
+
+    fn run(
+        &self,
+        spec: &RunSpec,
+        io: RunIo,
+        cancel: Option<Cancel>,
+    ) -> Result<oz0_core::Outcome, oz0_core::RunError> {
+        let opts = RunOptions {
+            io,
+            cancel,
+            ..Default::default()
+        };
+        let outcome = Host::run(self, spec, opts)?;
+        Ok(outcome.into_core(self.audit_log()))
+    }
+}

@@ -1,0 +1,147 @@
+//! The Linux node's wall, as the node core asks for it
+//! ([`oz0_core::Wall`]): the probes and their verdict ([`crate::check`]),
+//! and the self-test ([`crate::selftest`]) through the node's host context.
+
+use oz0_core::{Check, Line, SelfTest};
+use oz0_linux::{Host, HostConfig, SandboxError};
+use oz0_policy::facts::{Mechanism, Os, Platform, Property};
+
+use crate::check::{self, Probe};
+use crate::selftest::{self, Config, Layer};
+
+/// What `--inject-fault` names: one property's runs to weaken, or one
+/// layer of the sandbox to take away from every run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Weaken this property's runs.
+    Property(Property),
+    /// Take this layer away.
+    Layer(Layer),
+}
+
+impl std::str::FromStr for Fault {
+    type Err = UnknownFault;
+
+    fn from_str(s: &str) -> Result<Fault, UnknownFault> {
+        Property::parse(s)
+            .map(Fault::Property)
+            .or_else(|| Layer::parse(s).map(Fault::Layer))
+            .ok_or(UnknownFault)
+    }
+}
+
+/// `--inject-fault` named nothing the self-test knows.
+#[derive(Debug, thiserror::Error)]
+#[error("--inject-fault takes one of: launch, files, egress, ingress, job_limits, fail_closed, protected_paths, environment, or a layer: mounts, landlock, seccomp")]
+pub struct UnknownFault;
+
+/// Tier 1 on Linux: bubblewrap, seccomp, Landlock and cgroup jobs.
+pub struct LinuxWall {
+    /// Where the host context's parts come from (the same as the node's
+    /// runs use).
+    pub host: HostConfig,
+    /// The egress proxy for the self-test's egress check.
+    pub egress: std::sync::Arc<dyn oz0_egress::EgressService>,
+    /// A fault to inject into the self-test (its tests only).
+    pub fault: Option<Fault>,
+}
+
+impl LinuxWall {
+    /// The probes alone, with every detail (for the node's own use).
+    pub fn probe(&self) -> Probe {
+        check::probe(self.host.bwrap.as_deref(), self.host.cgroup_root.clone())
+    }
+
+    /// The node core's check from a probe.
+    pub fn check_of(p: &Probe) -> Check {
+        let r = check::report(p);
+        let cgroup_mode = match p.jobs.mode {
+            "cgroup-v2" => "cgroup_v2",
+            "cgroup-v1" => "cgroup_v1",
+            _ => "none",
+        };
+        let bwrap = p.bwrap.as_ref().ok();
+        Check {
+            tier: r.tier,
+            headline: r.headline,
+            facts_line: r.facts_line,
+            fix_kind: r.fix_kind,
+            fix: r.fix,
+            platform: Platform {
+                os: Os::Linux,
+                arch: p.arch.clone(),
+                build_raw: p.kernel.clone(),
+            },
+            mechanism: Mechanism {
+                kind: if bwrap.is_some() {
+                    "bubblewrap"
+                } else {
+                    "none"
+                }
+                .into(),
+                bwrap_version: bwrap
+                    .and_then(|b| b.version.strip_prefix("bubblewrap "))
+                    .map(str::to_string),
+                landlock_abi: Some(p.landlock_abi),
+                seccomp: p.seccomp,
+                cgroup_mode: Some(cgroup_mode.into()),
+                ..Default::default()
+            },
+            wall_name: bwrap
+                .map(|b| b.version.clone())
+                .unwrap_or_else(|| "bubblewrap".into()),
+            probe: check::probe_json(p),
+        }
+    }
+}
+
+impl oz0_core::Wall for LinuxWall {
+    fn check(&self) -> Check {
+        LinuxWall::check_of(&self.probe())
+    }
+
+    fn self_test(&self, check: &Check, on_line: &mut dyn FnMut(&Line)) -> Option<SelfTest> {
+        if check.tier < 1 {
+            return None;
+        }
+        let host = match Host::open(self.host.clone()) {
+            Ok(h) => h,
+            Err(e) => {
+                let line = Line {
+                    property: Property::Launch,
+                    ok: false,
+                    ms: 0,
+                    detail: format!("the node's host context could not be made: {e}"),
+                };
+                on_line(&line);
+                return Some(SelfTest {
+                    lines: vec![line],
+                    failed: Some(Property::Launch),
+                    fault_injected: self.fault.is_some(),
+                    total_ms: 0,
+                });
+            }
+        };
+        let (job_mode, job_unavailable) = match host.job_mode() {
+            Ok(m) => (Some(m), None),
+            Err(SandboxError::NoJob { reason, fix }) => (None, Some(format!("{reason} — {fix}"))),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let cfg = Config {
+            host: &host,
+            egress: &*self.egress,
+            data_dir: Some(host.data_dir().to_path_buf()),
+            job_mode,
+            job_unavailable,
+            fault: match self.fault {
+                Some(Fault::Property(p)) => Some(p),
+                _ => None,
+            },
+            layer_fault: match self.fault {
+                Some(Fault::Layer(l)) => Some(l),
+                _ => None,
+            },
+        };
+        Some(selftest::run(&cfg, on_line))
+    }
+}
