@@ -326,7 +326,7 @@ impl Lease {
         let ms = lease_ms - lease_ms / LEASE_MARGIN_DIVISOR;
         Lease {
             job,
-            deadline: sent + Duration::from_millis(ms.max(0) as u64),
+            deadline: sent + Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
         }
     }
 

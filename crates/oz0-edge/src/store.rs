@@ -178,6 +178,14 @@ fn int(r: &Row, i: usize) -> Result<i64, StoreError> {
         _ => Err(StoreError::Column(i)),
     }
 }
+/// A tier column, clamped to the tiers there are (0 to 2).
+fn tier_col(r: &Row, i: usize) -> Result<u8, StoreError> {
+    Ok(match int(r, i)? {
+        ..=0 => 0,
+        1 => 1,
+        _ => 2,
+    })
+}
 fn opt_int(r: &Row, i: usize) -> Result<Option<i64>, StoreError> {
     match r.get(i) {
         Some(Val::Int(v)) => Ok(Some(*v)),
@@ -794,7 +802,7 @@ impl Store {
             .map(|r| {
                 let a = text(r, 3)?;
                 Ok((
-                    int(r, 0)?.clamp(0, 2) as u8,
+                    tier_col(r, 0)?,
                     int(r, 1)? != 0,
                     int(r, 2)? != 0,
                     (!a.is_empty()).then_some(a),
@@ -880,7 +888,7 @@ impl Store {
                     id: text(r, 0)?,
                     origin: text(r, 1)?,
                     kind: text(r, 2)?,
-                    tier: int(r, 3)?.clamp(0, 2) as u8,
+                    tier: tier_col(r, 3)?,
                     payload: text(r, 4)?,
                     attempts: int(r, 5)?,
                 })
@@ -946,7 +954,7 @@ impl Store {
                     id: text(r, 0)?,
                     tenant: text(r, 1)?,
                     state: text(r, 2)?,
-                    tier: int(r, 3)?.clamp(0, 2) as u8,
+                    tier: tier_col(r, 3)?,
                     node_id: opt_text(r, 4)?,
                     lease_until_ms: opt_int(r, 5)?,
                     attempts: int(r, 6)?,

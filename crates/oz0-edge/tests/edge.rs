@@ -455,7 +455,7 @@ async fn a_job_whose_lease_lapses_is_handed_again_never_concurrently() {
         // `b` runs a job longer than its lease, renewing as it goes.
         let mut lb = lb;
         let out = b.run_leased(&mut lb, async {
-            tokio::time::sleep(Duration::from_millis(lease_ms as u64 * 2)).await;
+            tokio::time::sleep(Duration::from_millis(u64::try_from(lease_ms).unwrap() * 2)).await;
             7
         });
         assert_eq!(out.await.unwrap(), 7);

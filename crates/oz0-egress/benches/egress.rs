@@ -57,7 +57,7 @@ fn source_server() -> u16 {
                 let mut left = u64::from_le_bytes(want);
                 let buf = vec![7u8; CHUNK];
                 while left > 0 {
-                    let k = left.min(CHUNK as u64) as usize;
+                    let k = usize::try_from(left).map_or(CHUNK, |l| l.min(CHUNK));
                     if s.write_all(&buf[..k]).is_err() {
                         return;
                     }
@@ -152,7 +152,7 @@ fn upload(setup: &Setup, how: Path_, port: u16, bytes: u64) -> f64 {
     let t = Instant::now();
     let mut left = bytes;
     while left > 0 {
-        let k = left.min(CHUNK as u64) as usize;
+        let k = usize::try_from(left).map_or(CHUNK, |l| l.min(CHUNK));
         s.write_all(&buf[..k]).unwrap();
         left -= k as u64;
     }
@@ -191,6 +191,9 @@ fn latency(setup: &Setup, how: Path_, port: u16, n: usize) -> Vec<Duration> {
     out
 }
 
+// `p` is a fraction in 0..=1, so the rounded index lies in 0..v.len() (and
+// a float-to-int `as` saturates in any case).
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn pct(v: &[Duration], p: f64) -> Duration {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }

@@ -69,7 +69,7 @@ impl AuditRecord {
     pub(crate) fn new(run: &str, decision: Decision, status: u16, method: &str) -> Self {
         let ts_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         AuditRecord {
             ts_ms,
             run: run.to_string(),

@@ -11,9 +11,13 @@ use crate::proxy::{Proxy, ProxyConfig, ProxyHandle};
 use crate::service::{EgressService, Lease, RunEgress};
 use crate::{EgressError, Token};
 
+/// Why the proxy's configuration could not be made (e.g. the audit log
+/// could not be opened): the maker's own error.
+pub type ConfigError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Makes the proxy's configuration when the proxy first starts (e.g. opens
 /// the audit log then); its error says why egress cannot be served.
-pub type MakeConfig = Box<dyn Fn() -> Result<ProxyConfig, String> + Send + Sync>;
+pub type MakeConfig = Box<dyn Fn() -> Result<ProxyConfig, ConfigError> + Send + Sync>;
 
 /// The node's egress proxy, started by the first run that has egress and
 /// stopped when this is dropped.
@@ -41,7 +45,7 @@ impl LazyProxy {
     /// the proxy starts (so that a node process whose runs have no egress
     /// never makes the file), with the node's defaults otherwise.
     pub fn with_audit_file(
-        open: impl Fn() -> Result<std::fs::File, String> + Send + Sync + 'static,
+        open: impl Fn() -> Result<std::fs::File, ConfigError> + Send + Sync + 'static,
     ) -> LazyProxy {
         LazyProxy::new(Box::new(move || {
             Ok(ProxyConfig {
@@ -66,7 +70,7 @@ impl LazyProxy {
     ) -> Result<T, EgressError> {
         let mut running = self.lock();
         if running.is_none() {
-            let config = (self.make)().map_err(EgressError::Start)?;
+            let config = (self.make)().map_err(|e| EgressError::Start(e.to_string()))?;
             *running = Some(Proxy::start(config)?);
         }
         match running.as_ref() {

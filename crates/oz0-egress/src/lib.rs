@@ -51,7 +51,7 @@ use std::path::PathBuf;
 
 pub use audit::{AuditRecord, AuditSink, Decision, FileSink, StderrSink, AUDIT_LOG_NAME};
 #[cfg(feature = "proxy")]
-pub use lazy::{LazyProxy, MakeConfig};
+pub use lazy::{ConfigError, LazyProxy, MakeConfig};
 #[cfg(feature = "proxy")]
 pub use proxy::{Proxy, ProxyConfig, ProxyHandle, ProxyLimits, RunGuard};
 pub use resolve::{Resolver, SystemResolver};

@@ -652,7 +652,7 @@ fn text_response(status: StatusCode, body: String) -> Response<ProxyBody> {
 
 /// Sends `record` with `duration_ms` filled in and the token redacted.
 fn emit(shared: &Shared, token: &Token, mut record: AuditRecord, start: Instant) {
-    record.duration_ms = start.elapsed().as_millis() as u64;
+    record.duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     record.redact(token.expose());
     shared.audit.record(&record);
 }
@@ -1197,7 +1197,7 @@ impl Drop for Meter {
             .clone();
         r.bytes_up = self.up.load(Ordering::Relaxed);
         r.bytes_down = self.down.load(Ordering::Relaxed);
-        r.duration_ms = self.start.elapsed().as_millis() as u64;
+        r.duration_ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         r.redact(self.token.expose());
         self.sink.record(&r);
     }

@@ -138,7 +138,9 @@ mod tests {
     }
 
     fn pattern(n: u32, m: u32) -> Vec<u8> {
-        (0..n).map(|i| (i % m) as u8).collect()
+        (0..n)
+            .map(|i| u8::try_from(i % m).expect("m is at most 256"))
+            .collect()
     }
 
     /// Bytes cross both ways intact, EOF is passed on as a half-close, and

@@ -536,7 +536,7 @@ fn bridge_carries_connect_and_plain_http() {
     )
     .unwrap();
     assert_eq!(read_resp(&mut c, true).unwrap().status, 200);
-    let data: Vec<u8> = (0..1_000_000u32).map(|i| i as u8).collect();
+    let data: Vec<u8> = (0..1_000_000u32).map(|i| i.to_le_bytes()[0]).collect();
     let mut w = c.try_clone().unwrap();
     let d2 = data.clone();
     let writer = std::thread::spawn(move || w.write_all(&d2).unwrap());

@@ -329,7 +329,7 @@ impl FakeFs {
             st.set_procs(&d, &p);
         }
         if !self.exists(Path::new(&format!("/proc/{pid}/stat"))) {
-            self.set_process(pid as u32, 1);
+            self.set_process(u32::try_from(pid).expect("a pid is positive"), 1);
         }
     }
 

@@ -145,7 +145,7 @@ fn root_v1_procs_files_are_cloexec_and_place_a_child() {
     for mut f in &files {
         f.write_all(c.id().to_string().as_bytes()).unwrap();
     }
-    assert_eq!(job.pids(), vec![c.id() as i32]);
+    assert_eq!(job.pids(), vec![i32::try_from(c.id()).unwrap()]);
     go(&mut c);
     assert_eq!(first_line(&mut c), "ok");
     c.wait().unwrap();

@@ -73,15 +73,20 @@ pub enum Policy {
 }
 
 impl std::str::FromStr for Policy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Policy, String> {
+    type Err = UnknownPolicy;
+    fn from_str(s: &str) -> Result<Policy, UnknownPolicy> {
         match s {
             "neutralise" | "neutralize" => Ok(Policy::Neutralise),
             "report" => Ok(Policy::Report),
-            other => Err(format!("{other:?}: use neutralise or report")),
+            other => Err(UnknownPolicy(other.to_string())),
         }
     }
 }
+
+/// A `--git-findings` value that is not a policy.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?}: use neutralise or report")]
+pub struct UnknownPolicy(String);
 
 /// What was found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -184,6 +189,17 @@ impl GitLook {
     }
 }
 
+/// The status-change time (`ctime`) in `st`, since the Unix epoch; one
+/// before the epoch counts as the epoch.
+pub(crate) fn ctime(st: &rustix::fs::Stat) -> Duration {
+    let secs = u64::try_from(st.st_ctime).unwrap_or(0);
+    // The kernel keeps a timestamp's nanoseconds below one second, so they
+    // fit a u32.
+    #[allow(clippy::cast_possible_truncation)]
+    let nanos = st.st_ctime_nsec as u32;
+    Duration::new(secs, nanos)
+}
+
 /// Looks at git in the writable folders `roots` (descriptors the node
 /// holds, with the path each stands for) after a run that started at
 /// `since` (a `ctime`, since the Unix epoch), doing `policy` with what it
@@ -238,8 +254,7 @@ fn open_dir(dir: impl AsFd, name: &str) -> Result<OwnedFd, Errno> {
 impl Looker {
     /// Whether what `st` describes changed at or after the run's start.
     fn changed(&self, st: &rustix::fs::Stat) -> bool {
-        let ctime = Duration::new(st.st_ctime.max(0) as u64, st.st_ctime_nsec as u32);
-        ctime >= self.since
+        ctime(st) >= self.since
     }
 
     /// The entries of the folder open at `dir`, counted against the budget;
@@ -586,7 +601,7 @@ mod tests {
         fs::write(&mark, "").unwrap();
         let st = rustix::fs::stat(&mark).unwrap();
         fs::remove_file(&mark).unwrap();
-        Duration::new(st.st_ctime as u64, st.st_ctime_nsec as u32)
+        super::ctime(&st)
     }
 
     fn repo(at: &Path) {

@@ -36,16 +36,75 @@ pub fn open_beneath(dir: impl AsFd, path: &Path, flags: OFlags) -> Result<OwnedF
     )
 }
 
+/// Why a caller-named file could not be opened, read or written: each
+/// names the flag (`what`), the path and the fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostFsError {
+    /// A symbolic link on the way, which the node never follows there.
+    #[error("{what} {} is reached through the symbolic link {}, which the node never follows there (a run may have left it): name the real path", path.display(), link.display())]
+    Link {
+        /// The flag or file's role.
+        what: String,
+        /// The path.
+        path: PathBuf,
+        /// The link on the way.
+        link: PathBuf,
+    },
+    /// The OS refused.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// The flag or file's role.
+        what: String,
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// Not a file the node takes there.
+    #[error("{what} {} {why}", path.display())]
+    Kind {
+        /// The flag or file's role.
+        what: String,
+        /// The path.
+        path: PathBuf,
+        /// What it is not (`is not a regular file`).
+        why: &'static str,
+    },
+    /// Larger than the node reads.
+    #[error("{what} {} is larger than {max} bytes", path.display())]
+    TooLarge {
+        /// The flag or file's role.
+        what: String,
+        /// The path.
+        path: PathBuf,
+        /// The largest read.
+        max: u64,
+    },
+}
+
 /// What to tell the user about an open that failed: a link on the way is
 /// named as such, with the fix.
-pub fn explain(what: &str, path: &Path, e: Errno) -> String {
+pub fn explain(what: &str, path: &Path, e: impl Into<io::Error>) -> HostFsError {
     match first_link(path) {
-        Some(link) => format!(
-            "{what} {} is reached through the symbolic link {}, which the node never follows there (a run may have left it): name the real path",
-            path.display(),
-            link.display()
-        ),
-        None => format!("{what} {}: {}", path.display(), io::Error::from(e)),
+        Some(link) => HostFsError::Link {
+            what: what.into(),
+            path: path.into(),
+            link,
+        },
+        None => HostFsError::Io {
+            what: what.into(),
+            path: path.into(),
+            source: e.into(),
+        },
+    }
+}
+
+fn kind(what: &str, path: &Path, why: &'static str) -> HostFsError {
+    HostFsError::Kind {
+        what: what.into(),
+        path: path.into(),
+        why,
     }
 }
 
@@ -66,19 +125,18 @@ pub fn first_link(path: &Path) -> Option<PathBuf> {
 /// descriptor of the caller's own (`/dev/fd/N`, `/proc/self/fd/N`, as a
 /// shell's `<(…)` gives) is read from that descriptor: it is the caller's,
 /// not a path a run controls.
-pub fn read_caller_file(what: &str, path: &Path) -> Result<Vec<u8>, String> {
+pub fn read_caller_file(what: &str, path: &Path) -> Result<Vec<u8>, HostFsError> {
     let file = match own_descriptor(path) {
         // Opened anew through the process's own descriptor table (the
         // descriptor itself stays the caller's).
-        Some(n) => File::open(format!("/proc/self/fd/{n}"))
-            .map_err(|e| format!("{what} {}: {e}", path.display()))?,
+        Some(n) => File::open(format!("/proc/self/fd/{n}")).map_err(|e| explain(what, path, e))?,
         None => {
             let fd = open_no_links(path, OFlags::RDONLY | OFlags::NONBLOCK)
                 .map_err(|e| explain(what, path, e))?;
             let st = rustix::fs::fstat(&fd).map_err(|e| explain(what, path, e))?;
             if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
             {
-                return Err(format!("{what} {} is not a regular file", path.display()));
+                return Err(kind(what, path, "is not a regular file"));
             }
             File::from(fd)
         }
@@ -86,13 +144,13 @@ pub fn read_caller_file(what: &str, path: &Path) -> Result<Vec<u8>, String> {
     let mut data = Vec::new();
     file.take(MAX_ENV_FILE + 1)
         .read_to_end(&mut data)
-        .map_err(|e| format!("{what} {}: {e}", path.display()))?;
-    if data.len() as u64 > MAX_ENV_FILE {
-        return Err(format!(
-            "{what} {} is larger than {} bytes",
-            path.display(),
-            MAX_ENV_FILE
-        ));
+        .map_err(|e| explain(what, path, e))?;
+    if u64::try_from(data.len()).unwrap_or(u64::MAX) > MAX_ENV_FILE {
+        return Err(HostFsError::TooLarge {
+            what: what.into(),
+            path: path.into(),
+            max: MAX_ENV_FILE,
+        });
     }
     Ok(data)
 }
@@ -123,11 +181,11 @@ pub struct OutFile {
 
 impl OutFile {
     /// Opens the folder of `path` (named as `what` in errors).
-    pub fn open(what: &str, path: &Path) -> Result<OutFile, String> {
+    pub fn open(what: &str, path: &Path) -> Result<OutFile, HostFsError> {
         let name = path
             .file_name()
             .filter(|n| *n != "." && *n != "..")
-            .ok_or_else(|| format!("{what} {} does not name a file", path.display()))?;
+            .ok_or_else(|| kind(what, path, "does not name a file"))?;
         let parent = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
@@ -183,7 +241,7 @@ pub const MAX_LOG: u64 = 64 << 20;
 /// with its folder, 0700): reached without following links, a regular
 /// file of this user's. One that has grown past [`MAX_LOG`] is renamed to
 /// `<name>.1` first.
-pub fn open_log(what: &str, path: &Path) -> Result<File, String> {
+pub fn open_log(what: &str, path: &Path) -> Result<File, HostFsError> {
     use std::os::unix::fs::DirBuilderExt;
     let parent = path
         .parent()
@@ -191,7 +249,7 @@ pub fn open_log(what: &str, path: &Path) -> Result<File, String> {
         .unwrap_or(Path::new("."));
     let name = path
         .file_name()
-        .ok_or_else(|| format!("{what} {} does not name a file", path.display()))?;
+        .ok_or_else(|| kind(what, path, "does not name a file"))?;
     let _ = std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -212,12 +270,9 @@ pub fn open_log(what: &str, path: &Path) -> Result<File, String> {
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
         || st.st_uid != rustix::process::getuid().as_raw()
     {
-        return Err(format!(
-            "{what} {} is not a regular file of this user's",
-            path.display()
-        ));
+        return Err(kind(what, path, "is not a regular file of this user's"));
     }
-    if st.st_size as u64 > MAX_LOG {
+    if u64::try_from(st.st_size).unwrap_or(0) > MAX_LOG {
         let mut old = name.to_os_string();
         old.push(".1");
         renameat(&dir, name, &dir, old.as_os_str()).map_err(|e| explain(what, path, e))?;
@@ -254,7 +309,9 @@ mod tests {
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 2);
         // A folder reached through a link is refused, with the fix.
         std::os::unix::fs::symlink(&d, d.join("linked")).unwrap();
-        let e = OutFile::open("--json-status", &d.join("linked/s.json")).unwrap_err();
+        let e = OutFile::open("--json-status", &d.join("linked/s.json"))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("symbolic link") && e.contains("real path"),
             "{e}"
@@ -276,7 +333,9 @@ mod tests {
         assert_eq!((mode(&log), mode(&d.join("sub"))), (0o600, 0o700));
         std::fs::write(d.join("victim"), "keep").unwrap();
         std::os::unix::fs::symlink(d.join("victim"), d.join("linked.jsonl")).unwrap();
-        let e = open_log("the audit log", &d.join("linked.jsonl")).unwrap_err();
+        let e = open_log("the audit log", &d.join("linked.jsonl"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("symbolic link"), "{e}");
         assert_eq!(std::fs::read_to_string(d.join("victim")).unwrap(), "keep");
         std::fs::remove_dir_all(&d).unwrap();
@@ -287,16 +346,24 @@ mod tests {
         let d = tmp("read");
         std::fs::write(d.join("secret"), "A=secret\n").unwrap();
         std::os::unix::fs::symlink(d.join("secret"), d.join("env")).unwrap();
-        let e = read_caller_file("--env-file", &d.join("env")).unwrap_err();
+        let e = read_caller_file("--env-file", &d.join("env"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("symbolic link"), "{e}");
         assert_eq!(
             read_caller_file("--env-file", &d.join("secret")).unwrap(),
             b"A=secret\n"
         );
-        let e = read_caller_file("--env-file", &d).unwrap_err();
+        let e = read_caller_file("--env-file", &d).unwrap_err().to_string();
         assert!(e.contains("not a regular file"), "{e}");
-        std::fs::write(d.join("big"), vec![b'x'; MAX_ENV_FILE as usize + 1]).unwrap();
-        let e = read_caller_file("--env-file", &d.join("big")).unwrap_err();
+        std::fs::write(
+            d.join("big"),
+            vec![b'x'; usize::try_from(MAX_ENV_FILE).unwrap() + 1],
+        )
+        .unwrap();
+        let e = read_caller_file("--env-file", &d.join("big"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("larger"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }

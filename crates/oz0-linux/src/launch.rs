@@ -340,8 +340,9 @@ fn execute(
             _ => None,
         };
         let ts = wait.map(|d| rustix::event::Timespec {
-            tv_sec: d.as_secs() as i64,
-            tv_nsec: d.subsec_nanos() as i64,
+            // A wait beyond what the kernel counts is as long as it counts.
+            tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(d.subsec_nanos()),
         });
         match poll(&mut pfds, ts.as_ref()) {
             Ok(_) => {}
@@ -439,7 +440,7 @@ fn execute(
         run_id: run_id.to_string(),
         ended,
         exit_code,
-        duration_ms: started.elapsed().as_millis() as u64,
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         landlock: report.landlock,
         namespaces: plan.namespaces.iter().map(|n| n.name()).collect(),
         seccomp: SeccompSummary {

@@ -42,7 +42,7 @@ impl Scratch {
             .create(&dir)
             .map_err(prep("creating the run's folder"))?;
         let st = rustix::fs::stat(&dir).map_err(prep("the run's folder"))?;
-        let made = std::time::Duration::new(st.st_ctime.max(0) as u64, st.st_ctime_nsec as u32);
+        let made = crate::gitlook::ctime(&st);
         Ok(Scratch { dir, made })
     }
 }
@@ -88,7 +88,7 @@ pub(crate) fn record_run(
     roots: &[PathBuf],
     placeholders: &[Placeholder],
 ) -> Result<(), SandboxError> {
-    let pid = std::process::id() as i32;
+    let pid = rustix::process::getpid().as_raw_nonzero().get();
     let rec = RunRecord {
         pid,
         start: start_time(pid).unwrap_or(0),

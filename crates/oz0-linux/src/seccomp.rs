@@ -323,7 +323,8 @@ fn search(groups: &[(u32, Vec<Rule>)], p: &mut BpfProgram) -> Result<(), Seccomp
     let ja = p.len();
     p.push(stmt(JA, 0));
     search(&groups[..mid], p)?;
-    p[ja].k = (p.len() - ja - 1) as u32;
+    p[ja].k = u32::try_from(p.len() - ja - 1)
+        .map_err(|_| SeccompError(format!("a jump over {} instructions", p.len() - ja - 1)))?;
     search(&groups[mid..], p)
 }
 
@@ -380,6 +381,10 @@ fn block(rs: &[Rule]) -> Result<BpfProgram, SeccompError> {
     Ok(b)
 }
 
+// The rules' errnos are libc's E* constants (positive, below 4096), and
+// SECCOMP_RET_DATA holds the low 16 bits of whatever is given: the mask
+// keeps exactly those, so the cast loses nothing the filter could return.
+#[allow(clippy::cast_sign_loss)]
 fn ret_errno(errno: i32) -> sock_filter {
     stmt(RET, 0x0005_0000 | (errno as u32 & 0xffff))
 }
@@ -471,7 +476,9 @@ mod tests {
             let filter = SeccompFilter::new(
                 map,
                 SeccompAction::Allow,
-                SeccompAction::Errno(errno as u32),
+                SeccompAction::Errno(
+                    u32::try_from(errno).map_err(|_| SeccompError(format!("errno {errno}")))?,
+                ),
                 arch,
             )
             .map_err(err)?;
@@ -561,7 +568,7 @@ mod tests {
                 o => {
                     let a = args[((o - 16) / 8) as usize];
                     if (o - 16) % 8 == 0 {
-                        a as u32
+                        (a & 0xffff_ffff) as u32
                     } else {
                         (a >> 32) as u32
                     }
@@ -598,6 +605,9 @@ mod tests {
         let mut best = u32::MAX;
         for p in ps.iter().rev() {
             let v = run(p, nr, arch, args);
+            // The kernel compares actions as signed 32-bit values
+            // (ACTION_ONLY): the wrap to i32 is the comparison it makes.
+            #[allow(clippy::cast_possible_wrap)]
             if ((v & 0xffff_0000) as i32) < ((best & 0xffff_0000) as i32) || best == u32::MAX {
                 best = v;
             }
@@ -704,13 +714,14 @@ mod tests {
     fn the_search_program_refuses_what_the_design_names() {
         let p = &compile(Profile::Default, true).unwrap()[0];
         let native = 0xC000_003E;
-        let errno = |e: i32| 0x0005_0000 | e as u32;
+        let errno = |e: i32| 0x0005_0000 | u32::try_from(e).unwrap();
         let nr = |name: &str| {
-            rules(Profile::Default)
+            let nr = rules(Profile::Default)
                 .iter()
                 .find(|r| r.name == name)
                 .unwrap()
-                .nr as u32
+                .nr;
+            u32::try_from(nr).unwrap()
         };
         assert_eq!(run(p, nr("ptrace"), native, [0; 6]), errno(libc::EPERM));
         assert_eq!(run(p, nr("clone3"), native, [0; 6]), errno(libc::ENOSYS));

@@ -44,7 +44,7 @@ impl Bwrap {
     pub(crate) fn id(&self) -> i32 {
         match self {
             Bwrap::Spawned(pid) => *pid,
-            Bwrap::Forked(c) => c.id() as i32,
+            Bwrap::Forked(c) => rustix::process::Pid::from_child(c).as_raw_nonzero().get(),
         }
     }
 
@@ -138,7 +138,10 @@ pub(crate) fn read_child_pid(json: &mut impl io::BufRead) -> Option<i32> {
     let mut line = String::new();
     json.read_line(&mut line).ok()?;
     let v: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
-    v.get("child-pid")?.as_i64().map(|p| p as i32)
+    // A number that is no pid (beyond an int) is not read as one.
+    v.get("child-pid")?
+        .as_i64()
+        .and_then(|p| i32::try_from(p).ok())
 }
 
 #[cfg(test)]

@@ -117,7 +117,7 @@ pub fn main() -> i32 {
             match child {
                 Ok(child) => {
                     drop(status);
-                    init(child.id())
+                    init(rustix::process::Pid::from_child(&child))
                 }
                 Err(err) => {
                     let code = exit::exec_failure_code(&err);
@@ -140,20 +140,19 @@ pub fn main() -> i32 {
 /// end-of-file when the command's side closes), is undumpable, and reaps
 /// every process that ends until `command` does. Returns the command's
 /// status (128+N for signal N).
-fn init(command: u32) -> i32 {
-    use rustix::process::{wait, Pid, WaitOptions};
+fn init(command: rustix::process::Pid) -> i32 {
+    use rustix::process::{wait, WaitOptions};
     if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
         let _ = rustix::stdio::dup2_stdin(&null);
         let _ = rustix::stdio::dup2_stdout(&null);
         let _ = rustix::stdio::dup2_stderr(&null);
     }
-    let command = Pid::from_raw(command as i32);
     // Any child, whatever its process group or session: a command that
     // calls setsid() (`setsid`, `timeout`) is still the one whose end ends
     // the run.
     loop {
         match wait(WaitOptions::empty()) {
-            Ok(Some((pid, st))) if Some(pid) == command => {
+            Ok(Some((pid, st))) if pid == command => {
                 use std::os::unix::process::ExitStatusExt;
                 let st = std::process::ExitStatus::from_raw(st.as_raw());
                 return exit::status_code(st);

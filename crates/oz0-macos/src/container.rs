@@ -205,7 +205,11 @@ pub fn whole_cpus(cpus: f64) -> Result<u32, ContainerError> {
     if !cpus.is_finite() || cpus <= 0.0 || cpus > f64::from(MAX_CPUS) {
         return Err(ContainerError::Cpus(cpus.to_string()));
     }
-    Ok(cpus.ceil() as u32)
+    // Checked just above: finite and in (0, MAX_CPUS], so the ceiling is a
+    // whole number in 1..=MAX_CPUS, which a u32 holds.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let whole = cpus.ceil() as u32;
+    Ok(whole)
 }
 
 /// Checks a tool's variables and renders the env file: `NAME=VALUE` lines.

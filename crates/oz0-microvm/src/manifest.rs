@@ -141,6 +141,10 @@ pub struct Resources {
 
 impl Resources {
     /// Whole vCPUs for a VM: the declared CPUs rounded up (at least 1).
+    // The manifest takes only finite CPUs in (0, MAX_CPUS], whose ceiling
+    // is a whole u32; any other value saturates (a float `as` never wraps)
+    // and is lifted to 1.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn vcpus(&self) -> Option<u32> {
         self.cpus.map(|c| (c.ceil() as u32).max(1))
     }

@@ -119,16 +119,19 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Frame>> {
 
 /// Writes one frame (splitting nothing: `data` must fit [`MAX_PAYLOAD`]).
 pub fn write_frame(w: &mut impl Write, kind: Kind, chan: u32, data: &[u8]) -> io::Result<()> {
-    if data.len() > MAX_PAYLOAD {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "frame payload too large",
-        ));
-    }
+    let len = match u32::try_from(data.len()) {
+        Ok(n) if data.len() <= MAX_PAYLOAD => n,
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "frame payload too large",
+            ))
+        }
+    };
     let mut buf = Vec::with_capacity(9 + data.len());
     buf.push(kind as u8);
     buf.extend_from_slice(&chan.to_be_bytes());
-    buf.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    buf.extend_from_slice(&len.to_be_bytes());
     buf.extend_from_slice(data);
     w.write_all(&buf)?;
     w.flush()
@@ -153,7 +156,7 @@ mod tests {
         assert!(read_frame(&mut r).unwrap().is_none());
 
         let mut big = vec![8u8, 0, 0, 0, 1];
-        big.extend_from_slice(&((MAX_PAYLOAD as u32) + 1).to_be_bytes());
+        big.extend_from_slice(&(u32::try_from(MAX_PAYLOAD).unwrap() + 1).to_be_bytes());
         assert!(read_frame(&mut io::Cursor::new(big)).is_err());
         assert!(read_frame(&mut io::Cursor::new(vec![99u8, 0, 0, 0, 0, 0, 0, 0, 0])).is_err());
         assert!(read_frame(&mut io::Cursor::new(vec![8u8, 0, 0])).is_err());

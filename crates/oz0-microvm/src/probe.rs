@@ -269,7 +269,7 @@ fn boot_smolvm(o: &ProbeOptions, host: &Host, vmm: &pin::Vmm, pinned: Option<boo
             ..Default::default()
         },
     );
-    let ms = started.elapsed().as_millis() as u64;
+    let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
     let tail: String = log_text
         .lines()

@@ -622,7 +622,8 @@ fn drive(
         };
         match frame.kind {
             Kind::Ready if session.answered_ms.is_none() => {
-                session.answered_ms = Some(ctx.started.elapsed().as_millis() as u64);
+                session.answered_ms =
+                    Some(u64::try_from(ctx.started.elapsed().as_millis()).unwrap_or(u64::MAX));
                 if frame.payload.len() == 2 {
                     session.bridge_port =
                         Some(u16::from_be_bytes([frame.payload[0], frame.payload[1]]));

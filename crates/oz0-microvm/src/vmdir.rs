@@ -120,7 +120,11 @@ fn remove_vm_folder(dir: &Path) -> bool {
 }
 
 fn alive(pid: u32) -> bool {
-    match rustix::process::Pid::from_raw(pid as i32) {
+    // A number beyond an int is no pid: no process of it lives.
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw);
+    match pid {
         None => false,
         Some(p) => match rustix::process::test_kill_process(p) {
             Ok(()) => true,

@@ -156,7 +156,7 @@ fn records_pid(st: &Stage) -> Option<(u32, PathBuf)> {
     let r = vm_folders(st).into_iter().next()?;
     let rec: Value = serde_json::from_slice(&std::fs::read(&r).ok()?).ok()?;
     Some((
-        rec["pid"].as_u64()? as u32,
+        u32::try_from(rec["pid"].as_u64()?).ok()?,
         PathBuf::from(rec["dir"].as_str()?),
     ))
 }
@@ -292,7 +292,7 @@ fn mcp_server_in_a_vm_end_to_end() {
     c.initialize();
     let (pid, dir) = records_pid(&st).expect("a record while the VM runs");
     rustix::process::kill_process(
-        rustix::process::Pid::from_raw(pid as i32).unwrap(),
+        rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap(),
         rustix::process::Signal::TERM,
     )
     .unwrap();

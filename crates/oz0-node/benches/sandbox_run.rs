@@ -128,7 +128,9 @@ fn linkage(bin: &std::path::Path) -> &'static str {
     if data.len() < 64 || &data[..4] != b"\x7fELF" {
         return "not ELF";
     }
-    let phoff = u64::from_le_bytes(data[32..40].try_into().unwrap()) as usize;
+    let Ok(phoff) = usize::try_from(u64::from_le_bytes(data[32..40].try_into().unwrap())) else {
+        return "not ELF";
+    };
     let (size, count) = (u16_at(54), u16_at(56));
     let interp = (0..count).any(|i| {
         let o = phoff + i * size;

@@ -67,7 +67,7 @@ fn bulk_server(bytes: u64) -> u16 {
                 let zeros = vec![0u8; CHUNK];
                 let mut left = bytes;
                 while left > 0 {
-                    let n = left.min(CHUNK as u64) as usize;
+                    let n = usize::try_from(left).map_or(CHUNK, |l| l.min(CHUNK));
                     if s.write_all(&zeros[..n]).is_err() {
                         return;
                     }
@@ -191,6 +191,8 @@ fn mib_per_s(line: &str, want: u64) -> f64 {
     let mut it = line.split_whitespace();
     let size: f64 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
     let secs: f64 = it.next().and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
+    // curl's size is a whole byte count (and a float `as` saturates).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     if size as u64 != want {
         eprintln!("short transfer: {size} of {want} bytes ({line:?})");
         std::process::exit(1);
@@ -205,6 +207,9 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
+    // `p` is a fraction in 0..=1, so the rounded index lies in 0..v.len()
+    // (and a float `as` saturates in any case).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;
     v[i]
 }

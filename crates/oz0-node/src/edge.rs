@@ -342,7 +342,8 @@ impl Daemon {
         let wait = self.backoff;
         log(&format!(
             "{what}: {e}; retrying in {}s",
-            wait.as_secs_f32().ceil() as u64
+            // Whole seconds, rounded up.
+            wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
         ));
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
         wait

@@ -42,7 +42,8 @@ fn utf8(what: &str, p: &Path) -> Result<String, String> {
 fn parse_env(args: &RunArgs) -> Result<Vec<EnvVar>, String> {
     let mut out = Vec::new();
     for f in &args.env_file {
-        let raw = oz0_linux::hostfs::read_caller_file("--env-file", f)?;
+        let raw =
+            oz0_linux::hostfs::read_caller_file("--env-file", f).map_err(|e| e.to_string())?;
         let text = String::from_utf8(raw)
             .map_err(|_| format!("--env-file {}: not valid UTF-8", f.display()))?;
         for (i, line) in text.lines().enumerate() {
@@ -123,7 +124,7 @@ pub fn open_host(args: &HostArgs, audit_log: Option<&Path>) -> Result<Host, Sand
         .unwrap_or_else(|| host.data_dir().join(oz0_egress::AUDIT_LOG_NAME));
     let log = audit.clone();
     let proxy = oz0_egress::LazyProxy::with_audit_file(move || {
-        oz0_linux::hostfs::open_log("the egress audit log", &log).map_err(|e| e.to_string())
+        Ok(oz0_linux::hostfs::open_log("the egress audit log", &log)?)
     });
     Ok(host.with_egress(Arc::new(proxy), audit))
 }

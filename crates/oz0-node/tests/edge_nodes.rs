@@ -193,7 +193,7 @@ impl Node {
     }
 
     fn pid(&self) -> i32 {
-        self.child.as_ref().unwrap().id() as i32
+        i32::try_from(self.child.as_ref().unwrap().id()).unwrap()
     }
 
     fn output(&self, job: &str, stream: &str) -> String {

@@ -349,7 +349,11 @@ fn parse_ipv4_loose(name: &str) -> Option<Option<Ipv4Addr>> {
     if head.iter().any(|&n| n > 255) {
         return Some(None);
     }
-    let bits = 8 * (4 - head.len() as u32);
+    // At most 3 (4 parts at most, checked above).
+    let Ok(head_len) = u32::try_from(head.len()) else {
+        return Some(None);
+    };
+    let bits = 8 * (4 - head_len);
     if bits < 32 && *last >= (1u64 << bits) {
         return Some(None);
     }
@@ -357,10 +361,11 @@ fn parse_ipv4_loose(name: &str) -> Option<Option<Ipv4Addr>> {
         return Some(None);
     }
     let mut v: u64 = *last;
-    for (i, n) in head.iter().enumerate() {
-        v |= n << (24 - 8 * i as u32);
+    for (i, n) in (0u32..).zip(head) {
+        v |= n << (24 - 8 * i);
     }
-    Some(Some(Ipv4Addr::from(v as u32)))
+    // Within 32 bits by the checks above; a value beyond is no address.
+    Some(u32::try_from(v).ok().map(Ipv4Addr::from))
 }
 
 /// `None`: not a number (so the label is part of a name). `Some(None)`: a
@@ -1055,7 +1060,7 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("over the limit"));
-        let ports: Vec<u16> = (1..=MAX_FORWARD as u16 + 1).collect();
+        let ports: Vec<u16> = (1..=u16::try_from(MAX_FORWARD).unwrap() + 1).collect();
         assert!(Egress::parse(&[], &ports).is_err());
         let e = Egress::parse(&s(&["a.com", "a.com:443"]), &[1, 65535]).unwrap();
         assert_eq!(e.allow.len(), 2);

@@ -175,7 +175,7 @@ pub fn run(cfg: &Config, mut on_line: impl FnMut(&Line)) -> Outcome {
         let line = Line {
             property: p,
             ok: r.is_ok(),
-            ms: t.elapsed().as_millis() as u64,
+            ms: u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX),
             detail: match r {
                 Ok(d) | Err(d) => d,
             },
@@ -193,7 +193,7 @@ pub fn run(cfg: &Config, mut on_line: impl FnMut(&Line)) -> Outcome {
         lines,
         failed,
         fault_injected: cfg.fault.is_some() || cfg.layer_fault.is_some(),
-        total_ms: started.elapsed().as_millis() as u64,
+        total_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     }
 }
 

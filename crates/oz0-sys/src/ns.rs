@@ -108,17 +108,25 @@ pub fn fork_keeping(
         }
         staged.push(n);
     }
-    for (i, n) in staged.iter().enumerate() {
-        // SAFETY: dup2 onto 3 + i, which the child owns from here on (the
+    // Targets 3, 4, ...: one per kept descriptor, and a process holds
+    // fewer descriptors than an int counts (the kernel's nr_open), so no
+    // target overflows.
+    for (target, n) in (3..).zip(&staged) {
+        // SAFETY: dup2 onto `target`, which the child owns from here on (the
         // parent's owner of that number, if any, never runs again here).
-        if unsafe { libc::dup2(*n, 3 + i as i32) } < 0 {
+        if unsafe { libc::dup2(*n, target) } < 0 {
             fail();
         }
     }
+    let Some(first) = u32::try_from(staged.len())
+        .ok()
+        .and_then(|n| n.checked_add(3))
+    else {
+        fail()
+    };
     // SAFETY: closes every descriptor above the kept ones (their staged
     // copies included). Objects of the parent's that owned them are never
     // used again in the child, which ends with _exit below.
-    let first = 3 + staged.len() as u32;
     if unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) } < 0 {
         fail();
     }

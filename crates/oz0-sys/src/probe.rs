@@ -17,9 +17,13 @@ fn check(ret: libc::c_long) -> io::Result<()> {
 
 fn check_fd(ret: libc::c_long) -> io::Result<()> {
     check(ret)?;
+    // A descriptor: the kernel returns an int, which syscall(2) widens to a
+    // long, so narrowing it back loses nothing.
+    #[allow(clippy::cast_possible_truncation)]
+    let fd = ret as libc::c_int;
     // SAFETY: a non-negative return from a descriptor-creating call is a
     // descriptor this process owns and nothing else refers to.
-    unsafe { libc::close(ret as libc::c_int) };
+    unsafe { libc::close(fd) };
     Ok(())
 }
 
@@ -72,14 +76,16 @@ pub fn mount_tmpfs() -> io::Result<()> {
         // SAFETY: static NUL-terminated string.
         unsafe { libc::umount2(c"/tmp".as_ptr(), libc::MNT_DETACH) };
     }
-    check(r as libc::c_long)
+    check(libc::c_long::from(r))
 }
 
 /// `unshare(CLONE_NEWUSER)` — a nested user namespace. Run it in a child
 /// process: when allowed it changes the caller's namespaces.
 pub fn unshare_user() -> io::Result<()> {
     // SAFETY: plain syscall with an integer flag argument.
-    check(unsafe { libc::unshare(libc::CLONE_NEWUSER) } as libc::c_long)
+    check(libc::c_long::from(unsafe {
+        libc::unshare(libc::CLONE_NEWUSER)
+    }))
 }
 
 /// `io_uring_setup(1, &params)`.
@@ -93,14 +99,18 @@ pub fn io_uring_setup() -> io::Result<()> {
 /// `socket(family, type, protocol)`; the descriptor is closed when created.
 pub fn socket(family: i32, ty: i32, protocol: i32) -> io::Result<()> {
     // SAFETY: plain syscall with integer arguments.
-    check_fd(unsafe { libc::socket(family, ty, protocol) } as libc::c_long)
+    check_fd(libc::c_long::from(unsafe {
+        libc::socket(family, ty, protocol)
+    }))
 }
 
 /// `ioctl(fd, TIOCSTI, "x")`: push a character into a terminal's input.
 pub fn tiocsti(fd: i32) -> io::Result<()> {
-    let c: libc::c_char = b'x' as libc::c_char;
-    // SAFETY: TIOCSTI reads one byte from the pointer, which points at `c`.
-    check(unsafe { libc::ioctl(fd, libc::TIOCSTI, &c as *const libc::c_char) } as libc::c_long)
+    // SAFETY: TIOCSTI reads one byte from the pointer, which points at the
+    // first byte of a static NUL-terminated string.
+    check(libc::c_long::from(unsafe {
+        libc::ioctl(fd, libc::TIOCSTI, c"x".as_ptr())
+    }))
 }
 
 /// `bpf(BPF_MAP_CREATE, zeroed attr)`.
@@ -164,7 +174,9 @@ pub fn init_module() -> io::Result<()> {
 /// child process: when allowed it changes the caller's namespaces.
 pub fn unshare_mount_ns() -> io::Result<()> {
     // SAFETY: integer flag argument.
-    check(unsafe { libc::unshare(libc::CLONE_NEWNS) } as libc::c_long)
+    check(libc::c_long::from(unsafe {
+        libc::unshare(libc::CLONE_NEWNS)
+    }))
 }
 
 /// Landlock's ABI version as the kernel reports it (0 when absent).
@@ -182,7 +194,9 @@ pub fn landlock_abi() -> u32 {
     if r < 0 {
         0
     } else {
-        r as u32
+        // A small positive version; one beyond a u32 is reported as the
+        // largest there is rather than cut.
+        u32::try_from(r).unwrap_or(u32::MAX)
     }
 }
 
@@ -234,8 +248,11 @@ mod tests {
         };
         if abi > 0 {
             assert!(fd >= 0, "ABI {abi} reported, yet no ruleset could be made");
+            // A descriptor: an int the kernel returned, widened to a long.
+            #[allow(clippy::cast_possible_truncation)]
+            let fd = fd as libc::c_int;
             // SAFETY: closes the descriptor just made, owned by no one else.
-            unsafe { libc::close(fd as libc::c_int) };
+            unsafe { libc::close(fd) };
         } else {
             assert!(fd < 0, "no ABI reported, yet a ruleset was made");
         }

@@ -161,8 +161,7 @@ impl ChildSetup {
             check(libc::posix_spawnattr_init(&mut attr))?;
             let _attr = Destroy(&mut attr, libc::posix_spawnattr_destroy);
 
-            for (target, how) in stdio.iter().enumerate() {
-                let target = target as RawFd;
+            for (target, how) in (0..).zip(stdio.iter()) {
                 match *how {
                     Stdio::Inherit => {}
                     Stdio::Null => check(libc::posix_spawn_file_actions_addopen(
@@ -194,10 +193,12 @@ impl ChildSetup {
             libc::sigaddset(&mut pipe, libc::SIGPIPE);
             check(libc::posix_spawnattr_setsigmask(&mut attr, &none))?;
             check(libc::posix_spawnattr_setsigdefault(&mut attr, &pipe))?;
-            check(libc::posix_spawnattr_setflags(
-                &mut attr,
-                (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as libc::c_short,
-            ))?;
+            // Two flag bits (4 and 8), which posix_spawnattr_setflags takes
+            // as a short: nothing is cut.
+            #[allow(clippy::cast_possible_truncation)]
+            const FLAGS: libc::c_short =
+                (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as libc::c_short;
+            check(libc::posix_spawnattr_setflags(&mut attr, FLAGS))?;
             let mut pid: libc::pid_t = 0;
             check(libc::posix_spawn(
                 &mut pid,

@@ -74,8 +74,9 @@ mod tests {
     fn the_kept_command_line_is_the_one_given() {
         let given = [c"oz0-node", c"sandbox", c"r\xc3\xa9sum\xff"];
         let argv: Vec<*const libc::c_char> = given.iter().map(|a| a.as_ptr()).collect();
+        let argc = libc::c_int::try_from(argv.len()).unwrap();
         // SAFETY: three valid NUL-terminated strings, alive for the call.
-        unsafe { keep_args(argv.len() as libc::c_int, argv.as_ptr()) };
+        unsafe { keep_args(argc, argv.as_ptr()) };
         let want: Vec<OsString> = given
             .iter()
             .map(|a| OsString::from_vec(a.to_bytes().to_vec()))

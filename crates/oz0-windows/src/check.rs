@@ -364,9 +364,10 @@ mod tests {
     #[test]
     fn a_failed_create_is_no_psec_with_its_reason() {
         let mut p = found("26300.9711", Some(1), 0x1);
-        p.create_close = CreateClose::Failed {
-            hresult: 0x8007_0005_u32 as i32,
-        };
+        // An HRESULT: the u32 bits Windows documents, read as its i32.
+        #[allow(clippy::cast_possible_wrap)]
+        let hresult = 0x8007_0005_u32 as i32;
+        p.create_close = CreateClose::Failed { hresult };
         let r = report(&p, true, Some(&SelfTest::Passed));
         assert_eq!(r.proven_tier, 0);
         assert_eq!(

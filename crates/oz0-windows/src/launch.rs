@@ -44,21 +44,35 @@ pub trait LaunchOps {
     /// A suspended child.
     type Child;
     /// Step 1.
-    fn create_job(&mut self, limits: &JobLimits) -> Result<Self::Job, String>;
+    fn create_job(&mut self, limits: &JobLimits) -> Result<Self::Job, SysError>;
     /// Step 2.
-    fn create_environment(&mut self, request: &PsecRequest) -> Result<Self::Env, String>;
+    fn create_environment(&mut self, request: &PsecRequest) -> Result<Self::Env, SysError>;
     /// Step 3.
-    fn spawn_suspended(&mut self, env: &Self::Env, plan: &PsecPlan) -> Result<Self::Child, String>;
+    fn spawn_suspended(
+        &mut self,
+        env: &Self::Env,
+        plan: &PsecPlan,
+    ) -> Result<Self::Child, SysError>;
     /// Step 4.
-    fn assign(&mut self, job: &Self::Job, child: &Self::Child) -> Result<(), String>;
+    fn assign(&mut self, job: &Self::Job, child: &Self::Child) -> Result<(), SysError>;
     /// Step 5.
-    fn resume(&mut self, child: &Self::Child) -> Result<(), String>;
+    fn resume(&mut self, child: &Self::Child) -> Result<(), SysError>;
     /// Ends a child that must not run.
     fn terminate(&mut self, child: Self::Child);
     /// Closes an environment.
     fn close_environment(&mut self, env: Self::Env);
     /// Closes a job (killing what is in it).
     fn close_job(&mut self, job: Self::Job);
+}
+
+/// What the system said when a call failed: its error code and its words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message} (error {code})")]
+pub struct SysError {
+    /// The Win32 error or HRESULT.
+    pub code: u32,
+    /// The system's message for it.
+    pub message: String,
 }
 
 /// A step failed; the command never ran.
@@ -69,8 +83,8 @@ pub trait LaunchOps {
 pub struct LaunchError {
     /// Which step.
     pub step: Step,
-    /// The system's words.
-    pub detail: String,
+    /// What the system said.
+    pub detail: SysError,
 }
 
 /// A started run: the command is running inside its job and environment.
@@ -136,10 +150,13 @@ mod tests {
     }
 
     impl Fake {
-        fn call(&mut self, name: &'static str) -> Result<(), String> {
+        fn call(&mut self, name: &'static str) -> Result<(), SysError> {
             self.calls.push(name);
             if self.fail_at == Some(name) {
-                Err(format!("{name} failed (fake)"))
+                Err(SysError {
+                    code: 5,
+                    message: format!("{name} failed (fake)"),
+                })
             } else {
                 Ok(())
             }
@@ -150,20 +167,20 @@ mod tests {
         type Job = ();
         type Env = ();
         type Child = ();
-        fn create_job(&mut self, l: &JobLimits) -> Result<(), String> {
+        fn create_job(&mut self, l: &JobLimits) -> Result<(), SysError> {
             assert_ne!(l.limit_flags & crate::plan::JOB_LIMIT_KILL_ON_JOB_CLOSE, 0);
             self.call("create_job")
         }
-        fn create_environment(&mut self, _: &PsecRequest) -> Result<(), String> {
+        fn create_environment(&mut self, _: &PsecRequest) -> Result<(), SysError> {
             self.call("create_environment")
         }
-        fn spawn_suspended(&mut self, _: &(), _: &PsecPlan) -> Result<(), String> {
+        fn spawn_suspended(&mut self, _: &(), _: &PsecPlan) -> Result<(), SysError> {
             self.call("spawn_suspended")
         }
-        fn assign(&mut self, _: &(), _: &()) -> Result<(), String> {
+        fn assign(&mut self, _: &(), _: &()) -> Result<(), SysError> {
             self.call("assign")
         }
-        fn resume(&mut self, _: &()) -> Result<(), String> {
+        fn resume(&mut self, _: &()) -> Result<(), SysError> {
             self.call("resume")
         }
         fn terminate(&mut self, _: ()) {

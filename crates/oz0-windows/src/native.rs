@@ -129,7 +129,7 @@ mod imp {
     fn reg_string(value: &str) -> Option<String> {
         let (key, name) = (wide(CURRENT_VERSION), wide(value));
         let mut buf = [0u16; 128];
-        let mut bytes = (buf.len() * 2) as u32;
+        let mut bytes = u32::try_from(std::mem::size_of_val(&buf)).ok()?;
         // SAFETY: key and name are NUL-terminated and outlive the call; buf
         // is writable for `bytes` bytes, and RegGetValueW writes at most that
         // many (it NUL-terminates REG_SZ with RRF_RT_REG_SZ).
@@ -275,10 +275,13 @@ mod imp {
             )
         };
         let spec = crate::psec_wire::minimal_spec(Contract::V1_0.min(contract));
+        // A minimal spec is a few dozen bytes (24): its length fits a DWORD.
+        #[allow(clippy::cast_possible_truncation)]
+        let spec_len = spec.len() as u32;
         let mut env: HANDLE = std::ptr::null_mut();
         // SAFETY: `spec` is a live buffer of the given length; `env` is a
         // valid out-pointer; flags 0 asks for no special behaviour.
-        let hr = unsafe { create(spec.as_ptr().cast(), spec.len() as u32, 0, &mut env) };
+        let hr = unsafe { create(spec.as_ptr().cast(), spec_len, 0, &mut env) };
         p.create_close = if hr < 0 || env.is_null() {
             CreateClose::Failed { hresult: hr }
         } else {
@@ -318,6 +321,9 @@ mod imp {
             info.JobMemoryLimit = limits
                 .job_memory_bytes
                 .map_or(0, |b| usize::try_from(b).unwrap_or(usize::MAX));
+            // A struct of a few hundred bytes: its size fits a DWORD.
+            #[allow(clippy::cast_possible_truncation)]
+            let size = std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32;
             // SAFETY: `info` is a valid struct of the size passed, for the
             // class that expects it; the handle is ours.
             let ok = unsafe {
@@ -325,7 +331,7 @@ mod imp {
                     job.0,
                     JobObjectExtendedLimitInformation,
                     (&info as *const JOBOBJECT_EXTENDED_LIMIT_INFORMATION).cast(),
-                    std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
+                    size,
                 )
             };
             if ok == 0 {
@@ -337,13 +343,16 @@ mod imp {
             let ui = JOBOBJECT_BASIC_UI_RESTRICTIONS {
                 UIRestrictionsClass: limits.ui_restrictions,
             };
+            // A struct of one DWORD: its size fits a DWORD.
+            #[allow(clippy::cast_possible_truncation)]
+            let size = std::mem::size_of::<JOBOBJECT_BASIC_UI_RESTRICTIONS>() as u32;
             // SAFETY: as above, for the UI restrictions class.
             let ok = unsafe {
                 SetInformationJobObject(
                     job.0,
                     JobObjectBasicUIRestrictions,
                     (&ui as *const JOBOBJECT_BASIC_UI_RESTRICTIONS).cast(),
-                    std::mem::size_of::<JOBOBJECT_BASIC_UI_RESTRICTIONS>() as u32,
+                    size,
                 )
             };
             if ok == 0 {

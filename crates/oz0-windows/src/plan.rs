@@ -428,7 +428,14 @@ pub fn plan(
         limit_flags,
         job_memory_bytes: l.memory_mib.map(|m| m * 1024 * 1024),
         active_processes: l.processes,
-        job_user_time_100ns: l.cpu_seconds.map(|s| s as i64 * 10_000_000),
+        // At most MAX_SECONDS once validated; a limit beyond what Windows
+        // counts is as long as it counts, never wrapped.
+        job_user_time_100ns: l.cpu_seconds.map(|s| {
+            i64::try_from(s)
+                .ok()
+                .and_then(|s| s.checked_mul(10_000_000))
+                .unwrap_or(i64::MAX)
+        }),
         ui_restrictions: UI_RESTRICTIONS,
     };
 

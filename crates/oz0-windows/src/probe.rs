@@ -344,21 +344,17 @@ impl fmt::Display for NoPsec {
             }
             NoPsec::ContractUnavailable => write!(f, "{DLL} supports no PSEC contract 1.x"),
             NoPsec::VersionQueryFailed { hresult } => {
-                write!(
-                    f,
-                    "{EXPORT_VERSION} failed with HRESULT {:#010x}",
-                    *hresult as u32
-                )
+                // `x` of an i32 shows its two's-complement bits: an HRESULT
+                // as Windows writes it (0x8007...).
+                write!(f, "{EXPORT_VERSION} failed with HRESULT {hresult:#010x}")
             }
             NoPsec::SupportQueryFailed { hresult } => write!(
                 f,
-                "{EXPORT_QUERY_SUPPORT} failed with HRESULT {:#010x}",
-                *hresult as u32
+                "{EXPORT_QUERY_SUPPORT} failed with HRESULT {hresult:#010x}"
             ),
             NoPsec::CreateFailed { hresult } => write!(
                 f,
-                "a minimal environment failed to create (HRESULT {:#010x})",
-                *hresult as u32
+                "a minimal environment failed to create (HRESULT {hresult:#010x})"
             ),
             NoPsec::CreateNotRun => write!(f, "the create/close test did not run"),
         }

@@ -46,6 +46,9 @@ mod tests {
     fn u32_at(b: &[u8], at: usize) -> u32 {
         u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
     }
+    fn i32_at(b: &[u8], at: usize) -> i32 {
+        i32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+    }
 
     /// Reads the spec back by FlatBuffers' rules.
     #[test]
@@ -55,7 +58,8 @@ mod tests {
         assert_eq!(&b[4..8], FILE_IDENTIFIER);
         let table = u32_at(&b, 0) as usize;
         assert_eq!(table % 4, 0);
-        let vtable = (table as i64 - i64::from(u32_at(&b, table) as i32)) as usize;
+        let vtable =
+            usize::try_from(i64::try_from(table).unwrap() - i64::from(i32_at(&b, table))).unwrap();
         assert_eq!(vtable % 2, 0);
         let vt_len = u16_at(&b, vtable) as usize;
         assert!(vt_len >= 6, "vtable has a slot for field 0");

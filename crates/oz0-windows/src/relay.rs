@@ -86,11 +86,12 @@ impl RelayPorts {
         &mut self,
         mut try_bind: impl FnMut(RelayPort) -> bool,
     ) -> Result<RelayPort, RelayError> {
-        for i in 0..MAX_RELAYS {
+        for port in FIRST_PORT..=LAST_PORT {
+            let i = port - FIRST_PORT;
             if self.held & (1 << i) != 0 {
                 continue;
             }
-            let port = RelayPort(FIRST_PORT + i as u16);
+            let port = RelayPort(port);
             if try_bind(port) {
                 self.held |= 1 << i;
                 return Ok(port);

@@ -90,7 +90,7 @@ fn sandbox_vm(args: Vec<String>) -> i32 {
     let audit = host.data_dir().join(oz0_egress::AUDIT_LOG_NAME);
     let log = audit.clone();
     let proxy = oz0_egress::LazyProxy::with_audit_file(move || {
-        oz0_linux::hostfs::open_log("the egress audit log", &log).map_err(|e| e.to_string())
+        Ok(oz0_linux::hostfs::open_log("the egress audit log", &log)?)
     });
     let host = host.with_egress(std::sync::Arc::new(proxy), audit);
     oz0_microvm::command::run(cmd, &host)
@@ -126,9 +126,9 @@ fn b64(data: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for c in data.chunks(3) {
-        let n = (c[0] as u32) << 16
-            | (*c.get(1).unwrap_or(&0) as u32) << 8
-            | *c.get(2).unwrap_or(&0) as u32;
+        let n = u32::from(c[0]) << 16
+            | u32::from(*c.get(1).unwrap_or(&0)) << 8
+            | u32::from(*c.get(2).unwrap_or(&0));
         for i in 0..4 {
             if i <= c.len() {
                 out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
