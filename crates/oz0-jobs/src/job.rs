@@ -1,8 +1,20 @@
-//! One run's job: create (fail closed), place, supervise, kill, account, remove.
+//! One run's job: create (fail closed), place, kill, remove.
+//!
+//! This module owns the [`Job`] itself: making its cgroup folder(s) and
+//! writing every limit (failing closed), handing out its `cgroup.procs`
+//! files, killing everything in it, and removing it. The rest of a job's life
+//! is split by responsibility:
+//!
+//! - `accounting`: CPU usage, counters and the run's [`JobOutcome`];
+//! - `cleanup`: removing the jobs of nodes that are gone ([`cleanup_stale`]);
+//! - `identity`: the node pid and start time written into a job's name;
+//! - `v2_parent`: preparing a cgroup v2 parent for jobs (controllers, the
+//!   node's leaf);
+//! - `crate::supervisor`: the CPU-time and wall-time [`crate::Supervisor`].
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +23,17 @@ use serde::Serialize;
 
 use crate::error::{is_denied, JobError};
 use crate::fs::{CgroupFs, RealFs};
-use crate::probe::{controllers_of, procs_of, JobMode, Layout};
+use crate::probe::{procs_of, JobMode};
+use crate::supervisor::{CPU_POLL_MAX, CPU_POLL_MIN};
+
+mod accounting;
+mod cleanup;
+mod identity;
+mod v2_parent;
+
+pub use cleanup::{cleanup_stale, cleanup_stale_with, CleanupReport};
+use identity::node_identity;
+use v2_parent::prepare_v2_root;
 
 /// Every job cgroup's name starts with this; the rest is
 /// `<node pid>-<node start time in clock ticks>-<run id>`, so a later node can
@@ -21,10 +43,6 @@ pub const JOB_PREFIX: &str = "oz0-job-";
 /// becomes a job parent (a v2 cgroup with controllers enabled for its
 /// children may hold no process itself).
 pub(crate) const NODE_LEAF: &str = "oz0-node";
-/// Longest time between two CPU-usage polls.
-pub const CPU_POLL_MAX: Duration = Duration::from_millis(100);
-/// Shortest time between two CPU-usage polls.
-const CPU_POLL_MIN: Duration = Duration::from_millis(5);
 /// How long `remove` waits for killed processes to be gone.
 const REMOVE_WAIT: Duration = Duration::from_secs(5);
 /// How long `Drop` waits (best effort).
@@ -136,7 +154,7 @@ impl std::fmt::Debug for Job {
     }
 }
 
-fn io_err(op: &'static str, path: &Path, err: io::Error, fix: String) -> JobError {
+pub(crate) fn io_err(op: &'static str, path: &Path, err: io::Error, fix: String) -> JobError {
     JobError::Io {
         op,
         path: path.to_path_buf(),
@@ -164,36 +182,6 @@ fn fix_for(fs: &dyn CgroupFs, version: &Version, e: &io::Error, what: &str) -> S
     } else {
         format!("check {what} on this host (`oz0-node sandbox check` shows the cgroup mode)")
     }
-}
-
-/// This process's pid and start time (clock ticks after boot), from `/proc/self/stat`.
-fn node_identity(fs: &dyn CgroupFs) -> Option<(u32, u64)> {
-    let s = fs.read(Path::new("/proc/self/stat")).ok()?;
-    parse_stat(&s)
-}
-
-fn parse_stat(s: &str) -> Option<(u32, u64)> {
-    let pid: u32 = s.split_whitespace().next()?.parse().ok()?;
-    // The command name may hold spaces and parentheses: fields restart after the last ')'.
-    let rest = &s[s.rfind(')')? + 1..];
-    // Field 22 (starttime) is the 20th after the name (state is field 3).
-    let start: u64 = rest.split_whitespace().nth(19)?.parse().ok()?;
-    Some((pid, start))
-}
-
-fn start_time_of(fs: &dyn CgroupFs, pid: u32) -> Option<u64> {
-    let s = fs.read(&PathBuf::from(format!("/proc/{pid}/stat"))).ok()?;
-    parse_stat(&s).map(|(_, t)| t)
-}
-
-/// `(pid, start)` from a job folder name.
-fn parse_job_name(name: &str) -> Option<(u32, u64)> {
-    let rest = name.strip_prefix(JOB_PREFIX)?;
-    let mut it = rest.splitn(3, '-');
-    let pid = it.next()?.parse().ok()?;
-    let start = it.next()?.parse().ok()?;
-    it.next().filter(|r| !r.is_empty())?;
-    Some((pid, start))
 }
 
 fn kv(text: &str, key: &str) -> Option<u64> {
@@ -428,7 +416,7 @@ impl Job {
         self.dirs.iter().any(|d| d.ctl == ctl || d.ctl == "unified")
     }
 
-    fn cpu_file(&self) -> (&'static str, PathBuf) {
+    pub(crate) fn cpu_file(&self) -> (&'static str, PathBuf) {
         match self.version {
             Version::V2 => ("cpu.stat", self.dir_for("unified")),
             Version::V1 => ("cpuacct.usage", self.dir_for("cpuacct")),
@@ -516,41 +504,6 @@ impl Job {
         })
     }
 
-    /// CPU time of the whole job so far, microseconds (v2 `cpu.stat
-    /// usage_usec`, v1 `cpuacct.usage` / 1000).
-    pub fn cpu_usage(&self) -> io::Result<Duration> {
-        self.cpu_usage_usec().map(Duration::from_micros)
-    }
-
-    fn cpu_usage_usec(&self) -> io::Result<u64> {
-        let (file, d) = self.cpu_file();
-        if !self.has(if self.version == Version::V2 {
-            "unified"
-        } else {
-            "cpuacct"
-        }) {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                "no cpuacct hierarchy in this job",
-            ));
-        }
-        let text = self.fs.read(&d.join(file))?;
-        let bad = || {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("unexpected {file}: {text:?}"),
-            )
-        };
-        match self.version {
-            Version::V2 => kv(&text, "usage_usec").ok_or_else(bad),
-            Version::V1 => text
-                .trim()
-                .parse::<u64>()
-                .map(|ns| ns / 1000)
-                .map_err(|_| bad()),
-        }
-    }
-
     /// Kills every process of the job. v2: `cgroup.kill` (atomic, also new
     /// forks). v1: freeze (when the freezer is there) so nothing forks or
     /// exits, SIGKILL every process, thaw; then SIGKILL whatever is left until
@@ -633,69 +586,6 @@ impl Job {
             }
             std::thread::sleep(nap);
             nap = (nap * 2).min(Duration::from_millis(20));
-        }
-    }
-
-    /// Reads the job's counters.
-    pub fn stats(&self) -> JobStats {
-        let fs = self.fs.as_ref();
-        let read = |p: PathBuf| fs.read(&p).ok();
-        let num = |p: PathBuf| read(p).and_then(|s| s.trim().parse::<u64>().ok());
-        let mut s = JobStats {
-            cpu_usec: self.cpu_usage_usec().ok(),
-            ..Default::default()
-        };
-        let pd = self.dir_for("pids");
-        s.pids_limit_hits = read(pd.join("pids.events"))
-            .and_then(|t| kv(&t, "max"))
-            .unwrap_or(0);
-        s.pids_peak = num(pd.join("pids.peak"));
-        let md = self.dir_for("memory");
-        match self.version {
-            Version::V2 => {
-                s.memory_peak_bytes = num(md.join("memory.peak"));
-                if let Some(ev) = read(md.join("memory.events")) {
-                    s.oom_kills = kv(&ev, "oom_kill").unwrap_or(0);
-                    let group = kv(&ev, "oom_group_kill").unwrap_or(0);
-                    s.oom_killed = s.oom_kills > 0 || group > 0;
-                }
-            }
-            Version::V1 => {
-                s.memory_peak_bytes = num(md.join("memory.max_usage_in_bytes"));
-                if let Some(oc) = read(md.join("memory.oom_control")) {
-                    match kv(&oc, "oom_kill") {
-                        Some(n) => {
-                            s.oom_kills = n;
-                            s.oom_killed = n > 0;
-                        }
-                        // Kernels before 4.13 have no oom_kill counter.
-                        None => {
-                            let fail = num(md.join("memory.failcnt")).unwrap_or(0);
-                            s.oom_killed = kv(&oc, "under_oom") == Some(1) || fail > 0;
-                        }
-                    }
-                }
-            }
-        }
-        s
-    }
-
-    /// Counters, enforced limits, and which limit most likely ended the run.
-    pub fn outcome(&self) -> JobOutcome {
-        let stats = self.stats();
-        let limit_hit = if self.cpu_limit_hit.load(Ordering::SeqCst) {
-            Some(LimitHit::CpuTime)
-        } else if stats.oom_killed {
-            Some(LimitHit::Memory)
-        } else if stats.pids_limit_hits > 0 {
-            Some(LimitHit::Processes)
-        } else {
-            None
-        };
-        JobOutcome {
-            stats,
-            enforced: self.enforced.clone(),
-            limit_hit,
         }
     }
 
@@ -782,311 +672,6 @@ fn rmdir_tree(fs: &dyn CgroupFs, dir: &Path, depth: usize) -> Result<(), (PathBu
     }
 }
 
-/// Makes a v2 job parent usable: its children need the controllers of the
-/// requested limits (`memory`, `pids`) enabled in its
-/// `cgroup.subtree_control`, and a cgroup with controllers enabled for its
-/// children may hold no process. When the parent is the node's own cgroup,
-/// the node's processes move into the leaf `oz0-node` first. CPU usage
-/// (`cpu.stat`) and `cgroup.kill` need no controller. Idempotent.
-fn prepare_v2_root(
-    fs: &dyn CgroupFs,
-    root: &Path,
-    wanted: &[(&'static str, &'static str)],
-) -> Result<(), JobError> {
-    let offered = controllers_of(fs, root);
-    if let Some((ctl, limit)) = wanted.iter().find(|(c, _)| !offered.iter().any(|o| o == c)) {
-        return Err(JobError::Unenforceable {
-            limit,
-            reason: format!(
-                "{} offers no {ctl} controller (cgroup.controllers: [{}])",
-                root.display(),
-                offered.join(" ")
-            ),
-            fix: format!(
-                "delegate a cgroup with {ctl} (systemd `Delegate=yes`), or use cgroup v1 \
-                 (`oz0-node setup cgroups --user {}`)",
-                crate::setup::user_name(fs, fs.euid())
-            ),
-        });
-    }
-    let sc = root.join("cgroup.subtree_control");
-    let enabled: Vec<String> = fs
-        .read(&sc)
-        .map(|s| s.split_whitespace().map(str::to_string).collect())
-        .map_err(|e| {
-            let fix = fix_for(fs, &Version::V2, &e, "cgroup.subtree_control");
-            io_err("read", &sc, e, fix)
-        })?;
-    let missing: Vec<&str> = wanted
-        .iter()
-        .map(|(c, _)| *c)
-        .filter(|c| !enabled.iter().any(|e| e == c))
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let value = missing
-        .iter()
-        .map(|c| format!("+{c}"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    match fs.write(&sc, &value) {
-        Ok(()) => return Ok(()),
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) => {}
-        Err(e) => {
-            let fix = fix_for(fs, &Version::V2, &e, "cgroup.subtree_control");
-            return Err(io_err("write", &sc, e, fix));
-        }
-    }
-    // EBUSY: the parent holds processes. Only our own cgroup may be emptied by us.
-    let own = Layout::read(fs)
-        .ok()
-        .and_then(|l| l.v2)
-        .map(|h| h.own)
-        .unwrap_or_default();
-    if own != root {
-        return Err(JobError::Unavailable {
-            reason: format!(
-                "{} holds processes, so controllers cannot be enabled for jobs under it (no internal processes)",
-                root.display()
-            ),
-            fix: "name an empty delegated cgroup with --cgroup-root, or start the node in that cgroup".into(),
-        });
-    }
-    let leaf = root.join(NODE_LEAF);
-    if let Err(e) = fs.mkdir(&leaf) {
-        if e.kind() != io::ErrorKind::AlreadyExists {
-            let fix = fix_for(fs, &Version::V2, &e, "the node's leaf cgroup");
-            return Err(io_err("create", &leaf, e, fix));
-        }
-    }
-    let lp = leaf.join("cgroup.procs");
-    for pid in procs_of(fs, root) {
-        if let Err(e) = fs.write(&lp, &pid.to_string()) {
-            // A process that exited meanwhile is fine.
-            if e.raw_os_error() != Some(rustix::io::Errno::SRCH.raw_os_error()) {
-                let fix = fix_for(fs, &Version::V2, &e, "cgroup.procs");
-                return Err(io_err("move a process into", &lp, e, fix));
-            }
-        }
-    }
-    fs.write(&sc, &value).map_err(|e| {
-        let fix = fix_for(fs, &Version::V2, &e, "cgroup.subtree_control");
-        io_err("write", &sc, e, fix)
-    })
-}
-
-/// Why a supervisor ended the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Verdict {
-    /// The job used more CPU time than `--cpu-seconds`.
-    CpuTime {
-        /// CPU time used when detected, microseconds.
-        used_usec: u64,
-        /// The limit, microseconds.
-        limit_usec: u64,
-    },
-    /// `--timeout` passed.
-    Timeout {
-        /// The limit, seconds.
-        after_seconds: u64,
-    },
-}
-
-/// Enforces `--cpu-seconds` and `--timeout` by polling.
-///
-/// cgroups limit CPU *bandwidth* (`cpu.max`), not total CPU time, so CPU
-/// seconds are enforced here: the caller's wait loop blocks at most
-/// [`Supervisor::next_poll`] between calls to [`Supervisor::check`], which
-/// reads the job's CPU usage and kills the whole job once it is over. The
-/// interval shrinks as the budget runs out (remaining budget / CPUs, between
-/// 5 and 100 ms), so a job overshoots by at most one interval per CPU.
-#[derive(Debug)]
-pub struct Supervisor {
-    cpu_limit_usec: Option<u64>,
-    timeout: Option<(Instant, u64)>,
-    cpus: u64,
-    last_usec: u64,
-    verdict: Option<Verdict>,
-}
-
-impl Supervisor {
-    /// A supervisor for `limits`, the run having started at `started`.
-    pub fn new(limits: &Limits, started: Instant) -> Self {
-        Supervisor {
-            cpu_limit_usec: limits.cpu_seconds.map(|s| s.saturating_mul(1_000_000)),
-            timeout: limits
-                .timeout_seconds
-                .map(|s| (started + Duration::from_secs(s), s)),
-            cpus: std::thread::available_parallelism()
-                .map(|n| n.get() as u64)
-                .unwrap_or(1),
-            last_usec: 0,
-            verdict: None,
-        }
-    }
-
-    /// True when there is something to supervise.
-    pub fn is_active(&self) -> bool {
-        self.cpu_limit_usec.is_some() || self.timeout.is_some()
-    }
-
-    /// How long the caller may block before the next [`Supervisor::check`];
-    /// None when nothing is supervised (block until the command ends).
-    pub fn next_poll(&self, now: Instant) -> Option<Duration> {
-        let cpu = self.cpu_limit_usec.map(|lim| {
-            let left = lim.saturating_sub(self.last_usec) / self.cpus.max(1);
-            Duration::from_micros(left).clamp(CPU_POLL_MIN, CPU_POLL_MAX)
-        });
-        let wall = self.timeout.map(|(d, _)| d.saturating_duration_since(now));
-        match (cpu, wall) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// Checks the limits; on a verdict, kills the job (when there is one) and
-    /// returns it. The same verdict is returned by later calls.
-    pub fn check(&mut self, job: Option<&Job>, now: Instant) -> Result<Option<Verdict>, JobError> {
-        if self.verdict.is_some() {
-            return Ok(self.verdict);
-        }
-        if let (Some(lim), Some(job)) = (self.cpu_limit_usec, job) {
-            let used = job.cpu_usage_usec().map_err(|e| {
-                let (file, d) = job.cpu_file();
-                io_err(
-                    "read",
-                    &d.join(file),
-                    e,
-                    "the job's CPU usage must stay readable".into(),
-                )
-            })?;
-            self.last_usec = used;
-            if used > lim {
-                job.cpu_limit_hit.store(true, Ordering::SeqCst);
-                self.verdict = Some(Verdict::CpuTime {
-                    used_usec: used,
-                    limit_usec: lim,
-                });
-            }
-        }
-        if self.verdict.is_none() {
-            if let Some((deadline, secs)) = self.timeout {
-                if now >= deadline {
-                    self.verdict = Some(Verdict::Timeout {
-                        after_seconds: secs,
-                    });
-                }
-            }
-        }
-        if self.verdict.is_some() {
-            if let Some(job) = job {
-                job.kill()?;
-            }
-        }
-        Ok(self.verdict)
-    }
-
-    /// One line for the run status.
-    pub fn describe(&self) -> String {
-        let mut parts = Vec::new();
-        if let Some(l) = self.cpu_limit_usec {
-            parts.push(format!(
-                "CPU time {} s: polled every {}-{} ms from the job's cgroup, whole job killed when over",
-                l / 1_000_000,
-                CPU_POLL_MIN.as_millis(),
-                CPU_POLL_MAX.as_millis()
-            ));
-        }
-        if let Some((_, s)) = self.timeout {
-            parts.push(format!("wall time {s} s: whole job killed at the deadline"));
-        }
-        parts.join("; ")
-    }
-}
-
-/// What [`cleanup_stale`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct CleanupReport {
-    /// Job folders removed (their node is gone).
-    pub removed: Vec<PathBuf>,
-    /// Jobs left alone because their node is alive.
-    pub live: usize,
-    /// Jobs that could not be removed, with why.
-    pub failed: Vec<(PathBuf, String)>,
-}
-
-/// Removes the job cgroups of runs whose node process is dead (on the real system).
-pub fn cleanup_stale(mode: &JobMode) -> CleanupReport {
-    cleanup_stale_with(Arc::new(RealFs), mode)
-}
-
-/// Removes the job cgroups under `mode` whose node (pid + start time in the
-/// name) is no longer running: kills what is left in them, then removes them.
-pub fn cleanup_stale_with(fs: Arc<dyn CgroupFs>, mode: &JobMode) -> CleanupReport {
-    let (version, parents): (Version, Vec<(&'static str, PathBuf)>) = match mode {
-        JobMode::Unavailable { .. } => return CleanupReport::default(),
-        JobMode::V2 { root } => (Version::V2, vec![("unified", root.clone())]),
-        JobMode::V1 {
-            memory,
-            pids,
-            cpuacct,
-            freezer,
-        } => {
-            let mut p = vec![("pids", pids.clone()), ("memory", memory.clone())];
-            if let Some(c) = cpuacct {
-                p.push(("cpuacct", c.clone()));
-            }
-            if let Some(f) = freezer {
-                p.push(("freezer", f.clone()));
-            }
-            (Version::V1, p)
-        }
-    };
-    let mut names = std::collections::BTreeSet::new();
-    for (_, p) in &parents {
-        for n in fs.list_dirs(p).unwrap_or_default() {
-            if n.starts_with(JOB_PREFIX) {
-                names.insert(n);
-            }
-        }
-    }
-    let mut report = CleanupReport::default();
-    for n in names {
-        let Some((pid, start)) = parse_job_name(&n) else {
-            continue;
-        };
-        if start_time_of(fs.as_ref(), pid) == Some(start) {
-            report.live += 1;
-            continue;
-        }
-        let dirs: Vec<Dir> = parents
-            .iter()
-            .map(|(ctl, p)| Dir {
-                ctl,
-                path: p.join(&n),
-            })
-            .filter(|d| fs.exists(&d.path))
-            .collect();
-        let paths: Vec<PathBuf> = dirs.iter().map(|d| d.path.clone()).collect();
-        let job = Job {
-            fs: Arc::clone(&fs),
-            version: version.clone(),
-            dirs,
-            name: n,
-            enforced: Vec::new(),
-            cpu_limit_hit: AtomicBool::new(false),
-            removed: false,
-        };
-        match job.remove() {
-            Ok(()) => report.removed.extend(paths),
-            Err(e) => report.failed.push((paths[0].clone(), e.to_string())),
-        }
-    }
-    report
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1097,43 +682,5 @@ mod tests {
         for bad in ["", "a/b", "..", "a b", &"x".repeat(65)] {
             assert!(RunId::new(bad).is_err(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn stat_and_names() {
-        let stat = "4242 (a) b (c)) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 987654 20 21";
-        assert_eq!(parse_stat(stat), Some((4242, 987654)));
-        assert_eq!(parse_job_name("oz0-job-12-345-run-x"), Some((12, 345)));
-        assert_eq!(parse_job_name("oz0-job-12-345-"), None);
-        assert_eq!(parse_job_name("oz0-node"), None);
-    }
-
-    #[test]
-    fn supervisor_intervals_and_timeout() {
-        let t0 = Instant::now();
-        let s = Supervisor::new(&Limits::default(), t0);
-        assert!(!s.is_active());
-        assert_eq!(s.next_poll(t0), None);
-        let mut s = Supervisor::new(
-            &Limits {
-                timeout_seconds: Some(1),
-                ..Default::default()
-            },
-            t0,
-        );
-        assert_eq!(s.next_poll(t0), Some(Duration::from_secs(1)));
-        assert_eq!(s.check(None, t0).unwrap(), None);
-        assert_eq!(
-            s.check(None, t0 + Duration::from_secs(2)).unwrap(),
-            Some(Verdict::Timeout { after_seconds: 1 })
-        );
-        let s = Supervisor::new(
-            &Limits {
-                cpu_seconds: Some(1),
-                ..Default::default()
-            },
-            t0,
-        );
-        assert_eq!(s.next_poll(t0), Some(CPU_POLL_MAX));
     }
 }

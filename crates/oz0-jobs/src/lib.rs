@@ -58,12 +58,13 @@ mod fs;
 mod job;
 mod probe;
 mod setup;
+mod supervisor;
 
 pub use error::JobError;
 pub use fs::{CgroupFs, RealFs};
 pub use job::{
     cleanup_stale, cleanup_stale_with, CleanupReport, Enforced, Job, JobOutcome, JobStats,
-    LimitHit, RunId, Supervisor, Verdict, CPU_POLL_MAX, JOB_PREFIX,
+    LimitHit, RunId, JOB_PREFIX,
 };
 pub use probe::{
     probe_mode, probe_mode_with, CgroupVersion, JobMode, ProbeFacts, ProbeOptions, ProbeResult,
@@ -71,6 +72,7 @@ pub use probe::{
 pub use setup::{
     setup_delegation, setup_delegation_in, setup_delegation_with, SetupMode, SetupReport,
 };
+pub use supervisor::{Supervisor, Verdict, CPU_POLL_MAX};
 
 /// Tasks the sandbox itself keeps in the job: bubblewrap's outer process and
 /// its pid-namespace init. See "What `--processes N` counts" above.

@@ -5,6 +5,8 @@
 //! `OZ0_MUST_WORK=1` (CI), where it fails instead.
 #![allow(dead_code)]
 
+pub mod net;
+
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

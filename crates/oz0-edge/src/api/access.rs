@@ -1,0 +1,148 @@
+//! Who is asking: signed node requests (timestamp, signature, then nonce,
+//! with nonces past their window swept now and then) and operator tokens.
+
+use std::sync::atomic::Ordering;
+
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use base64::Engine;
+
+use super::error::ApiResult;
+use super::Edge;
+use crate::auth::{self, AuthError};
+use crate::store::NodeRow;
+use crate::time::now_ms;
+use crate::wire::ApiError;
+
+/// How often nonces past their window are swept.
+const SWEEP_EVERY_MS: i64 = 30_000;
+
+fn header_str<'a>(h: &'a HeaderMap, name: &'static str) -> Result<&'a str, AuthError> {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .ok_or(AuthError::Header(name))
+}
+
+pub(super) struct Signed<'a> {
+    pub(super) node: &'a str,
+    ts: i64,
+    nonce: &'a str,
+    sig: &'a str,
+}
+
+pub(super) fn signed_headers(h: &HeaderMap) -> Result<Signed<'_>, AuthError> {
+    let node = header_str(h, auth::H_NODE)?;
+    if !auth::is_node_id(node) {
+        return Err(AuthError::Header(auth::H_NODE));
+    }
+    let ts = header_str(h, auth::H_TIMESTAMP)?
+        .parse::<i64>()
+        .map_err(|_| AuthError::Header(auth::H_TIMESTAMP))?;
+    let nonce = header_str(h, auth::H_NONCE)?;
+    if !auth::is_nonce(nonce) {
+        return Err(AuthError::Header(auth::H_NONCE));
+    }
+    let sig = header_str(h, auth::H_SIGNATURE)?;
+    if sig.len() != 86 {
+        return Err(AuthError::Header(auth::H_SIGNATURE));
+    }
+    Ok(Signed {
+        node,
+        ts,
+        nonce,
+        sig,
+    })
+}
+
+impl Edge {
+    /// Checks the timestamp, the signature, then the nonce (so forged
+    /// requests cannot use up nonces).
+    pub(super) async fn check_signed(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        s: &Signed<'_>,
+        key: &ed25519_dalek::VerifyingKey,
+        body: &[u8],
+    ) -> ApiResult<i64> {
+        let now = now_ms();
+        let skew = (now - s.ts).abs();
+        if skew > auth::MAX_SKEW_MS {
+            return Err(AuthError::Skew(skew).into());
+        }
+        let msg = auth::signed_message(method.as_str(), uri.path(), s.node, s.ts, s.nonce, body);
+        auth::verify(key, s.node, &msg, s.sig)?;
+        if !self
+            .store
+            .use_nonce(s.node, s.nonce, s.ts + 2 * auth::MAX_SKEW_MS)
+            .await?
+        {
+            return Err(AuthError::Replay(s.node.to_string()).into());
+        }
+        self.sweep(now);
+        Ok(now)
+    }
+
+    fn sweep(&self, now: i64) {
+        let last = self.last_sweep.load(Ordering::Relaxed);
+        if now - last > SWEEP_EVERY_MS
+            && self
+                .last_sweep
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                if let Err(e) = store.expire_nonces(now).await {
+                    eprintln!("oz0-edge: sweeping nonces: {e}");
+                }
+            });
+        }
+    }
+
+    /// Authenticates a request from a registered node.
+    pub(super) async fn node_request(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        h: &HeaderMap,
+        body: &[u8],
+    ) -> ApiResult<(NodeRow, i64)> {
+        let s = signed_headers(h)?;
+        let node = self
+            .store
+            .node(s.node)
+            .await?
+            .filter(|n| n.id == s.node)
+            .ok_or_else(|| AuthError::UnknownNode(s.node.to_string()))?;
+        let key = auth::decode_key(&node.public_key)?;
+        let now = self.check_signed(method, uri, &s, &key, body).await?;
+        Ok((node, now))
+    }
+
+    pub(super) fn operator(&self, h: &HeaderMap) -> ApiResult<()> {
+        let presented = h
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                if let Some(t) = v.strip_prefix("Bearer ") {
+                    Some(t.trim().to_string())
+                } else if let Some(b) = v.strip_prefix("Basic ") {
+                    let raw = base64::engine::general_purpose::STANDARD
+                        .decode(b.trim())
+                        .ok()?;
+                    let s = String::from_utf8(raw).ok()?;
+                    s.split_once(':').map(|(_, p)| p.to_string())
+                } else {
+                    None
+                }
+            });
+        match presented {
+            Some(t) if self.cfg.operator_tokens.iter().any(|d| d.matches(&t)) => Ok(()),
+            _ => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "this needs an operator token: send Authorization: Bearer <token>",
+            )),
+        }
+    }
+}

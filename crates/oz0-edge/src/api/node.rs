@@ -1,0 +1,253 @@
+//! The routes a node calls, each signed by its key: registration (with the
+//! tenant's enrolment token), facts reports, per-tier polling under a lease,
+//! renewal and completion.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use axum::Json;
+use oz0_policy::facts::NodeFacts;
+
+use super::access::signed_headers;
+use super::error::{parse_json, ApiResult};
+use super::{node_view, Edge, DROPPED_COUNTER};
+use crate::auth::{self, AuthError};
+use crate::routing::is_tenant;
+use crate::sanitize::{is_node_name, sanitize};
+use crate::store::Report;
+use crate::wire::*;
+use crate::MAX_REPORT_BYTES;
+
+pub(super) async fn register(
+    State(edge): State<Arc<Edge>>,
+    method: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<Registered>> {
+    if body.len() > MAX_REPORT_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("a registration is at most {MAX_REPORT_BYTES} bytes"),
+        ));
+    }
+    let req: RegisterRequest = parse_json(&body, "registration")?;
+    let token = h
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let ok = is_tenant(&req.tenant)
+        && edge
+            .cfg
+            .tenant_tokens
+            .get(&req.tenant)
+            .is_some_and(|d| d.matches(token));
+    if !ok {
+        eprintln!("oz0-edge: refused a registration: wrong or missing enrolment token");
+        return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", "the tenant's enrolment token is missing or wrong, or the tenant does not exist: pass the token the edge was started with for that tenant"));
+    }
+    let key = auth::decode_key(&req.public_key)?;
+    let id = auth::node_id(&key);
+    let s = signed_headers(&h)?;
+    if s.node != id {
+        return Err(AuthError::Header(auth::H_NODE).into());
+    }
+    let now = edge.check_signed(&method, &uri, &s, &key, &body).await?;
+    let name = match req.name.as_deref() {
+        // A name that looks like a node id could pass for another node.
+        Some(n) if is_node_name(n) && !auth::is_node_id(n) => Some(n),
+        Some(_) => {
+            edge.store.count(DROPPED_COUNTER, 1).await?;
+            eprintln!(
+                "oz0-edge: node {id}: dropped its name (does not match the host name pattern)"
+            );
+            None
+        }
+        None => None,
+    };
+    let tenant = edge
+        .store
+        .register_node(&id, &req.tenant, &req.public_key, name, now)
+        .await?;
+    if tenant != req.tenant {
+        return Err(ApiError::new(StatusCode::CONFLICT, "other_tenant", format!("node {id} is registered with another tenant: a key belongs to one tenant; make a new key for this one")));
+    }
+    eprintln!("oz0-edge: node {id} registered with tenant {tenant}");
+    Ok(Json(Registered {
+        node_id: id,
+        tenant,
+    }))
+}
+
+pub(super) async fn report_facts(
+    State(edge): State<Arc<Edge>>,
+    method: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<NodeView>> {
+    if body.len() > MAX_REPORT_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("a facts report is at most {MAX_REPORT_BYTES} bytes"),
+        ));
+    }
+    let (node, now) = edge.node_request(&method, &uri, &h, &body).await?;
+    let facts: NodeFacts = parse_json(&body, "facts report")?;
+    let out = sanitize(&facts)
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "schema", e.to_string()))?;
+    let s = &out.facts;
+    let dropped = i64::try_from(out.dropped.len()).unwrap_or(i64::MAX);
+    edge.store
+        .save_report(Report {
+            node: &node.id,
+            facts_json: serde_json::to_string(s).map_err(|e| {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            })?,
+            tier_routed: s.tier_routed,
+            microvm_ready: s.microvm_ready,
+            oci_ready: s.oci_ready,
+            arch: s.arch.as_deref().unwrap_or(""),
+            dropped,
+            now_ms: now,
+        })
+        .await?;
+    if dropped > 0 {
+        edge.store.count(DROPPED_COUNTER, dropped).await?;
+        let mut names = out.dropped.clone();
+        names.dedup();
+        eprintln!(
+            "oz0-edge: node {}: report kept with {dropped} field(s) dropped: {}",
+            node.id,
+            names.join(", ")
+        );
+    }
+    let stored = edge
+        .store
+        .node(&node.id)
+        .await?
+        .filter(|n| n.id == node.id)
+        .ok_or_else(|| AuthError::UnknownNode(node.id.clone()))?;
+    Ok(Json(node_view(&stored)))
+}
+
+pub(super) async fn poll(
+    State(edge): State<Arc<Edge>>,
+    method: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<PollResponse>> {
+    let (node, now) = edge.node_request(&method, &uri, &h, &body).await?;
+    let req: PollRequest = parse_json(&body, "poll")?;
+    if node.last_report_ms.is_none() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_facts",
+            "report this node's facts before taking work",
+        ));
+    }
+    if req.tier > node.tier_routed {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "tier_not_routed",
+            format!(
+                "node {} is routed at tier {}: it may not poll the tier-{} queue",
+                node.id,
+                node.tier_routed,
+                req.tier.min(9)
+            ),
+        ));
+    }
+    let lease_id = auth::random_id();
+    let leased = edge
+        .store
+        .lease(&node, req.tier, &lease_id, now + edge.cfg.lease_ms, now)
+        .await?;
+    edge.store.touch(&node.id, now).await?;
+    let job = leased.map(|j| LeasedJobView {
+        job_id: j.id,
+        lease_id,
+        lease_ms: edge.cfg.lease_ms,
+        tier: j.tier,
+        origin: j.origin,
+        kind: j.kind,
+        attempt: j.attempts,
+        payload: serde_json::from_str(&j.payload).unwrap_or(serde_json::Value::Null),
+    });
+    Ok(Json(PollResponse { job }))
+}
+
+fn lease_lost(job: &str) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, "lease_lost", format!("the lease on job {job} expired or is not this node's: stop the job now; it may run elsewhere"))
+}
+
+pub(super) fn job_id_ok(job: &str) -> ApiResult<()> {
+    if auth::is_nonce(job) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_job",
+            "no such job",
+        ))
+    }
+}
+
+pub(super) async fn renew(
+    State(edge): State<Arc<Edge>>,
+    Path(job): Path<String>,
+    method: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<Renewed>> {
+    let (node, now) = edge.node_request(&method, &uri, &h, &body).await?;
+    job_id_ok(&job)?;
+    let req: RenewRequest = parse_json(&body, "renewal")?;
+    if !edge
+        .store
+        .renew(&job, &node.id, &req.lease_id, now + edge.cfg.lease_ms, now)
+        .await?
+    {
+        return Err(lease_lost(&job));
+    }
+    edge.store.touch(&node.id, now).await?;
+    Ok(Json(Renewed {
+        lease_ms: edge.cfg.lease_ms,
+    }))
+}
+
+pub(super) async fn complete(
+    State(edge): State<Arc<Edge>>,
+    Path(job): Path<String>,
+    method: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<serde_json::Value>> {
+    let (node, now) = edge.node_request(&method, &uri, &h, &body).await?;
+    job_id_ok(&job)?;
+    let req: CompleteRequest = parse_json(&body, "completion")?;
+    if !edge
+        .store
+        .complete(
+            &job,
+            &node.id,
+            &req.lease_id,
+            req.succeeded,
+            req.exit_code.map(i64::from),
+            now,
+        )
+        .await?
+    {
+        return Err(lease_lost(&job));
+    }
+    edge.store.touch(&node.id, now).await?;
+    Ok(Json(serde_json::json!({"ok": true})))
+}

@@ -1,0 +1,249 @@
+//! The operator's routes, behind an operator token: job submission (refused
+//! with the reason when no live node can take the job), a job's state, the
+//! node views behind `oz0 node show` and `oz0 node list`, and the Nodes page.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::error::{parse_json, ApiResult};
+use super::node::job_id_ok;
+use super::Edge;
+use crate::auth;
+use crate::routing::{is_tenant, JobRequest};
+use crate::sanitize::{is_node_name, Sanitized};
+use crate::store::NodeRow;
+use crate::time::{format_utc, now_ms};
+use crate::wire::*;
+use crate::MAX_PAYLOAD_BYTES;
+
+/// Builds the operator's view of a stored node.
+pub fn node_view(n: &NodeRow) -> NodeView {
+    {
+        let facts: Option<Sanitized> = n
+            .facts
+            .as_deref()
+            .and_then(|f| serde_json::from_str(f).ok());
+        let (tier_proven, tier_line, platform_line, mechanism_line, fix, microvm_line, routed_note) =
+            match &facts {
+                Some(s) => (
+                    s.tier_proven,
+                    s.tier_line(),
+                    [Some(s.os.as_str()), s.arch.as_deref(), s.build.as_deref()]
+                        .into_iter()
+                        .flatten()
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    s.mechanism_line(),
+                    s.fix_text(),
+                    s.microvm_line(),
+                    s.routed_note(),
+                ),
+                None => (
+                    0,
+                    "no report yet: tier 0".to_string(),
+                    "unknown".to_string(),
+                    "unknown".to_string(),
+                    None,
+                    "none: no report yet".to_string(),
+                    None,
+                ),
+            };
+        NodeView {
+            id: n.id.clone(),
+            tenant: n.tenant.clone(),
+            name: n.name.clone(),
+            tier_proven,
+            tier_routed: n.tier_routed,
+            tier_line,
+            platform_line,
+            mechanism_line,
+            fix,
+            microvm_line,
+            routed_note,
+            last_report_ms: n.last_report_ms,
+            last_report: n.last_report_ms.map(format_utc),
+            last_seen_ms: n.last_seen_ms,
+            dropped_last: n.dropped_last,
+            dropped_total: n.dropped_total,
+            facts,
+        }
+    }
+}
+
+fn known_tenant(edge: &Edge, tenant: &str) -> ApiResult<()> {
+    if is_tenant(tenant) && edge.cfg.tenant_tokens.contains_key(tenant) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_tenant",
+            "no such tenant: tenants are those the edge was started with",
+        ))
+    }
+}
+
+pub(super) async fn submit_job(
+    State(edge): State<Arc<Edge>>,
+    Path(tenant): Path<String>,
+    h: HeaderMap,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<Accepted>)> {
+    edge.operator(&h)?;
+    known_tenant(&edge, &tenant)?;
+    let req: JobRequest = parse_json(&body, "job")?;
+    let needs = req
+        .needs()
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_job", e.to_string()))?;
+    let payload = serde_json::to_string(&req.payload).unwrap_or_else(|_| "null".into());
+    if payload.len() > MAX_PAYLOAD_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("a job's payload is at most {MAX_PAYLOAD_BYTES} bytes of JSON"),
+        ));
+    }
+    let now = now_ms();
+    let live_since = now - edge.cfg.node_live_ms;
+    let eligible = edge
+        .store
+        .eligible_nodes(&tenant, &needs, live_since)
+        .await?;
+    if eligible == 0 {
+        let offers = edge.store.live_offers(&tenant, live_since).await?;
+        let reason = needs.refusal(&tenant, req.origin, &offers);
+        eprintln!(
+            "oz0-edge: refused a {} job for tenant {tenant}: {reason}",
+            req.origin.as_str()
+        );
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_eligible_node",
+            reason,
+        ));
+    }
+    let id = auth::random_id();
+    edge.store
+        .insert_job(
+            &id,
+            &tenant,
+            req.origin.as_str(),
+            req.kind.as_str(),
+            &needs,
+            &payload,
+            now,
+        )
+        .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(Accepted {
+            job_id: id,
+            tier: needs.tier,
+            eligible_nodes: eligible,
+        }),
+    ))
+}
+
+pub(super) async fn job_status(
+    State(edge): State<Arc<Edge>>,
+    Path((tenant, job)): Path<(String, String)>,
+    h: HeaderMap,
+) -> ApiResult<Json<JobView>> {
+    edge.operator(&h)?;
+    known_tenant(&edge, &tenant)?;
+    job_id_ok(&job)?;
+    let j = edge
+        .store
+        .job(&tenant, &job)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "no_job", "no such job"))?;
+    Ok(Json(JobView {
+        job_id: j.id,
+        state: j.state,
+        tier: j.tier,
+        node_id: j.node_id,
+        attempts: j.attempts,
+        exit_code: j.exit_code,
+    }))
+}
+
+async fn nodes_of(edge: &Edge, q: &NodesQuery) -> ApiResult<Vec<NodeView>> {
+    if let Some(t) = &q.tenant {
+        if !is_tenant(t) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_tenant",
+                "a tenant is lower-case letters, digits, - and _",
+            ));
+        }
+    }
+    Ok(edge
+        .store
+        .nodes(q.tenant.as_deref())
+        .await?
+        .iter()
+        .map(node_view)
+        .collect())
+}
+
+pub(super) async fn list_nodes(
+    State(edge): State<Arc<Edge>>,
+    Query(q): Query<NodesQuery>,
+    h: HeaderMap,
+) -> ApiResult<Json<Vec<NodeView>>> {
+    edge.operator(&h)?;
+    Ok(Json(nodes_of(&edge, &q).await?))
+}
+
+pub(super) async fn show_node(
+    State(edge): State<Arc<Edge>>,
+    Path(node): Path<String>,
+    h: HeaderMap,
+) -> ApiResult<Json<NodeView>> {
+    edge.operator(&h)?;
+    let found = if auth::is_node_id(&node) || is_node_name(&node) {
+        edge.store.node(&node).await?
+    } else {
+        None
+    };
+    found.map(|n| Json(node_view(&n))).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_node",
+            "no node has that id or name (oz0 node list shows them)",
+        )
+    })
+}
+
+pub(super) async fn nodes_page(
+    State(edge): State<Arc<Edge>>,
+    Query(q): Query<NodesQuery>,
+    h: HeaderMap,
+) -> Response {
+    if let Err(e) = edge.operator(&h) {
+        return e.into_response();
+    }
+    match nodes_of(&edge, &q).await {
+        Ok(nodes) => {
+            let mut r =
+                crate::page::render_nodes(&nodes, q.tenant.as_deref(), now_ms()).into_response();
+            let hs = r.headers_mut();
+            hs.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+            hs.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"));
+            hs.insert(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            );
+            hs.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            r
+        }
+        Err(e) => e.into_response(),
+    }
+}

@@ -1,0 +1,218 @@
+//! Unit tests of the sanitizer: the patterns, the routed tier, hostile
+//! strings, and the wording of every fix kind.
+
+use super::*;
+use oz0_policy::facts::{Mechanism, Microvm, Platform};
+
+fn linux() -> NodeFacts {
+    let mut f = NodeFacts {
+        schema: FACTS_SCHEMA,
+        node_version: "0.1.0".into(),
+        platform: Platform {
+            os: Os::Linux,
+            arch: "x86_64".into(),
+            build_raw: "6.1.0-28-amd64".into(),
+        },
+        tier_proven: 1,
+        tier_routed: 1,
+        mechanism: Mechanism {
+            kind: "bubblewrap".into(),
+            bwrap_version: Some("0.8.0".into()),
+            landlock_abi: Some(7),
+            seccomp: true,
+            cgroup_mode: Some("cgroup_v2".into()),
+            ..Default::default()
+        },
+        self_test: SelfTest::Passed,
+        fix: None,
+        microvm: Microvm {
+            ready: false,
+            reason: Some(MicrovmReason::NoKvmAccess),
+            pinned: None,
+        },
+        labels: BTreeMap::new(),
+    };
+    f.derive_labels(true);
+    f
+}
+
+#[test]
+fn patterns() {
+    assert!(is_windows_build("26200.9457"));
+    for bad in [
+        "26200.9457; rm -rf",
+        "2620.9457",
+        "26200.",
+        "26200.123456",
+        "２6200.1",
+        "",
+    ] {
+        assert!(!is_windows_build(bad), "{bad}");
+    }
+    for ok in [
+        "6.1.0-28-amd64",
+        "6.18",
+        "5.15.167.4-microsoft-standard-WSL2",
+        "6.8.0-45-generic",
+        "6.12.10+rpt-rpi-v8",
+    ] {
+        assert!(is_kernel_release(ok), "{ok}");
+    }
+    for bad in [
+        "6",
+        "6.1.0-",
+        "6.1.0--x",
+        "6.1<script>",
+        "6.1.0-a b",
+        "6.1.0-$(id)",
+        "123.1",
+        "6.1.0.1.2",
+    ] {
+        assert!(!is_kernel_release(bad), "{bad}");
+    }
+    assert!(is_version("0.8.0") && is_version("1.0") && !is_version("1") && !is_version("1.0.0.0"));
+    assert!(is_macos_build("24G84") && is_macos_build("25A5279m") && is_macos_build("15.6"));
+    assert!(!is_macos_build("24g84") && !is_macos_build("24G") && !is_macos_build("24G84ab"));
+    assert!(
+        is_node_version("0.1.0") && is_node_version("1.2.3-rc.1") && !is_node_version("0.1.0 <b>")
+    );
+    assert!(
+        is_node_name("build-01.example")
+            && !is_node_name("-x")
+            && !is_node_name("A")
+            && !is_node_name("a b")
+    );
+}
+
+#[test]
+fn a_passing_linux_node_is_kept_whole() {
+    let o = sanitize(&linux()).unwrap();
+    assert!(o.dropped.is_empty(), "{:?}", o.dropped);
+    assert_eq!(o.facts.tier_routed, 1);
+    assert_eq!(o.facts.build.as_deref(), Some("6.1.0-28-amd64"));
+    assert_eq!(o.facts.labels["runtime.oci"], "ready");
+    assert_eq!(
+        o.facts.mechanism_line(),
+        "bubblewrap 0.8.0, Landlock ABI 7, seccomp, cgroup v2"
+    );
+    assert_eq!(o.facts.fix_text(), None);
+}
+
+#[test]
+fn windows_is_routed_at_zero_whatever_it_claims() {
+    let mut f = linux();
+    f.platform = Platform {
+        os: Os::Windows,
+        arch: "x86_64".into(),
+        build_raw: "26200.9457".into(),
+    };
+    f.mechanism = Mechanism {
+        kind: "psec".into(),
+        psec_contract: Some("1.0".into()),
+        psec_features: vec!["deny_paths".into()],
+        ..Default::default()
+    };
+    f.microvm.ready = true;
+    f.tier_routed = 2;
+    let o = sanitize(&f).unwrap();
+    assert_eq!((o.facts.tier_proven, o.facts.tier_routed), (1, 0));
+    assert!(!o.facts.microvm_ready);
+    assert_eq!(o.facts.tier_line(), "tier 1 (psec 1.0, routed as tier 0)");
+    assert!(o.facts.routed_note().is_some());
+}
+
+#[test]
+fn a_tier_without_a_passed_self_test_is_not_kept() {
+    let mut f = linux();
+    f.self_test = SelfTest::Failed(Property::Egress);
+    f.fix = Some(FixKind::SelfTestFailed);
+    let o = sanitize(&f).unwrap();
+    assert_eq!((o.facts.tier_proven, o.facts.tier_routed), (0, 0));
+    assert!(o.dropped.contains(&"tier_proven"));
+    assert_eq!(
+        o.facts.fix_text().unwrap(),
+        "The self-test failed at egress: sandbox check --self-test on the node says which check and how."
+    );
+}
+
+#[test]
+fn hostile_strings_are_dropped_and_counted() {
+    let mut f = linux();
+    f.platform.os = Os::Windows;
+    f.platform.build_raw = "26200.9457; rm -rf /".into();
+    f.node_version = "<script>alert(1)</script>".into();
+    f.mechanism.kind = "psec".into();
+    f.mechanism.bwrap_version = Some("0.8.0<img src=x>".into());
+    f.mechanism.psec_contract = Some("1.0\u{202e}".into());
+    f.mechanism.psec_features = vec!["deny_paths".into(), "x".repeat(10_000)];
+    f.labels.insert("evil".into(), "<b>".into());
+    f.labels.insert("arch".into(), "aarch64".into());
+    let o = sanitize(&f).unwrap();
+    for field in [
+        "platform.build_raw",
+        "node_version",
+        "mechanism.bwrap_version",
+        "mechanism.psec_contract",
+        "mechanism.psec_features",
+        "labels",
+    ] {
+        assert!(o.dropped.contains(&field), "{field} in {:?}", o.dropped);
+    }
+    let json = serde_json::to_string(&o.facts).unwrap();
+    assert!(
+        !json.contains('<') && !json.contains("rm -rf") && !json.contains("xxxx"),
+        "{json}"
+    );
+    assert_eq!(o.facts.mechanism.psec_features, vec!["deny_paths"]);
+}
+
+#[test]
+fn microvm_needs_tier_one_and_makes_tier_two() {
+    let mut f = linux();
+    f.microvm = Microvm {
+        ready: true,
+        reason: None,
+        pinned: Some(true),
+    };
+    f.tier_routed = 1;
+    let o = sanitize(&f).unwrap();
+    assert!(o.facts.microvm_ready);
+    assert_eq!((o.facts.tier_proven, o.facts.tier_routed), (2, 2));
+    assert_eq!(o.facts.labels["isolation.microvm"], "ready");
+    f.tier_routed = 0;
+    assert_eq!(sanitize(&f).unwrap().facts.tier_routed, 0);
+    f.tier_routed = 1;
+    f.self_test = SelfTest::NotRun;
+    f.tier_proven = 0;
+    let o = sanitize(&f).unwrap();
+    assert!(!o.facts.microvm_ready);
+    assert_eq!(o.facts.tier_routed, 0);
+}
+
+#[test]
+fn every_fix_kind_is_worded_without_node_text() {
+    let mut s = sanitize(&linux()).unwrap().facts;
+    for k in [
+        FixKind::InstallBubblewrap,
+        FixKind::UsernsAppArmor,
+        FixKind::UsernsMaxZero,
+        FixKind::UsernsDebianClone,
+        FixKind::UsernsOther,
+        FixKind::NoSeccomp,
+        FixKind::DelegateCgroups,
+        FixKind::SelfTestFailed,
+        FixKind::SandboxDisabled,
+        FixKind::PsecStartWithFlag,
+        FixKind::PsecMissing,
+        FixKind::WindowsServer,
+        FixKind::SeatbeltMissing,
+        FixKind::UnsupportedPlatform,
+    ] {
+        s.fix_kind = Some(k);
+        assert!(s.fix_text().unwrap().len() > 20);
+    }
+    s.os = "windows".into();
+    s.build = Some("26200.1234".into());
+    s.fix_kind = Some(FixKind::PsecMissing);
+    assert!(s.fix_text().unwrap().contains("26200.9457"));
+}

@@ -1,0 +1,197 @@
+//! Nodes: registration, lookup, nonces, reports, counters, and which live
+//! nodes can take what work.
+
+use super::rows::{node_row, NODE_COLS};
+use super::value::{int, text, tier_col};
+use super::{NodeRow, Report, Store, StoreError};
+use crate::routing::Needs;
+
+impl Store {
+    /// Registers a node (idempotent for the same key and tenant). Returns
+    /// the tenant the node belongs to (which may differ from `tenant` when
+    /// the key was registered before under another one).
+    pub async fn register_node(
+        &self,
+        id: &str,
+        tenant: &str,
+        public_key: &str,
+        name: Option<&str>,
+        now_ms: i64,
+    ) -> Result<String, StoreError> {
+        self.exec(
+            "INSERT INTO nodes (id, tenant, public_key, name, registered_ms, last_seen_ms) VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (id) DO NOTHING",
+            vec![id.into(), tenant.into(), public_key.into(), name.into(), now_ms.into()],
+        )
+        .await?;
+        let rows = self
+            .query("SELECT tenant FROM nodes WHERE id = $1", vec![id.into()])
+            .await?;
+        let row = rows.first().ok_or(StoreError::Column(0))?;
+        text(row, 0)
+    }
+
+    /// One node by id, or by name.
+    pub async fn node(&self, id_or_name: &str) -> Result<Option<NodeRow>, StoreError> {
+        let sql =
+            format!("SELECT {NODE_COLS} FROM nodes WHERE id = $1 OR name = $1 ORDER BY id LIMIT 2");
+        let rows = self.query(&sql, vec![id_or_name.into()]).await?;
+        match rows.len() {
+            1 => Ok(Some(node_row(&rows[0])?)),
+            _ => {
+                // Ambiguous names resolve to nothing; ids are unique.
+                Ok(rows
+                    .iter()
+                    .map(node_row)
+                    .collect::<Result<Vec<_>, _>>()?
+                    .into_iter()
+                    .find(|n| n.id == id_or_name))
+            }
+        }
+    }
+
+    /// Nodes, of one tenant or all.
+    pub async fn nodes(&self, tenant: Option<&str>) -> Result<Vec<NodeRow>, StoreError> {
+        let rows = match tenant {
+            Some(t) => {
+                self.query(
+                    &format!(
+                        "SELECT {NODE_COLS} FROM nodes WHERE tenant = $1 ORDER BY tenant, name, id"
+                    ),
+                    vec![t.into()],
+                )
+                .await?
+            }
+            None => {
+                self.query(
+                    &format!("SELECT {NODE_COLS} FROM nodes ORDER BY tenant, name, id"),
+                    vec![],
+                )
+                .await?
+            }
+        };
+        rows.iter().map(node_row).collect()
+    }
+
+    /// Remembers a nonce until `expires_ms`; false when it was seen before.
+    pub async fn use_nonce(
+        &self,
+        node: &str,
+        nonce: &str,
+        expires_ms: i64,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .exec(
+                "INSERT INTO nonces (node_id, nonce, expires_ms) VALUES ($1, $2, $3) ON CONFLICT (node_id, nonce) DO NOTHING",
+                vec![node.into(), nonce.into(), expires_ms.into()],
+            )
+            .await?
+            == 1)
+    }
+
+    /// Forgets nonces whose window has closed.
+    pub async fn expire_nonces(&self, now_ms: i64) -> Result<u64, StoreError> {
+        self.exec(
+            "DELETE FROM nonces WHERE expires_ms < $1",
+            vec![now_ms.into()],
+        )
+        .await
+    }
+
+    /// Records that a node was heard from.
+    pub async fn touch(&self, node: &str, now_ms: i64) -> Result<(), StoreError> {
+        self.exec(
+            "UPDATE nodes SET last_seen_ms = $1 WHERE id = $2",
+            vec![now_ms.into(), node.into()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Saves a sanitized report.
+    pub async fn save_report(&self, r: Report<'_>) -> Result<(), StoreError> {
+        self.exec(
+            "UPDATE nodes SET facts = $1, tier_routed = $2, microvm_ready = $3, oci_ready = $4, arch = $5, dropped_last = $6, dropped_total = dropped_total + $6, reports = reports + 1, last_report_ms = $7, last_seen_ms = $7 WHERE id = $8",
+            vec![
+                r.facts_json.into(),
+                i64::from(r.tier_routed).into(),
+                r.microvm_ready.into(),
+                r.oci_ready.into(),
+                r.arch.into(),
+                r.dropped.into(),
+                r.now_ms.into(),
+                r.node.into(),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Adds to a named counter.
+    pub async fn count(&self, name: &str, n: i64) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO counters (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value",
+            vec![name.into(), n.into()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// A named counter.
+    pub async fn counter(&self, name: &str) -> Result<i64, StoreError> {
+        let rows = self
+            .query(
+                "SELECT value FROM counters WHERE name = $1",
+                vec![name.into()],
+            )
+            .await?;
+        rows.first().map_or(Ok(0), |r| int(r, 0))
+    }
+
+    /// How many live nodes of a tenant can take work with these needs.
+    pub async fn eligible_nodes(
+        &self,
+        tenant: &str,
+        needs: &Needs,
+        live_since_ms: i64,
+    ) -> Result<i64, StoreError> {
+        let rows = self
+            .query(
+                "SELECT COUNT(*) FROM nodes WHERE tenant = $1 AND tier_routed >= $2 AND microvm_ready >= $3 AND oci_ready >= $4 AND (arch = $5 OR $5 = '') AND last_seen_ms >= $6 AND last_report_ms IS NOT NULL",
+                vec![
+                    tenant.into(),
+                    i64::from(needs.tier).into(),
+                    needs.microvm.into(),
+                    needs.oci.into(),
+                    needs.arch.clone().unwrap_or_default().into(),
+                    live_since_ms.into(),
+                ],
+            )
+            .await?;
+        rows.first().map_or(Ok(0), |r| int(r, 0))
+    }
+
+    /// What a tenant's live nodes offer: (routed tier, microvm, oci, arch).
+    pub async fn live_offers(
+        &self,
+        tenant: &str,
+        live_since_ms: i64,
+    ) -> Result<Vec<(u8, bool, bool, Option<String>)>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT tier_routed, microvm_ready, oci_ready, arch FROM nodes WHERE tenant = $1 AND last_seen_ms >= $2 AND last_report_ms IS NOT NULL LIMIT 10000",
+                vec![tenant.into(), live_since_ms.into()],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let a = text(r, 3)?;
+                Ok((
+                    tier_col(r, 0)?,
+                    int(r, 1)? != 0,
+                    int(r, 2)? != 0,
+                    (!a.is_empty()).then_some(a),
+                ))
+            })
+            .collect()
+    }
+}

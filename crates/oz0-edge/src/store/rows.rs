@@ -1,0 +1,121 @@
+//! The records the store reads and writes (nodes, leased jobs, job states,
+//! reports) and how a node row is read back.
+
+use super::value::{int, opt_int, opt_text, text};
+use super::{Row, StoreError};
+
+/// A node as the store holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRow {
+    /// Id.
+    pub id: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Public key (base64url).
+    pub public_key: String,
+    /// Name, when one matched the pattern.
+    pub name: Option<String>,
+    /// Registered at.
+    pub registered_ms: i64,
+    /// Last authenticated request.
+    pub last_seen_ms: i64,
+    /// Last facts report.
+    pub last_report_ms: Option<i64>,
+    /// Sanitized facts (JSON).
+    pub facts: Option<String>,
+    /// Routed tier.
+    pub tier_routed: u8,
+    /// `isolation.microvm=ready`.
+    pub microvm_ready: bool,
+    /// `runtime.oci=ready`.
+    pub oci_ready: bool,
+    /// Architecture ('' when unknown).
+    pub arch: String,
+    /// Reports accepted.
+    pub reports: i64,
+    /// Fields dropped from the last report.
+    pub dropped_last: i64,
+    /// Fields dropped, all reports.
+    pub dropped_total: i64,
+}
+
+pub(super) const NODE_COLS: &str = "id, tenant, public_key, name, registered_ms, last_seen_ms, last_report_ms, facts, tier_routed, microvm_ready, oci_ready, arch, reports, dropped_last, dropped_total";
+
+pub(super) fn node_row(r: &Row) -> Result<NodeRow, StoreError> {
+    Ok(NodeRow {
+        id: text(r, 0)?,
+        tenant: text(r, 1)?,
+        public_key: text(r, 2)?,
+        name: opt_text(r, 3)?,
+        registered_ms: int(r, 4)?,
+        last_seen_ms: int(r, 5)?,
+        last_report_ms: opt_int(r, 6)?,
+        facts: opt_text(r, 7)?,
+        tier_routed: u8::try_from(int(r, 8)?).map_err(|_| StoreError::Column(8))?,
+        microvm_ready: int(r, 9)? != 0,
+        oci_ready: int(r, 10)? != 0,
+        arch: text(r, 11)?,
+        reports: int(r, 12)?,
+        dropped_last: int(r, 13)?,
+        dropped_total: int(r, 14)?,
+    })
+}
+
+/// A job handed to a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeasedJob {
+    /// Job id.
+    pub id: String,
+    /// Origin.
+    pub origin: String,
+    /// Kind.
+    pub kind: String,
+    /// Tier needed.
+    pub tier: u8,
+    /// Payload (JSON text).
+    pub payload: String,
+    /// How many times it was handed out, this one included.
+    pub attempts: i64,
+}
+
+/// A job's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRow {
+    /// Job id.
+    pub id: String,
+    /// Tenant.
+    pub tenant: String,
+    /// `queued`, `leased`, `succeeded` or `failed`.
+    pub state: String,
+    /// Tier needed.
+    pub tier: u8,
+    /// The node holding or having held it.
+    pub node_id: Option<String>,
+    /// Lease expiry.
+    pub lease_until_ms: Option<i64>,
+    /// Times handed out.
+    pub attempts: i64,
+    /// Exit code reported.
+    pub exit_code: Option<i64>,
+}
+
+/// A report to save.
+#[derive(Debug, Clone)]
+pub struct Report<'a> {
+    /// Node id.
+    pub node: &'a str,
+    /// Sanitized facts (JSON).
+    pub facts_json: String,
+    /// Routed tier.
+    pub tier_routed: u8,
+    /// Labels.
+    pub microvm_ready: bool,
+    /// Labels.
+    pub oci_ready: bool,
+    /// Labels.
+    pub arch: &'a str,
+    /// Fields dropped.
+    pub dropped: i64,
+    /// When.
+    pub now_ms: i64,
+}

@@ -1,0 +1,127 @@
+//! The schema: the versioned [`MIGRATIONS`], and how each replica applies
+//! the missing ones at start, under a lock.
+
+use super::{Backend, Store, StoreError};
+
+/// Schema migrations, in order. Never edit one that shipped: add another.
+pub const MIGRATIONS: &[(i64, &str)] = &[(
+    1,
+    "CREATE TABLE nodes (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        public_key TEXT NOT NULL UNIQUE,
+        name TEXT,
+        registered_ms BIGINT NOT NULL,
+        last_seen_ms BIGINT NOT NULL,
+        last_report_ms BIGINT,
+        facts TEXT,
+        tier_routed BIGINT NOT NULL DEFAULT 0,
+        microvm_ready BIGINT NOT NULL DEFAULT 0,
+        oci_ready BIGINT NOT NULL DEFAULT 0,
+        arch TEXT NOT NULL DEFAULT '',
+        reports BIGINT NOT NULL DEFAULT 0,
+        dropped_last BIGINT NOT NULL DEFAULT 0,
+        dropped_total BIGINT NOT NULL DEFAULT 0
+    );
+    CREATE INDEX nodes_by_tenant ON nodes (tenant, tier_routed, last_seen_ms);
+    CREATE INDEX nodes_by_name ON nodes (name);
+    CREATE TABLE nonces (
+        node_id TEXT NOT NULL,
+        nonce TEXT NOT NULL,
+        expires_ms BIGINT NOT NULL,
+        PRIMARY KEY (node_id, nonce)
+    );
+    CREATE INDEX nonces_by_expiry ON nonces (expires_ms);
+    CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        tier_need BIGINT NOT NULL,
+        need_microvm BIGINT NOT NULL,
+        need_oci BIGINT NOT NULL,
+        need_arch TEXT,
+        payload TEXT NOT NULL,
+        state TEXT NOT NULL,
+        node_id TEXT,
+        lease_id TEXT,
+        lease_until_ms BIGINT,
+        attempts BIGINT NOT NULL DEFAULT 0,
+        enqueued_ms BIGINT NOT NULL,
+        outcome TEXT,
+        exit_code BIGINT,
+        done_ms BIGINT
+    );
+    CREATE INDEX jobs_queue ON jobs (tenant, tier_need, state, enqueued_ms);
+    CREATE TABLE counters (
+        name TEXT PRIMARY KEY,
+        value BIGINT NOT NULL
+    );",
+)];
+
+impl Store {
+    pub(super) async fn migrate(&self) -> Result<(), StoreError> {
+        let known = MIGRATIONS.last().map_or(0, |m| m.0);
+        const TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_ms BIGINT NOT NULL)";
+        let now = crate::time::now_ms();
+        match &self.backend {
+            Backend::Sqlite(c) => {
+                let c = c.clone();
+                tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
+                    let mut conn = c.lock().unwrap_or_else(|p| p.into_inner());
+                    let tx =
+                        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                    tx.execute_batch(TABLE)?;
+                    let found: i64 = tx.query_row(
+                        "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+                        [],
+                        |r| r.get(0),
+                    )?;
+                    if found > known {
+                        return Err(StoreError::Newer { found, known });
+                    }
+                    for (v, sql) in MIGRATIONS.iter().filter(|m| m.0 > found) {
+                        tx.execute_batch(sql)?;
+                        tx.execute(
+                            "INSERT INTO schema_migrations (version, applied_ms) VALUES (?1, ?2)",
+                            rusqlite::params![v, now],
+                        )?;
+                    }
+                    tx.commit()?;
+                    Ok(())
+                })
+                .await
+                .map_err(|e| StoreError::Task(e.to_string()))?
+            }
+            Backend::Postgres(p) => {
+                let mut g = p.get().await?;
+                let conn = g.as_mut().ok_or(StoreError::Task("no connection".into()))?;
+                let tx = conn.client.transaction().await?;
+                // One replica migrates at a time; the others wait, then find it done.
+                tx.batch_execute("SELECT pg_advisory_xact_lock(7300021)")
+                    .await?;
+                tx.batch_execute(TABLE).await?;
+                let found: i64 = tx
+                    .query_one(
+                        "SELECT COALESCE(MAX(version), 0)::BIGINT FROM schema_migrations",
+                        &[],
+                    )
+                    .await?
+                    .get(0);
+                if found > known {
+                    return Err(StoreError::Newer { found, known });
+                }
+                for (v, sql) in MIGRATIONS.iter().filter(|m| m.0 > found) {
+                    tx.batch_execute(sql).await?;
+                    tx.execute(
+                        "INSERT INTO schema_migrations (version, applied_ms) VALUES ($1, $2)",
+                        &[v, &now],
+                    )
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! What the edge's integration tests share: a real edge on 127.0.0.1 over
+//! each store (SQLite always; PostgreSQL when `OZ0_EDGE_TEST_POSTGRES` is
+//! set, required when `OZ0_MUST_WORK=1`), the facts of simulated nodes, and
+//! nodes registered through the client library.
+
+// Each test binary uses some of these helpers, none uses them all.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use oz0_edge::auth::{self, TokenDigest};
+use oz0_edge::client::{ClientError, NodeClient, NodeKey, OperatorClient};
+use oz0_edge::routing::{Isolation, JobKind, JobRequest, Origin};
+use oz0_edge::{Edge, EdgeConfig, Store};
+use oz0_policy::facts::{
+    FixKind, Mechanism, Microvm, MicrovmReason, NodeFacts, Os, Platform, Property, SelfTest,
+    FACTS_SCHEMA,
+};
+
+pub const OPERATOR: &str = "operator-token-0123456789";
+pub const ACME: &str = "acme-enrolment-0123456789";
+pub const SOLO: &str = "solo-enrolment-0123456789";
+
+pub struct TestEdge {
+    pub url: String,
+    pub op: OperatorClient,
+    pub edge: Arc<Edge>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TestEdge {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub async fn start_on(store: Store, lease_ms: i64) -> TestEdge {
+    let mut tenants = BTreeMap::new();
+    tenants.insert("acme".to_string(), TokenDigest::new(ACME));
+    tenants.insert("solo".to_string(), TokenDigest::new(SOLO));
+    let mut cfg = EdgeConfig::new(tenants, vec![TokenDigest::new(OPERATOR)]);
+    cfg.lease_ms = lease_ms;
+    let edge = Edge::new(store, cfg);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let e = edge.clone();
+    let task = tokio::spawn(async move {
+        oz0_edge::serve(listener, e).await.unwrap();
+    });
+    TestEdge {
+        op: OperatorClient::new(&url, OPERATOR).unwrap(),
+        url,
+        edge,
+        task,
+    }
+}
+
+/// A fresh store of each kind available.
+pub async fn store_urls() -> Vec<(&'static str, String)> {
+    let dir = std::env::temp_dir().join(format!("oz0-edge-test-{}", auth::random_id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut out = vec![(
+        "sqlite",
+        format!("sqlite:{}", dir.join("edge.db").display()),
+    )];
+    match std::env::var("OZ0_EDGE_TEST_POSTGRES") {
+        Ok(base) => out.push(("postgres", fresh_postgres(&base).await)),
+        Err(_) => {
+            if std::env::var("OZ0_MUST_WORK").as_deref() == Ok("1") {
+                panic!("OZ0_MUST_WORK=1 and OZ0_EDGE_TEST_POSTGRES is unset: run the tests under crates/oz0-edge/scripts/with-postgres.sh");
+            }
+            eprintln!("SKIPPED PostgreSQL half: OZ0_EDGE_TEST_POSTGRES is unset (run under crates/oz0-edge/scripts/with-postgres.sh)");
+        }
+    }
+    out
+}
+
+/// Creates a database of its own for one test; returns its URL.
+async fn fresh_postgres(base: &str) -> String {
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+        .await
+        .expect("connect to OZ0_EDGE_TEST_POSTGRES");
+    tokio::spawn(conn);
+    let name = format!(
+        "oz0_test_{}",
+        auth::random_id().to_lowercase().replace(['-', '_'], "x")
+    );
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    // postgres://USER@HOST/DB?…: swap DB.
+    let (head, query) = base
+        .split_once('?')
+        .map_or((base, None), |(h, q)| (h, Some(q)));
+    let slash = head
+        .rfind('/')
+        .expect("OZ0_EDGE_TEST_POSTGRES is postgres://USER@HOST/DB[?…]");
+    let mut url = format!("{}/{name}", &head[..slash]);
+    if let Some(q) = query {
+        url.push('?');
+        url.push_str(q);
+    }
+    url
+}
+
+pub fn linux_facts(microvm: bool, oci: bool) -> NodeFacts {
+    let mut f = NodeFacts {
+        schema: FACTS_SCHEMA,
+        node_version: "0.1.0".into(),
+        platform: Platform {
+            os: Os::Linux,
+            arch: "x86_64".into(),
+            build_raw: "6.1.0-28-amd64".into(),
+        },
+        tier_proven: 1,
+        tier_routed: 1,
+        mechanism: Mechanism {
+            kind: "bubblewrap".into(),
+            bwrap_version: Some("0.8.0".into()),
+            landlock_abi: Some(7),
+            seccomp: true,
+            cgroup_mode: Some("cgroup_v1".into()),
+            ..Default::default()
+        },
+        self_test: SelfTest::Passed,
+        fix: None,
+        microvm: if microvm {
+            Microvm {
+                ready: true,
+                reason: None,
+                pinned: Some(true),
+            }
+        } else {
+            Microvm {
+                ready: false,
+                reason: Some(MicrovmReason::NoKvmAccess),
+                pinned: None,
+            }
+        },
+        labels: BTreeMap::new(),
+    };
+    f.derive_labels(oci);
+    f
+}
+
+pub fn failing_facts() -> NodeFacts {
+    let mut f = linux_facts(false, false);
+    f.tier_proven = 0;
+    f.tier_routed = 0;
+    f.self_test = SelfTest::Failed(Property::Files);
+    f.fix = Some(FixKind::SelfTestFailed);
+    f.microvm = Microvm {
+        ready: false,
+        reason: Some(MicrovmReason::NoTier1),
+        pinned: None,
+    };
+    f.derive_labels(false);
+    f
+}
+
+/// A Windows node whose PSEC self-test passed, claiming tier 1 routed.
+pub fn windows_facts() -> NodeFacts {
+    let mut f = NodeFacts {
+        schema: FACTS_SCHEMA,
+        node_version: "0.1.0".into(),
+        platform: Platform {
+            os: Os::Windows,
+            arch: "x86_64".into(),
+            build_raw: "26200.9457".into(),
+        },
+        tier_proven: 1,
+        tier_routed: 1,
+        mechanism: Mechanism {
+            kind: "psec".into(),
+            psec_contract: Some("1.0".into()),
+            psec_features: vec!["deny_paths".into()],
+            ..Default::default()
+        },
+        self_test: SelfTest::Passed,
+        fix: None,
+        microvm: Microvm {
+            ready: false,
+            reason: Some(MicrovmReason::Unsupported),
+            pinned: None,
+        },
+        labels: BTreeMap::new(),
+    };
+    f.derive_labels(false);
+    f
+}
+
+pub async fn node(
+    e: &TestEdge,
+    tenant: &str,
+    token: &str,
+    name: &str,
+    facts: &NodeFacts,
+) -> NodeClient {
+    let c = NodeClient::new(&e.url, tenant, NodeKey::generate()).unwrap();
+    let r = c.register(token, Some(name)).await.unwrap();
+    assert_eq!(r.node_id, c.node_id());
+    c.report_facts(facts).await.unwrap();
+    c
+}
+
+pub fn job(origin: Origin, isolation: Isolation) -> JobRequest {
+    JobRequest {
+        origin,
+        kind: JobKind::Shell,
+        tier: 0,
+        isolation,
+        arch: None,
+        payload: serde_json::json!({"argv": ["true"]}),
+    }
+}
+
+pub fn code(e: &ClientError) -> &str {
+    e.refusal_code().unwrap_or("not a refusal")
+}

@@ -1,0 +1,133 @@
+//! The operator's side end to end: `oz0 node show` and `oz0 node list`
+//! against a real edge, `openapi.json` against the router, and the Nodes
+//! page screenshot in the docs.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{
+    failing_facts, linux_facts, node, start_on, store_urls, windows_facts, ACME, OPERATOR,
+};
+use oz0_edge::api::Routes;
+use oz0_edge::auth;
+use oz0_edge::Store;
+use oz0_policy::facts::{FixKind, Mechanism, SelfTest};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oz0_node_show_and_list() {
+    let (_, url) = store_urls().await.remove(0);
+    let e = start_on(Store::open(&url).await.unwrap(), 30_000).await;
+    let vm = node(&e, "acme", ACME, "linux-kvm", &linux_facts(true, true)).await;
+    let _w = node(&e, "acme", ACME, "win-psec", &windows_facts()).await;
+    // The CLI blocks this worker; the edge runs on the other.
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_oz0"))
+            .args(args)
+            .env("OZ0_EDGE", &e.url)
+            .env("OZ0_OPERATOR_TOKEN", OPERATOR)
+            .env_remove("OZ0_OPERATOR_TOKEN_FILE")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (st, out, err) = run(&["node", "show", "linux-kvm"]);
+    assert_eq!(st, Some(0), "{err}");
+    assert!(out.contains("Tier: tier 2 proven, routed at 2"), "{out}");
+    assert!(
+        out.contains("Mechanism: bubblewrap 0.8.0, Landlock ABI 7, seccomp, cgroup v1"),
+        "{out}"
+    );
+    assert!(out.contains("MicroVMs: ready"), "{out}");
+    assert!(out.contains("Fix: none"), "{out}");
+    let (st, out, _) = run(&["node", "show", vm.node_id(), "--json"]);
+    assert_eq!(st, Some(0));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["tier_routed"], 2);
+    assert_eq!(v["facts"]["labels"]["isolation.microvm"], "ready");
+    let (st, out, _) = run(&["node", "list"]);
+    assert_eq!(st, Some(0));
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(out.contains("tier 1 (psec 1.0, routed as tier 0)"), "{out}");
+    let (st, _, err) = run(&["node", "show", "nope"]);
+    assert_eq!(st, Some(1));
+    assert!(err.contains("no node has that id or name"), "{err}");
+}
+
+#[test]
+fn openapi_describes_exactly_the_routes() {
+    let doc: serde_json::Value = serde_json::from_str(include_str!("../openapi.json")).unwrap();
+    let mut described = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            if ["get", "post", "put", "delete", "patch"].contains(&method.as_str()) {
+                described.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    let routed: BTreeSet<(String, String)> = Routes::build()
+        .specs()
+        .iter()
+        .map(|r| (r.method.to_string(), r.path.to_string()))
+        .collect();
+    assert_eq!(described, routed, "openapi.json and the router disagree");
+}
+
+/// Writes `docs/nodes-page.png` with Debian's chromium:
+/// `cargo test -p oz0-edge --test operator -- --ignored nodes_page_screenshot`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium; run by hand to refresh docs/nodes-page.png"]
+async fn nodes_page_screenshot() {
+    let (_, url) = store_urls().await.remove(0);
+    let e = start_on(Store::open(&url).await.unwrap(), 30_000).await;
+    node(&e, "acme", ACME, "build-01", &linux_facts(true, true)).await;
+    node(&e, "acme", ACME, "build-02", &linux_facts(false, true)).await;
+    node(&e, "acme", ACME, "ci-files", &failing_facts()).await;
+    node(&e, "acme", ACME, "win-psec", &windows_facts()).await;
+    let mut nopsec = windows_facts();
+    nopsec.platform.build_raw = "26100.4061".into();
+    nopsec.tier_proven = 0;
+    nopsec.self_test = SelfTest::NotRun;
+    nopsec.mechanism = Mechanism {
+        kind: "none".into(),
+        ..Default::default()
+    };
+    nopsec.fix = Some(FixKind::PsecMissing);
+    node(&e, "acme", ACME, "win-old", &nopsec).await;
+    let mut hostile = windows_facts();
+    hostile.platform.build_raw = "26200.9457; rm -rf /".into();
+    hostile.node_version = "<script>alert(1)</script>".into();
+    hostile.fix = Some(FixKind::PsecStartWithFlag);
+    hostile.tier_proven = 0;
+    hostile.self_test = SelfTest::NotRun;
+    node(&e, "acme", ACME, "hostile", &hostile).await;
+    let out = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/nodes-page.png");
+    let profile = std::env::temp_dir().join(format!("oz0-chromium-{}", auth::random_id()));
+    let page = format!(
+        "{}/nodes",
+        e.url.replace("http://", &format!("http://oz0:{OPERATOR}@"))
+    );
+    let status = std::process::Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=1400,700",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--screenshot={out}"))
+        .arg(page)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let _ = std::fs::remove_dir_all(profile);
+}

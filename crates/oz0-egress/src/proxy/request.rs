@@ -1,0 +1,365 @@
+//! One client connection and each request on it: the token first, then
+//! the request's size and shape, the policy, one lookup and the address
+//! check, and then a `CONNECT` tunnel or a plain-HTTP forward (reusing the
+//! connection's last upstream while it asks the same host).
+
+use std::convert::Infallible;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::sync::OwnedSemaphorePermit;
+
+use oz0_policy::net::{DenyReason, Verdict};
+
+use super::body::{empty, text_response, Meter, Metered};
+use super::handle::{wait_closed, RunCtx, Shared};
+use super::message::{head_size, strip_hop_headers, target_of};
+use super::tunnel::{dial, tunnel};
+use super::{ProxyBody, MAX_HEADERS, PARSE_BUFFER};
+use crate::audit::{audit_target, AuditRecord, Decision};
+use crate::token::Token;
+
+/// Per client connection: the upstream of the last plain-HTTP request,
+/// reused while the client keeps asking the same host.
+#[derive(Default)]
+struct ConnState {
+    upstream: Mutex<Option<Upstream>>,
+}
+
+struct Upstream {
+    key: (String, u16),
+    addr: SocketAddr,
+    sender: hyper::client::conn::http1::SendRequest<Metered<Incoming>>,
+}
+
+pub(super) async fn serve_conn<S>(
+    stream: S,
+    ctx: Arc<RunCtx>,
+    shared: Arc<Shared>,
+    _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let state = Arc::new(ConnState::default());
+    let (c, s) = (ctx.clone(), shared.clone());
+    let svc = service_fn(move |req| {
+        let (ctx, shared, state) = (c.clone(), s.clone(), state.clone());
+        async move { Ok::<_, Infallible>(handle(req, ctx, shared, state).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(shared.limits.header_timeout)
+        .max_buf_size(PARSE_BUFFER)
+        .max_headers(MAX_HEADERS)
+        .keep_alive(true);
+    let conn = builder
+        .serve_connection(TokioIo::new(stream), svc)
+        .with_upgrades();
+    let mut closed = ctx.closed.clone();
+    tokio::select! {
+        r = conn => {
+            if let Err(e) = r {
+                if e.is_parse() || e.is_parse_too_large() {
+                    let status = if e.is_parse_too_large() { 431 } else { 400 };
+                    let mut rec = AuditRecord::new(&ctx.run_id, Decision::Bad, status, "");
+                    rec.reason = Some(format!("malformed request: {e}"));
+                    shared.audit.record(&rec);
+                }
+            }
+        }
+        _ = wait_closed(&mut closed) => {}
+    }
+}
+
+/// Sends `record` with `duration_ms` filled in and the token redacted.
+fn emit(shared: &Shared, token: &Token, mut record: AuditRecord, start: Instant) {
+    record.duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    record.redact(token.expose());
+    shared.audit.record(&record);
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    ctx: Arc<RunCtx>,
+    shared: Arc<Shared>,
+    state: Arc<ConnState>,
+) -> Response<ProxyBody> {
+    let start = Instant::now();
+    let method = req.method().clone();
+    let target = audit_target(&req.uri().to_string());
+    let record = |decision, status: StatusCode| {
+        let mut r = AuditRecord::new(&ctx.run_id, decision, status.as_u16(), method.as_str());
+        r.target = Some(target.clone());
+        r
+    };
+
+    // 1. The token, before anything else.
+    let mut auth = req.headers().get_all(header::PROXY_AUTHORIZATION).iter();
+    let authorized = match (auth.next(), auth.next()) {
+        (Some(v), None) => ctx.token.authorizes(v.as_bytes()),
+        _ => false,
+    };
+    if !authorized {
+        let status = StatusCode::PROXY_AUTHENTICATION_REQUIRED;
+        let mut rec = record(Decision::Auth, status);
+        rec.reason = Some("missing or wrong proxy token".into());
+        emit(&shared, &ctx.token, rec, start);
+        let mut r = text_response(
+            status,
+            "proxy authentication required: use this run's proxy URL (HTTP_PROXY)".into(),
+        );
+        r.headers_mut().insert(
+            header::PROXY_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"oz0\""),
+        );
+        return r;
+    }
+
+    let bad = |why: String| {
+        let status = StatusCode::BAD_REQUEST;
+        let mut rec = record(Decision::Bad, status);
+        rec.reason = Some(why.clone());
+        emit(&shared, &ctx.token, rec, start);
+        let mut r = text_response(status, format!("bad request: {why}"));
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        r
+    };
+
+    // 2. Size and shape.
+    let head = head_size(&req);
+    if head > shared.limits.max_head_bytes {
+        return bad(format!(
+            "the request head has {head} bytes, over the limit of {}",
+            shared.limits.max_head_bytes
+        ));
+    }
+    let (host, port) = match target_of(&req) {
+        Ok(t) => t,
+        Err(why) => return bad(why),
+    };
+    let with_target = |decision, status| {
+        let mut r = record(decision, status);
+        r.host = Some(host.to_string());
+        r.port = Some(port.get());
+        r
+    };
+    let deny = |reason: DenyReason| {
+        let status = StatusCode::FORBIDDEN;
+        let mut rec = with_target(Decision::Deny, status);
+        rec.reason = Some(reason.to_string());
+        emit(&shared, &ctx.token, rec, start);
+        text_response(status, format!("{host}:{port} refused: {reason}"))
+    };
+    let fail = |status: StatusCode, why: String| {
+        let mut rec = with_target(Decision::Allow, status);
+        rec.reason = Some(why.clone());
+        emit(&shared, &ctx.token, rec, start);
+        text_response(status, format!("{host}:{port}: {why}"))
+    };
+
+    // 3. The policy, then (for names) one lookup and the address check.
+    let verdict = ctx.egress.verdict(&host, port);
+    if let Verdict::Deny(reason) = verdict {
+        return deny(reason);
+    }
+    let key = (host.to_string(), port.get());
+    let reused = if method == Method::CONNECT {
+        None
+    } else {
+        let mut slot = state.upstream.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.take() {
+            Some(u) if u.key == key && !u.sender.is_closed() => Some(u),
+            _ => None,
+        }
+    };
+    let upstream_or_stream = match reused {
+        Some(u) => Ok(u),
+        None => {
+            let addrs = match verdict {
+                Verdict::Deny(_) => unreachable!("handled above"),
+                Verdict::Forward(p) => vec![SocketAddr::new(Ipv4Addr::LOCALHOST.into(), p.get())],
+                Verdict::Literal(ip, p) => vec![SocketAddr::new(ip, p.get())],
+                Verdict::Resolve(name, p) => {
+                    let resolver = shared.resolver.clone();
+                    let n = name.clone();
+                    let lookup = tokio::task::spawn_blocking(move || resolver.resolve(&n, p.get()));
+                    let ips =
+                        match tokio::time::timeout(shared.limits.resolve_timeout, lookup).await {
+                            Ok(Ok(Ok(ips))) => ips,
+                            Ok(Ok(Err(e))) => {
+                                return fail(
+                                    StatusCode::BAD_GATEWAY,
+                                    format!("could not resolve {name}: {e}"),
+                                )
+                            }
+                            Ok(Err(e)) => {
+                                return fail(
+                                    StatusCode::BAD_GATEWAY,
+                                    format!("lookup of {name} failed: {e}"),
+                                )
+                            }
+                            Err(_) => {
+                                return fail(
+                                    StatusCode::GATEWAY_TIMEOUT,
+                                    format!("lookup of {name} timed out"),
+                                )
+                            }
+                        };
+                    let mut ok = Vec::new();
+                    let mut refused = None;
+                    for ip in ips {
+                        match ctx.egress.address_ok(ip, p, &ctx.own) {
+                            Ok(()) => ok.push(SocketAddr::new(ip.to_canonical(), p.get())),
+                            Err(class) => {
+                                refused.get_or_insert(class);
+                            }
+                        }
+                    }
+                    if ok.is_empty() {
+                        return deny(
+                            refused.map_or(DenyReason::NoAddress, DenyReason::RestrictedAddress),
+                        );
+                    }
+                    ok.dedup();
+                    ok
+                }
+            };
+            match dial(&addrs, shared.limits.connect_timeout).await {
+                Ok(pair) => Err(pair),
+                Err((status, why)) => return fail(status, why),
+            }
+        }
+    };
+
+    // 4. CONNECT: answer 200, then carry bytes both ways.
+    if method == Method::CONNECT {
+        let Err((tcp, addr)) = upstream_or_stream else {
+            unreachable!("CONNECT never reuses")
+        };
+        let mut rec = with_target(Decision::Allow, StatusCode::OK);
+        rec.addr = Some(addr.to_string());
+        let shared2 = shared.clone();
+        let ctx2 = ctx.clone();
+        let mut closed = ctx.closed.clone();
+        tokio::spawn(async move {
+            match hyper::upgrade::on(req).await {
+                Ok(upgraded) => {
+                    let (up, down, why) = tunnel(
+                        upgraded,
+                        tcp,
+                        shared2.limits.idle_timeout,
+                        &shared2.large_buffers,
+                        &mut closed,
+                    )
+                    .await;
+                    rec.bytes_up = up;
+                    rec.bytes_down = down;
+                    rec.reason = why;
+                }
+                Err(e) => rec.reason = Some(format!("the client left before the tunnel: {e}")),
+            }
+            emit(&shared2, &ctx2.token, rec, start);
+        });
+        return Response::new(empty());
+    }
+
+    // 5. Plain HTTP: forward with hop-by-hop and Proxy-* headers removed.
+    let mut upstream = match upstream_or_stream {
+        Ok(u) => u,
+        Err((tcp, addr)) => {
+            let io = TokioIo::new(tcp);
+            match hyper::client::conn::http1::Builder::new()
+                .handshake::<_, Metered<Incoming>>(io)
+                .await
+            {
+                Ok((sender, conn)) => {
+                    tokio::spawn(conn);
+                    Upstream { key, addr, sender }
+                }
+                Err(e) => return fail(StatusCode::BAD_GATEWAY, format!("{addr}: {e}")),
+            }
+        }
+    };
+    let mut rec = with_target(Decision::Allow, StatusCode::OK);
+    rec.addr = Some(upstream.addr.to_string());
+    if upstream.sender.ready().await.is_err() {
+        return fail(
+            StatusCode::BAD_GATEWAY,
+            format!("{}: connection closed", upstream.addr),
+        );
+    }
+    let meter = Arc::new(Meter {
+        record: Mutex::new(rec),
+        up: AtomicU64::new(0),
+        down: AtomicU64::new(0),
+        start,
+        sink: shared.audit.clone(),
+        token: ctx.token.clone(),
+    });
+    let (mut parts, body) = req.into_parts();
+    strip_hop_headers(&mut parts.headers);
+    let host_header = if port.get() == 80 {
+        host.to_string()
+    } else {
+        format!("{host}:{port}")
+    };
+    if let Ok(v) = HeaderValue::from_str(&host_header) {
+        parts.headers.insert(header::HOST, v);
+    }
+    let origin = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_string();
+    parts.uri = origin
+        .parse::<Uri>()
+        .unwrap_or_else(|_| Uri::from_static("/"));
+    parts.version = Version::HTTP_11;
+    let idle = shared.limits.idle_timeout;
+    let body = Metered::new(body, meter.clone(), true, idle);
+    let sent = tokio::time::timeout(
+        idle,
+        upstream
+            .sender
+            .send_request(Request::from_parts(parts, body)),
+    )
+    .await;
+    let addr = upstream.addr;
+    {
+        let mut slot = state.upstream.lock().unwrap_or_else(|e| e.into_inner());
+        *slot = Some(upstream);
+    }
+    let set_fail = |status: StatusCode, why: String| {
+        let mut r = meter.record.lock().unwrap_or_else(|e| e.into_inner());
+        r.status = status.as_u16();
+        r.reason = Some(why.clone());
+        text_response(status, format!("{host}:{port}: {why}"))
+    };
+    match sent {
+        Ok(Ok(resp)) => {
+            let (mut parts, body) = resp.into_parts();
+            strip_hop_headers(&mut parts.headers);
+            meter
+                .record
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .status = parts.status.as_u16();
+            Response::from_parts(parts, Metered::new(body, meter, false, idle).boxed())
+        }
+        Ok(Err(e)) => set_fail(StatusCode::BAD_GATEWAY, format!("{addr}: {e}")),
+        Err(_) => set_fail(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("{addr}: no response within {}s", idle.as_secs()),
+        ),
+    }
+}

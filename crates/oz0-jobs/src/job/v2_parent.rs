@@ -1,0 +1,106 @@
+//! Making a cgroup v2 parent usable for jobs: the controllers of the requested
+//! limits enabled in its `cgroup.subtree_control`, moving the node's own
+//! processes into the `oz0-node` leaf first when the parent is the node's
+//! own cgroup (no internal processes).
+
+use std::io;
+use std::path::Path;
+
+use super::{fix_for, io_err, Version, NODE_LEAF};
+use crate::error::JobError;
+use crate::fs::CgroupFs;
+use crate::probe::{controllers_of, procs_of, Layout};
+
+/// Makes a v2 job parent usable: its children need the controllers of the
+/// requested limits (`memory`, `pids`) enabled in its
+/// `cgroup.subtree_control`, and a cgroup with controllers enabled for its
+/// children may hold no process. When the parent is the node's own cgroup,
+/// the node's processes move into the leaf `oz0-node` first. CPU usage
+/// (`cpu.stat`) and `cgroup.kill` need no controller. Idempotent.
+pub(super) fn prepare_v2_root(
+    fs: &dyn CgroupFs,
+    root: &Path,
+    wanted: &[(&'static str, &'static str)],
+) -> Result<(), JobError> {
+    let offered = controllers_of(fs, root);
+    if let Some((ctl, limit)) = wanted.iter().find(|(c, _)| !offered.iter().any(|o| o == c)) {
+        return Err(JobError::Unenforceable {
+            limit,
+            reason: format!(
+                "{} offers no {ctl} controller (cgroup.controllers: [{}])",
+                root.display(),
+                offered.join(" ")
+            ),
+            fix: format!(
+                "delegate a cgroup with {ctl} (systemd `Delegate=yes`), or use cgroup v1 \
+                 (`oz0-node setup cgroups --user {}`)",
+                crate::setup::user_name(fs, fs.euid())
+            ),
+        });
+    }
+    let sc = root.join("cgroup.subtree_control");
+    let enabled: Vec<String> = fs
+        .read(&sc)
+        .map(|s| s.split_whitespace().map(str::to_string).collect())
+        .map_err(|e| {
+            let fix = fix_for(fs, &Version::V2, &e, "cgroup.subtree_control");
+            io_err("read", &sc, e, fix)
+        })?;
+    let missing: Vec<&str> = wanted
+        .iter()
+        .map(|(c, _)| *c)
+        .filter(|c| !enabled.iter().any(|e| e == c))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let value = missing
+        .iter()
+        .map(|c| format!("+{c}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    match fs.write(&sc, &value) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) => {}
+        Err(e) => {
+            let fix = fix_for(fs, &Version::V2, &e, "cgroup.subtree_control");
+            return Err(io_err("write", &sc, e, fix));
+        }
+    }
+    // EBUSY: the parent holds processes. Only our own cgroup may be emptied by us.
+    let own = Layout::read(fs)
+        .ok()
+        .and_then(|l| l.v2)
+        .map(|h| h.own)
+        .unwrap_or_default();
+    if own != root {
+        return Err(JobError::Unavailable {
+            reason: format!(
+                "{} holds processes, so controllers cannot be enabled for jobs under it (no internal processes)",
+                root.display()
+            ),
+            fix: "name an empty delegated cgroup with --cgroup-root, or start the node in that cgroup".into(),
+        });
+    }
+    let leaf = root.join(NODE_LEAF);
+    if let Err(e) = fs.mkdir(&leaf) {
+        if e.kind() != io::ErrorKind::AlreadyExists {
+            let fix = fix_for(fs, &Version::V2, &e, "the node's leaf cgroup");
+            return Err(io_err("create", &leaf, e, fix));
+        }
+    }
+    let lp = leaf.join("cgroup.procs");
+    for pid in procs_of(fs, root) {
+        if let Err(e) = fs.write(&lp, &pid.to_string()) {
+            // A process that exited meanwhile is fine.
+            if e.raw_os_error() != Some(rustix::io::Errno::SRCH.raw_os_error()) {
+                let fix = fix_for(fs, &Version::V2, &e, "cgroup.procs");
+                return Err(io_err("move a process into", &lp, e, fix));
+            }
+        }
+    }
+    fs.write(&sc, &value).map_err(|e| {
+        let fix = fix_for(fs, &Version::V2, &e, "cgroup.subtree_control");
+        io_err("write", &sc, e, fix)
+    })
+}

@@ -1,0 +1,172 @@
+//! One job of the edge's on this node: its payload (strict: anything
+//! unknown is refused), its spec, its run through the node's sandbox, and
+//! its status record.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use oz0_core::exit::Exit;
+use oz0_core::{Cancel, Ended, Outcome, RunIo, Sandbox};
+use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
+use serde::Deserialize;
+
+use super::log;
+
+/// What a job runs (the payload the edge carries opaquely).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Payload {
+    pub(super) command: Vec<String>,
+    #[serde(default)]
+    pub(super) env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(super) allow: Vec<String>,
+    #[serde(default)]
+    pub(super) forward: Vec<u16>,
+    #[serde(default)]
+    pub(super) timeout: Option<u64>,
+    #[serde(default)]
+    pub(super) memory: Option<u64>,
+    #[serde(default)]
+    pub(super) processes: Option<u32>,
+    #[serde(default)]
+    pub(super) cpu_seconds: Option<u64>,
+    #[serde(default)]
+    pub(super) tmp_size: Option<u64>,
+}
+
+pub(super) fn spec_for(p: Payload, work: &Path, data_dir: &Path) -> Result<RunSpec, String> {
+    let env = p
+        .env
+        .iter()
+        .map(|(k, v)| EnvVar::new(k, v).map_err(|e| format!("env {k}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let req = RunRequest {
+        work: work
+            .to_str()
+            .ok_or("the work directory is not UTF-8")?
+            .into(),
+        read: vec![],
+        write: vec![],
+        env,
+        allow: p.allow,
+        forward: p.forward,
+        limits: Limits {
+            memory_mib: p.memory,
+            processes: p.processes,
+            cpu_seconds: p.cpu_seconds,
+            timeout_seconds: p.timeout,
+            tmp_mib: p.tmp_size,
+        },
+        data_dir: data_dir
+            .to_str()
+            .ok_or("the data directory is not UTF-8")?
+            .into(),
+        allow_unix_sockets: false,
+        command: p.command,
+    };
+    RunSpec::new(req).map_err(|e| e.to_string())
+}
+
+/// A job id the edge made: used in file names only when it is plainly one.
+pub(super) fn safe_id(s: &str) -> bool {
+    (1..=80).contains(&s.len())
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+}
+
+/// How a job ended, on this node.
+#[derive(Debug)]
+pub(super) struct JobEnd {
+    pub(super) outcome: &'static str,
+    pub(super) exit_code: i32,
+    pub(super) duration_ms: u64,
+    pub(super) reason: Option<String>,
+}
+
+impl JobEnd {
+    pub(super) fn refused(reason: String) -> JobEnd {
+        JobEnd {
+            outcome: "sandbox_error",
+            exit_code: Exit::Sandbox.code(),
+            duration_ms: 0,
+            reason: Some(reason),
+        }
+    }
+
+    pub(super) fn from_outcome(o: &Outcome) -> JobEnd {
+        let mut end = JobEnd::from_ended(&o.ended, o.exit_code);
+        end.duration_ms = o.duration_ms;
+        end
+    }
+
+    pub(super) fn from_ended(ended: &Ended, exit_code: i32) -> JobEnd {
+        let (outcome, reason) = match ended {
+            Ended::Exited => ("exited", None),
+            Ended::Timeout => ("timeout", Some("the job's timeout was reached".into())),
+            Ended::CpuTime => (
+                "cpu_time",
+                Some("the job's cpu_seconds were used up".into()),
+            ),
+            Ended::Cancelled => ("cancelled", Some("the job was cancelled".into())),
+            Ended::NotExecuted { reason } => ("not_executed", Some(reason.clone())),
+        };
+        JobEnd {
+            outcome,
+            exit_code,
+            duration_ms: 0,
+            reason,
+        }
+    }
+
+    pub(super) fn succeeded(&self) -> bool {
+        self.outcome == "exited" && self.exit_code == 0
+    }
+}
+
+/// Runs one job to its end (blocking) through the node's sandbox, its
+/// output into its files.
+pub(super) fn run_job(
+    sandbox: &dyn Sandbox,
+    spec: &RunSpec,
+    out: File,
+    err: File,
+    cancel: OwnedFd,
+) -> Result<JobEnd, String> {
+    sandbox
+        .run(spec, RunIo::files(out, err), Some(Cancel(cancel)))
+        .map(|o| JobEnd::from_outcome(&o))
+        .map_err(|e| e.to_string())
+}
+
+pub(super) fn write_status(record: &Path, job: &oz0_edge::wire::LeasedJobView, end: &JobEnd) {
+    let doc = serde_json::json!({
+        "job_id": job.job_id,
+        "attempt": job.attempt,
+        "tier": job.tier,
+        "origin": job.origin,
+        "kind": job.kind,
+        "outcome": end.outcome,
+        "exit_code": end.exit_code,
+        "succeeded": end.succeeded(),
+        "duration_ms": end.duration_ms,
+        "reason": end.reason,
+    });
+    let path = record.join("status.json");
+    let tmp = record.join(".status.json.tmp");
+    let r = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(format!("{doc:#}\n").as_bytes()))
+        .and_then(|_| fs::rename(&tmp, &path));
+    if let Err(e) = r {
+        log(&format!("cannot write {}: {e}", path.display()));
+    }
+}

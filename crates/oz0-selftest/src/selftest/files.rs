@@ -1,0 +1,191 @@
+//! The checks of what a run may see and write: files (the mounts and Landlock, each on its own) and protected_paths.
+
+use super::*;
+
+// --- files ------------------------------------------------------------------
+
+pub(super) fn check_files(c: &mut Ctx) -> CheckResult {
+    let work = c.dir("files")?;
+    let outside = c.dir("outside")?;
+    let out = work.join("r.json");
+    let standin = c.standin.display().to_string();
+    let standin_key = format!("{standin}/identity/node.key");
+    let outside_file = outside.join("written").display().to_string();
+    let mut args = vec![
+        "--write",
+        "/etc/oz0-selftest",
+        "--write",
+        &outside_file,
+        "--list",
+        &standin,
+        "--read",
+        &standin_key,
+    ];
+    let real = c
+        .cfg
+        .data_dir
+        .as_ref()
+        .filter(|d| d.exists())
+        .map(|d| d.display().to_string());
+    let real_key = real.as_ref().map(|d| format!("{d}/identity/node.key"));
+    if let (Some(d), Some(k)) = (&real, &real_key) {
+        args.extend(["--list", d.as_str(), "--read", k.as_str()]);
+    }
+    let o = c.launch(c.request(&work, probe_cmd(&out, &args)), None, None, None)?;
+    let r = read_report(&out)?;
+    let bad = |section: &str, key: &str| r[section][key] == "ok";
+    let abi = oz0_sys::probe::landlock_abi();
+    match &o.landlock {
+        _ if abi == 0 => {}
+        Some(l) if l.enforced == "full" || l.enforced == "partial" => {}
+        other => {
+            return Err(format!(
+                "landlock layer: the run's Landlock is {} though this kernel has ABI {abi}",
+                other.as_ref().map_or("missing", |l| l.enforced.as_str())
+            ))
+        }
+    }
+    if bad("write", "/etc/oz0-selftest") {
+        return Err("a write to /etc succeeded".into());
+    }
+    if bad("write", &outside_file) || Path::new(&outside_file).exists() {
+        return Err(format!(
+            "a write outside the work directory ({outside_file}) succeeded"
+        ));
+    }
+    if bad("list", &standin) || bad("read", &standin_key) {
+        return Err(format!(
+            "mount layer: the stand-in data directory {standin} could be listed or read"
+        ));
+    }
+    let first = match (&real, &real_key) {
+        (Some(d), Some(k)) => {
+            if bad("list", d) || bad("read", k) {
+                return Err(format!("the node's data directory {d} could be listed or its key read"));
+            }
+            format!("writes outside refused; the node's data directory {d}: listing refused, reading identity/node.key refused; the stand-in too")
+        }
+        _ => "writes outside refused; a stand-in data directory: listing and reading its key refused (the node has no data directory yet)".into(),
+    };
+    // The mount layer on its own: the same, in a run without Landlock.
+    let out = work.join("mounts-alone.json");
+    c.launch_without(c.request(&work, probe_cmd(&out, &args)), Fault::NoLandlock)?;
+    let r = read_report(&out)?;
+    let seen: Vec<&str> = [
+        ("write", "/etc/oz0-selftest"),
+        ("write", outside_file.as_str()),
+        ("list", standin.as_str()),
+        ("read", standin_key.as_str()),
+    ]
+    .into_iter()
+    .chain(real.iter().map(|d| ("list", d.as_str())))
+    .chain(real_key.iter().map(|k| ("read", k.as_str())))
+    .filter(|(section, key)| r[*section][*key] == "ok")
+    .map(|(_, key)| key)
+    .collect();
+    if !seen.is_empty() || Path::new(&outside_file).exists() {
+        return Err(format!(
+            "mount layer: without Landlock, the run reached {}: the mounts alone do not hide what they must",
+            seen.join(", ")
+        ));
+    }
+    let landlock = landlock_alone(c)?;
+    Ok(format!(
+        "{first}; each layer alone: with Landlock off the mounts still hide all of it; {landlock}"
+    ))
+}
+
+/// The Landlock layer on its own: the stand-in data directory is bound
+/// into a run, writable, at a path no Landlock rule covers (the mount
+/// layer deliberately opened); Landlock alone must refuse listing it,
+/// reading its key and writing in it.
+fn landlock_alone(c: &mut Ctx) -> CheckResult {
+    let abi = oz0_sys::probe::landlock_abi();
+    if abi == 0 {
+        return Ok("Landlock: not on this kernel, so the mount layer alone holds the files (no second layer)".into());
+    }
+    let work = c.dir("landlock")?;
+    let out = work.join("r.json");
+    let inside = "/oz0/exposed";
+    let key = format!("{inside}/identity/node.key");
+    let planted = format!("{inside}/planted");
+    let req = c.request(
+        &work,
+        probe_cmd(
+            &out,
+            &["--list", inside, "--read", &key, "--write", &planted],
+        ),
+    );
+    let fault = Fault::ExposeAt {
+        src: oz0_policy::AbsPath::from_path(&c.standin).map_err(|e| e.to_string())?,
+        dest: oz0_policy::AbsPath::new(inside).expect("constant path"),
+    };
+    c.launch_without(req, fault)?;
+    let r = read_report(&out)?;
+    let reached: Vec<&str> = [
+        ("list", inside),
+        ("read", key.as_str()),
+        ("write", planted.as_str()),
+    ]
+    .into_iter()
+    .filter(|(section, k)| r[*section][*k] != "EACCES")
+    .map(|(_, k)| k)
+    .collect();
+    if !reached.is_empty() || c.standin.join("planted").exists() {
+        return Err(format!(
+            "landlock layer: with the stand-in data directory mounted in the run, Landlock did not refuse {} (ABI {abi}): it does not hold on its own",
+            reached.join(", ")
+        ));
+    }
+    Ok(format!(
+        "with it mounted writable, Landlock (ABI {abi}) alone refuses listing, reading and writing it"
+    ))
+}
+
+// --- protected_paths ----------------------------------------------------------
+
+pub(super) fn check_protected(c: &mut Ctx) -> CheckResult {
+    let work = c.dir("protected")?;
+    let git = work.join(".git");
+    for d in ["hooks", "objects/info"] {
+        fs::create_dir_all(git.join(d)).map_err(|e| e.to_string())?;
+    }
+    fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\n").map_err(|e| e.to_string())?;
+    fs::write(git.join("config"), "[core]\n").map_err(|e| e.to_string())?;
+    let script = "r=results; : > $r; \
+        (echo x > .git/hooks/pre-commit) 2>/dev/null && echo hooks >> $r; \
+        (echo x > .git/hooks/post-checkout) 2>/dev/null && echo newhook >> $r; \
+        (echo x >> .git/config) 2>/dev/null && echo config >> $r; \
+        (echo /elsewhere > .git/commondir) 2>/dev/null && echo commondir >> $r; \
+        (echo /elsewhere > .git/objects/info/alternates) 2>/dev/null && echo alternates >> $r; \
+        mv .git .git-aside 2>/dev/null && echo renamed >> $r; \
+        (echo x > .git/objects/oz0-selftest) 2>/dev/null && echo objects >> $r; exit 0";
+    c.launch(
+        c.request(&work, vec!["/bin/sh".into(), "-c".into(), script.into()]),
+        None,
+        None,
+        None,
+    )?;
+    let got = fs::read_to_string(work.join("results"))
+        .map_err(|_| "the check wrote no results".to_string())?;
+    let got: Vec<&str> = got.lines().collect();
+    for (k, what) in [
+        ("hooks", ".git/hooks/pre-commit was modified"),
+        ("newhook", "a new hook was created in .git/hooks"),
+        ("config", ".git/config was modified"),
+        (
+            "commondir",
+            "a .git/commondir was written (it moves config and hooks elsewhere)",
+        ),
+        ("alternates", ".git/objects/info/alternates was written"),
+        ("renamed", ".git was renamed aside"),
+    ] {
+        if got.contains(&k) {
+            return Err(what.into());
+        }
+    }
+    if !got.contains(&"objects") {
+        return Err("the rest of .git was not writable".into());
+    }
+    Ok(".git/hooks, .git/config, .git/commondir and alternates read-only, .git not movable, the rest of .git writable".into())
+}
