@@ -5,20 +5,13 @@
 //! git. Each test fails on a node that breaks the promise it names; a race
 //! is run hundreds of times and its count printed.
 
+#[macro_use]
 mod common;
 
 use std::path::Path;
 use std::process::Stdio;
 
 use common::{marker, processes_with, stderr, Env};
-
-macro_rules! ready {
-    () => {
-        if !common::sandbox_ready() {
-            return;
-        }
-    };
-}
 
 /// Runs `cmd` with `--json-status` and returns the status document and the
 /// process's output.

@@ -6,6 +6,7 @@
 //! name-lookup test, inside a network namespace of its own): no other
 //! address is ever dialled.
 
+#[macro_use]
 mod common;
 
 use std::path::Path;
@@ -15,14 +16,6 @@ use std::time::{Duration, Instant};
 use common::net::*;
 use common::{stderr, stdout, Env};
 use serde_json::Value;
-
-macro_rules! ready {
-    () => {
-        if !common::sandbox_ready() {
-            return;
-        }
-    };
-}
 
 #[test]
 fn allowed_ip_literal_and_forwarded_port_answer_through_the_proxy() {

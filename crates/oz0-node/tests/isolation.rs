@@ -5,6 +5,7 @@
 //! Every target is a listener this test opens on 127.0.0.1: no other
 //! address is ever dialled.
 
+#[macro_use]
 mod common;
 
 use std::net::TcpStream;
@@ -15,14 +16,6 @@ use std::time::{Duration, Instant};
 use common::net::*;
 use common::{marker, stderr, stdout, Env};
 use serde_json::Value;
-
-macro_rules! ready {
-    () => {
-        if !common::sandbox_ready() {
-            return;
-        }
-    };
-}
 
 #[test]
 fn direct_connections_from_the_run_fail() {

@@ -1,5 +1,6 @@
 //! Black-box tests of `sandbox check`, the self-test, `run` and `facts`.
 
+#[macro_use]
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
@@ -7,14 +8,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{node, stderr, stdout, TempDir};
-
-macro_rules! ready {
-    () => {
-        if !common::sandbox_ready() {
-            return;
-        }
-    };
-}
 
 fn oz0(args: &[&str]) -> std::process::Output {
     Command::new(node())

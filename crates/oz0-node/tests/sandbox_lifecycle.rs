@@ -4,6 +4,7 @@
 //! requests refused before anything runs, and the placeholders it leaves
 //! behind for no one.
 
+#[macro_use]
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
@@ -11,14 +12,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{marker, processes_with, stderr, stdout, Env};
-
-macro_rules! ready {
-    () => {
-        if !common::sandbox_ready() {
-            return;
-        }
-    };
-}
 
 fn wait_gone(marker: &str) -> bool {
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -1,19 +1,12 @@
 //! Black-box tests of `oz0-node sandbox run`: what a sandboxed process can
 //! and cannot do, seen through its own eyes (the probe) and from the host.
 
+#[macro_use]
 mod common;
 
 use std::process::{Command, Stdio};
 
 use common::{marker, stderr, stdout, Env, TempDir};
-
-macro_rules! ready {
-    () => {
-        if !common::sandbox_ready() {
-            return;
-        }
-    };
-}
 
 #[test]
 fn writes_work_dir_and_write_paths() {

@@ -7,6 +7,18 @@
 
 pub mod net;
 
+/// Returns from the test (with the reason printed) when the sandbox cannot
+/// run here; with `OZ0_MUST_WORK=1` the test fails instead. (The limits
+/// and edge suites check for more, with their own.)
+#[allow(unused_macros)]
+macro_rules! ready {
+    () => {
+        if !common::sandbox_ready() {
+            return;
+        }
+    };
+}
+
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
