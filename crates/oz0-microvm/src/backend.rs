@@ -303,14 +303,18 @@ pub fn smolvm_argv(vmm: &Vmm, r: &SmolvmRun<'_>) -> Vec<String> {
         r.name.clone(),
         "-f".into(),
     ];
+    // Without a log, smolvm's own messages go to the run's stderr by
+    // descriptor: reopening `/dev/stderr` (through /proc) is refused when
+    // the caller's stderr is a file of another user.
     let log = r
         .log
         .as_ref()
         .map(|l| l.display().to_string())
-        .unwrap_or_else(|| "/dev/stderr".into());
-    // The script splits its arguments at `--oz0--` into the three command
+        .unwrap_or_default();
+    // The script splits its arguments at `--oz0--` into the four command
     // lines; nothing is interpolated into its text.
     let script = r#"cli=$1; log=$2; shift 2
+if [ -n "$log" ]; then exec 3>>"$log"; else exec 3>&2; fi
 a=""; b=""; c=""; d=""; part=1
 for x in "$@"; do
   if [ "$x" = "--oz0--" ]; then part=$((part+1)); continue; fi
@@ -321,9 +325,9 @@ for x in "$@"; do
 done
 run() { IFS=$(printf '\037'); set -f; set -- $1; unset IFS; "$cli" "$@"; }
 status=0
-run "$a" 2>>"$log" && run "$b" 2>>"$log" || status=$?
-if [ "$status" = 0 ]; then run "$c"; status=$?; fi
-run "$d" >/dev/null 2>>"$log"
+run "$a" 2>&3 && run "$b" 2>&3 || status=$?
+if [ "$status" = 0 ]; then run "$c" 3>&-; status=$?; fi
+run "$d" >/dev/null 2>&3
 exit $status"#;
     let mut argv = vec![
         "/bin/sh".to_string(),
@@ -469,7 +473,7 @@ mod tests {
         let s = a[3..].join(" ");
         assert_eq!(
             s,
-            "oz0-smolvm /opt/smolvm/smol-vmm /dev/stderr \
+            "oz0-smolvm /opt/smolvm/smol-vmm  \
 machine create --name oz0-a -v /w:/work --cpus 2 --mem 512 --image oci:x --oz0-- \
 machine start --name oz0-a --oz0-- \
 machine exec --name oz0-a -u 1000:1000 -w /work -e HOME=/tmp -e TMPDIR=/tmp -i \

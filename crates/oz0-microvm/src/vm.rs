@@ -476,8 +476,13 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
                 drive(&ctx, &cfg, input, &mut *output, &mut *errors)
             }
         };
-        // Whatever ended the session ends the VM.
-        let _ = (&cancel_w).write_all(b"x");
+        // Whatever ended the session ends the VM. A smolvm VM has no
+        // session here (its server's stdio is the monitor's own): it ends
+        // with its server, its input, a signal (which writes the cancel
+        // byte) or its monitor, so the launcher is only waited for.
+        if listener.is_some() {
+            let _ = (&cancel_w).write_all(b"x");
+        }
         let monitor = launcher.join().expect("the launcher thread does not panic");
         (monitor, session)
     });

@@ -6,16 +6,16 @@
 //! a printed reason when either is missing; fails under `OZ0_MUST_WORK=1`.
 //! Run as root, it runs the node as the unprivileged user `oz0test`.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 mod stage;
-use stage::Stage;
+use stage::{records_pid, vm_folders, Client, Stage};
 
 fn guest_dir() -> PathBuf {
     std::env::var_os("OZ0_MICROVM_TEST_GUEST")
@@ -31,11 +31,7 @@ fn skip(why: &str) -> bool {
     true
 }
 
-fn is_root() -> bool {
-    rustix::process::getuid().is_root()
-}
-
-/// Starts `sandbox vm` (as oz0test when root).
+/// Starts `sandbox vm` with the QEMU test backend (as oz0test when root).
 fn start_vm(st: &Stage, extra: &[String]) -> Child {
     let mut args = st.vm_args();
     args.extend(["--memory".into(), "256".into()]);
@@ -48,117 +44,8 @@ fn start_vm(st: &Stage, extra: &[String]) -> Child {
     let envs = [
         ("OZ0_MICROVM_TEST_BACKEND", "qemu-tcg".to_string()),
         ("OZ0_MICROVM_TEST_GUEST", guest_dir().display().to_string()),
-        ("PATH", "/usr/local/bin:/usr/bin:/bin".to_string()),
     ];
-    let mut cmd = if is_root() {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=oz0test", "--regid=oz0test", "--init-groups", "--"]);
-        c.args(&args);
-        c.env_clear().env("HOME", &st.dir);
-        c
-    } else {
-        let mut c = Command::new(&args[0]);
-        c.args(&args[1..]);
-        c
-    };
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start sandbox vm")
-}
-
-struct Client {
-    child: Child,
-    out: BufReader<std::process::ChildStdout>,
-    next: u64,
-}
-
-impl Client {
-    fn new(mut child: Child) -> Client {
-        let out = BufReader::new(child.stdout.take().unwrap());
-        Client {
-            child,
-            out,
-            next: 1,
-        }
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next;
-        self.next += 1;
-        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let stdin = self.child.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{msg}").unwrap();
-        stdin.flush().unwrap();
-        let mut line = String::new();
-        self.out.read_line(&mut line).unwrap();
-        let v: Value =
-            serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {line:?}"));
-        assert_eq!(v["id"], json!(id), "{v}");
-        v["result"].clone()
-    }
-
-    fn call(&mut self, name: &str, args: Value) -> (String, bool) {
-        let r = self.request("tools/call", json!({"name": name, "arguments": args}));
-        (
-            r["content"][0]["text"].as_str().unwrap_or("").to_string(),
-            r["isError"].as_bool().unwrap_or(false),
-        )
-    }
-
-    fn initialize(&mut self) {
-        let r = self.request(
-            "initialize",
-            json!({"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "oz0-test", "version": "0"}}),
-        );
-        assert_eq!(r["serverInfo"]["name"], "oz0-vm-test");
-        let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(
-            stdin,
-            "{}",
-            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        )
-        .unwrap();
-    }
-
-    fn wait(mut self, limit: Duration) -> i32 {
-        drop(self.child.stdin.take());
-        let t = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s.code().unwrap_or(-1);
-            }
-            assert!(
-                t.elapsed() < limit,
-                "sandbox vm did not end within {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn vm_folders(st: &Stage) -> Vec<PathBuf> {
-    // Every record names a folder; after a VM none may be left.
-    let mut v = Vec::new();
-    if let Ok(d) = std::fs::read_dir(st.dir.join("data/microvm/vms")) {
-        for e in d.flatten() {
-            v.push(e.path());
-        }
-    }
-    v
-}
-
-fn records_pid(st: &Stage) -> Option<(u32, PathBuf)> {
-    let r = vm_folders(st).into_iter().next()?;
-    let rec: Value = serde_json::from_slice(&std::fs::read(&r).ok()?).ok()?;
-    Some((
-        u32::try_from(rec["pid"].as_u64()?).ok()?,
-        PathBuf::from(rec["dir"].as_str()?),
-    ))
+    stage::start_node(st, &args, &envs)
 }
 
 fn http_server() -> (u16, std::thread::JoinHandle<()>) {

@@ -109,7 +109,7 @@ fn tools() -> Value {
         |props: Value, req: Value| json!({"type": "object", "properties": props, "required": req});
     let s = json!({"type": "string"});
     json!({"tools": [
-        {"name": "write_file", "description": "Write a file under /work",
+        {"name": "write_file", "description": "Write a file in the working folder (/work)",
          "inputSchema": obj(json!({"path": s, "content": s}), json!(["path", "content"]))},
         {"name": "read_file", "description": "Read a file",
          "inputSchema": obj(json!({"path": s}), json!(["path"]))},
@@ -173,7 +173,10 @@ fn call(name: &str, a: &Value) -> Value {
     let arg = |k: &str| a.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     match name {
         "write_file" => {
-            let p = std::path::Path::new("/work").join(arg("path").trim_start_matches('/'));
+            // In the server's working folder: /work in a guest, or the
+            // work folder itself under the smolvm stand-in (no VM there).
+            let here = std::env::current_dir().unwrap_or_else(|_| "/work".into());
+            let p = here.join(arg("path").trim_start_matches('/'));
             match std::fs::write(&p, arg("content")) {
                 Ok(()) => text(format!("wrote {}", p.display())),
                 Err(e) => error(format!("{}: {e}", p.display())),

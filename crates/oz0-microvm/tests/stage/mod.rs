@@ -6,8 +6,12 @@
 // Shared by several test targets and the benchmark; each uses a part.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
 
 /// A staged folder.
 pub struct Stage {
@@ -90,4 +94,130 @@ pub fn http_listener(body: &'static str) -> u16 {
         }
     });
     port
+}
+
+/// The staged node with `args` (the binary first) and `envs` on top of a
+/// plain `PATH`: as the unprivileged `oz0test` when root, the way nodes run.
+pub fn node_command(st: &Stage, args: &[String], envs: &[(&str, String)]) -> Command {
+    let mut cmd = if rustix::process::getuid().is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=oz0test", "--regid=oz0test", "--init-groups", "--"]);
+        c.args(args);
+        c.env_clear().env("HOME", &st.dir);
+        c
+    } else {
+        let mut c = Command::new(&args[0]);
+        c.args(&args[1..]);
+        c
+    };
+    cmd.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// [`node_command`], started with stdin and stdout piped.
+pub fn start_node(st: &Stage, args: &[String], envs: &[(&str, String)]) -> Child {
+    node_command(st, args, envs)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the node")
+}
+
+/// A JSON-RPC MCP client over `sandbox vm`'s stdin and stdout.
+pub struct Client {
+    /// `sandbox vm`.
+    pub child: Child,
+    /// Its stdout.
+    pub out: BufReader<std::process::ChildStdout>,
+    next: u64,
+}
+
+impl Client {
+    pub fn new(mut child: Child) -> Client {
+        let out = BufReader::new(child.stdout.take().unwrap());
+        Client {
+            child,
+            out,
+            next: 1,
+        }
+    }
+
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let stdin = self.child.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        let v: Value =
+            serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        assert_eq!(v["id"], json!(id), "{v}");
+        v["result"].clone()
+    }
+
+    pub fn call(&mut self, name: &str, args: Value) -> (String, bool) {
+        let r = self.request("tools/call", json!({"name": name, "arguments": args}));
+        (
+            r["content"][0]["text"].as_str().unwrap_or("").to_string(),
+            r["isError"].as_bool().unwrap_or(false),
+        )
+    }
+
+    pub fn initialize(&mut self) {
+        let r = self.request(
+            "initialize",
+            json!({"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "oz0-test", "version": "0"}}),
+        );
+        assert_eq!(r["serverInfo"]["name"], "oz0-vm-test");
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(
+            stdin,
+            "{}",
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        )
+        .unwrap();
+    }
+
+    pub fn wait(mut self, limit: Duration) -> i32 {
+        drop(self.child.stdin.take());
+        let t = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s.code().unwrap_or(-1);
+            }
+            assert!(
+                t.elapsed() < limit,
+                "sandbox vm did not end within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The VM records in the stage's data folder.
+pub fn vm_folders(st: &Stage) -> Vec<PathBuf> {
+    // Every record names a folder; after a VM none may be left.
+    let mut v = Vec::new();
+    if let Ok(d) = std::fs::read_dir(st.dir.join("data/microvm/vms")) {
+        for e in d.flatten() {
+            v.push(e.path());
+        }
+    }
+    v
+}
+
+/// The node pid and VM folder of the one running VM's record.
+pub fn records_pid(st: &Stage) -> Option<(u32, PathBuf)> {
+    let r = vm_folders(st).into_iter().next()?;
+    let rec: Value = serde_json::from_slice(&std::fs::read(&r).ok()?).ok()?;
+    Some((
+        u32::try_from(rec["pid"].as_u64()?).ok()?,
+        PathBuf::from(rec["dir"].as_str()?),
+    ))
 }
