@@ -200,7 +200,17 @@ fn boot_smolvm(o: &ProbeOptions, host: &Host, vmm: &pin::Vmm, pinned: Option<boo
         );
     }
     let log = vmm_dir.join("smolvm.log");
-    let cmd = vec!["true".to_string()];
+    // The guest says which kernel it runs (in its working folder, /work):
+    // a VM has a kernel of its own
+    // (another boot id); a VMM that runs the command on this node's own
+    // kernel is no microVM, whatever it answers.
+    let cmd: Vec<String> = [
+        "/bin/sh",
+        "-c",
+        "cat /proc/sys/kernel/random/boot_id > .oz0-boot-id",
+    ]
+    .map(String::from)
+    .to_vec();
     let run = SmolvmRun {
         m: MonitorInput {
             work: &work,
@@ -277,9 +287,17 @@ fn boot_smolvm(o: &ProbeOptions, host: &Host, vmm: &pin::Vmm, pinned: Option<boo
         .take(3)
         .collect::<Vec<_>>()
         .join(" | ");
+    let kernel = guest_kernel(&work);
     drop(vmdir);
     let mut rep = match r {
         Err(e) => fail(MicrovmReason::NoTier1, format!("tier 1 refused the test VM's monitor: {e}")),
+        Ok(out) if out.ended == Ended::Exited && out.exit_code == 0 && kernel != Kernel::Own => fail(
+            MicrovmReason::TestVmDidNotBoot,
+            match kernel {
+                Kernel::Unsaid => "the test VM ended without saying which kernel it runs (its boot id): no microVMs".to_string(),
+                _ => "the test \"VM\" ran on this node's own kernel (the same boot id): what was started is no virtual machine, so no microVMs".to_string(),
+            },
+        ),
         Ok(out) if out.ended == Ended::Exited && out.exit_code == 0 => ProbeReport {
             microvm: Microvm {
                 ready: true,
@@ -311,9 +329,79 @@ fn boot_smolvm(o: &ProbeOptions, host: &Host, vmm: &pin::Vmm, pinned: Option<boo
     rep
 }
 
+/// Which kernel the test VM said it runs, against this node's.
+#[derive(Debug, PartialEq, Eq)]
+enum Kernel {
+    /// A kernel of its own: a VM.
+    Own,
+    /// This node's kernel.
+    Node,
+    /// It did not say.
+    Unsaid,
+}
+
+/// Reads the boot id the test VM wrote in its work folder (a regular file,
+/// reached without following a link: the guest made it) and compares it
+/// with this node's.
+fn guest_kernel(work: &Path) -> Kernel {
+    use std::io::Read;
+    let read = |f: std::fs::File| {
+        let mut s = String::new();
+        f.take(64)
+            .read_to_string(&mut s)
+            .ok()
+            .map(|_| s.trim().to_string())
+    };
+    let guest = oz0_linux::hostfs::open_no_links(
+        &work.join(".oz0-boot-id"),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK,
+    )
+    .ok()
+    .filter(|fd| {
+        rustix::fs::fstat(fd).is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+        })
+    })
+    .and_then(|fd| read(std::fs::File::from(fd)))
+    .filter(|id| !id.is_empty());
+    let node = std::fs::File::open("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .and_then(read);
+    match (guest, node) {
+        (None, _) => Kernel::Unsaid,
+        (Some(g), Some(n)) if g == n => Kernel::Node,
+        _ => Kernel::Own,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only a boot id of another kernel, in a regular file reached without
+    /// a link, counts as a VM's.
+    #[test]
+    fn the_guest_must_run_a_kernel_of_its_own() {
+        let d = std::env::temp_dir().join(format!("oz0-probe-kernel-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let f = d.join(".oz0-boot-id");
+        assert_eq!(guest_kernel(&d), Kernel::Unsaid);
+        let own = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+        std::fs::write(&f, &own).unwrap();
+        assert_eq!(guest_kernel(&d), Kernel::Node);
+        std::fs::write(&f, "00000000-0000-4000-8000-000000000000\n").unwrap();
+        assert_eq!(guest_kernel(&d), Kernel::Own);
+        std::fs::remove_file(&f).unwrap();
+        std::fs::write(
+            d.join("elsewhere"),
+            "00000000-0000-4000-8000-000000000000\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(d.join("elsewhere"), &f).unwrap();
+        assert_eq!(guest_kernel(&d), Kernel::Unsaid, "a link is not followed");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 
     #[test]
     fn classify() {

@@ -263,3 +263,46 @@ fn egress_goes_through_the_proxy_and_only_where_allowed() {
     assert_eq!(c.wait(Duration::from_secs(30)), 0);
     assert!(vm_folders(&st).is_empty());
 }
+
+/// The microVM probe with the stand-in named explicitly: it "boots" and
+/// answers, but on this node's own kernel, so the node offers no microVMs
+/// (and the stand-in is never pinned).
+#[test]
+fn the_probe_never_counts_the_standin_as_a_vm() {
+    if !ready() {
+        return;
+    }
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_err()
+    {
+        skip("/dev/kvm is not usable by this user, so the probe stops before its boot");
+        return;
+    }
+    let (st, standin) = stage_with_standin("smolprobe");
+    let data = st.dir.join("data");
+    let mut o = oz0_microvm::probe::ProbeOptions::from_env(
+        true,
+        oz0_linux::HostConfig {
+            node_exe: Some(PathBuf::from(env!("CARGO_BIN_EXE_oz0-vm-testnode"))),
+            ..Default::default()
+        },
+        data,
+    );
+    o.selection = oz0_microvm::pin::Selection::Named(standin);
+    let r = oz0_microvm::probe::probe(&o);
+    assert!(!r.microvm.ready, "{r:?}");
+    assert_eq!(r.microvm.pinned, Some(false), "{r:?}");
+    assert_eq!(
+        r.microvm.reason,
+        Some(oz0_policy::facts::MicrovmReason::TestVmDidNotBoot),
+        "{r:?}"
+    );
+    assert!(r.detail.contains("own kernel"), "{}", r.detail);
+    assert!(
+        r.warning.is_some(),
+        "an unpinned VMM named explicitly warns"
+    );
+}
