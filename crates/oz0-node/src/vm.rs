@@ -22,11 +22,26 @@ use crate::cli::HostArgs;
 ///
 /// The VMM is smolvm, checked against the release this node pins (see
 /// OZ0_MICROVM). Exit status: the server's; 125 when the VM could not run it.
+///
+/// With --probe, runs nothing of yours: it asks what `oz0-node run` asks at
+/// its start (tier 1 proven by the self-test, then one test VM booted inside
+/// it, answering from a kernel of its own) and says whether this node offers
+/// microVMs, and why not (exit 0 only when it does).
 #[derive(Debug, Clone, Args)]
 pub struct VmArgs {
+    /// Probe microVMs as the node does at its start, run nothing else.
+    #[arg(long, conflicts_with_all = ["work", "command"])]
+    pub probe: bool,
+    /// With --probe: the node binary the test VM's monitor and guest use
+    /// [default: this binary].
+    #[arg(long, value_name = "PATH", requires = "probe")]
+    pub guest: Option<PathBuf>,
+    /// With --probe: print the answer as one JSON document.
+    #[arg(long, requires = "probe")]
+    pub json: bool,
     /// The work folder, shared with the guest as /work.
-    #[arg(long, value_name = "DIR")]
-    pub work: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "probe")]
+    pub work: Option<PathBuf>,
     /// The VM's memory, MiB.
     #[arg(long, value_name = "MiB", default_value_t = DEFAULT_MEMORY_MIB,
           value_parser = clap::value_parser!(u32).range(i64::from(MIN_MEMORY_MB)..=i64::from(MAX_MEMORY_MB)))]
@@ -56,12 +71,19 @@ pub struct VmArgs {
     #[command(flatten)]
     pub host: HostArgs,
     /// The server's command.
-    #[arg(last = true, required = true, value_name = "SERVER_CMD")]
+    #[arg(
+        last = true,
+        required_unless_present = "probe",
+        value_name = "SERVER_CMD"
+    )]
     pub command: Vec<String>,
 }
 
 /// Runs `sandbox vm`; returns the exit status.
 pub fn main(args: VmArgs) -> i32 {
+    if args.probe {
+        return probe(&args);
+    }
     let host = match crate::run::open_host(&args.host, None) {
         Ok(h) => h,
         Err(e) => {
@@ -70,7 +92,7 @@ pub fn main(args: VmArgs) -> i32 {
         }
     };
     let cmd = VmCommand {
-        work: args.work,
+        work: args.work.unwrap_or_default(),
         memory_mib: args.memory,
         cpus: args.cpus,
         allow: args.allow,
@@ -81,4 +103,65 @@ pub fn main(args: VmArgs) -> i32 {
         command: args.command,
     };
     oz0_microvm::command::run(cmd, &host)
+}
+
+/// `sandbox vm --probe`: the self-test, then the microVM probe inside the
+/// tier 1 it proved, as `oz0-node run` does at its start.
+fn probe(args: &VmArgs) -> i32 {
+    use oz0_core::exit::Exit;
+    use oz0_core::Wall;
+    let data_dir = match oz0_linux::host::data_dir(args.host.data.data_dir.as_deref()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("oz0-node: {e}");
+            return Exit::Usage.code();
+        }
+    };
+    if let Some(g) = &args.guest {
+        if !g.is_file() {
+            eprintln!(
+                "oz0-node: --guest {}: not a file: name the node binary the test VM is to use",
+                g.display()
+            );
+            return Exit::Usage.code();
+        }
+    }
+    let mut config = args.host.config();
+    config.node_exe = args.guest.clone();
+    let wall = crate::check::wall(&args.host, None);
+    let check = wall.check();
+    let self_test = wall.self_test(&check, &mut |_| {});
+    let tier1 = self_test.as_ref().is_some_and(|t| t.tier() == 1);
+    let r = oz0_microvm::probe::probe(&oz0_microvm::probe::ProbeOptions::from_env(
+        tier1, config, data_dir,
+    ));
+    if args.json {
+        let doc = serde_json::json!({
+            "tier1": tier1,
+            "self_test": self_test,
+            "microvm": r.microvm,
+            "detail": r.detail,
+            "warning": r.warning,
+            "boot_ms": r.boot_ms,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("serialises")
+        );
+    } else {
+        match self_test.as_ref().and_then(|t| t.lines.iter().find(|l| !l.ok)) {
+            Some(l) => println!("{}", l.text()),
+            None if !tier1 => println!("{}", check.headline),
+            None => {}
+        }
+        println!("MicroVMs: {}", r.detail);
+        if let Some(w) = &r.warning {
+            println!("Warning: {w}");
+        }
+    }
+    if r.microvm.ready {
+        Exit::Ok.code()
+    } else {
+        Exit::CheckFailed.code()
+    }
 }

@@ -493,3 +493,72 @@ fn closed_standard_descriptors_are_filled_and_sigpipe_is_not_passed_on() {
         "SIGPIPE ignored: {out}"
     );
 }
+
+/// `sandbox vm --probe` asks what the node asks at its start and says why
+/// not: microVMs turned off, no smolvm on `PATH`, and a VMM named
+/// explicitly that is no release the node pins (the microVM tests' smolvm
+/// stand-in, which runs commands on this node's own kernel): never ready,
+/// named unpinned, with a warning.
+#[test]
+fn vm_probe_says_whether_this_node_offers_microvms_and_why_not() {
+    ready!();
+    let data = TempDir::new("vmprobe");
+    let probe = |env: &[(&str, String)]| {
+        let o = Command::new(node())
+            .args([
+                "sandbox",
+                "vm",
+                "--probe",
+                "--json",
+                "--data-dir",
+                &data.s(),
+            ])
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+        (o.status.code(), v)
+    };
+    let (code, v) = probe(&[("OZ0_MICROVM", "off".into())]);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["tier1"], true, "{v}");
+    assert_eq!(v["microvm"]["ready"], false);
+    assert_eq!(v["microvm"]["reason"], "off", "{v}");
+    let (code, v) = probe(&[]);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["microvm"]["reason"], "no_vmm", "{v}");
+
+    let standin = TempDir::new("vmprobe-standin");
+    let cli = standin.join("smolvm");
+    std::fs::write(
+        &cli,
+        include_str!("../../oz0-microvm/tests/fixtures/smolvm-standin/smolvm"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&cli, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, v) = probe(&[("OZ0_MICROVM", standin.s())]);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["microvm"]["ready"], false, "{v}");
+    assert_eq!(v["microvm"]["pinned"], false, "{v}");
+    assert!(
+        v["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("not a release this node pins")),
+        "{v}"
+    );
+    // This user may not open /dev/kvm (then the probe stops there), or it
+    // may: then the stand-in "boots" on this node's own kernel.
+    let reason = v["microvm"]["reason"].as_str().unwrap_or("");
+    assert!(
+        [
+            "no_kvm_access",
+            "no_hardware_virtualisation",
+            "test_vm_did_not_boot"
+        ]
+        .contains(&reason),
+        "{v}"
+    );
+}
