@@ -149,7 +149,10 @@ fn probe(args: &VmArgs) -> i32 {
             serde_json::to_string_pretty(&doc).expect("serialises")
         );
     } else {
-        match self_test.as_ref().and_then(|t| t.lines.iter().find(|l| !l.ok)) {
+        match self_test
+            .as_ref()
+            .and_then(|t| t.lines.iter().find(|l| !l.ok))
+        {
             Some(l) => println!("{}", l.text()),
             None if !tier1 => println!("{}", check.headline),
             None => {}
