@@ -76,9 +76,8 @@ fn plain_http_is_forwarded_without_proxy_headers() {
     assert_eq!(r.status, 200, "{r:?}");
     assert!(r.body.ends_with("hello"), "{r:?}");
     drop(c);
-    std::thread::sleep(std::time::Duration::from_millis(100));
     let allowed: Vec<_> = f
-        .records()
+        .records_until(|rs| rs.iter().filter(|r| r.decision == Decision::Allow).count() >= 2)
         .into_iter()
         .filter(|r| r.decision == Decision::Allow)
         .collect();
@@ -300,8 +299,11 @@ fn a_name_resolving_to_loopback_is_refused_unless_the_address_is_named() {
     let mut b = [0u8; 1];
     c.read_exact(&mut b).unwrap();
     drop(c);
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    let rec = f.records().into_iter().rfind(|r| r.run == "r2").unwrap();
+    let rec = f
+        .records_until(|rs| rs.iter().any(|r| r.run == "r2" && r.addr.is_some()))
+        .into_iter()
+        .rfind(|r| r.run == "r2")
+        .unwrap();
     assert_eq!(
         rec.addr.as_deref(),
         Some(format!("127.0.0.1:{echo}").as_str())
@@ -460,15 +462,15 @@ fn audit_records_every_decision_and_never_the_token() {
         run.socket_path().unwrap(),
         &format!("CONNECT {secret}:1 HTTP/1.1\r\n{}\r\n", basic(&token)),
     );
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    let recs = f.records();
-    let kinds: Vec<Decision> = recs.iter().map(|r| r.decision).collect();
-    for want in [
+    let wanted = [
         Decision::Allow,
         Decision::Deny,
         Decision::Auth,
         Decision::Bad,
-    ] {
+    ];
+    let recs = f.records_until(|rs| wanted.iter().all(|w| rs.iter().any(|r| r.decision == *w)));
+    let kinds: Vec<Decision> = recs.iter().map(|r| r.decision).collect();
+    for want in wanted {
         assert!(kinds.contains(&want), "{want:?} missing in {recs:#?}");
     }
     for r in &recs {

@@ -125,6 +125,26 @@ impl Fixture {
     pub fn records(&self) -> Vec<AuditRecord> {
         self.audit.lock().unwrap().clone()
     }
+
+    /// The audit records once there are at least `n` (a tunnel's record is
+    /// written when the tunnel ends, after the client has let go), or what
+    /// there is after 5 s.
+    pub fn records_at_least(&self, n: usize) -> Vec<AuditRecord> {
+        self.records_until(|r| r.len() >= n)
+    }
+
+    /// The audit records once `done` says they are all there (see
+    /// [`Fixture::records_at_least`]), or what there is after 5 s.
+    pub fn records_until(&self, done: impl Fn(&[AuditRecord]) -> bool) -> Vec<AuditRecord> {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let r = self.records();
+            if done(&r) || std::time::Instant::now() > until {
+                return r;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
 }
 
 impl Drop for Fixture {
