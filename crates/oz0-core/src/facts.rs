@@ -47,6 +47,7 @@ pub fn assemble(
             ready: false,
             reason: Some(MicrovmReason::NoTier1),
             pinned: microvm.pinned,
+            backend: None,
         }
     } else {
         microvm

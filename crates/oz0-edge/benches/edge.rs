@@ -52,6 +52,7 @@ fn facts(i: usize) -> NodeFacts {
             ready: false,
             reason: Some(MicrovmReason::NoKvmAccess),
             pinned: None,
+            backend: None,
         },
         labels: BTreeMap::new(),
     };

@@ -151,6 +151,7 @@ async fn microvm_tools_go_only_to_a_node_labelled_ready() {
                 ready: true,
                 reason: None,
                 pinned: Some(true),
+                backend: None,
             };
             w
         })

@@ -1,8 +1,7 @@
 //! Tier 2 on Linux: each tool server in a microVM of its own, whose monitor
 //! runs inside tier 1.
 //!
-//! This crate owns the plugin manifest (`oz0-plugin.yaml`, [`manifest`]),
-//! the VMM's pins ([`pin`]), the microVM probe ([`probe`]), the VM lifecycle
+//! This crate owns the VMM's pins ([`pin`]), the microVM probe ([`probe`]), the VM lifecycle
 //! ([`vm`]) for smolvm and the QEMU test backend ([`backend`]), the byte
 //! stream between node and guest ([`mux`]) and the guest agent ([`guest`]);
 //! `oz0-node sandbox vm` drives it.
@@ -27,7 +26,8 @@
 pub mod backend;
 pub mod command;
 pub mod guest;
-pub mod manifest;
+/// The plugin manifest (`oz0-plugin.yaml`), from `oz0-plugin`.
+pub use oz0_plugin::manifest;
 pub mod mux;
 pub mod pin;
 pub mod probe;

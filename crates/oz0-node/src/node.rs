@@ -260,6 +260,7 @@ impl Assessor {
                 ready: false,
                 reason: Some(MicrovmReason::Off),
                 pinned: None,
+                backend: None,
             },
             _ => microvm_state(tier1, self.wall.host.clone(), &self.data_dir),
         };

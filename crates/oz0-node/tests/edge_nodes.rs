@@ -292,6 +292,7 @@ fn windows_facts() -> NodeFacts {
             ready: false,
             reason: Some(MicrovmReason::Unsupported),
             pinned: None,
+            backend: None,
         },
         labels: BTreeMap::new(),
     };

@@ -212,6 +212,31 @@ pub struct Microvm {
     /// Whether the VMM is a pinned release (when one was found).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<bool>,
+    /// What runs the VMs (when one was found).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<MicrovmBackend>,
+}
+
+/// What runs a node's microVMs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MicrovmBackend {
+    /// smolvm (libkrun, KVM), inside tier 1.
+    #[serde(rename = "smolvm")]
+    Smolvm,
+    /// QEMU in software emulation with the test guest: a test fixture,
+    /// offered only by a node built with the `test-backends` feature.
+    #[serde(rename = "qemu-tcg (test)")]
+    QemuTcgTest,
+}
+
+impl MicrovmBackend {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MicrovmBackend::Smolvm => "smolvm",
+            MicrovmBackend::QemuTcgTest => "qemu-tcg (test)",
+        }
+    }
 }
 
 /// Everything a node reports.
@@ -299,6 +324,7 @@ mod tests {
                 ready: false,
                 reason: Some(MicrovmReason::TestVmDidNotBoot),
                 pinned: None,
+                backend: None,
             },
             labels: BTreeMap::new(),
         };

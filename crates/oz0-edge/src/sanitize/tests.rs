@@ -29,6 +29,7 @@ fn linux() -> NodeFacts {
             ready: false,
             reason: Some(MicrovmReason::NoKvmAccess),
             pinned: None,
+            backend: None,
         },
         labels: BTreeMap::new(),
     };
@@ -173,6 +174,7 @@ fn microvm_needs_tier_one_and_makes_tier_two() {
         ready: true,
         reason: None,
         pinned: Some(true),
+        backend: None,
     };
     f.tier_routed = 1;
     let o = sanitize(&f).unwrap();

@@ -131,12 +131,14 @@ pub fn linux_facts(microvm: bool, oci: bool) -> NodeFacts {
                 ready: true,
                 reason: None,
                 pinned: Some(true),
+                backend: None,
             }
         } else {
             Microvm {
                 ready: false,
                 reason: Some(MicrovmReason::NoKvmAccess),
                 pinned: None,
+                backend: None,
             }
         },
         labels: BTreeMap::new(),
@@ -155,6 +157,7 @@ pub fn failing_facts() -> NodeFacts {
         ready: false,
         reason: Some(MicrovmReason::NoTier1),
         pinned: None,
+        backend: None,
     };
     f.derive_labels(false);
     f
@@ -184,6 +187,7 @@ pub fn windows_facts() -> NodeFacts {
             ready: false,
             reason: Some(MicrovmReason::Unsupported),
             pinned: None,
+            backend: None,
         },
         labels: BTreeMap::new(),
     };

@@ -78,14 +78,26 @@ pub enum ManifestError {
 }
 
 /// Where a tool's server runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Isolation {
-    /// An OCI container.
+    /// An OCI container (an image without `isolation: microvm`).
     Container,
     /// A microVM of its own, never a container.
     Microvm,
+    /// No image: the manifest's `command` runs in the node's tier-1 sandbox,
+    /// as `sandbox run` runs a command. Never written in a manifest: a tool
+    /// with `command:` and no `package:` gets it.
+    #[serde(skip_deserializing)]
+    Sandbox,
 }
+
+/// Most arguments of a tool's `command`.
+pub const MAX_COMMAND_ARGS: usize = 64;
+/// Longest argument of a tool's `command`.
+pub const MAX_ARG_BYTES: usize = 4096;
+/// Image architectures a microVM tool may name (those microVM nodes run).
+pub const VM_ARCHES: &[&str] = &["x86_64", "aarch64"];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -104,9 +116,14 @@ struct RawManifest {
 #[serde(deny_unknown_fields)]
 struct RawTool {
     id: String,
-    package: String,
-    #[serde(default = "default_isolation")]
-    isolation: Isolation,
+    #[serde(default)]
+    package: Option<String>,
+    #[serde(default)]
+    command: Vec<String>,
+    #[serde(default)]
+    isolation: Option<Isolation>,
+    #[serde(default)]
+    arch: Option<String>,
     #[serde(default)]
     container: Option<RawResources>,
     #[serde(default)]
@@ -115,10 +132,6 @@ struct RawTool {
     settings: Vec<String>,
     #[serde(default)]
     secrets: Vec<String>,
-}
-
-fn default_isolation() -> Isolation {
-    Isolation::Container
 }
 
 #[derive(Debug, Deserialize)]
@@ -155,10 +168,16 @@ impl Resources {
 pub struct Tool {
     /// `[a-z0-9_-]`, at most [`MAX_ID_BYTES`].
     pub id: String,
-    /// The package reference (e.g. `oci:ghcr.io/acme/fetch-mcp@sha256:…`).
-    pub package: String,
-    /// Container or microVM.
+    /// The image, by digest (`oci:ghcr.io/acme/fetch-mcp@sha256:<64 hex>`);
+    /// none for a command tool.
+    pub package: Option<String>,
+    /// The server's command: inside the image for an image tool (its
+    /// entrypoint is not read), the whole server for a command tool.
+    pub command: Vec<String>,
+    /// Container, microVM, or the node's tier-1 sandbox (command tools).
     pub isolation: Isolation,
+    /// The image's architecture (microVM tools), when declared.
+    pub arch: Option<String>,
     /// Memory and CPUs.
     pub resources: Resources,
     /// Hosts its server may reach through the egress proxy.
@@ -211,6 +230,50 @@ pub fn vm_variable_refusal(name: &str) -> Option<String> {
         ));
     }
     None
+}
+
+/// Why an image reference is refused, if it is: an image is named by
+/// digest (`oci:NAME@sha256:<64 lower-case hex>`), so what runs is what was
+/// reviewed, never what a tag points at today.
+pub fn image_refusal(package: &str) -> Option<String> {
+    if package.len() > MAX_PACKAGE_BYTES {
+        return Some(format!("package is over {MAX_PACKAGE_BYTES} bytes"));
+    }
+    let fix = "name the image by digest: package: oci:REGISTRY/NAME@sha256:<64 hex digits>";
+    let Some(rest) = package.strip_prefix("oci:") else {
+        return Some(format!(
+            "package {package:?} is not an OCI image reference: {fix}"
+        ));
+    };
+    let Some((name, digest)) = rest.rsplit_once("@sha256:") else {
+        return Some(format!(
+            "package {package:?} has no digest (a tag can change under it): {fix}"
+        ));
+    };
+    let name_ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-/:".contains(&b));
+    if !name_ok {
+        return Some(format!("package {package:?}: the image name may hold a-z, 0-9, '.', '_', '-', '/' and ':': {fix}"));
+    }
+    if digest.len() != 64
+        || !digest
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Some(format!(
+            "package {package:?}: the digest is not 64 lower-case hex digits: {fix}"
+        ));
+    }
+    None
+}
+
+impl Tool {
+    /// The memory a VM of this tool gets, MiB.
+    pub fn vm_memory_mib(&self, default: u32) -> u32 {
+        self.resources.memory_mb.unwrap_or(default)
+    }
 }
 
 fn tool_err(tool: &str, what: impl Into<String>) -> ManifestError {
@@ -269,13 +332,54 @@ impl Manifest {
             ));
         }
         let id = t.id;
-        if t.package.trim().is_empty() || t.package.len() > MAX_PACKAGE_BYTES {
+        let isolation = match (&t.package, t.isolation, t.command.is_empty()) {
+            (Some(p), declared, _) => {
+                if let Some(why) = image_refusal(p) {
+                    return Err(tool_err(&id, why));
+                }
+                declared.unwrap_or(Isolation::Container)
+            }
+            (None, Some(i), _) => {
+                return Err(tool_err(
+                    &id,
+                    format!(
+                        "isolation: {} needs an image: give package: oci:NAME@sha256:DIGEST (or drop isolation: to run command: in the node's tier-1 sandbox)",
+                        if i == Isolation::Microvm { "microvm" } else { "container" }
+                    ),
+                ))
+            }
+            (None, None, false) => Isolation::Sandbox,
+            (None, None, true) => {
+                return Err(tool_err(
+                    &id,
+                    "give package: (an image by digest) or command: (a server run in the node's tier-1 sandbox)",
+                ))
+            }
+        };
+        if t.command.len() > MAX_COMMAND_ARGS
+            || t.command.first().is_some_and(|c| c.is_empty())
+            || t.command
+                .iter()
+                .any(|a| a.len() > MAX_ARG_BYTES || a.contains('\0'))
+        {
             return Err(tool_err(
                 &id,
-                format!(
-                    "package must be a non-empty reference of at most {MAX_PACKAGE_BYTES} bytes"
-                ),
+                format!("command must be at most {MAX_COMMAND_ARGS} arguments of at most {MAX_ARG_BYTES} bytes, without NUL, the first not empty"),
             ));
+        }
+        if let Some(a) = &t.arch {
+            if isolation != Isolation::Microvm {
+                return Err(tool_err(
+                    &id,
+                    "arch: names a microVM image's architecture: it goes with isolation: microvm",
+                ));
+            }
+            if !VM_ARCHES.contains(&a.as_str()) {
+                return Err(tool_err(
+                    &id,
+                    format!("arch {a:?} is not one microVM nodes run: give x86_64 or aarch64"),
+                ));
+            }
         }
         let res = t.container.unwrap_or(RawResources {
             memory_mb: None,
@@ -321,9 +425,9 @@ impl Manifest {
             .collect::<Result<Vec<_>, _>>()?;
         let mut names = BTreeSet::new();
         for n in t.settings.iter().chain(t.secrets.iter()) {
-            let refusal = match t.isolation {
+            let refusal = match isolation {
                 Isolation::Microvm => vm_variable_refusal(n),
-                Isolation::Container => oz0_policy::env::EnvName::new(n)
+                Isolation::Container | Isolation::Sandbox => oz0_policy::env::EnvName::new(n)
                     .err()
                     .map(|e| e.to_string()),
             };
@@ -342,7 +446,9 @@ impl Manifest {
         Ok(Tool {
             id,
             package: t.package,
-            isolation: t.isolation,
+            command: t.command,
+            isolation,
+            arch: t.arch,
             resources: Resources {
                 memory_mb: res.memory_mb,
                 cpus: res.cpus,
@@ -358,18 +464,24 @@ impl Manifest {
 mod tests {
     use super::*;
 
+    const P: &str = "oci:ghcr.io/acme/plain@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+    fn with_p(text: &str) -> String {
+        text.replace("{P}", P)
+    }
+
     const GOOD: &str = "\
 name: acme
 tools:
   - id: acme_fetch
-    package: oci:ghcr.io/acme/fetch-mcp@sha256:4f6c
+    package: oci:ghcr.io/acme/fetch-mcp@sha256:4f6c4f6c4f6c4f6c4f6c4f6c4f6c4f6c4f6c4f6c4f6c4f6c4f6c4f6c4f6c4f6c
     isolation: microvm
     container: {memory_mb: 512, cpus: 1.5}
     egress: [api.acme.example, '*.cdn.example:443']
     secrets: [ACME_TOKEN]
     settings: [ACME_REGION]
   - id: plain
-    package: oci:ghcr.io/acme/plain@sha256:00
+    package: oci:ghcr.io/acme/plain@sha256:0000000000000000000000000000000000000000000000000000000000000000
 ";
 
     #[test]
@@ -396,14 +508,16 @@ tools:
 
     #[test]
     fn unknown_keys_are_refused_with_line_and_column() {
-        let text = "tools:\n  - id: a\n    package: p\n    isolaton: microvm\n";
+        let text = &with_p("tools:\n  - id: a\n    package: {P}\n    isolaton: microvm\n");
         let e = Manifest::parse(text).unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("line 4"), "{msg}");
         assert!(msg.contains("isolaton"), "{msg}");
         let e = Manifest::parse("tool: []\n").unwrap_err().to_string();
         assert!(e.contains("line 1") && e.contains("tool"), "{e}");
-        let text = "tools:\n  - id: a\n    package: p\n    container: {memory_mb: 256, gpus: 1}\n";
+        let text = &with_p(
+            "tools:\n  - id: a\n    package: {P}\n    container: {memory_mb: 256, gpus: 1}\n",
+        );
         let e = Manifest::parse(text).unwrap_err().to_string();
         assert!(e.contains("gpus") && e.contains("line 4"), "{e}");
     }
@@ -428,7 +542,7 @@ tools:
             "",
         ] {
             let text = format!(
-                "tools:\n  - id: t\n    package: p\n    isolation: microvm\n    secrets: [{bad:?}]\n"
+                "tools:\n  - id: t\n    package: {P}\n    isolation: microvm\n    secrets: [{bad:?}]\n"
             );
             let e = Manifest::parse(&text).unwrap_err();
             assert!(matches!(e, ManifestError::Tool { .. }), "{bad}: {e:?}");
@@ -448,33 +562,89 @@ tools:
             "{cpus: 65}",
             "{cpus: .nan}",
         ] {
-            let text = format!("tools:\n  - id: t\n    package: p\n    container: {c}\n");
+            let text = format!("tools:\n  - id: t\n    package: {P}\n    container: {c}\n");
             let e = Manifest::parse(&text).unwrap_err();
             assert!(e.to_string().contains("out of range"), "{c}: {e}");
         }
-        let e =
-            Manifest::parse("tools:\n  - id: t\n    package: p\n    container: {memory_mb: -5}\n")
-                .unwrap_err();
+        let e = Manifest::parse(&with_p(
+            "tools:\n  - id: t\n    package: {P}\n    container: {memory_mb: -5}\n",
+        ))
+        .unwrap_err();
         assert!(matches!(e, ManifestError::Syntax { .. }), "{e:?}");
     }
 
     #[test]
     fn ids_packages_and_duplicates() {
         assert!(Manifest::parse("tools: []\n").is_err());
-        assert!(Manifest::parse("tools:\n  - id: Bad\n    package: p\n").is_err());
+        assert!(Manifest::parse(&with_p("tools:\n  - id: Bad\n    package: {P}\n")).is_err());
         assert!(Manifest::parse("tools:\n  - id: a\n    package: ''\n").is_err());
-        let e = Manifest::parse("tools:\n  - {id: a, package: p}\n  - {id: a, package: q}\n")
-            .unwrap_err();
+        let e = Manifest::parse(&with_p(
+            "tools:\n  - {id: a, package: '{P}'}\n  - {id: a, package: '{P}'}\n",
+        ))
+        .unwrap_err();
         assert_eq!(e, ManifestError::DuplicateId("a".into()));
-        let e = Manifest::parse("tools:\n  - {id: a, package: p, isolation: vm}\n").unwrap_err();
+        let e = Manifest::parse(&with_p(
+            "tools:\n  - {id: a, package: '{P}', isolation: vm}\n",
+        ))
+        .unwrap_err();
         assert!(matches!(e, ManifestError::Syntax { .. }));
-        let e = Manifest::parse("tools:\n  - {id: a, package: p, egress: ['bad host!']}\n")
-            .unwrap_err();
+        let e = Manifest::parse(&with_p(
+            "tools:\n  - {id: a, package: '{P}', egress: ['bad host!']}\n",
+        ))
+        .unwrap_err();
         assert!(e.to_string().contains("egress"), "{e}");
         let big = "#".repeat(MAX_MANIFEST_BYTES + 1);
         assert!(matches!(
             Manifest::parse(&big),
             Err(ManifestError::TooLarge(_))
         ));
+    }
+
+    #[test]
+    fn images_by_digest_commands_and_arch() {
+        let tool = |body: &str| Manifest::parse(&format!("tools:\n  - id: t\n{body}"));
+        for bad in [
+            "oci:ghcr.io/acme/x:latest",
+            "oci:ghcr.io/acme/x@sha256:abc",
+            "docker:ghcr.io/acme/x@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+            "oci:ghcr.io/ACME/x@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+            "oci:ghcr.io/acme/x@sha256:000000000000000000000000000000000000000000000000000000000000000G",
+        ] {
+            let e = tool(&format!("    package: '{bad}'\n")).unwrap_err().to_string();
+            assert!(e.contains("digest") || e.contains("OCI"), "{bad}: {e}");
+        }
+        let t = &tool("    command: [npx, -y, '@modelcontextprotocol/server-filesystem', /work]\n")
+            .unwrap()
+            .tools[0];
+        assert_eq!(t.isolation, Isolation::Sandbox);
+        assert_eq!(t.command.len(), 4);
+        assert!(t.package.is_none());
+        let e = tool("    command: [x]\n    isolation: microvm\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs an image"), "{e}");
+        let e = tool("    egress: [a.example]\n").unwrap_err().to_string();
+        assert!(
+            e.contains("give package: (an image by digest) or command:"),
+            "{e}"
+        );
+        let e = tool("    command: ['']\n").unwrap_err().to_string();
+        assert!(e.contains("first not empty"), "{e}");
+        let vm = tool(&format!("    package: '{P}'\n    isolation: microvm\n    arch: aarch64\n    command: [python3, /srv/s.py]\n")).unwrap();
+        assert_eq!(vm.tools[0].arch.as_deref(), Some("aarch64"));
+        assert_eq!(vm.tools[0].command, ["python3", "/srv/s.py"]);
+        let e = tool(&format!("    package: '{P}'\n    arch: aarch64\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("isolation: microvm"), "{e}");
+        let e = tool(&format!(
+            "    package: '{P}'\n    isolation: microvm\n    arch: sparc\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("x86_64 or aarch64"), "{e}");
+        // `sandbox` is what a command tool gets, never something to write.
+        let e = tool("    command: [x]\n    isolation: sandbox\n").unwrap_err();
+        assert!(matches!(e, ManifestError::Syntax { .. }), "{e:?}");
     }
 }
