@@ -10,8 +10,10 @@
 //! - **QEMU in software emulation** (tests only, `OZ0_MICROVM_TEST_BACKEND=qemu-tcg`):
 //!   a Debian kernel and busybox initramfs (`scripts/build-test-guest.sh`),
 //!   `-nic none`, `/work` and `/oz0` over 9p, and the `oz0.mux` virtio-serial
-//!   port bound to a unix socket in the VM's folder. It never counts toward
-//!   `isolation.microvm=ready`.
+//!   port bound to a unix socket in the VM's folder. Only a build with the
+//!   `test-backends` feature has it: there the node's probe may offer it,
+//!   and its facts then say `backend: qemu-tcg (test)`; a shipped build
+//!   refuses the variable.
 
 use std::path::{Path, PathBuf};
 
@@ -79,6 +81,17 @@ impl TestGuest {
             });
         }
         Ok(())
+    }
+
+    /// The test-guest image an image reference stands for: its last path
+    /// component, without tag or digest
+    /// (`oci:oz0.test/python@sha256:…` is `python`). The test backend has
+    /// no registry: its images are what the test guest was built with.
+    pub fn image_for(package: &str) -> String {
+        let r = package.strip_prefix("oci:").unwrap_or(package);
+        let r = r.split('@').next().unwrap_or(r);
+        let last = r.rsplit('/').next().unwrap_or(r);
+        last.split(':').next().unwrap_or(last).to_string()
     }
 }
 
@@ -513,6 +526,9 @@ machine delete --name oz0-a -f"
 pub fn backend_from_env() -> Result<(Backend, Option<String>), BackendError> {
     match std::env::var(TEST_BACKEND_VAR).ok().as_deref() {
         None | Some("") => {}
+        Some(TEST_BACKEND_QEMU) if !cfg!(feature = "test-backends") => {
+            return Err(BackendError::TestBackendsNotBuilt)
+        }
         Some(TEST_BACKEND_QEMU) => {
             let dir = std::env::var_os(TEST_GUEST_VAR)
                 .map(PathBuf::from)
@@ -548,6 +564,9 @@ pub enum BackendError {
     /// A file of the test backend is missing.
     #[error("{} is missing: install qemu-system-x86 and run scripts/build-test-guest.sh", .0.display())]
     TestGuestMissing(PathBuf),
+    /// A test backend asked of a build without them.
+    #[error("{TEST_BACKEND_VAR} names a test backend, and this oz0-node is built without them (they exist only in test builds, feature test-backends): unset {TEST_BACKEND_VAR}")]
+    TestBackendsNotBuilt,
     /// An unknown test backend.
     #[error("{TEST_BACKEND_VAR}={0:?} is not a test backend: the one there is is qemu-tcg")]
     UnknownTestBackend(String),

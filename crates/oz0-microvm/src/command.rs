@@ -94,6 +94,7 @@ pub fn run(cmd: VmCommand, host: &Host) -> i32 {
         jobs: None,
         tmp: std::env::temp_dir(),
         handle_signals: true,
+        cancel: None,
     };
     match vm::run_vm(&req, vm_host, VmIo::std()) {
         Ok(o) => {

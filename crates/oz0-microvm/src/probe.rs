@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use oz0_core::{Ended, RunIo};
 use oz0_linux::seccomp::Profile;
 use oz0_linux::{Host, HostConfig, RunOptions};
-use oz0_policy::facts::{Microvm, MicrovmReason};
+use oz0_policy::facts::{Microvm, MicrovmBackend, MicrovmReason};
 use oz0_policy::{AbsPath, EnvVar, Limits, RunRequest, RunSpec};
 use serde::Serialize;
 
@@ -45,6 +45,9 @@ pub struct ProbeOptions {
     pub timeout: Duration,
     /// `std::env::consts::OS`/`ARCH` of this build.
     pub platform: (&'static str, &'static str),
+    /// `OZ0_MICROVM_TEST_BACKEND`, when set: the probe boots the test
+    /// backend (a test build only) instead of smolvm.
+    pub test_backend: bool,
 }
 
 impl ProbeOptions {
@@ -63,6 +66,8 @@ impl ProbeOptions {
             kvm: PathBuf::from(crate::vm::KVM_DEVICE),
             timeout: DEFAULT_PROBE_TIMEOUT,
             platform: (std::env::consts::OS, std::env::consts::ARCH),
+            test_backend: std::env::var_os(backend::TEST_BACKEND_VAR)
+                .is_some_and(|v| !v.is_empty()),
         }
     }
 }
@@ -116,6 +121,9 @@ pub fn probe(o: &ProbeOptions) -> ProbeReport {
             None,
             format!("microVMs are turned off ({}=off)", pin::MICROVM_VAR),
         );
+    }
+    if o.test_backend {
+        return probe_test_backend(o);
     }
     if o.platform != ("linux", "x86_64") {
         return no(
@@ -304,7 +312,7 @@ fn boot_smolvm(o: &ProbeOptions, host: &Host, vmm: &pin::Vmm, pinned: Option<boo
                 ready: true,
                 reason: None,
                 pinned,
-                backend: None,
+                backend: Some(MicrovmBackend::Smolvm),
             },
             detail: format!("smolvm booted inside tier 1 in {ms} ms"),
             warning: None,
@@ -325,6 +333,117 @@ fn boot_smolvm(o: &ProbeOptions, host: &Host, vmm: &pin::Vmm, pinned: Option<boo
                 out.exit_code,
                 if tail.is_empty() { String::new() } else { format!(": {tail}") }
             ),
+        ),
+    };
+    rep.boot_ms = Some(ms);
+    rep
+}
+
+/// The QEMU test backend, in a test build only: a test VM boots in it
+/// inside tier 1 exactly as a tool's would, and must say it runs a kernel
+/// of its own. Ready then, with `backend: qemu-tcg (test)` in the facts;
+/// a build without test backends refuses (and offers no microVMs).
+fn probe_test_backend(o: &ProbeOptions) -> ProbeReport {
+    let (backend, _) = match backend::backend_from_env() {
+        Ok(b) => b,
+        Err(e) => return no(MicrovmReason::NoVmm, None, e.to_string()),
+    };
+    let host = match (o.tier1, Host::open(o.host.clone())) {
+        (true, Ok(h)) => h,
+        _ => {
+            return no(
+                MicrovmReason::NoTier1,
+                None,
+                "no tier 1 on this node, and a VM monitor never runs outside it: fix tier 1 first (sandbox check)",
+            )
+        }
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let work = o
+        .tmp
+        .join(format!("oz0-probe-work-{}-{nanos}", std::process::id()));
+    if let Err(e) = std::fs::create_dir(&work) {
+        return no(
+            MicrovmReason::TestVmDidNotBoot,
+            None,
+            format!("the test VM's work folder {}: {e}", work.display()),
+        );
+    }
+    let req = crate::vm::VmRequest {
+        work: work.clone(),
+        memory_mib: 256,
+        cpus: 1,
+        allow: Vec::new(),
+        forward: Vec::new(),
+        env: Vec::new(),
+        image: None,
+        command: [
+            "/bin/sh",
+            "-c",
+            "cat /proc/sys/kernel/random/boot_id > .oz0-boot-id",
+        ]
+        .map(String::from)
+        .to_vec(),
+        data_dir: o.data_dir.clone(),
+        boot_timeout: o.timeout,
+        monitor_limits: Limits::default(),
+    };
+    let started = Instant::now();
+    let r = crate::vm::run_vm(
+        &req,
+        crate::vm::VmHost {
+            host: &host,
+            backend,
+            jobs: None,
+            tmp: o.tmp.clone(),
+            handle_signals: false,
+            cancel: None,
+        },
+        crate::vm::VmIo {
+            input: Box::new(std::io::empty()),
+            output: Box::new(std::io::sink()),
+            errors: Box::new(std::io::sink()),
+        },
+    );
+    let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let kernel = guest_kernel(&work);
+    let _ = std::fs::remove_dir_all(&work);
+    let mut rep = match r {
+        Ok(out) if out.exit_code == 0 && kernel == Kernel::Own => ProbeReport {
+            microvm: Microvm {
+                ready: true,
+                reason: None,
+                pinned: None,
+                backend: Some(MicrovmBackend::QemuTcgTest),
+            },
+            detail: format!(
+                "the QEMU test backend (software emulation, a test build) booted inside tier 1 in {ms} ms"
+            ),
+            warning: Some(
+                "microVMs are offered through the QEMU test backend: a test build, never a shipped node".into(),
+            ),
+            boot_ms: None,
+        },
+        Ok(out) => no(
+            MicrovmReason::TestVmDidNotBoot,
+            None,
+            format!(
+                "the QEMU test VM did not boot and answer inside tier 1 ({:?}, status {}, kernel {kernel:?}){}",
+                out.ended,
+                out.exit_code,
+                if out.console_tail.trim().is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", out.console_tail.trim())
+                }
+            ),
+        ),
+        Err(e) => no(
+            MicrovmReason::TestVmDidNotBoot,
+            None,
+            format!("the QEMU test VM could not start: {e}"),
         ),
     };
     rep.boot_ms = Some(ms);

@@ -85,6 +85,9 @@ pub struct VmHost<'a> {
     pub tmp: PathBuf,
     /// Turn SIGTERM/SIGINT/SIGHUP into a stop of this VM.
     pub handle_signals: bool,
+    /// The caller's stop: when this descriptor turns readable or its other
+    /// end is closed, the VM is stopped (a cancelled job).
+    pub cancel: Option<OwnedFd>,
 }
 
 /// The caller's side of the server's stdio.
@@ -243,7 +246,7 @@ fn console_tail(vmm: &Path) -> String {
 }
 
 /// Runs one server in one VM, to its end.
-pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, VmError> {
+pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, VmError> {
     let started = Instant::now();
     if req.command.is_empty() {
         return Err(VmError::NoCommand);
@@ -400,6 +403,42 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
         }
     }
 
+    // The caller's stop writes the cancel byte; the watcher ends with the
+    // VM (its `ended` end is dropped when run_vm returns).
+    let (_ended, watcher) = match host.cancel.take() {
+        None => (None, None),
+        Some(ext) => {
+            let (ended_r, ended_w) = UnixStream::pair().map_err(|source| VmError::Folder {
+                tmp: host.tmp.clone(),
+                what: "the VM's cancel watcher",
+                source,
+            })?;
+            let w = cancel_w.try_clone().map_err(|source| VmError::Folder {
+                tmp: host.tmp.clone(),
+                what: "the VM's cancel watcher",
+                source,
+            })?;
+            let t = thread::spawn(move || {
+                use rustix::event::{poll, PollFd, PollFlags};
+                let mut fds = [
+                    PollFd::new(&ext, PollFlags::IN),
+                    PollFd::new(&ended_r, PollFlags::IN),
+                ];
+                loop {
+                    match poll(&mut fds, None) {
+                        Err(rustix::io::Errno::INTR) => continue,
+                        Err(_) => return,
+                        Ok(_) => break,
+                    }
+                }
+                if !fds[0].revents().is_empty() && fds[1].revents().is_empty() {
+                    let _ = (&w).write_all(b"x");
+                }
+            });
+            (Some(ended_w), Some(t))
+        }
+    };
+
     let listener = match &host.backend {
         Backend::QemuTcg(_) => Some(UnixListener::bind(vmm_dir.join("mux.sock")).map_err(
             |source| VmError::Folder {
@@ -487,6 +526,10 @@ pub fn run_vm(req: &VmRequest, host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, 
         (monitor, session)
     });
     drop(egress_guard);
+    drop(_ended);
+    if let Some(t) = watcher {
+        let _ = t.join();
+    }
     let tail = console_tail(&vmm_dir);
     drop(vmdir);
     let monitor = monitor?;

@@ -61,6 +61,7 @@ fn copy_vmm(from: &Path, to: &Path) {
 fn opts(selection: Selection, path: Option<&Path>) -> ProbeOptions {
     let base = temp("probe");
     ProbeOptions {
+        test_backend: false,
         selection,
         path_var: path.map(|p| p.display().to_string()),
         tier1: true,
