@@ -15,7 +15,7 @@ use axum::{Json, Router};
 
 use crate::auth::TokenDigest;
 use crate::store::Store;
-use crate::MAX_BODY_BYTES;
+use crate::{MAX_BODY_BYTES, MAX_LARGE_BODY_BYTES};
 
 mod access;
 mod error;
@@ -25,7 +25,7 @@ mod operator;
 pub use operator::node_view;
 
 use node::{complete, poll, register, renew, report_facts};
-use operator::{job_status, list_nodes, nodes_page, show_node, submit_job};
+use operator::{cancel_job, job_status, list_nodes, nodes_page, show_node, submit_job};
 
 /// Counter of fields dropped from reports, all nodes.
 pub const DROPPED_COUNTER: &str = "facts_fields_dropped";
@@ -120,9 +120,22 @@ impl Routes {
         .add("POST", "/v1/node/facts", post(report_facts))
         .add("POST", "/v1/node/poll", post(poll))
         .add("POST", "/v1/node/jobs/{job}/renew", post(renew))
-        .add("POST", "/v1/node/jobs/{job}/complete", post(complete))
-        .add("POST", "/v1/tenants/{tenant}/jobs", post(submit_job))
+        .add(
+            "POST",
+            "/v1/node/jobs/{job}/complete",
+            post(complete).layer(DefaultBodyLimit::max(MAX_LARGE_BODY_BYTES)),
+        )
+        .add(
+            "POST",
+            "/v1/tenants/{tenant}/jobs",
+            post(submit_job).layer(DefaultBodyLimit::max(MAX_LARGE_BODY_BYTES)),
+        )
         .add("GET", "/v1/tenants/{tenant}/jobs/{job}", get(job_status))
+        .add(
+            "POST",
+            "/v1/tenants/{tenant}/jobs/{job}/cancel",
+            post(cancel_job),
+        )
         .add("GET", "/v1/nodes", get(list_nodes))
         .add("GET", "/v1/nodes/{node}", get(show_node))
         .add("GET", "/nodes", get(nodes_page))

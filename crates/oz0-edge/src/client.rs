@@ -43,6 +43,19 @@ use crate::wire::{
     PollResponse, RegisterRequest, Registered, RenewRequest, Renewed,
 };
 
+/// How a job ended, as a node reports it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Completion {
+    /// Whether it succeeded.
+    pub succeeded: bool,
+    /// Its exit status, when it has one.
+    pub exit_code: Option<i32>,
+    /// A tool job's result (at most [`crate::MAX_RESULT_BYTES`] of JSON).
+    pub result: Option<serde_json::Value>,
+    /// Why it failed (at most [`crate::MAX_ERROR_BYTES`]).
+    pub error: Option<String>,
+}
+
 /// The node's deadline is the lease less this fraction of it (clock rate
 /// differences, edge replicas' clocks): `lease_ms / 10`.
 pub const LEASE_MARGIN_DIVISOR: i64 = 10;
@@ -454,11 +467,28 @@ impl NodeClient {
         succeeded: bool,
         exit_code: Option<i32>,
     ) -> Result<(), ClientError> {
+        self.finish_job(
+            lease,
+            &Completion {
+                succeeded,
+                exit_code,
+                result: None,
+                error: None,
+            },
+        )
+        .await
+    }
+
+    /// Reports a job's end with its result or failure reason;
+    /// [`ClientError::LeaseLost`] when the lease was gone.
+    pub async fn finish_job(&self, lease: &Lease, end: &Completion) -> Result<(), ClientError> {
         let path = format!("/v1/node/jobs/{}/complete", lease.job.job_id);
         let body = serde_json::to_vec(&CompleteRequest {
             lease_id: lease.job.lease_id.clone(),
-            succeeded,
-            exit_code,
+            succeeded: end.succeeded,
+            exit_code: end.exit_code,
+            result: end.result.clone(),
+            error: end.error.clone(),
         })
         .expect("serializes");
         self.signed::<serde_json::Value>(&path, body, None)
@@ -595,6 +625,20 @@ impl OperatorClient {
             .call(
                 "GET",
                 &format!("/v1/tenants/{tenant}/jobs/{job_id}"),
+                vec![],
+            )
+            .await?;
+        decode(s, &b)
+    }
+
+    /// Cancels a job that has not ended: a queued one is never handed out,
+    /// a leased one's node stops it at its next renewal. Refused
+    /// (`job_ended`) when it had already ended.
+    pub async fn cancel_job(&self, tenant: &str, job_id: &str) -> Result<JobView, ClientError> {
+        let (s, b) = self
+            .call(
+                "POST",
+                &format!("/v1/tenants/{tenant}/jobs/{job_id}/cancel"),
                 vec![],
             )
             .await?;

@@ -58,5 +58,14 @@ pub use store::Store;
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Largest facts report, signed body included.
 pub const MAX_REPORT_BYTES: usize = 16 * 1024;
-/// Largest job payload, as JSON text.
+/// Largest job payload, as JSON text (a tool job's is
+/// [`oz0_plugin::job::MAX_TOOL_JOB_BYTES`]).
 pub const MAX_PAYLOAD_BYTES: usize = 32 * 1024;
+/// Largest tool result a completion carries, as JSON text: the MCP
+/// client's bound on one message of the server's.
+pub const MAX_RESULT_BYTES: usize = oz0_plugin::mcp::MAX_LINE_BYTES;
+/// Longest failure reason a completion carries.
+pub const MAX_ERROR_BYTES: usize = 4096;
+/// Largest body of the two routes that carry a tool job or its result
+/// (a submission, a completion).
+pub const MAX_LARGE_BODY_BYTES: usize = 2 * 1024 * 1024;

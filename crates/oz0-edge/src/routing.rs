@@ -1,12 +1,18 @@
 //! What work needs, and which nodes may take it.
 //!
 //! Work carries the tier it needs. Every job an outside event starts
-//! (a webhook, an event, a chat message) needs tier 1; a microVM tool needs
-//! tier 2 (a microVM inside tier 1) and the `isolation.microvm=ready` label
-//! of the image's architecture; a container tool needs `runtime.oci=ready`.
-//! Nodes poll one queue per tier and may poll only queues at or below the
-//! tier the edge routes them at.
+//! (a webhook, an event, a chat message) needs tier 1. A tool job is routed
+//! by its plugin's manifest, which travels in its payload (never by what the
+//! submitter says about isolation): a microVM tool needs tier 2 (a microVM
+//! inside tier 1) and the `isolation.microvm=ready` label (of the image's
+//! architecture, when the manifest names one); a command tool needs tier 1
+//! (its server runs in the node's tier-1 sandbox); a container tool needs
+//! `runtime.oci=ready`. Only a tool job has an isolation or tier 2. Nodes
+//! poll one queue per tier and may poll only queues at or below the tier
+//! the edge routes them at.
 
+use oz0_plugin::job::{ToolJob, ToolJobError};
+use oz0_plugin::manifest::Isolation as ManifestIsolation;
 use serde::{Deserialize, Serialize};
 
 /// Where a job came from.
@@ -125,11 +131,40 @@ pub enum NeedsError {
         "an architecture is asked for only with isolation: microvm (the image's architecture)"
     )]
     ArchWithoutMicrovm,
+    /// Isolation, an architecture or tier 2 on a job that is not a tool's.
+    #[error("only a tool job has an isolation, an architecture or tier 2 (a microVM per tool server), and it takes them from its plugin's manifest: drop them from this {0} job")]
+    NotATool(&'static str),
+    /// The request says otherwise than the manifest.
+    #[error("the request asks for {asked}, and the plugin's manifest says {manifest}: a tool job is routed by its manifest; drop the field or make it match")]
+    NotTheManifests {
+        /// What the request said.
+        asked: String,
+        /// What the manifest says.
+        manifest: String,
+    },
+    /// Tier 2 for a tool that is not a microVM tool.
+    #[error("tier 2 is a microVM per tool server: tool {0:?} does not declare isolation: microvm")]
+    Tier2WithoutMicrovm(String),
+    /// The tool job does not hold.
+    #[error(transparent)]
+    Tool(#[from] ToolJobError),
+}
+
+impl Isolation {
+    fn name(self) -> &'static str {
+        match self {
+            Isolation::None => "no isolation of its own",
+            Isolation::Container => "isolation: container",
+            Isolation::Microvm => "isolation: microvm",
+        }
+    }
 }
 
 impl JobRequest {
-    /// What the job needs: the asked tier, raised to 1 for outside events
-    /// and to 2 for microVM tools.
+    /// What the job needs: the asked tier, raised to 1 for outside events;
+    /// for a tool job, what its manifest says (tier 2 and a microVM node
+    /// for a microVM tool, tier 1 for a command tool, `runtime.oci` for a
+    /// container tool).
     pub fn needs(&self) -> Result<Needs, NeedsError> {
         if self.tier > crate::sanitize::MAX_TIER {
             return Err(NeedsError::Tier(self.tier));
@@ -138,23 +173,57 @@ impl JobRequest {
         if self.origin.is_outside() {
             tier = tier.max(1);
         }
-        let microvm = self.isolation == Isolation::Microvm;
-        if microvm {
-            tier = 2;
+        if self.kind == JobKind::Tool {
+            return self.tool_needs(tier);
         }
-        if let Some(a) = &self.arch {
-            if !microvm {
-                return Err(NeedsError::ArchWithoutMicrovm);
-            }
-            if !crate::sanitize::is_arch(a) {
-                return Err(NeedsError::Arch(a.chars().take(32).collect()));
-            }
+        if self.isolation != Isolation::None || self.arch.is_some() || self.tier == 2 {
+            return Err(NeedsError::NotATool(self.kind.as_str()));
         }
         Ok(Needs {
             tier,
-            microvm,
-            oci: self.isolation == Isolation::Container,
-            arch: self.arch.clone(),
+            microvm: false,
+            oci: false,
+            arch: None,
+        })
+    }
+
+    /// A tool job's needs, from the manifest in its payload.
+    fn tool_needs(&self, tier: u8) -> Result<Needs, NeedsError> {
+        let job = ToolJob::from_value(&self.payload)?.check()?;
+        let (isolation, arch) = match job.tool.isolation {
+            ManifestIsolation::Microvm => (Isolation::Microvm, job.tool.arch.clone()),
+            ManifestIsolation::Container => (Isolation::Container, None),
+            ManifestIsolation::Sandbox => (Isolation::None, None),
+        };
+        if self.isolation != Isolation::None && self.isolation != isolation {
+            return Err(NeedsError::NotTheManifests {
+                asked: self.isolation.name().into(),
+                manifest: isolation.name().into(),
+            });
+        }
+        if let Some(a) = &self.arch {
+            if !crate::sanitize::is_arch(a) {
+                return Err(NeedsError::Arch(a.chars().take(32).collect()));
+            }
+            if arch.as_deref() != Some(a) {
+                return Err(NeedsError::NotTheManifests {
+                    asked: format!("arch {a}"),
+                    manifest: arch.map_or("no arch".into(), |m| format!("arch {m}")),
+                });
+            }
+        }
+        let tier = match isolation {
+            Isolation::Microvm => 2,
+            _ if tier == 2 => return Err(NeedsError::Tier2WithoutMicrovm(job.tool.id)),
+            // A command tool's server runs in the node's tier-1 sandbox.
+            Isolation::None => tier.max(1),
+            Isolation::Container => tier,
+        };
+        Ok(Needs {
+            tier,
+            microvm: isolation == Isolation::Microvm,
+            oci: isolation == Isolation::Container,
+            arch,
         })
     }
 }
@@ -168,6 +237,14 @@ impl Needs {
         origin: Origin,
         nodes: &[(u8, bool, bool, Option<String>)],
     ) -> String {
+        if self.microvm {
+            let arch = self
+                .arch
+                .as_deref()
+                .map(|a| format!(" for {a}"))
+                .unwrap_or_default();
+            return format!("this microVM tool runs only in a microVM: it needs a node routed at tier 2 and labelled isolation.microvm=ready{arch}, and tenant {tenant} has none live (a node offers microVMs only when its test VM booted inside tier 1; oz0-node sandbox vm --probe says why one does not)");
+        }
         let at_tier = nodes.iter().filter(|n| n.0 >= self.tier).count();
         if at_tier == 0 {
             let why = if origin.is_outside() && self.tier == 1 {
@@ -186,16 +263,8 @@ impl Needs {
             };
             return why;
         }
-        if self.microvm {
-            let arch = self
-                .arch
-                .as_deref()
-                .map(|a| format!(" for {a}"))
-                .unwrap_or_default();
-            return format!("this microVM tool needs a node labelled isolation.microvm=ready{arch}, and tenant {tenant} has none live");
-        }
         if self.oci {
-            return format!("this container tool needs a node labelled runtime.oci=ready at tier {} or higher, and tenant {tenant} has none live", self.tier);
+            return format!("this container tool needs a node labelled runtime.oci=ready at tier {} or higher, and tenant {tenant} has none live (no OZ0 node runs OCI containers yet: declare isolation: microvm to run the tool in a microVM, or give a command: to run its server in a node's tier-1 sandbox)", self.tier);
         }
         format!("no live node of tenant {tenant} can take this job")
     }
@@ -214,54 +283,117 @@ pub fn is_tenant(s: &str) -> bool {
 mod tests {
     use super::*;
 
+    const DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+    fn manifest(isolation: Isolation) -> String {
+        match isolation {
+            Isolation::Microvm => format!("tools:\n  - id: t\n    package: oci:example.invalid/t@sha256:{DIGEST}\n    isolation: microvm\n    arch: x86_64\n    command: [/srv/t]\n"),
+            Isolation::Container => format!("tools:\n  - id: t\n    package: oci:example.invalid/t@sha256:{DIGEST}\n"),
+            Isolation::None => "tools:\n  - id: t\n    command: [/usr/bin/t]\n".into(),
+        }
+    }
+
     fn req(origin: Origin, isolation: Isolation) -> JobRequest {
         JobRequest {
             origin,
             kind: JobKind::Tool,
             tier: 0,
-            isolation,
+            isolation: Isolation::None,
             arch: None,
-            payload: serde_json::Value::Null,
+            payload: serde_json::json!({"manifest": manifest(isolation), "tool": "t"}),
+        }
+    }
+
+    fn shell(origin: Origin) -> JobRequest {
+        JobRequest {
+            kind: JobKind::Shell,
+            payload: serde_json::json!({"command": ["true"]}),
+            ..req(origin, Isolation::None)
         }
     }
 
     #[test]
     fn outside_events_need_tier_one() {
         for o in [Origin::Webhook, Origin::Event, Origin::Chat] {
-            assert_eq!(req(o, Isolation::None).needs().unwrap().tier, 1);
+            assert_eq!(shell(o).needs().unwrap().tier, 1);
         }
-        assert_eq!(
-            req(Origin::Internal, Isolation::None).needs().unwrap().tier,
-            0
-        );
+        assert_eq!(shell(Origin::Internal).needs().unwrap().tier, 0);
+    }
+
+    #[test]
+    fn a_tool_job_is_routed_by_its_manifest() {
         let n = req(Origin::Internal, Isolation::Microvm).needs().unwrap();
-        assert!(n.microvm && n.tier == 2);
-        assert!(
-            req(Origin::Internal, Isolation::Container)
-                .needs()
-                .unwrap()
-                .oci
+        assert!(n.microvm && n.tier == 2 && !n.oci, "{n:?}");
+        assert_eq!(n.arch.as_deref(), Some("x86_64"));
+        let n = req(Origin::Internal, Isolation::None).needs().unwrap();
+        assert_eq!(
+            (n.tier, n.microvm, n.oci),
+            (1, false, false),
+            "a command tool runs at tier 1"
         );
+        let n = req(Origin::Internal, Isolation::Container).needs().unwrap();
+        assert!(n.oci && !n.microvm && n.tier == 0, "{n:?}");
+        // What the submitter says must match the manifest.
+        let mut r = req(Origin::Internal, Isolation::None);
+        r.isolation = Isolation::Microvm;
+        let e = r.needs().unwrap_err().to_string();
+        assert!(
+            e.contains("the plugin's manifest says no isolation of its own"),
+            "{e}"
+        );
+        let mut r = req(Origin::Internal, Isolation::Microvm);
+        r.isolation = Isolation::Microvm;
+        r.arch = Some("x86_64".into());
+        assert_eq!(r.needs().unwrap().tier, 2, "a matching request is fine");
+        r.arch = Some("aarch64".into());
+        assert!(matches!(r.needs(), Err(NeedsError::NotTheManifests { .. })));
+        let mut r = req(Origin::Internal, Isolation::None);
+        r.tier = 2;
+        assert!(matches!(r.needs(), Err(NeedsError::Tier2WithoutMicrovm(_))));
+        let mut r = req(Origin::Internal, Isolation::None);
+        r.payload = serde_json::json!({"manifest": "tools:\n  - id: t\n    isolaton: microvm\n", "tool": "t"});
+        let e = r.needs().unwrap_err().to_string();
+        assert!(e.contains("line 3") && e.contains("isolaton"), "{e}");
     }
 
     #[test]
     fn bad_requests_are_refused() {
-        let mut r = req(Origin::Internal, Isolation::None);
+        let mut r = shell(Origin::Internal);
         r.tier = 3;
         assert_eq!(r.needs(), Err(NeedsError::Tier(3)));
-        r.tier = 0;
-        r.arch = Some("x86_64".into());
-        assert_eq!(r.needs(), Err(NeedsError::ArchWithoutMicrovm));
-        r.isolation = Isolation::Microvm;
+        for f in [
+            |r: &mut JobRequest| r.tier = 2,
+            |r: &mut JobRequest| r.arch = Some("x86_64".into()),
+            |r: &mut JobRequest| r.isolation = Isolation::Microvm,
+        ] {
+            let mut r = shell(Origin::Internal);
+            f(&mut r);
+            assert_eq!(r.needs(), Err(NeedsError::NotATool("shell")));
+        }
+        let mut r = req(Origin::Internal, Isolation::Microvm);
         r.arch = Some("<x>".into());
         assert!(matches!(r.needs(), Err(NeedsError::Arch(_))));
     }
 
     #[test]
-    fn refusal_names_tier_one_for_outside_events() {
-        let n = req(Origin::Webhook, Isolation::None).needs().unwrap();
+    fn refusals_name_what_is_missing() {
+        let n = shell(Origin::Webhook).needs().unwrap();
         let why = n.refusal("acme", Origin::Webhook, &[(0, false, false, None)]);
         assert!(why.contains("no node routed at tier 1"), "{why}");
+        let n = req(Origin::Internal, Isolation::Microvm).needs().unwrap();
+        let why = n.refusal("acme", Origin::Internal, &[(1, false, false, None)]);
+        assert!(
+            why.contains("runs only in a microVM")
+                && why.contains("isolation.microvm=ready for x86_64"),
+            "{why}"
+        );
+        let n = req(Origin::Internal, Isolation::Container).needs().unwrap();
+        let why = n.refusal("acme", Origin::Internal, &[(1, false, false, None)]);
+        assert!(
+            why.contains("runtime.oci=ready")
+                && why.contains("no OZ0 node runs OCI containers yet"),
+            "{why}"
+        );
         assert!(is_tenant("acme") && !is_tenant("Acme") && !is_tenant("a/b"));
     }
 }

@@ -62,6 +62,10 @@ pub struct Sanitized {
     pub microvm_reason: Option<MicrovmReason>,
     /// Whether the VMM is pinned.
     pub microvm_pinned: Option<bool>,
+    /// What runs the node's microVMs (a closed set; `qemu-tcg (test)` is
+    /// a test build's fixture).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub microvm_backend: Option<oz0_policy::facts::MicrovmBackend>,
     /// Whether the node can run OCI containers (`runtime.oci=ready`).
     pub oci_ready: bool,
     /// Scheduler labels, derived by the edge.
@@ -313,6 +317,7 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
             microvm_ready,
             microvm_reason: f.microvm.reason,
             microvm_pinned: f.microvm.pinned,
+            microvm_backend: f.microvm.backend.filter(|_| microvm_ready),
             oci_ready,
             labels,
         },

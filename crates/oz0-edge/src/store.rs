@@ -21,7 +21,7 @@ mod schema;
 mod sql;
 mod value;
 
-pub use rows::{JobRow, LeasedJob, NodeRow, Report};
+pub use rows::{JobEnd, JobRow, LeasedJob, NodeRow, Report};
 pub use schema::MIGRATIONS;
 pub use value::{Row, Val};
 

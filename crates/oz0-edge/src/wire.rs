@@ -143,6 +143,15 @@ pub struct CompleteRequest {
     /// Its exit status, when it has one.
     #[serde(default)]
     pub exit_code: Option<i32>,
+    /// A tool job's result: the `tools/call` answer, whole (at most
+    /// [`crate::MAX_RESULT_BYTES`] of JSON; a node refuses a larger one
+    /// rather than cut it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    /// Why the job failed or was refused, in the node's words (at most
+    /// [`crate::MAX_ERROR_BYTES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A job accepted.
@@ -157,11 +166,14 @@ pub struct Accepted {
 }
 
 /// A job's state, for operators.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct JobView {
     /// Id.
     pub job_id: String,
-    /// `queued`, `leased`, `succeeded` or `failed`.
+    /// `shell`, `harness` or `tool`.
+    #[serde(default)]
+    pub kind: String,
+    /// `queued`, `leased`, `succeeded`, `failed` or `cancelled`.
     pub state: String,
     /// Tier.
     pub tier: u8,
@@ -171,6 +183,21 @@ pub struct JobView {
     pub attempts: i64,
     /// Exit status.
     pub exit_code: Option<i64>,
+    /// A tool job's result (the `tools/call` answer), once it succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    /// Why it failed, was refused or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Submitted, Unix ms.
+    #[serde(default)]
+    pub submitted_ms: i64,
+    /// Last handed out, Unix ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leased_ms: Option<i64>,
+    /// Ended, Unix ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done_ms: Option<i64>,
 }
 
 /// Query of the node list.

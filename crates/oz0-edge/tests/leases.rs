@@ -138,3 +138,119 @@ async fn two_edge_replicas_on_one_store_hand_each_job_out_once() {
         assert_eq!(unique, ids);
     }
 }
+
+/// A tool job's result travels back whole with its completion; a result
+/// over the bound is refused (never stored cut); a cancelled job is never
+/// handed out, a leased one loses its lease, an ended one cannot be
+/// cancelled.
+#[tokio::test]
+async fn results_come_back_whole_and_cancelled_jobs_stop() {
+    use oz0_edge::client::Completion;
+    for (kind, url) in store_urls().await {
+        let e = start_on(Store::open(&url).await.unwrap(), 30_000).await;
+        let n = node(&e, "acme", ACME, "node-t", &linux_facts(false, false)).await;
+        let manifest = "tools:\n  - id: fs\n    command: [mcp-server-filesystem, /work]\n";
+        let tool = oz0_edge::routing::JobRequest {
+            origin: Origin::Internal,
+            kind: oz0_edge::routing::JobKind::Tool,
+            tier: 0,
+            isolation: Isolation::None,
+            arch: None,
+            payload: serde_json::json!({"manifest": manifest, "tool": "fs", "name": "list_directory", "arguments": {"path": "/work"}}),
+        };
+        let a = e.op.submit_job("acme", &tool).await.unwrap();
+        assert_eq!(a.tier, 1, "{kind}: a command tool runs at tier 1");
+        let l = n.poll_job(1).await.unwrap().expect("the tool job");
+        assert_eq!(l.job.kind, "tool");
+        assert_eq!(l.job.payload["tool"], "fs");
+        // Over the bound: refused, nothing stored.
+        let big = serde_json::json!({"content": [{"type": "text", "text": "x".repeat(oz0_edge::MAX_RESULT_BYTES)}]});
+        let err = n
+            .finish_job(
+                &l,
+                &Completion {
+                    succeeded: true,
+                    exit_code: Some(0),
+                    result: Some(big),
+                    error: None,
+                },
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.refusal_code(), Some("too_large"), "{kind}: {err}");
+        assert_eq!(e.op.job("acme", &a.job_id).await.unwrap().state, "leased");
+        let result =
+            serde_json::json!({"content": [{"type": "text", "text": "a\nb"}], "isError": false});
+        n.finish_job(
+            &l,
+            &Completion {
+                succeeded: true,
+                exit_code: Some(0),
+                result: Some(result.clone()),
+                error: None,
+            },
+        )
+        .await
+        .unwrap();
+        let v = e.op.job("acme", &a.job_id).await.unwrap();
+        assert_eq!(
+            (v.kind.as_str(), v.state.as_str()),
+            ("tool", "succeeded"),
+            "{kind}"
+        );
+        assert_eq!(v.result, Some(result), "{kind}");
+        assert!(
+            v.leased_ms.is_some()
+                && v.done_ms >= v.leased_ms
+                && v.leased_ms >= Some(v.submitted_ms)
+        );
+        let ended = e.op.cancel_job("acme", &a.job_id).await.unwrap_err();
+        assert_eq!(ended.refusal_code(), Some("job_ended"), "{kind}");
+
+        // A failure's reason is kept as one line.
+        let f = e.op.submit_job("acme", &tool).await.unwrap();
+        let l = n.poll_job(1).await.unwrap().unwrap();
+        n.finish_job(
+            &l,
+            &Completion {
+                succeeded: false,
+                exit_code: Some(125),
+                result: None,
+                error: Some("no\nsuch tool".into()),
+            },
+        )
+        .await
+        .unwrap();
+        let v = e.op.job("acme", &f.job_id).await.unwrap();
+        assert_eq!(
+            (v.state.as_str(), v.error.as_deref()),
+            ("failed", Some("no such tool"))
+        );
+
+        // Cancelled while queued: never handed out.
+        let q = e.op.submit_job("acme", &tool).await.unwrap();
+        let v = e.op.cancel_job("acme", &q.job_id).await.unwrap();
+        assert_eq!(v.state, "cancelled");
+        assert!(n.poll_job(1).await.unwrap().is_none(), "{kind}");
+        // Cancelled while leased: the node's renewal and completion are refused.
+        let r = e.op.submit_job("acme", &tool).await.unwrap();
+        let mut l = n.poll_job(1).await.unwrap().unwrap();
+        e.op.cancel_job("acme", &r.job_id).await.unwrap();
+        assert!(
+            matches!(
+                n.renew_lease(&mut l).await,
+                Err(ClientError::LeaseLost { .. })
+            ),
+            "{kind}"
+        );
+        assert!(matches!(
+            n.complete_job(&l, true, Some(0)).await,
+            Err(ClientError::LeaseLost { .. })
+        ));
+        let v = e.op.job("acme", &r.job_id).await.unwrap();
+        assert_eq!(
+            (v.state.as_str(), v.error.as_deref()),
+            ("cancelled", Some("cancelled by an operator"))
+        );
+    }
+}

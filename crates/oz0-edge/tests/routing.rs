@@ -7,7 +7,8 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::{
-    code, failing_facts, job, linux_facts, node, start_on, store_urls, windows_facts, ACME, SOLO,
+    code, failing_facts, job, linux_facts, node, start_on, store_urls, tool_job, windows_facts,
+    ACME, SOLO,
 };
 use oz0_edge::client::ClientError;
 use oz0_edge::routing::{Isolation, Origin};
@@ -164,11 +165,10 @@ async fn microvm_tools_go_only_to_a_node_labelled_ready() {
         );
         assert_eq!(vv.microvm_line, "ready");
 
-        let mut req = job(Origin::Webhook, Isolation::Microvm);
-        req.arch = Some("x86_64".into());
+        let req = tool_job(Origin::Webhook, true, Some("x86_64"));
         let a = e.op.submit_job("acme", &req).await.unwrap();
         assert_eq!((a.tier, a.eligible_nodes), (2, 1), "{kind}");
-        req.arch = Some("aarch64".into());
+        let req = tool_job(Origin::Webhook, true, Some("aarch64"));
         let err = e.op.submit_job("acme", &req).await.unwrap_err();
         assert!(
             err.to_string()

@@ -21,7 +21,7 @@ use std::path::Path;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::manifest::{Isolation, Manifest, ManifestError, Tool};
+use crate::manifest::{Manifest, ManifestError, Tool};
 
 /// The manifest's file name in a plugin folder.
 pub const MANIFEST_FILE: &str = "oz0-plugin.yaml";
@@ -39,6 +39,9 @@ pub const FILES_META: &str = "oz0/files";
 pub const MAX_TIMEOUT_S: u64 = 24 * 3600;
 /// Default time for a call, seconds (boot, handshake and call).
 pub const DEFAULT_TIMEOUT_S: u64 = 300;
+/// Largest tool job payload, as JSON text (the manifest, the arguments and
+/// the files, base64): what the edge accepts and a node takes.
+pub const MAX_TOOL_JOB_BYTES: usize = 1024 * 1024;
 
 /// One file a call is given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,9 +111,14 @@ pub enum ToolJobError {
     /// A bad timeout.
     #[error("timeout {0} s is out of range: give 1 to {MAX_TIMEOUT_S}")]
     Timeout(u64),
-    /// An image tool without isolation: microvm: no node runs OCI containers.
-    #[error("tool {0:?} is a container tool (an image without isolation: microvm): it needs runtime.oci, which no node offers yet; declare isolation: microvm to run it in a microVM, or give a command: to run it in the node's tier-1 sandbox")]
-    NeedsOci(String),
+    /// Over [`MAX_TOOL_JOB_BYTES`].
+    #[error("the tool job is {0} bytes of JSON, over the limit of {MAX_TOOL_JOB_BYTES}: give the call smaller files")]
+    TooLarge(usize),
+}
+
+/// Why a node that runs no OCI containers refuses a container tool.
+pub fn container_refusal(tool: &str) -> String {
+    format!("tool {tool:?} is a container tool (an image without isolation: microvm): it needs runtime.oci, which no OZ0 node offers yet; declare isolation: microvm to run it in a microVM, or give a command: to run it in the node's tier-1 sandbox")
 }
 
 /// A tool job that holds: its manifest parsed, its tool found.
@@ -147,9 +155,15 @@ impl ToolJob {
         serde_json::from_value(v.clone()).map_err(|e| ToolJobError::Shape(e.to_string()))
     }
 
-    /// Checks every rule: the manifest, the tool, the name, the files, the
-    /// timeout. What needs a runtime no node offers is refused here.
+    /// Checks every rule: the size, the manifest, the tool, the name, the
+    /// files, the timeout. Where the tool runs (its isolation) is the
+    /// caller's to decide: the edge routes by it, a node refuses what it
+    /// does not run.
     pub fn check(&self) -> Result<CheckedToolJob, ToolJobError> {
+        let size = serde_json::to_string(self).map_or(usize::MAX, |s| s.len());
+        if size > MAX_TOOL_JOB_BYTES {
+            return Err(ToolJobError::TooLarge(size));
+        }
         let manifest = Manifest::parse(&self.manifest)?;
         let Some(tool) = manifest.tools.iter().find(|t| t.id == self.tool) else {
             return Err(ToolJobError::NoSuchTool {
@@ -162,9 +176,6 @@ impl ToolJob {
                     .join(", "),
             });
         };
-        if tool.isolation == Isolation::Container {
-            return Err(ToolJobError::NeedsOci(tool.id.clone()));
-        }
         let name = self.name.clone().unwrap_or_else(|| tool.id.clone());
         if !tool_name_ok(&name) {
             return Err(ToolJobError::Name(name.chars().take(64).collect()));
@@ -296,9 +307,90 @@ pub fn read_plugin_dir(dir: &Path) -> Result<(String, Manifest), PluginDirError>
     Ok((text, m))
 }
 
+impl ToolFile {
+    /// Reads a file for a call, as a command line names it: `[NAME=]PATH`
+    /// (NAME: the file's own name unless given), at most
+    /// [`MAX_TOOL_JOB_BYTES`].
+    pub fn read(spec: &str) -> Result<ToolFile, String> {
+        use std::io::Read;
+        let (name, path) = match spec.split_once('=') {
+            Some((n, p)) if !n.contains('/') => (n.to_string(), Path::new(p)),
+            _ => {
+                let p = Path::new(spec);
+                let n = p.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+                    format!("--file {spec}: the file has no name to place it by: give NAME=PATH")
+                })?;
+                (n.to_string(), p)
+            }
+        };
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| {
+                f.take(MAX_TOOL_JOB_BYTES as u64 + 1)
+                    .read_to_end(&mut bytes)
+            })
+            .map_err(|e| format!("--file {}: {e}", path.display()))?;
+        if bytes.len() > MAX_TOOL_JOB_BYTES {
+            return Err(format!(
+                "--file {}: over {MAX_TOOL_JOB_BYTES} bytes, the most a tool job carries",
+                path.display()
+            ));
+        }
+        Ok(ToolFile {
+            name,
+            base64: base64::engine::general_purpose::STANDARD.encode(bytes),
+        })
+    }
+}
+
+/// A tool call as a command line asks for it, from an installed plugin's
+/// folder.
+#[derive(Debug, Clone, Default)]
+pub struct CallArgs {
+    /// The manifest's tool id.
+    pub tool: String,
+    /// The MCP tool to call (default: the tool id).
+    pub name: Option<String>,
+    /// The call's arguments, JSON text of an object.
+    pub arguments: String,
+    /// `[NAME=]PATH` of each file.
+    pub files: Vec<String>,
+    /// Seconds for the whole call.
+    pub timeout: Option<u64>,
+}
+
+impl ToolJob {
+    /// The tool job for `args`, with the manifest of the plugin in `dir`
+    /// (read without following a link), checked.
+    pub fn from_plugin(dir: &Path, args: &CallArgs) -> Result<(ToolJob, CheckedToolJob), String> {
+        let (manifest, _) = read_plugin_dir(dir).map_err(|e| e.to_string())?;
+        let arguments: serde_json::Value = serde_json::from_str(&args.arguments).map_err(|e| {
+            format!("--arguments: not JSON ({e}): give an object, e.g. '{{\"path\": \"/work\"}}'")
+        })?;
+        let serde_json::Value::Object(arguments) = arguments else {
+            return Err("--arguments: give a JSON object, e.g. '{\"path\": \"/work\"}'".into());
+        };
+        let job = ToolJob {
+            manifest,
+            tool: args.tool.clone(),
+            name: args.name.clone(),
+            arguments,
+            files: args
+                .files
+                .iter()
+                .map(|f| ToolFile::read(f))
+                .collect::<Result<_, _>>()?,
+            timeout: args.timeout,
+        };
+        let checked = job.check().map_err(|e| e.to_string())?;
+        Ok((job, checked))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manifest::Isolation;
 
     const VM: &str = "name: demo\ntools:\n  - id: echo\n    package: oci:example.invalid/echo@sha256:0000000000000000000000000000000000000000000000000000000000000000\n    isolation: microvm\n    command: [python3, /srv/server.py]\n  - id: fs\n    command: [npx, -y, '@modelcontextprotocol/server-filesystem', /work]\n  - id: box\n    package: oci:example.invalid/box@sha256:0000000000000000000000000000000000000000000000000000000000000000\n";
 
@@ -327,13 +419,16 @@ mod tests {
             e.contains("has no tool \"nope\" (it has: echo, fs, box)"),
             "{e}"
         );
-        let e = job(serde_json::json!({"tool": "box"}))
-            .unwrap_err()
-            .to_string();
+        let c = job(serde_json::json!({"tool": "box"})).unwrap();
+        assert_eq!(c.tool.isolation, Isolation::Container);
         assert!(
-            e.contains("needs runtime.oci, which no node offers yet"),
-            "{e}"
+            container_refusal("box").contains("needs runtime.oci, which no OZ0 node offers yet")
         );
+        let mut big =
+            serde_json::json!({"tool": "echo", "arguments": {"x": "y".repeat(MAX_TOOL_JOB_BYTES)}});
+        big["manifest"] = VM.into();
+        let e = ToolJob::from_value(&big).unwrap().check().unwrap_err();
+        assert!(matches!(e, ToolJobError::TooLarge(_)), "{e:?}");
         let e = job(serde_json::json!({"tool": "echo", "argv": []}))
             .unwrap_err()
             .to_string();

@@ -123,6 +123,8 @@ pub struct CallResult {
     pub is_error: bool,
     /// Time until the server answered `initialize`, ms.
     pub initialize_ms: u64,
+    /// Time `tools/list` took, ms.
+    pub list_ms: u64,
     /// Time the call took, ms.
     pub call_ms: u64,
 }
@@ -324,6 +326,7 @@ impl<'a, W: Write> Client<'a, W> {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
+        let listing = Instant::now();
         let mut listed = Vec::new();
         let mut cursor: Option<String> = None;
         let mut found = false;
@@ -366,6 +369,7 @@ impl<'a, W: Write> Client<'a, W> {
                 },
             });
         }
+        let list_ms = ms(listing.elapsed());
         let t = Instant::now();
         let result = self.request(Phase::Call, "tools/call", params)?;
         Ok(CallResult {
@@ -383,9 +387,33 @@ impl<'a, W: Write> Client<'a, W> {
                 .unwrap_or(false),
             result,
             initialize_ms,
+            list_ms,
             call_ms: ms(t.elapsed()),
         })
     }
+}
+
+/// A `tools/call` result's text content, as the tool wrote it (each part
+/// on its own lines); a result without text content as JSON.
+pub fn result_text(r: &Value) -> String {
+    let texts: Vec<&str> = r["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["type"] == "text")
+        .filter_map(|c| c["text"].as_str())
+        .collect();
+    if texts.is_empty() {
+        return format!("{r}\n");
+    }
+    let mut s = String::new();
+    for t in texts {
+        s.push_str(t);
+        if !t.ends_with('\n') {
+            s.push('\n');
+        }
+    }
+    s
 }
 
 fn ms(d: Duration) -> u64 {
@@ -449,6 +477,13 @@ mod tests {
     }
 
     #[test]
+    fn result_text_is_the_tools_text() {
+        let r = json!({"content": [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b\n"}]});
+        assert_eq!(result_text(&r), "a\nb\n");
+        assert_eq!(result_text(&json!({"x": 1})), "{\"x\":1}\n");
+    }
+
+    #[test]
     fn a_tool_the_server_does_not_list() {
         let (r, _) = run(&format!("{INIT}\n{LIST}\n"), json!({"name": "nope"}));
         let e = r.unwrap_err().to_string();
@@ -503,6 +538,7 @@ mod tests {
         assert!(e.contains("tools/call with error -32602: bad args"), "{e}");
     }
 
+    #[cfg(unix)]
     #[test]
     fn a_silent_server_times_out_and_a_cancel_ends_the_wait() {
         let (_keep, out) = std::os::unix::net::UnixStream::pair().unwrap();

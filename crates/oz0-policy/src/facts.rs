@@ -200,6 +200,31 @@ pub enum MicrovmReason {
     Unsupported,
 }
 
+impl MicrovmReason {
+    /// Why there are no microVMs, in a few words with the fix where one
+    /// exists (the node's log and refusals and the edge's `MicroVMs` line
+    /// say the same).
+    pub fn words(self) -> &'static str {
+        match self {
+            MicrovmReason::Off => "turned off (OZ0_MICROVM=off)",
+            MicrovmReason::NoTier1 => "no tier 1 to run the VM monitor in",
+            MicrovmReason::NoVmm => "no VMM found",
+            MicrovmReason::Unpinned => {
+                "the VMM is not a pinned release (name its folder in OZ0_MICROVM to use it anyway)"
+            }
+            MicrovmReason::NoHardwareVirtualisation => {
+                "no hardware virtualisation (no /dev/kvm: enable VT-x/AMD-V or nested virtualisation)"
+            }
+            MicrovmReason::NoKvmAccess => {
+                "no access to /dev/kvm (add the node's user to the kvm group)"
+            }
+            MicrovmReason::KvmRefused => "the kernel refused to create a VM",
+            MicrovmReason::TestVmDidNotBoot => "the test VM did not boot",
+            MicrovmReason::Unsupported => "not supported on this platform yet",
+        }
+    }
+}
+
 /// MicroVM state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

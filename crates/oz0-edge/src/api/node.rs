@@ -16,7 +16,7 @@ use super::{node_view, Edge, DROPPED_COUNTER};
 use crate::auth::{self, AuthError};
 use crate::routing::is_tenant;
 use crate::sanitize::{is_node_name, sanitize};
-use crate::store::Report;
+use crate::store::{JobEnd, Report};
 use crate::wire::*;
 use crate::MAX_REPORT_BYTES;
 
@@ -234,16 +234,52 @@ pub(super) async fn complete(
     let (node, now) = edge.node_request(&method, &uri, &h, &body).await?;
     job_id_ok(&job)?;
     let req: CompleteRequest = parse_json(&body, "completion")?;
+    let result = req
+        .result
+        .as_ref()
+        .map(|r| serde_json::to_string(r).unwrap_or_else(|_| "null".into()));
+    if let Some(r) = &result {
+        if r.len() > crate::MAX_RESULT_BYTES {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!(
+                    "a job's result is at most {} bytes of JSON: report the job failed with the reason instead",
+                    crate::MAX_RESULT_BYTES
+                ),
+            ));
+        }
+    }
+    if req
+        .error
+        .as_ref()
+        .is_some_and(|e| e.len() > crate::MAX_ERROR_BYTES)
+    {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "a job's failure reason is at most {} bytes",
+                crate::MAX_ERROR_BYTES
+            ),
+        ));
+    }
+    // The reason is the job's output, in the node's words: kept as data for
+    // the operator who asked, one line (no control characters).
+    let error: Option<String> = req.error.as_deref().map(|e| {
+        e.chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect()
+    });
+    let end = JobEnd {
+        succeeded: req.succeeded,
+        exit_code: req.exit_code.map(i64::from),
+        result: result.as_deref(),
+        error: error.as_deref(),
+    };
     if !edge
         .store
-        .complete(
-            &job,
-            &node.id,
-            &req.lease_id,
-            req.succeeded,
-            req.exit_code.map(i64::from),
-            now,
-        )
+        .complete(&job, &node.id, &req.lease_id, &end, now)
         .await?
     {
         return Err(lease_lost(&job));

@@ -14,12 +14,13 @@ use super::error::{parse_json, ApiResult};
 use super::node::job_id_ok;
 use super::Edge;
 use crate::auth;
-use crate::routing::{is_tenant, JobRequest};
+use crate::routing::{is_tenant, JobKind, JobRequest};
 use crate::sanitize::{is_node_name, Sanitized};
 use crate::store::NodeRow;
 use crate::time::{format_utc, now_ms};
 use crate::wire::*;
 use crate::MAX_PAYLOAD_BYTES;
+use oz0_plugin::job::MAX_TOOL_JOB_BYTES;
 
 /// Builds the operator's view of a stored node.
 pub fn node_view(n: &NodeRow) -> NodeView {
@@ -96,17 +97,24 @@ pub(super) async fn submit_job(
     edge.operator(&h)?;
     known_tenant(&edge, &tenant)?;
     let req: JobRequest = parse_json(&body, "job")?;
-    let needs = req
-        .needs()
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_job", e.to_string()))?;
     let payload = serde_json::to_string(&req.payload).unwrap_or_else(|_| "null".into());
-    if payload.len() > MAX_PAYLOAD_BYTES {
+    let limit = match req.kind {
+        JobKind::Tool => MAX_TOOL_JOB_BYTES,
+        _ => MAX_PAYLOAD_BYTES,
+    };
+    if payload.len() > limit {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
-            format!("a job's payload is at most {MAX_PAYLOAD_BYTES} bytes of JSON"),
+            format!(
+                "a {} job's payload is at most {limit} bytes of JSON",
+                req.kind.as_str()
+            ),
         ));
     }
+    let needs = req
+        .needs()
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_job", e.to_string()))?;
     let now = now_ms();
     let live_since = now - edge.cfg.node_live_ms;
     let eligible = edge
@@ -161,14 +169,51 @@ pub(super) async fn job_status(
         .job(&tenant, &job)
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "no_job", "no such job"))?;
-    Ok(Json(JobView {
+    Ok(Json(job_view(j)))
+}
+
+fn job_view(j: crate::store::JobRow) -> JobView {
+    JobView {
         job_id: j.id,
+        kind: j.kind,
         state: j.state,
         tier: j.tier,
         node_id: j.node_id,
         attempts: j.attempts,
         exit_code: j.exit_code,
-    }))
+        result: j.result.and_then(|r| serde_json::from_str(&r).ok()),
+        error: j.error,
+        submitted_ms: j.enqueued_ms,
+        leased_ms: j.leased_ms,
+        done_ms: j.done_ms,
+    }
+}
+
+pub(super) async fn cancel_job(
+    State(edge): State<Arc<Edge>>,
+    Path((tenant, job)): Path<(String, String)>,
+    h: HeaderMap,
+) -> ApiResult<Json<JobView>> {
+    edge.operator(&h)?;
+    known_tenant(&edge, &tenant)?;
+    job_id_ok(&job)?;
+    let cancelled = edge.store.cancel(&tenant, &job, now_ms()).await?;
+    let j = edge
+        .store
+        .job(&tenant, &job)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "no_job", "no such job"))?;
+    if !cancelled {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "job_ended",
+            format!(
+                "job {} has already ended ({}): there is nothing to cancel",
+                j.id, j.state
+            ),
+        ));
+    }
+    Ok(Json(job_view(j)))
 }
 
 async fn nodes_of(edge: &Edge, q: &NodesQuery) -> ApiResult<Vec<NodeView>> {

@@ -3,21 +3,29 @@
 //! ```text
 //! oz0 node list [--tenant T] [--json]
 //! oz0 node show <node> [--json]
+//! oz0 job tool --tenant T --plugin DIR --tool ID [--name MCP_TOOL] [--arguments JSON]
+//!              [--file [NAME=]PATH]... [--timeout S] [--origin O] [--wait S] [--json]
+//! oz0 job show --tenant T <job> [--json]
+//! oz0 job cancel --tenant T <job> [--json]
 //! ```
 //!
 //! The edge is `--edge URL` or `OZ0_EDGE`; the operator token is read from
 //! `--token-file FILE` or `OZ0_OPERATOR_TOKEN_FILE`, or taken from
 //! `OZ0_OPERATOR_TOKEN` (never from the command line).
 //!
-//! Exit status: 0 done; 1 the edge refused or could not be reached;
-//! 2 bad usage.
+//! Exit status: 0 done (with `--wait`: the job succeeded); 1 the edge
+//! refused or could not be reached, or the job failed, was cancelled or did
+//! not end in time; 2 bad usage.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use oz0_edge::client::OperatorClient;
-use oz0_edge::wire::NodeView;
+use oz0_edge::routing::{Isolation, JobKind, JobRequest, Origin};
+use oz0_edge::wire::{JobView, NodeView};
+use oz0_plugin::job::{CallArgs, ToolJob};
 
 #[derive(Parser, Debug)]
 #[command(name = "oz0", version, about = "Operate an OZ0 edge")]
@@ -38,6 +46,88 @@ enum Cmd {
     Node {
         #[command(subcommand)]
         cmd: NodeCmd,
+    },
+    /// Jobs: submit a plugin's tool call, follow a job, cancel it.
+    Job {
+        #[command(subcommand)]
+        cmd: JobCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum JobCmd {
+    /// Submit one tools/call of an installed plugin's tool.
+    ///
+    /// Reads DIR/oz0-plugin.yaml (never through a symbolic link), checks
+    /// it, and carries it with the job: the edge routes the job by it (a
+    /// microVM tool to a node whose test VM booted inside tier 1, a command
+    /// tool to a tier-1 node) and refuses it, with the reason, when no live
+    /// node can take it. The node starts the tool's MCP server, makes the
+    /// call and completes the job with the result. Files given with --file
+    /// are placed under /work/.oz0-files/ and named in the call's
+    /// _meta["oz0/files"].
+    ///
+    /// Example:
+    ///   oz0 job tool --tenant acme --plugin /opt/plugins/acme --tool acme_fetch \
+    ///       --name fetch --arguments '{"url": "https://example.com"}' --wait 300
+    #[command(verbatim_doc_comment)]
+    Tool {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// The installed plugin's folder (holding oz0-plugin.yaml).
+        #[arg(long, value_name = "DIR")]
+        plugin: PathBuf,
+        /// The manifest's tool id (the server to start).
+        #[arg(long, value_name = "ID")]
+        tool: String,
+        /// The MCP tool to call [default: the tool id].
+        #[arg(long, value_name = "MCP_TOOL")]
+        name: Option<String>,
+        /// The call's arguments, a JSON object.
+        #[arg(long, value_name = "JSON", default_value = "{}")]
+        arguments: String,
+        /// A file for the call, placed at /work/.oz0-files/NAME (NAME: the
+        /// file's own name unless given) (repeatable).
+        #[arg(long, value_name = "[NAME=]PATH")]
+        file: Vec<String>,
+        /// Seconds for the server's start, the handshake and the call [default: 300].
+        #[arg(long, value_name = "S")]
+        timeout: Option<u64>,
+        /// Where the work came from: internal, webhook, event or chat
+        /// (outside events need tier 1).
+        #[arg(long, default_value = "internal")]
+        origin: String,
+        /// Wait up to S seconds for the job to end, then print its result.
+        #[arg(long, value_name = "S")]
+        wait: Option<u64>,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A job's state, its result or why it failed.
+    Show {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// The job's id.
+        job: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a job that has not ended: a queued one is never handed out; a
+    /// leased one is stopped by its node at its next lease renewal (within a
+    /// third of the lease), its server and VM with it.
+    Cancel {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// The job's id.
+        job: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -105,9 +195,125 @@ fn show(n: &NodeView) -> String {
     s
 }
 
+/// A job, in lines.
+fn show_job(j: &JobView) -> String {
+    let mut s = format!(
+        "Job {} ({}, tier {}): {}\n",
+        j.job_id, j.kind, j.tier, j.state
+    );
+    if let Some(n) = &j.node_id {
+        s.push_str(&format!("Node: {n} (attempts: {})\n", j.attempts));
+    }
+    if let Some(c) = j.exit_code {
+        s.push_str(&format!("Exit code: {c}\n"));
+    }
+    if let Some(e) = &j.error {
+        s.push_str(&format!("Error: {e}\n"));
+    }
+    if let Some(r) = &j.result {
+        if r["isError"] == true {
+            s.push_str("The tool reported an error.\n");
+        }
+        s.push_str("Result:\n");
+        s.push_str(&oz0_plugin::mcp::result_text(r));
+    }
+    s
+}
+
+fn origin(s: &str) -> Result<Origin> {
+    Ok(match s {
+        "internal" => Origin::Internal,
+        "webhook" => Origin::Webhook,
+        "event" => Origin::Event,
+        "chat" => Origin::Chat,
+        _ => bail!("--origin {s:?}: give internal, webhook, event or chat"),
+    })
+}
+
+/// Waits until the job ended or `secs` passed.
+async fn wait_job(client: &OperatorClient, tenant: &str, id: &str, secs: u64) -> Result<JobView> {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let j = client.job(tenant, id).await?;
+        if !matches!(j.state.as_str(), "queued" | "leased") || Instant::now() >= until {
+            return Ok(j);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn print_job(j: &JobView, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(j)?);
+    } else {
+        print!("{}", show_job(j));
+    }
+    Ok(())
+}
+
+async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
+    match cmd {
+        JobCmd::Tool {
+            tenant,
+            plugin,
+            tool,
+            name,
+            arguments,
+            file,
+            timeout,
+            origin: o,
+            wait,
+            json,
+        } => {
+            let args = CallArgs {
+                tool: tool.clone(),
+                name: name.clone(),
+                arguments: arguments.clone(),
+                files: file.clone(),
+                timeout: *timeout,
+            };
+            // The edge checks it again; checking here names the fix first.
+            let (job, _) = ToolJob::from_plugin(plugin, &args).map_err(anyhow::Error::msg)?;
+            let req = JobRequest {
+                origin: origin(o)?,
+                kind: JobKind::Tool,
+                tier: 0,
+                isolation: Isolation::None,
+                arch: None,
+                payload: serde_json::to_value(&job)?,
+            };
+            let a = client.submit_job(tenant, &req).await?;
+            match wait {
+                None if *json => println!("{}", serde_json::to_string_pretty(&a)?),
+                None => println!(
+                    "job {} queued at tier {} ({} eligible node(s)): oz0 job show --tenant {tenant} {}",
+                    a.job_id, a.tier, a.eligible_nodes, a.job_id
+                ),
+                Some(secs) => {
+                    let j = wait_job(client, tenant, &a.job_id, *secs).await?;
+                    print_job(&j, *json)?;
+                    match j.state.as_str() {
+                        "succeeded" => {}
+                        "queued" | "leased" => bail!("job {} did not end within {secs} s (it goes on: oz0 job show --tenant {tenant} {})", j.job_id, j.job_id),
+                        s => bail!("job {} {s}", j.job_id),
+                    }
+                }
+            }
+        }
+        JobCmd::Show { tenant, job, json } => {
+            print_job(&client.job(tenant, job).await?, *json)?;
+        }
+        JobCmd::Cancel { tenant, job, json } => {
+            print_job(&client.cancel_job(tenant, job).await?, *json)?;
+        }
+    }
+    Ok(())
+}
+
 async fn run(args: Args) -> Result<()> {
     let client = OperatorClient::new(&args.edge, &token(&args)?)?;
     match &args.cmd {
+        Cmd::Job { cmd } => run_job(&client, cmd).await?,
         Cmd::Node {
             cmd: NodeCmd::List { tenant, json },
         } => {

@@ -2,7 +2,7 @@
 //! and microVM lines, why it is routed lower than it claims, and the fix,
 //! worded from the fix kind and never from the node's text.
 
-use oz0_policy::facts::{FixKind, MicrovmReason, Property};
+use oz0_policy::facts::{FixKind, MicrovmBackend, Property};
 
 use super::Sanitized;
 
@@ -114,6 +114,9 @@ impl Sanitized {
     /// The `MicroVMs` line.
     pub fn microvm_line(&self) -> String {
         if self.microvm_ready {
+            if self.microvm_backend == Some(MicrovmBackend::QemuTcgTest) {
+                return "ready through qemu-tcg (test): a test build's QEMU in software emulation, never a shipped node's microVMs".to_string();
+            }
             return match self.microvm_pinned {
                 Some(false) => {
                     "ready, with a VMM the operator named that is not a pinned release".to_string()
@@ -122,21 +125,7 @@ impl Sanitized {
             };
         }
         let why = match self.microvm_reason {
-            Some(MicrovmReason::Off) => "turned off (OZ0_MICROVM=off)",
-            Some(MicrovmReason::NoTier1) => "no tier 1 to run the VM monitor in",
-            Some(MicrovmReason::NoVmm) => "no VMM found",
-            Some(MicrovmReason::Unpinned) => {
-                "the VMM is not a pinned release (name its folder in OZ0_MICROVM to use it anyway)"
-            }
-            Some(MicrovmReason::NoHardwareVirtualisation) => {
-                "no hardware virtualisation (no /dev/kvm: enable VT-x/AMD-V or nested virtualisation)"
-            }
-            Some(MicrovmReason::NoKvmAccess) => {
-                "no access to /dev/kvm (add the node's user to the kvm group)"
-            }
-            Some(MicrovmReason::KvmRefused) => "the kernel refused to create a VM",
-            Some(MicrovmReason::TestVmDidNotBoot) => "the test VM did not boot",
-            Some(MicrovmReason::Unsupported) => "not supported on this platform yet",
+            Some(r) => r.words(),
             None if self.os == "windows" => "not supported on Windows yet",
             None if self.tier_proven == 0 => "no tier 1 to run the VM monitor in",
             None => "not offered",

@@ -1,8 +1,8 @@
 //! Jobs: queueing, leasing the oldest job of a tier's queue that a node may
-//! take, renewal, completion, and a job's state.
+//! take, renewal, completion, cancellation, and a job's state.
 
 use super::value::{int, opt_int, opt_text, text, tier_col};
-use super::{JobRow, LeasedJob, NodeRow, Store, StoreError};
+use super::{JobEnd, JobRow, LeasedJob, NodeRow, Store, StoreError};
 use crate::routing::Needs;
 
 impl Store {
@@ -48,7 +48,7 @@ impl Store {
         now_ms: i64,
     ) -> Result<Option<LeasedJob>, StoreError> {
         let sql = format!(
-            "UPDATE jobs SET state = 'leased', node_id = $1, lease_id = $2, lease_until_ms = $3, attempts = attempts + 1
+            "UPDATE jobs SET state = 'leased', node_id = $1, lease_id = $2, lease_until_ms = $3, attempts = attempts + 1, leased_ms = $6
              WHERE id = (SELECT id FROM jobs
                          WHERE tenant = $4 AND tier_need = $5
                            AND (state = 'queued' OR (state = 'leased' AND lease_until_ms < $6))
@@ -113,21 +113,36 @@ impl Store {
         job: &str,
         node: &str,
         lease_id: &str,
-        succeeded: bool,
-        exit_code: Option<i64>,
+        end: &JobEnd<'_>,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         Ok(self
             .exec(
-                "UPDATE jobs SET state = $1, exit_code = $2, done_ms = $3, lease_until_ms = NULL WHERE id = $4 AND node_id = $5 AND lease_id = $6 AND state = 'leased' AND lease_until_ms >= $3",
+                "UPDATE jobs SET state = $1, exit_code = $2, done_ms = $3, lease_until_ms = NULL, result = $7, error = $8 WHERE id = $4 AND node_id = $5 AND lease_id = $6 AND state = 'leased' AND lease_until_ms >= $3",
                 vec![
-                    if succeeded { "succeeded" } else { "failed" }.into(),
-                    exit_code.into(),
+                    if end.succeeded { "succeeded" } else { "failed" }.into(),
+                    end.exit_code.into(),
                     now_ms.into(),
                     job.into(),
                     node.into(),
                     lease_id.into(),
+                    end.result.map(str::to_string).into(),
+                    end.error.map(str::to_string).into(),
                 ],
+            )
+            .await?
+            == 1)
+    }
+
+    /// Cancels a job of a tenant that has not ended: a queued job is never
+    /// handed out, and a leased one's lease is gone (its node's next
+    /// renewal is refused, so it stops the job). False when the job had
+    /// already ended (or there is none).
+    pub async fn cancel(&self, tenant: &str, id: &str, now_ms: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .exec(
+                "UPDATE jobs SET state = 'cancelled', done_ms = $3, lease_until_ms = NULL, error = 'cancelled by an operator' WHERE tenant = $1 AND id = $2 AND state IN ('queued', 'leased')",
+                vec![tenant.into(), id.into(), now_ms.into()],
             )
             .await?
             == 1)
@@ -137,7 +152,7 @@ impl Store {
     pub async fn job(&self, tenant: &str, id: &str) -> Result<Option<JobRow>, StoreError> {
         let rows = self
             .query(
-                "SELECT id, tenant, state, tier_need, node_id, lease_until_ms, attempts, exit_code FROM jobs WHERE tenant = $1 AND id = $2",
+                "SELECT id, tenant, state, tier_need, node_id, lease_until_ms, attempts, exit_code, kind, result, error, enqueued_ms, leased_ms, done_ms FROM jobs WHERE tenant = $1 AND id = $2",
                 vec![tenant.into(), id.into()],
             )
             .await?;
@@ -152,6 +167,12 @@ impl Store {
                     lease_until_ms: opt_int(r, 5)?,
                     attempts: int(r, 6)?,
                     exit_code: opt_int(r, 7)?,
+                    kind: text(r, 8)?,
+                    result: opt_text(r, 9)?,
+                    error: opt_text(r, 10)?,
+                    enqueued_ms: int(r, 11)?,
+                    leased_ms: opt_int(r, 12)?,
+                    done_ms: opt_int(r, 13)?,
                 })
             })
             .transpose()

@@ -85,7 +85,9 @@ pub struct JobRow {
     pub id: String,
     /// Tenant.
     pub tenant: String,
-    /// `queued`, `leased`, `succeeded` or `failed`.
+    /// `shell`, `harness` or `tool`.
+    pub kind: String,
+    /// `queued`, `leased`, `succeeded`, `failed` or `cancelled`.
     pub state: String,
     /// Tier needed.
     pub tier: u8,
@@ -97,6 +99,29 @@ pub struct JobRow {
     pub attempts: i64,
     /// Exit code reported.
     pub exit_code: Option<i64>,
+    /// A tool job's result (JSON text).
+    pub result: Option<String>,
+    /// Why it failed or was cancelled.
+    pub error: Option<String>,
+    /// Submitted.
+    pub enqueued_ms: i64,
+    /// Last handed out.
+    pub leased_ms: Option<i64>,
+    /// Ended.
+    pub done_ms: Option<i64>,
+}
+
+/// A job's end, as a node reports it (already checked against the bounds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobEnd<'a> {
+    /// Whether it succeeded.
+    pub succeeded: bool,
+    /// Its exit status.
+    pub exit_code: Option<i64>,
+    /// A tool job's result (JSON text).
+    pub result: Option<&'a str>,
+    /// Why it failed.
+    pub error: Option<&'a str>,
 }
 
 /// A report to save.

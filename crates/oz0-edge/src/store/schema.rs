@@ -4,9 +4,10 @@
 use super::{Backend, Store, StoreError};
 
 /// Schema migrations, in order. Never edit one that shipped: add another.
-pub const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE nodes (
+pub const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE nodes (
         id TEXT PRIMARY KEY,
         tenant TEXT NOT NULL,
         public_key TEXT NOT NULL UNIQUE,
@@ -57,7 +58,16 @@ pub const MIGRATIONS: &[(i64, &str)] = &[(
         name TEXT PRIMARY KEY,
         value BIGINT NOT NULL
     );",
-)];
+    ),
+    // Tool jobs: the result and the failure reason a completion carries,
+    // and when a job was last handed out.
+    (
+        2,
+        "ALTER TABLE jobs ADD COLUMN result TEXT;
+    ALTER TABLE jobs ADD COLUMN error TEXT;
+    ALTER TABLE jobs ADD COLUMN leased_ms BIGINT;",
+    ),
+];
 
 impl Store {
     pub(super) async fn migrate(&self) -> Result<(), StoreError> {

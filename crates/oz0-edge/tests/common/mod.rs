@@ -209,14 +209,41 @@ pub async fn node(
     c
 }
 
+/// A job: a shell command for `Isolation::None`, else a tool job whose
+/// manifest declares that isolation (routed by it).
 pub fn job(origin: Origin, isolation: Isolation) -> JobRequest {
+    match isolation {
+        Isolation::None => JobRequest {
+            origin,
+            kind: JobKind::Shell,
+            tier: 0,
+            isolation,
+            arch: None,
+            payload: serde_json::json!({"command": ["true"]}),
+        },
+        _ => tool_job(origin, isolation == Isolation::Microvm, None),
+    }
+}
+
+/// A tool job: a microVM tool (of `arch`, when given) or a container tool.
+pub fn tool_job(origin: Origin, microvm: bool, arch: Option<&str>) -> JobRequest {
+    let mut tool = format!(
+        "tools:\n  - id: t\n    package: oci:example.invalid/t@sha256:{}\n",
+        "0".repeat(64)
+    );
+    if microvm {
+        tool.push_str("    isolation: microvm\n    command: [/srv/t]\n");
+    }
+    if let Some(a) = arch {
+        tool.push_str(&format!("    arch: {a}\n"));
+    }
     JobRequest {
         origin,
-        kind: JobKind::Shell,
+        kind: JobKind::Tool,
         tier: 0,
-        isolation,
+        isolation: Isolation::None,
         arch: None,
-        payload: serde_json::json!({"argv": ["true"]}),
+        payload: serde_json::json!({"manifest": tool, "tool": "t"}),
     }
 }
 
