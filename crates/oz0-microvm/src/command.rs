@@ -96,7 +96,7 @@ pub fn run(cmd: VmCommand, host: &Host) -> i32 {
         handle_signals: true,
         cancel: None,
     };
-    match vm::run_vm(&req, vm_host, VmIo::std()) {
+    match vm::run_vm(&req, vm_host, VmIo::inherit()) {
         Ok(o) => {
             match &o.ended {
                 VmEnded::BootTimeout => eprintln!(

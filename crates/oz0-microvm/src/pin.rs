@@ -68,8 +68,43 @@ pub const SMOLVM_1_24_0_WHEEL_X86_64: &[PinnedFile] = &[
     },
 ];
 
-/// Every layout this build pins.
-pub const PINNED_LAYOUTS: &[&[PinnedFile]] = &[SMOLVM_1_24_0_WHEEL_X86_64];
+/// smolvm 1.24.0 as shipped in the PyPI wheel
+/// `smolmachines-1.24.0-cp39-abi3-manylinux_2_34_aarch64.whl` (folder `smol/`).
+pub const SMOLVM_1_24_0_WHEEL_AARCH64: &[PinnedFile] = &[
+    PinnedFile {
+        role: Role::Cli,
+        name: "smol-vmm",
+        sha256: "4861bff41798e11dfd894289f3b1d11b04bc8e0a2ec8ecd003c1d43d799dc9fb",
+    },
+    PinnedFile {
+        role: Role::Libkrun,
+        name: "libkrun.so.2",
+        sha256: "f3176c6b0ff1717e9171f52cfbd27da83da0b6c13f180b8b1c315c38aa2698de",
+    },
+    PinnedFile {
+        role: Role::Libkrunfw,
+        name: "libkrunfw.so.5",
+        sha256: "4decf5ff7f29d2e01f96ae808a11bef600c1cce26ea9382307469e36da5719bd",
+    },
+    PinnedFile {
+        role: Role::AgentRootfs,
+        name: "agent-rootfs.tar",
+        sha256: "471fe81c69d25ef5ca97256dffba4e339dc05e3d2a4fca809bc9815caf4d6b9f",
+    },
+];
+
+/// Every layout this build pins, with the architecture (Rust's
+/// `std::env::consts::ARCH`) it runs on. A node takes only its own
+/// architecture's: another's files would not run, and are not its release.
+pub const PINNED_LAYOUTS: &[(&str, &[PinnedFile])] = &[
+    ("x86_64", SMOLVM_1_24_0_WHEEL_X86_64),
+    ("aarch64", SMOLVM_1_24_0_WHEEL_AARCH64),
+];
+
+/// The architectures this build pins smolvm for.
+pub fn pinned_arches() -> Vec<&'static str> {
+    PINNED_LAYOUTS.iter().map(|(a, _)| *a).collect()
+}
 
 /// Names the CLI may have in a folder (release tarball, wheel).
 pub const CLI_NAMES: &[&str] = &["smolvm", "smol-vmm"];
@@ -163,12 +198,19 @@ pub fn sha256_file(path: &Path) -> Result<String, PinError> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Checks the folder `dir` against each pinned layout. `Ok` with the first
-/// layout that matches entirely; `Err(detail)` naming the first mismatch of
-/// the closest layout otherwise.
+/// Checks the folder `dir` against each layout pinned for this build's
+/// architecture.
 fn check_layouts(dir: &Path) -> Result<Result<Vmm, String>, PinError> {
+    check_layouts_for(dir, std::env::consts::ARCH)
+}
+
+/// Checks the folder `dir` against each layout pinned for `arch`. `Ok`
+/// with the first layout that matches entirely; `Err(detail)` naming the
+/// first mismatch otherwise (and, when the folder is another
+/// architecture's release, which).
+pub fn check_layouts_for(dir: &Path, arch: &str) -> Result<Result<Vmm, String>, PinError> {
     let mut best: Option<String> = None;
-    for layout in PINNED_LAYOUTS {
+    for (_, layout) in PINNED_LAYOUTS.iter().filter(|(a, _)| *a == arch) {
         let mut files = Vec::new();
         let mut mismatch = None;
         for p in layout.iter() {
@@ -208,7 +250,18 @@ fn check_layouts(dir: &Path) -> Result<Result<Vmm, String>, PinError> {
             }
         }
     }
-    Ok(Err(best.unwrap_or_else(|| "no pinned layout".into())))
+    let mut detail = best.unwrap_or_else(|| format!("this build pins no smolvm for {arch}"));
+    // Another architecture's release says so, instead of only "a hash differs".
+    for (other, layout) in PINNED_LAYOUTS.iter().filter(|(a, _)| *a != arch) {
+        let matches = layout
+            .iter()
+            .all(|p| sha256_file(&dir.join(p.name)).is_ok_and(|h| h == p.sha256));
+        if matches {
+            detail =
+                format!("it is smolvm {PINNED_RELEASE} for {other}, and this node runs on {arch}");
+        }
+    }
+    Ok(Err(detail))
 }
 
 /// The files a folder holds that smolvm loads, whatever their hashes.
@@ -307,7 +360,8 @@ mod tests {
 
     #[test]
     fn pins_are_well_formed() {
-        for l in PINNED_LAYOUTS {
+        assert_eq!(pinned_arches(), ["x86_64", "aarch64"]);
+        for (_, l) in PINNED_LAYOUTS {
             assert!(l.iter().any(|p| p.role == Role::Cli));
             for p in l.iter() {
                 assert_eq!(p.sha256.len(), 64);

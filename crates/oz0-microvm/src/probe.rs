@@ -125,13 +125,15 @@ pub fn probe(o: &ProbeOptions) -> ProbeReport {
     if o.test_backend {
         return probe_test_backend(o);
     }
-    if o.platform != ("linux", "x86_64") {
+    if o.platform.0 != "linux" || !pin::pinned_arches().contains(&o.platform.1) {
         return no(
             MicrovmReason::Unsupported,
             None,
             format!(
-                "this build pins smolvm for linux/x86_64 only, not {}/{}",
-                o.platform.0, o.platform.1
+                "this build pins smolvm for linux on {} only, not {}/{}",
+                pin::pinned_arches().join(" and "),
+                o.platform.0,
+                o.platform.1
             ),
         );
     }
@@ -251,10 +253,15 @@ fn boot_smolvm(o: &ProbeOptions, host: &Host, vmm: &pin::Vmm, pinned: Option<boo
             env,
             allow: Vec::new(),
             forward: Vec::new(),
-            limits: Limits {
-                timeout_seconds: Some(o.timeout.as_secs().max(1)),
-                ..Limits::default()
-            },
+            // The limits every VM's monitor gets, so the probe proves what
+            // a tool's VM will have.
+            limits: crate::vm::monitor_limits(
+                256,
+                &Limits {
+                    timeout_seconds: Some(o.timeout.as_secs().max(1)),
+                    ..Limits::default()
+                },
+            ),
             // The monitor talks to its guest over unix sockets in its own folder.
             allow_unix_sockets: true,
             data_dir: s(&o.data_dir),
@@ -402,9 +409,9 @@ fn probe_test_backend(o: &ProbeOptions) -> ProbeReport {
             cancel: None,
         },
         crate::vm::VmIo {
-            input: Box::new(std::io::empty()),
-            output: Box::new(std::io::sink()),
-            errors: Box::new(std::io::sink()),
+            stdin: oz0_core::Stdio::Null,
+            stdout: oz0_core::Stdio::Null,
+            stderr: oz0_core::Stdio::Null,
         },
     );
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

@@ -22,7 +22,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use oz0_core::exit::Exit;
-use oz0_core::{Cancel, Ended, RunIo};
+use oz0_core::{Cancel, Ended, RunIo, Stdio};
 use oz0_linux::seccomp::Profile;
 use oz0_linux::{Host, RunOptions, RunOutcome};
 use oz0_policy::{AbsPath, EnvVar, Limits, RunRequest, RunSpec};
@@ -42,6 +42,29 @@ pub const EOF_GRACE: Duration = Duration::from_secs(5);
 pub const DEFAULT_MEMORY_MIB: u32 = 512;
 /// The device a KVM monitor is given (its only one).
 pub const KVM_DEVICE: &str = "/dev/kvm";
+/// Memory the monitor's tier-1 job may use beyond the guest's, MiB: the
+/// VMM itself (QEMU's translation cache under emulation, libkrun's
+/// devices), smolvm's CLI processes, and the monitor's `/tmp`.
+pub const MONITOR_OVERHEAD_MIB: u64 = 384;
+/// Tasks the monitor's tier-1 job may have at once: the VMM's threads (one
+/// per vCPU and its I/O workers), smolvm's CLI and the stage's own.
+pub const MONITOR_PROCESSES: u32 = 256;
+
+/// The tier-1 limits of a VM's monitor: the caller's, with the memory of
+/// the guest plus [`MONITOR_OVERHEAD_MIB`] and [`MONITOR_PROCESSES`] tasks
+/// where the caller sets none. Every VM gets them: a guest that breaks out
+/// into its monitor is held to them like any tier-1 run.
+pub fn monitor_limits(memory_mib: u32, caller: &Limits) -> Limits {
+    Limits {
+        memory_mib: Some(
+            caller
+                .memory_mib
+                .unwrap_or(u64::from(memory_mib) + MONITOR_OVERHEAD_MIB),
+        ),
+        processes: Some(caller.processes.unwrap_or(MONITOR_PROCESSES)),
+        ..caller.clone()
+    }
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -67,7 +90,8 @@ pub struct VmRequest {
     pub data_dir: PathBuf,
     /// Time from start until the guest agent must answer.
     pub boot_timeout: Duration,
-    /// Tier-1 limits on the monitor (e.g. `--memory`, `--timeout`).
+    /// Tier-1 limits on the monitor beyond the memory and task limits
+    /// every monitor gets ([`monitor_limits`]): e.g. a wall time.
     pub monitor_limits: Limits,
 }
 
@@ -90,24 +114,28 @@ pub struct VmHost<'a> {
     pub cancel: Option<OwnedFd>,
 }
 
-/// The caller's side of the server's stdio.
-pub struct VmIo {
-    /// The server's stdin.
-    pub input: Box<dyn Read + Send>,
-    /// The server's stdout.
-    pub output: Box<dyn Write + Send>,
-    /// The server's stderr.
-    pub errors: Box<dyn Write + Send>,
+/// The server's stdin, stdout and stderr: this process's own, the null
+/// device, or descriptors of the caller's (a tool job's pipes). smolvm's
+/// server gets them as the monitor's own stdio; the QEMU test guest's
+/// travel over its mux.
+pub type VmIo = RunIo;
+
+/// A stream of the caller's, as the QEMU session reads it.
+fn reader(s: Stdio) -> Box<dyn Read + Send> {
+    match s {
+        Stdio::Inherit => Box::new(std::io::stdin()),
+        Stdio::Null => Box::new(std::io::empty()),
+        Stdio::File(f) => Box::new(f),
+    }
 }
 
-impl VmIo {
-    /// This process's stdin, stdout and stderr.
-    pub fn std() -> VmIo {
-        VmIo {
-            input: Box::new(std::io::stdin()),
-            output: Box::new(std::io::stdout()),
-            errors: Box::new(std::io::stderr()),
-        }
+/// A stream of the caller's, as the QEMU session writes it.
+fn writer(s: Stdio, err: bool) -> Box<dyn Write + Send> {
+    match s {
+        Stdio::Inherit if err => Box::new(std::io::stderr()),
+        Stdio::Inherit => Box::new(std::io::stdout()),
+        Stdio::Null => Box::new(std::io::sink()),
+        Stdio::File(f) => Box::new(f),
     }
 }
 
@@ -381,7 +409,7 @@ pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutco
         env: env_vars(&env)?,
         allow: Vec::new(),
         forward: Vec::new(),
-        limits: req.monitor_limits.clone(),
+        limits: monitor_limits(req.memory_mib, &req.monitor_limits),
         // The monitor talks to its guest over unix sockets in its own folder.
         allow_unix_sockets: true,
         data_dir: utf8(&req.data_dir)?,
@@ -465,25 +493,41 @@ pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutco
             vm_secrets,
             ..Default::default()
         },
-        io: match host.backend {
-            // The server's stdio travels over the mux; QEMU gets none.
-            Backend::QemuTcg(_) => RunIo::quiet(),
-            Backend::Smolvm(_) => RunIo::inherit(),
-        },
         ..Default::default()
+    };
+    // smolvm's server has the monitor's stdio; QEMU's travels over the mux
+    // and QEMU itself gets no input and writes its own messages where the
+    // server's errors go.
+    let (mut opts, streams) = match host.backend {
+        Backend::Smolvm(_) => (RunOptions { io, ..opts }, None),
+        Backend::QemuTcg(_) => {
+            let qemu_err = match &io.stderr {
+                Stdio::File(f) => f.try_clone().map_or(Stdio::Null, Stdio::File),
+                Stdio::Inherit => Stdio::Inherit,
+                Stdio::Null => Stdio::Null,
+            };
+            let monitor_io = RunIo {
+                stdin: Stdio::Null,
+                stdout: Stdio::Null,
+                stderr: qemu_err,
+            };
+            (
+                RunOptions {
+                    io: monitor_io,
+                    ..opts
+                },
+                Some(io),
+            )
+        }
     };
     let done = Arc::new(AtomicBool::new(false));
     let stream_slot: Arc<Mutex<Option<UnixStream>>> = Arc::new(Mutex::new(None));
-    let VmIo {
-        input,
-        mut output,
-        mut errors,
-    } = io;
 
     let (monitor, session) = thread::scope(|s| {
         let launcher = {
             let (done, slot) = (done.clone(), stream_slot.clone());
             let spec = &spec;
+            let opts = std::mem::take(&mut opts);
             s.spawn(move || {
                 let r = host.host.run(spec, opts);
                 done.store(true, Ordering::SeqCst);
@@ -493,9 +537,13 @@ pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutco
                 r
             })
         };
-        let session = match &listener {
-            None => Session::default(),
-            Some(l) => {
+        let session = match (&listener, streams) {
+            (Some(l), Some(io)) => {
+                let (input, mut output, mut errors) = (
+                    reader(io.stdin),
+                    writer(io.stdout, false),
+                    writer(io.stderr, true),
+                );
                 let cfg = GuestConfig {
                     argv: req.command.clone(),
                     env: req.env.clone(),
@@ -514,6 +562,7 @@ pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutco
                 };
                 drive(&ctx, &cfg, input, &mut *output, &mut *errors)
             }
+            _ => Session::default(),
         };
         // Whatever ended the session ends the VM. A smolvm VM has no
         // session here (its server's stdio is the monitor's own): it ends

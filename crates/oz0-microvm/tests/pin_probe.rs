@@ -1,8 +1,10 @@
 //! The pin check against the real smolvm 1.24.0 files (from the PyPI wheel
 //! `smolmachines==1.24.0`, unpacked; folder in `OZ0_SMOLVM_DIR`, default
-//! `/tmp/smolwheel/x/smol`), and each probe reason.
+//! `/tmp/smolwheel/x/smol`; the aarch64 wheel's in `OZ0_SMOLVM_ARM64_DIR`),
+//! and each probe reason.
 //!
-//! Get the files: `pip download --no-deps smolmachines==1.24.0 -d D && unzip -q D/*.whl -d D/x`.
+//! Get the files: `pip download --no-deps smolmachines==1.24.0 -d D && unzip -q D/*.whl -d D/x`
+//! (for aarch64 add `--only-binary=:all: --platform manylinux_2_34_aarch64`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,9 +14,13 @@ use oz0_microvm::probe::{probe, ProbeOptions};
 use oz0_policy::facts::MicrovmReason;
 
 fn smolvm_dir() -> Option<PathBuf> {
-    let d = std::env::var_os("OZ0_SMOLVM_DIR")
+    wheel_dir("OZ0_SMOLVM_DIR", "/tmp/smolwheel/x/smol")
+}
+
+fn wheel_dir(var: &str, default: &str) -> Option<PathBuf> {
+    let d = std::env::var_os(var)
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp/smolwheel/x/smol"));
+        .unwrap_or_else(|| PathBuf::from(default));
     if d.join("smol-vmm").is_file() {
         return Some(d);
     }
@@ -115,6 +121,36 @@ fn real_release_is_pinned_and_a_modified_byte_is_refused() {
     assert!(matches!(pin::recheck(&v), Err(PinError::Unpinned { .. })));
     for d in [m, g] {
         std::fs::remove_dir_all(d).unwrap();
+    }
+}
+
+/// The arm64 pins are the aarch64 wheel's files, byte for byte; on a node
+/// of another architecture that release is refused, and says why.
+#[test]
+fn the_arm64_release_is_pinned_for_aarch64_only() {
+    let Some(dir) = wheel_dir("OZ0_SMOLVM_ARM64_DIR", "/tmp/smolwheel-arm64/x/smol") else {
+        return;
+    };
+    let v = pin::check_layouts_for(&dir, "aarch64").unwrap().unwrap();
+    assert!(v.pinned && v.files.len() == 4, "{v:?}");
+    let e = pin::check_layouts_for(&dir, "x86_64").unwrap().unwrap_err();
+    assert!(
+        e.contains("it is smolvm 1.24.0 for aarch64, and this node runs on x86_64"),
+        "{e}"
+    );
+    if std::env::consts::ARCH == "x86_64" {
+        let e = pin::select(&Selection::Search, dir.to_str()).unwrap_err();
+        assert!(e.to_string().contains("for aarch64"), "{e}");
+    }
+    // And the other way round.
+    if let Some(x86) = smolvm_dir() {
+        let e = pin::check_layouts_for(&x86, "aarch64")
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            e.contains("for x86_64, and this node runs on aarch64"),
+            "{e}"
+        );
     }
 }
 
