@@ -37,6 +37,9 @@ enum Top {
     /// self-test passed (tier 0 with the failed property otherwise). SIGTERM
     /// or SIGINT stop it cleanly.
     Run(crate::node::NodeArgs),
+    /// A plugin's tools on this node: which it offers, and one call.
+    #[command(subcommand)]
+    Plugin(crate::plugin::PluginCmd),
     /// Print this node's facts (from <data-dir>/facts.json, written by `run`).
     ///
     /// --format nfd prints a Kubernetes Node Feature Discovery local feature
@@ -259,6 +262,7 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
         Top::Sandbox(SandboxCmd::Vm(a)) => crate::vm::main(a),
         Top::Run(a) => crate::node::run(a),
         Top::Facts(a) => crate::node::facts(a),
+        Top::Plugin(c) => crate::plugin::main(c),
         Top::Setup(SetupCmd::Cgroups { user, mode, json }) => setup_cgroups(&user, &mode, json),
     }
 }

@@ -21,6 +21,13 @@
 //! ```
 //!
 //! Only `command` is required; anything else is refused.
+//!
+//! A job of kind `tool` carries a plugin's tool call instead
+//! (`oz0_plugin::job::ToolJob`): the node starts the tool's MCP server — in
+//! a microVM for `isolation: microvm` (only when this node proved
+//! microVMs, which is also when it polls the tier-2 queue), or in its
+//! tier-1 sandbox for a command tool — makes the call and completes the job
+//! with the result (`crate::tool`). Only a tool job runs at tier 2.
 
 use std::fs::{self, File};
 use std::os::fd::OwnedFd;
@@ -42,10 +49,11 @@ mod job;
 
 use job::{run_job, safe_id, spec_for, write_status, JobEnd, Payload};
 use oz0_core::exit::Exit;
+use oz0_plugin::job::ToolJob;
 
-/// The highest tier this node runs jobs at: tier 2 (microVM tools) is
-/// taken by `sandbox vm`, not by this loop.
-const MAX_TAKEN_TIER: u8 = 1;
+/// The highest tier this node runs jobs at: tier 2 is microVM tools, taken
+/// only when the node proved microVMs.
+const MAX_TAKEN_TIER: u8 = 2;
 /// The longest wait between retries when the edge cannot be reached.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -175,6 +183,9 @@ fn private_dir(dir: &Path, what: &str) -> Result<(), String> {
     }
 }
 
+/// A job's work, run on a blocking thread with its cancel descriptor.
+type Task = Box<dyn FnOnce(OwnedFd) -> Result<JobEnd, String> + Send>;
+
 /// What the loop does next.
 enum Next {
     Continue,
@@ -186,6 +197,8 @@ struct Daemon {
     /// The wall every job runs behind: the node's host context (tier 1,
     /// one egress proxy for all jobs), or none (`--sandbox none`).
     sandbox: Arc<dyn Sandbox>,
+    /// The same host context, for tool servers (none at tier 0).
+    host: Option<Arc<oz0_linux::Host>>,
     client: NodeClient,
     facts: NodeFacts,
     view: Option<NodeView>,
@@ -288,10 +301,16 @@ impl Daemon {
     }
 
     /// The tier this node takes work at: the lower of the edge's routing and
-    /// its own facts, never above [`MAX_TAKEN_TIER`].
+    /// its own facts (tier 2 when it proved microVMs inside tier 1), never
+    /// above [`MAX_TAKEN_TIER`].
     fn tier(&self) -> u8 {
         let edge = self.view.as_ref().map_or(0, |v| v.tier_routed);
-        edge.min(self.facts.tier_routed).min(MAX_TAKEN_TIER)
+        let own = if self.facts.tier_routed >= 1 && self.facts.microvm.ready {
+            2
+        } else {
+            self.facts.tier_routed
+        };
+        edge.min(own).min(MAX_TAKEN_TIER)
     }
 
     /// Polls the queues from the node's tier down; a job, none, or an error
@@ -378,27 +397,17 @@ impl Daemon {
             }
         };
         let work = self.s.work_root.join(format!("job-{id}-{}", job.attempt));
-        let spec = private_dir(&self.s.work_root, "--work-root")
-            .and_then(|_| {
-                let _ = fs::remove_dir_all(&work);
-                private_dir(&work, "the job's work directory")
-            })
-            .and_then(|_| {
-                serde_json::from_value::<Payload>(job.payload.clone())
-                    .map_err(|e| format!("the job's payload is not one this node runs: {e} (give {{\"command\": [..], \"env\": {{..}}, \"allow\": [..], \"timeout\": S}})"))
-            })
-            .and_then(|p| {
-                if p.command.is_empty() {
-                    return Err("the job's command is empty".into());
-                }
-                spec_for(p, &work, &self.s.data_dir)
-            });
-        let end = match spec {
+        let fresh = private_dir(&self.s.work_root, "--work-root").and_then(|_| {
+            let _ = fs::remove_dir_all(&work);
+            private_dir(&work, "the job's work directory")
+        });
+        let task = fresh.and_then(|_| self.task(&job, &work, out, err));
+        let end = match task {
             Err(e) => {
                 log(&format!("job {id} refused: {e}"));
                 Some(JobEnd::refused(e))
             }
-            Ok(spec) => match self.run_under_lease(&mut lease, spec, out, err).await {
+            Ok(task) => match self.run_under_lease(&mut lease, task).await {
                 Ok(end) => Some(end),
                 Err(next) => {
                     let _ = fs::remove_dir_all(&work);
@@ -418,15 +427,65 @@ impl Daemon {
         self.complete(&lease, &end).await
     }
 
-    /// Runs the job while the lease holds. Err: the job was stopped (lease
-    /// lost or the node told to stop) and must not be reported.
-    async fn run_under_lease(
-        &mut self,
-        lease: &mut Lease,
-        spec: RunSpec,
+    /// What a job runs, checked: a shell command's spec, or a tool call.
+    fn task(
+        &self,
+        job: &oz0_edge::wire::LeasedJobView,
+        work: &Path,
         out: File,
         err: File,
-    ) -> Result<JobEnd, Next> {
+    ) -> Result<Task, String> {
+        if job.kind == "tool" {
+            drop(out);
+            let checked = ToolJob::from_value(&job.payload)
+                .and_then(|t| t.check())
+                .map_err(|e| e.to_string())?;
+            let host = self
+                .host
+                .clone()
+                .ok_or("a tool's server runs only behind a wall, and this node runs with --sandbox none (tier 0)")?;
+            let microvms = if self.facts.microvm.ready && self.tier() >= 2 {
+                Ok(())
+            } else {
+                Err(match self.facts.microvm.reason {
+                    Some(r) => r.words().to_string(),
+                    None => "it proved none at its start".to_string(),
+                })
+            };
+            let (work, data_dir) = (work.to_path_buf(), self.s.data_dir.clone());
+            return Ok(Box::new(move |cancel| {
+                let ctx = crate::tool::Ctx {
+                    host: &host,
+                    work: &work,
+                    data_dir: &data_dir,
+                    microvms,
+                    errors: err,
+                    cancel,
+                };
+                crate::tool::run(ctx, &checked).map(JobEnd::from_tool)
+            }));
+        }
+        if job.tier >= 2 {
+            return Err(format!(
+                "a {} job at tier 2: only a tool job runs there (a microVM per tool server); not run",
+                job.kind
+            ));
+        }
+        let p = serde_json::from_value::<Payload>(job.payload.clone())
+            .map_err(|e| format!("the job's payload is not one this node runs: {e} (give {{\"command\": [..], \"env\": {{..}}, \"allow\": [..], \"timeout\": S}})"))?;
+        if p.command.is_empty() {
+            return Err("the job's command is empty".into());
+        }
+        let spec: RunSpec = spec_for(p, work, &self.s.data_dir)?;
+        let sandbox = self.sandbox.clone();
+        Ok(Box::new(move |cancel| {
+            run_job(&*sandbox, &spec, out, err, cancel)
+        }))
+    }
+
+    /// Runs the job while the lease holds. Err: the job was stopped (lease
+    /// lost or the node told to stop) and must not be reported.
+    async fn run_under_lease(&mut self, lease: &mut Lease, task: Task) -> Result<JobEnd, Next> {
         let id = lease.job.job_id.clone();
         let (cancel_r, cancel_w) = match UnixStream::pair() {
             Ok(p) => p,
@@ -437,10 +496,7 @@ impl Daemon {
                 return Err(Next::Continue);
             }
         };
-        let sandbox = self.sandbox.clone();
-        let mut handle = tokio::task::spawn_blocking(move || {
-            run_job(&*sandbox, &spec, out, err, OwnedFd::from(cancel_r))
-        });
+        let mut handle = tokio::task::spawn_blocking(move || task(OwnedFd::from(cancel_r)));
         let stop = &self.stop;
         let work = async {
             tokio::select! {
@@ -484,8 +540,15 @@ impl Daemon {
         loop {
             let r = or_stop(
                 &self.stop,
-                self.client
-                    .complete_job(lease, end.succeeded(), Some(end.exit_code)),
+                self.client.finish_job(
+                    lease,
+                    &oz0_edge::client::Completion {
+                        succeeded: end.succeeded(),
+                        exit_code: Some(end.exit_code),
+                        result: end.result.clone(),
+                        error: end.reason.clone(),
+                    },
+                ),
             )
             .await;
             match r {
@@ -527,11 +590,14 @@ pub fn serve(
     stop: UnixStream,
     once: bool,
 ) -> i32 {
-    let sandbox: Arc<dyn Sandbox> = if s.sandbox_none {
-        Arc::new(oz0_linux::plain::Plain)
+    let (sandbox, host): (Arc<dyn Sandbox>, _) = if s.sandbox_none {
+        (Arc::new(oz0_linux::plain::Plain), None)
     } else {
         match crate::run::open_host(&s.host, None) {
-            Ok(h) => Arc::new(h),
+            Ok(h) => {
+                let h = Arc::new(h);
+                (h.clone(), Some(h))
+            }
             Err(e) => {
                 log(&format!("cannot make the node's host context: {e}"));
                 return Exit::CheckFailed.code();
@@ -574,6 +640,7 @@ pub fn serve(
         let mut d = Daemon {
             s,
             sandbox: sandbox.clone(),
+            host,
             client,
             facts,
             view: None,

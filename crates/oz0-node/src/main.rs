@@ -34,8 +34,10 @@ mod check;
 mod cli;
 mod edge;
 mod node;
+mod plugin;
 mod probe;
 mod run;
+mod tool;
 mod vm;
 
 /// The process entry (see the module documentation). `unsafe_code` is

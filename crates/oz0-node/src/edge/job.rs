@@ -86,6 +86,10 @@ pub(super) struct JobEnd {
     pub(super) exit_code: i32,
     pub(super) duration_ms: u64,
     pub(super) reason: Option<String>,
+    /// A tool call's result (`tools/call`'s answer).
+    pub(super) result: Option<serde_json::Value>,
+    /// A tool call's phases (ms).
+    pub(super) phases: Option<serde_json::Value>,
 }
 
 impl JobEnd {
@@ -95,6 +99,8 @@ impl JobEnd {
             exit_code: Exit::Sandbox.code(),
             duration_ms: 0,
             reason: Some(reason),
+            result: None,
+            phases: None,
         }
     }
 
@@ -120,11 +126,24 @@ impl JobEnd {
             exit_code,
             duration_ms: 0,
             reason,
+            result: None,
+            phases: None,
         }
     }
 
     pub(super) fn succeeded(&self) -> bool {
         self.outcome == "exited" && self.exit_code == 0
+    }
+
+    pub(super) fn from_tool(t: crate::tool::ToolEnd) -> JobEnd {
+        JobEnd {
+            outcome: t.outcome,
+            exit_code: t.exit_code,
+            duration_ms: t.duration_ms,
+            reason: t.reason,
+            result: t.result,
+            phases: Some(t.phases),
+        }
     }
 }
 
@@ -155,7 +174,21 @@ pub(super) fn write_status(record: &Path, job: &oz0_edge::wire::LeasedJobView, e
         "succeeded": end.succeeded(),
         "duration_ms": end.duration_ms,
         "reason": end.reason,
+        "phases": end.phases,
     });
+    if let Some(r) = &end.result {
+        let path = record.join("result.json");
+        let w = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut f| f.write_all(format!("{r:#}\n").as_bytes()));
+        if let Err(e) = w {
+            log(&format!("cannot write {}: {e}", path.display()));
+        }
+    }
     let path = record.join("status.json");
     let tmp = record.join(".status.json.tmp");
     let r = fs::OpenOptions::new()

@@ -5,6 +5,7 @@
 //! `OZ0_MUST_WORK=1` (CI), where it fails instead.
 #![allow(dead_code)]
 
+pub mod fleet;
 pub mod net;
 
 /// Returns from the test (with the reason printed) when the sandbox cannot

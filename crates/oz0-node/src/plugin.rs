@@ -1,0 +1,373 @@
+//! `oz0-node plugin check` and `oz0-node plugin call`: an installed
+//! plugin's tools on this node.
+//!
+//! `check` reads the plugin's `oz0-plugin.yaml` (never through a symbolic
+//! link), asks what the node asks at its start (tier 1 by the self-test,
+//! then one test VM booted inside it) and says, for each tool, whether this
+//! node offers it or leaves it out, and why. `call` makes one `tools/call`
+//! of one tool here, as an edge job of kind `tool` would (`crate::tool`),
+//! with the caller's environment for the tool's settings and secrets.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use oz0_core::exit::Exit;
+use oz0_core::Wall;
+use oz0_plugin::job::{container_refusal, read_plugin_dir, CallArgs, ToolJob};
+use oz0_plugin::manifest::{Isolation, Tool};
+use serde_json::json;
+
+use crate::cli::HostArgs;
+
+/// `oz0-node plugin …`.
+#[derive(Debug, Subcommand)]
+pub enum PluginCmd {
+    /// Which of a plugin's tools this node offers, and why it leaves any out.
+    ///
+    /// Reads DIR/oz0-plugin.yaml (a refused manifest is named with its line
+    /// and the fix), runs the self-test and the microVM probe as `oz0-node
+    /// run` does at its start, and prints one line per tool: a microVM tool
+    /// needs a test VM that booted inside tier 1 (and the image's
+    /// architecture), a command tool needs tier 1, a container tool needs
+    /// runtime.oci, which no OZ0 node offers yet. Changes nothing.
+    ///
+    /// Exit status: 0 when this node offers every tool; 1 when it leaves one
+    /// out or the manifest is refused.
+    Check(CheckArgs),
+    /// Make one tools/call of one of a plugin's tools on this node.
+    ///
+    /// Starts the tool's MCP server behind the wall its manifest asks for —
+    /// a microVM of its own for isolation: microvm (never anything weaker),
+    /// the tier-1 sandbox for a command tool — makes initialize, tools/list
+    /// and the call, prints the result, and ends the server and its VM.
+    /// Files given with --file are placed under /work/.oz0-files/ and named
+    /// in the call's _meta["oz0/files"]. The tool's settings and secrets are
+    /// read by name from this environment. SIGINT, SIGTERM or SIGHUP cancel
+    /// the call and stop the server and its VM.
+    ///
+    /// Exit status: 0 the tool answered; 1 it answered with isError; 125 no
+    /// result (refused, the server failed or the call timed out: the reason
+    /// on stderr); 128+N stopped by signal N.
+    ///
+    /// Example:
+    ///   oz0-node plugin call /opt/plugins/fs fs --name list_directory \
+    ///       --arguments '{"path": "/work"}' --work "$PWD"
+    #[command(verbatim_doc_comment)]
+    Call(CallCliArgs),
+}
+
+/// `plugin check` flags.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The installed plugin's folder (holding oz0-plugin.yaml).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// One JSON document instead of lines.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub host: HostArgs,
+}
+
+/// `plugin call` flags.
+#[derive(Debug, Args)]
+pub struct CallCliArgs {
+    /// The installed plugin's folder (holding oz0-plugin.yaml).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The manifest's tool id (the server to start).
+    #[arg(value_name = "TOOL")]
+    pub tool: String,
+    /// The MCP tool to call [default: the tool id].
+    #[arg(long, value_name = "MCP_TOOL")]
+    pub name: Option<String>,
+    /// The call's arguments, a JSON object.
+    #[arg(long, value_name = "JSON", default_value = "{}")]
+    pub arguments: String,
+    /// A file for the call, placed at /work/.oz0-files/NAME (NAME: the
+    /// file's own name unless given) (repeatable).
+    #[arg(long, value_name = "[NAME=]PATH")]
+    pub file: Vec<String>,
+    /// The folder the server works in (the VM's /work) [default: a new
+    /// private folder, removed after the call].
+    #[arg(long, value_name = "DIR")]
+    pub work: Option<PathBuf>,
+    /// Seconds for the server's start, the handshake and the call [default: 300].
+    #[arg(long, value_name = "S")]
+    pub timeout: Option<u64>,
+    /// Print the whole end (result, phases, reason) as one JSON document.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub host: HostArgs,
+}
+
+/// Runs `plugin …`; returns the exit status.
+pub fn main(cmd: PluginCmd) -> i32 {
+    match cmd {
+        PluginCmd::Check(a) => check(&a),
+        PluginCmd::Call(a) => call(a),
+    }
+}
+
+/// Whether this node offers `t`, and why not.
+fn offer(t: &Tool, tier1: Result<(), String>, microvm: Result<(), String>) -> Result<(), String> {
+    match t.isolation {
+        Isolation::Container => Err(container_refusal(&t.id)),
+        Isolation::Sandbox => tier1.map_err(|why| {
+            format!("tool {:?} is left out: its server runs in the node's tier-1 sandbox, which this node does not have ({why})", t.id)
+        }),
+        Isolation::Microvm => {
+            microvm.map_err(|why| crate::tool::left_out(&t.id, &why))?;
+            match t.arch.as_deref() {
+                Some(a) if a != std::env::consts::ARCH => Err(format!(
+                    "tool {:?} is left out: its image is for {a}, and this node runs on {}",
+                    t.id,
+                    std::env::consts::ARCH
+                )),
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
+fn isolation_name(i: Isolation) -> &'static str {
+    match i {
+        Isolation::Container => "container",
+        Isolation::Microvm => "microvm",
+        Isolation::Sandbox => "command (tier-1 sandbox)",
+    }
+}
+
+fn check(a: &CheckArgs) -> i32 {
+    let (_, manifest) = match read_plugin_dir(&a.dir) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("oz0-node: {e}");
+            return Exit::CheckFailed.code();
+        }
+    };
+    let data_dir = match oz0_linux::host::data_dir(a.host.data.data_dir.as_deref()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("oz0-node: {e}");
+            return Exit::Usage.code();
+        }
+    };
+    let wall = crate::check::wall(&a.host, None);
+    let c = wall.check();
+    let self_test = wall.self_test(&c, &mut |_| {});
+    let tier1 = match self_test
+        .as_ref()
+        .map(|t| (t.tier(), t.lines.iter().find(|l| !l.ok)))
+    {
+        Some((1, _)) => Ok(()),
+        Some((_, Some(l))) => Err(format!("the self-test failed: {}", l.text())),
+        _ => Err(c.headline.clone()),
+    };
+    let probe = oz0_microvm::probe::probe(&oz0_microvm::probe::ProbeOptions::from_env(
+        tier1.is_ok(),
+        a.host.config(),
+        data_dir,
+    ));
+    let microvm = if probe.microvm.ready {
+        Ok(())
+    } else {
+        Err(probe.detail.clone())
+    };
+    let tools: Vec<(&Tool, Result<(), String>)> = manifest
+        .tools
+        .iter()
+        .map(|t| (t, offer(t, tier1.clone(), microvm.clone())))
+        .collect();
+    let all = tools.iter().all(|(_, r)| r.is_ok());
+    if a.json {
+        let doc = json!({
+            "plugin": manifest.name,
+            "version": manifest.version,
+            "tier1": tier1.is_ok(),
+            "microvm": probe.microvm,
+            "microvm_detail": probe.detail,
+            "tools": tools.iter().map(|(t, r)| json!({
+                "id": t.id,
+                "isolation": isolation_name(t.isolation),
+                "package": t.package,
+                "offered": r.is_ok(),
+                "reason": r.as_ref().err(),
+            })).collect::<Vec<_>>(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("serialises")
+        );
+    } else {
+        println!(
+            "Plugin {}: {} tool(s); tier 1: {}; MicroVMs: {}",
+            manifest.name.as_deref().unwrap_or("(unnamed)"),
+            tools.len(),
+            if tier1.is_ok() { "proven" } else { "none" },
+            probe.detail
+        );
+        for (t, r) in &tools {
+            match r {
+                Ok(()) => println!("{}: {}: offered", t.id, isolation_name(t.isolation)),
+                Err(why) => println!("{}: {}: {why}", t.id, isolation_name(t.isolation)),
+            }
+        }
+    }
+    if all {
+        Exit::Ok.code()
+    } else {
+        Exit::CheckFailed.code()
+    }
+}
+
+/// A private folder for one call, removed on drop.
+struct CallDir(PathBuf);
+
+impl CallDir {
+    fn new() -> std::io::Result<CallDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let mut id = [0u8; 8];
+        rustix::rand::getrandom(&mut id, rustix::rand::GetRandomFlags::empty())?;
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let p = std::env::temp_dir().join(format!("oz0-call-{hex}"));
+        std::fs::DirBuilder::new().mode(0o700).create(&p)?;
+        Ok(CallDir(p))
+    }
+}
+
+impl Drop for CallDir {
+    fn drop(&mut self) {
+        // The server wrote here: std's removal follows no link it left.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn call(a: CallCliArgs) -> i32 {
+    let fail = |msg: String| {
+        eprintln!("oz0-node: plugin call refused: {msg}");
+        Exit::Sandbox.code()
+    };
+    let args = CallArgs {
+        tool: a.tool.clone(),
+        name: a.name.clone(),
+        arguments: a.arguments.clone(),
+        files: a.file.clone(),
+        timeout: a.timeout,
+    };
+    let (_, checked) = match ToolJob::from_plugin(&a.dir, &args) {
+        Ok(j) => j,
+        Err(e) => return fail(e),
+    };
+    let host = match crate::run::open_host(&a.host, None) {
+        Ok(h) => h,
+        Err(e) => return fail(e.to_string()),
+    };
+    let (_own, work) = match &a.work {
+        Some(w) => match std::fs::canonicalize(w) {
+            Ok(p) if p.is_dir() => (None, p),
+            Ok(p) => return fail(format!("--work {}: not a folder", p.display())),
+            Err(e) => return fail(format!("--work {}: {e}", w.display())),
+        },
+        None => match CallDir::new() {
+            Ok(d) => {
+                let p = d.0.clone();
+                (Some(d), p)
+            }
+            Err(e) => {
+                return fail(format!(
+                    "a work folder under {}: {e}",
+                    std::env::temp_dir().display()
+                ))
+            }
+        },
+    };
+    let (cancel, signalled) = match signal_cancel() {
+        Ok(c) => c,
+        Err(e) => return fail(format!("cannot watch for signals: {e}")),
+    };
+    let errors = match std::io::stderr().as_fd().try_clone_to_owned() {
+        Ok(fd) => std::fs::File::from(fd),
+        Err(e) => return fail(format!("stderr: {e}")),
+    };
+    let data_dir = host.data_dir().to_path_buf();
+    let end = crate::tool::run(
+        crate::tool::Ctx {
+            host: &host,
+            work: &work,
+            data_dir: &data_dir,
+            // Asked for by name: whatever VMM this environment selects
+            // (OZ0_MICROVM, pinned or named) runs it, or it is left out.
+            microvms: Ok(()),
+            errors,
+            cancel,
+        },
+        &checked,
+    );
+    let end = match end {
+        Ok(e) => e,
+        Err(e) => return fail(e),
+    };
+    if a.json {
+        let doc = json!({
+            "outcome": end.outcome,
+            "exit_code": end.exit_code,
+            "reason": end.reason,
+            "result": end.result,
+            "phases": end.phases,
+            "duration_ms": end.duration_ms,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("serialises")
+        );
+    } else if let Some(r) = &end.result {
+        print!("{}", oz0_plugin::mcp::result_text(r));
+    }
+    if let Some(sig) = signalled.get() {
+        eprintln!("oz0-node: the call was cancelled by signal {sig}; its server was stopped");
+        return 128 + sig;
+    }
+    match (&end.result, &end.reason) {
+        (None, Some(why)) if !a.json => eprintln!("oz0-node: the call failed: {why}"),
+        (Some(_), Some(why)) if !a.json => eprintln!("oz0-node: {why}"),
+        _ => {}
+    }
+    if end.succeeded() {
+        Exit::Ok.code()
+    } else {
+        end.exit_code
+    }
+}
+
+/// The signal that cancelled the call, once one did.
+struct Signalled(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Signalled {
+    fn get(&self) -> Option<i32> {
+        match self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => None,
+            n => i32::try_from(n).ok(),
+        }
+    }
+}
+
+/// A cancel descriptor that turns readable on SIGINT, SIGTERM or SIGHUP.
+fn signal_cancel() -> std::io::Result<(OwnedFd, Signalled)> {
+    let (r, w) = UnixStream::pair()?;
+    let which = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::low_level::pipe::register(sig, w.try_clone()?)?;
+        let which = which.clone();
+        let n = usize::try_from(sig).unwrap_or(15);
+        let _ = signal_hook::flag::register_usize(sig, which, n);
+    }
+    Ok((OwnedFd::from(r), Signalled(which)))
+}

@@ -1,0 +1,505 @@
+//! One `tools/call` of one plugin tool on this node: what an edge job of
+//! kind `tool` runs, and `oz0-node plugin call`.
+//!
+//! The payload is checked again (the manifest, the tool, the name, the
+//! files). The call's files are placed under `.oz0-files/` in the job's
+//! work folder, each created new without following a link. The tool's
+//! MCP server starts behind the wall its manifest asks for — a microVM of
+//! its own for `isolation: microvm` (its monitor inside tier 1), never
+//! anything weaker: a node that offers no microVMs leaves the tool out and
+//! says why; a command tool's server runs in the node's tier-1 sandbox; a
+//! container tool is refused, since no OZ0 node runs OCI containers yet.
+//! The node then speaks MCP to it over its stdio with the bounded client of
+//! `oz0_plugin::mcp`: `initialize`, `tools/list` (the tool must be listed),
+//! `tools/call`. A result over the bound is refused whole. Whatever ends
+//! the call — its result, an error, the call's timeout, a cancel — ends the
+//! server and its VM: the end of its input first, then, after
+//! [`oz0_microvm::vm::EOF_GRACE`] or at once when the call failed, a stop
+//! that kills the whole run.
+//!
+//! Settings and secrets travel by name: their values come from this
+//! process's environment (a name it does not have refuses the call, naming
+//! it), and for a microVM reach the server only inside the VM.
+//!
+//! A command tool's server sees its work folder where tier 1 mounts it, at
+//! its own path on the node; so that a call reads the same for every tool,
+//! `/work` (alone or at the start of a path) in the tool's command and in
+//! the call's string arguments stands for that path, and
+//! `_meta["oz0/files"]` names the files by it.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oz0_core::exit::Exit;
+use oz0_core::{Cancel, RunIo, Stdio};
+use oz0_linux::{Host, RunOptions};
+use oz0_microvm::backend::{backend_from_env, Backend, TestGuest};
+use oz0_microvm::vm::{self, VmHost, VmRequest, DEFAULT_MEMORY_MIB};
+use oz0_plugin::job::{container_refusal, CheckedToolJob, FILES_DIR};
+use oz0_plugin::manifest::Isolation;
+use oz0_plugin::mcp::{CallResult, Client, McpError};
+use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::fs::{Mode, OFlags};
+use serde_json::{json, Value};
+
+/// How a microVM's server sees the work folder.
+pub const WORK_IN_VM: &str = "/work";
+/// Time the server's sandbox may run past the call's deadline before its
+/// tier-1 timeout kills it (the call ends it first in every normal case).
+const RUN_GRACE_S: u64 = 30;
+/// Longest failure reason reported (the edge takes at most 4096 bytes).
+const MAX_REASON_CHARS: usize = 2000;
+
+/// What a call needs of the node.
+pub struct Ctx<'a> {
+    /// The node's host context: every server's run goes through it.
+    pub host: &'a Host,
+    /// The call's work folder: fresh, empty, this node's own.
+    pub work: &'a Path,
+    /// The node's data directory (VM records).
+    pub data_dir: &'a Path,
+    /// Whether this node offers microVMs: why not, when not.
+    pub microvms: Result<(), String>,
+    /// Where the server's stderr goes.
+    pub errors: File,
+    /// Turns readable, or hangs up, when the call must stop.
+    pub cancel: OwnedFd,
+}
+
+/// How a call ended.
+#[derive(Debug, Clone)]
+pub struct ToolEnd {
+    /// `exited` (a result), `tool_error` (a result with `isError`),
+    /// `tool_failed` (no result).
+    pub outcome: &'static str,
+    /// 0 for a result, 1 for a tool's error, 125 when there is no result.
+    pub exit_code: i32,
+    /// Why it failed.
+    pub reason: Option<String>,
+    /// The `tools/call` result, whole.
+    pub result: Option<Value>,
+    /// Where the time went, ms: `vm_answered_ms` (a VM: its guest agent
+    /// answered), `initialize_ms` (the server answered `initialize`, from
+    /// the start), `list_ms`, `call_ms`, and `backend`.
+    pub phases: Value,
+    /// The whole call, ms.
+    pub duration_ms: u64,
+}
+
+impl ToolEnd {
+    /// A call that ended with a result the tool did not mark as an error.
+    pub fn succeeded(&self) -> bool {
+        self.outcome == "exited" && self.exit_code == 0
+    }
+}
+
+/// The seed's words for a microVM tool on a node without microVMs.
+pub fn left_out(tool: &str, why: &str) -> String {
+    format!("tool {tool:?} is left out: it runs only in a microVM, which this node does not offer ({why})")
+}
+
+/// A reason, at most [`MAX_REASON_CHARS`] (said when cut).
+fn bounded(reason: String) -> String {
+    if reason.chars().count() <= MAX_REASON_CHARS {
+        return reason;
+    }
+    let mut r: String = reason.chars().take(MAX_REASON_CHARS).collect();
+    r.push_str(" … (reason cut)");
+    r
+}
+
+/// The variables the tool names, with this process's values.
+fn variables(t: &CheckedToolJob) -> Result<Vec<(String, String)>, String> {
+    t.tool
+        .settings
+        .iter()
+        .chain(t.tool.secrets.iter())
+        .map(|n| match std::env::var(n) {
+            Ok(v) => Ok((n.clone(), v)),
+            Err(_) => Err(format!(
+                "tool {:?} names the variable {n}, and this node's environment has no {n} (or not UTF-8): set it in the node's environment (settings and secrets travel by name, never in a job)",
+                t.tool.id
+            )),
+        })
+        .collect()
+}
+
+/// Places the call's files in `work/.oz0-files/`: the folder made new,
+/// each file created new, nothing followed.
+fn place_files(work: &Path, files: &[(String, Vec<u8>)]) -> Result<(), String> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let err =
+        |what: &str, e: rustix::io::Errno| format!("cannot place the call's files ({what}): {e}");
+    let dir = rustix::fs::open(
+        work,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| err("the work folder", e))?;
+    rustix::fs::mkdirat(&dir, FILES_DIR, Mode::from_raw_mode(0o700))
+        .map_err(|e| err(FILES_DIR, e))?;
+    let files_dir = rustix::fs::openat(
+        &dir,
+        FILES_DIR,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| err(FILES_DIR, e))?;
+    for (name, bytes) in files {
+        let fd = rustix::fs::openat(
+            &files_dir,
+            name.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| err(name, e))?;
+        File::from(fd)
+            .write_all(bytes)
+            .map_err(|e| format!("cannot place the call's file {name}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// `/work` or `/work/…` as the path `work`; anything else unchanged.
+fn at_work(s: &str, work: &str) -> String {
+    match s.strip_prefix(WORK_IN_VM) {
+        Some("") => work.to_string(),
+        Some(rest) if rest.starts_with('/') => format!("{work}{rest}"),
+        _ => s.to_string(),
+    }
+}
+
+/// Every string of `v` that names `/work` or a path under it, as `work`.
+fn args_at_work(v: &mut Value, work: &str) {
+    match v {
+        Value::String(s) => *s = at_work(s, work),
+        Value::Array(a) => a.iter_mut().for_each(|x| args_at_work(x, work)),
+        Value::Object(o) => o.values_mut().for_each(|x| args_at_work(x, work)),
+        _ => {}
+    }
+}
+
+/// Runs one call to its end (blocking).
+pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, String> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(t.job.timeout_s());
+    let run_limits = Limits {
+        timeout_seconds: Some(t.job.timeout_s() + RUN_GRACE_S),
+        ..Limits::default()
+    };
+    match t.tool.isolation {
+        Isolation::Container => return Err(container_refusal(&t.tool.id)),
+        Isolation::Microvm => {
+            if let Err(why) = &ctx.microvms {
+                return Err(left_out(&t.tool.id, why));
+            }
+        }
+        Isolation::Sandbox => {}
+    }
+    let env = variables(t)?;
+    place_files(ctx.work, &t.files)?;
+    let work = ctx
+        .work
+        .to_str()
+        .ok_or("the work folder's path is not UTF-8")?
+        .to_string();
+    let data_dir = ctx
+        .data_dir
+        .to_str()
+        .ok_or("the data directory's path is not UTF-8")?
+        .to_string();
+    let Ctx {
+        host,
+        cancel,
+        errors,
+        ..
+    } = ctx;
+    let (r, backend, vm_answered) = match t.tool.isolation {
+        Isolation::Microvm => {
+            if t.tool.command.is_empty() {
+                return Err(format!(
+                    "tool {:?}: this node does not read an image's entrypoint: give the server's command: in oz0-plugin.yaml",
+                    t.tool.id
+                ));
+            }
+            let (backend, warning) =
+                backend_from_env().map_err(|e| left_out(&t.tool.id, &e.to_string()))?;
+            if let Some(w) = warning {
+                crate::edge::log(&format!("warning: {w}"));
+            }
+            let package = t.tool.package.clone().unwrap_or_default();
+            let image = match &backend {
+                Backend::Smolvm(_) => package,
+                Backend::QemuTcg(_) => TestGuest::image_for(&package),
+            };
+            let described = backend.describe();
+            let req = VmRequest {
+                work: ctx.work.to_path_buf(),
+                memory_mib: t.tool.vm_memory_mib(DEFAULT_MEMORY_MIB),
+                cpus: t.tool.resources.vcpus().unwrap_or(1),
+                allow: t.tool.egress.iter().map(ToString::to_string).collect(),
+                forward: Vec::new(),
+                env,
+                image: Some(image),
+                command: t.tool.command.clone(),
+                data_dir: ctx.data_dir.to_path_buf(),
+                boot_timeout: deadline.saturating_duration_since(Instant::now()),
+                monitor_limits: run_limits,
+            };
+            let (r, vm) = call_over(
+                t.call_params(WORK_IN_VM),
+                deadline,
+                &cancel,
+                errors,
+                move |io, stop| {
+                    vm::run_vm(
+                        &req,
+                        VmHost {
+                            host,
+                            backend,
+                            jobs: None,
+                            tmp: std::env::temp_dir(),
+                            handle_signals: false,
+                            cancel: Some(stop),
+                        },
+                        io,
+                    )
+                    .map_err(|e| e.to_string())
+                },
+            )?;
+            let answered = vm.as_ref().ok().and_then(|o| o.answered_ms);
+            (with_run_error(r, vm.err(), "the VM"), described, answered)
+        }
+        Isolation::Sandbox => {
+            let command = t.tool.command.iter().map(|a| at_work(a, &work)).collect();
+            let spec = RunSpec::new(RunRequest {
+                work: work.clone(),
+                read: vec![],
+                write: vec![],
+                env: env
+                    .iter()
+                    .map(|(k, v)| EnvVar::new(k, v).map_err(|e| format!("variable {k}: {e}")))
+                    .collect::<Result<_, _>>()?,
+                allow: t.tool.egress.iter().map(ToString::to_string).collect(),
+                forward: vec![],
+                limits: run_limits,
+                data_dir,
+                allow_unix_sockets: false,
+                command,
+            })
+            .map_err(|e| e.to_string())?;
+            let mut params = t.call_params(&work);
+            args_at_work(&mut params["arguments"], &work);
+            let (r, run) = call_over(params, deadline, &cancel, errors, move |io, stop| {
+                host.run(
+                    &spec,
+                    RunOptions {
+                        io,
+                        cancel: Some(Cancel(stop)),
+                        ..Default::default()
+                    },
+                )
+                .map_err(|e| e.to_string())
+            })?;
+            (
+                with_run_error(r, run.err(), "the sandbox"),
+                "tier-1 sandbox (bubblewrap, seccomp, Landlock)",
+                None,
+            )
+        }
+        Isolation::Container => unreachable!("refused above"),
+    };
+    Ok(end_of(r, started, backend, vm_answered))
+}
+
+/// The call's result, or its error with the run's own failure added.
+fn with_run_error(
+    r: Result<CallResult, McpError>,
+    run: Option<String>,
+    what: &str,
+) -> Result<CallResult, String> {
+    match (r, run) {
+        (Ok(c), _) => Ok(c),
+        (Err(e), None) => Err(e.to_string()),
+        (Err(e), Some(run)) => Err(format!("{e}; {what}: {run}")),
+    }
+}
+
+/// The end of a call.
+fn end_of(
+    r: Result<CallResult, String>,
+    started: Instant,
+    backend: &str,
+    vm_answered_ms: Option<u64>,
+) -> ToolEnd {
+    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    match r {
+        Ok(c) => ToolEnd {
+            outcome: if c.is_error { "tool_error" } else { "exited" },
+            exit_code: i32::from(c.is_error),
+            reason: c
+                .is_error
+                .then(|| "the tool answered with isError: true".to_string()),
+            phases: json!({
+                "backend": backend,
+                "vm_answered_ms": vm_answered_ms,
+                "initialize_ms": c.initialize_ms,
+                "list_ms": c.list_ms,
+                "call_ms": c.call_ms,
+                "protocol": c.protocol,
+            }),
+            result: Some(c.result),
+            duration_ms,
+        },
+        Err(e) => ToolEnd {
+            outcome: "tool_failed",
+            exit_code: Exit::Sandbox.code(),
+            reason: Some(bounded(e)),
+            result: None,
+            phases: json!({"backend": backend, "vm_answered_ms": vm_answered_ms}),
+            duration_ms,
+        },
+    }
+}
+
+/// Starts the server with `start` (its stdio and its stop descriptor) on a
+/// thread of its own, makes the call over its stdio, then ends it: the end
+/// of its input, and its stop after [`vm::EOF_GRACE`] (at once when the
+/// call failed). Returns the call and what `start` returned.
+fn call_over<R: Send + 'static>(
+    params: Value,
+    deadline: Instant,
+    cancel: &OwnedFd,
+    errors: File,
+    start: impl FnOnce(RunIo, OwnedFd) -> R + Send,
+) -> Result<(Result<CallResult, McpError>, R), String> {
+    fn pipe(what: &'static str) -> impl Fn(std::io::Error) -> String {
+        move |e| format!("{what}: {e}")
+    }
+    let (to_server, server_in) = UnixStream::pair().map_err(pipe("the server's input"))?;
+    let (server_out, from_server) = UnixStream::pair().map_err(pipe("the server's output"))?;
+    let (stop_r, stop_w) = UnixStream::pair().map_err(pipe("the server's stop"))?;
+    let (done_r, done_w) = UnixStream::pair().map_err(pipe("the server's end"))?;
+    let job_cancel = cancel
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(pipe("the cancel descriptor"))?;
+    let stop = either(job_cancel, stop_r).map_err(pipe("the server's stop"))?;
+    let io = RunIo {
+        stdin: Stdio::File(File::from(OwnedFd::from(server_in))),
+        stdout: Stdio::File(File::from(OwnedFd::from(server_out))),
+        stderr: Stdio::File(errors),
+    };
+    // The job's cancel also ends the client's waits at once.
+    let stopped = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let c = cancel
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(pipe("the cancel descriptor"))?;
+        let d = done_r.try_clone().map_err(pipe("the server's end"))?;
+        let stopped = stopped.clone();
+        std::thread::spawn(move || {
+            if wait_readable(&[c.as_fd(), d.as_fd()], None) == Some(0) {
+                stopped.store(true, Ordering::SeqCst);
+            }
+        })
+    };
+    std::thread::scope(|s| {
+        let server = s.spawn(move || {
+            let out = start(io, stop);
+            drop(done_w);
+            out
+        });
+        // The client's end of the server's input goes when the call returns.
+        let r = Client::new(to_server, from_server, deadline, &stopped).call(params);
+        // A server that ended well exits at the end of its input; one that
+        // did not, or any other end of the call, is stopped.
+        let stop_now = match &r {
+            Ok(_) => wait_readable(&[done_r.as_fd()], Some(vm::EOF_GRACE)).is_none(),
+            Err(_) => true,
+        };
+        if stop_now {
+            let _ = (&stop_w).write_all(b"x");
+        }
+        let out = server
+            .join()
+            .map_err(|_| "the server's thread failed".to_string())?;
+        let _ = watcher.join();
+        Ok((r, out))
+    })
+}
+
+/// Waits until one of `fds` is readable or hung up (its index), or
+/// `timeout` passed (None).
+fn wait_readable(fds: &[std::os::fd::BorrowedFd<'_>], timeout: Option<Duration>) -> Option<usize> {
+    let mut p: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f, PollFlags::IN)).collect();
+    let until = timeout.map(|t| Instant::now() + t);
+    loop {
+        let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+        let ts = left.map(|l| Timespec {
+            tv_sec: i64::try_from(l.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(l.subsec_nanos()),
+        });
+        match poll(&mut p, ts.as_ref()) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return None,
+            Ok(0) => return None,
+            Ok(_) => return p.iter().position(|f| !f.revents().is_empty()),
+        }
+    }
+}
+
+/// One descriptor that fires when either does: the job's cancel or the
+/// call's own stop. Its thread ends when the run lets go of it.
+fn either(a: OwnedFd, b: UnixStream) -> std::io::Result<OwnedFd> {
+    let (r, w) = UnixStream::pair()?;
+    std::thread::spawn(move || {
+        if matches!(
+            wait_readable(&[a.as_fd(), b.as_fd(), w.as_fd()], None),
+            Some(0 | 1)
+        ) {
+            let _ = (&w).write_all(b"x");
+        }
+    });
+    Ok(OwnedFd::from(r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_paths_stand_for_the_work_folder() {
+        assert_eq!(at_work("/work", "/t/w"), "/t/w");
+        assert_eq!(at_work("/work/.oz0-files/a", "/t/w"), "/t/w/.oz0-files/a");
+        for same in ["/workshop", "work", "/x/work", "", "/work2/a"] {
+            assert_eq!(at_work(same, "/t/w"), same);
+        }
+        let mut v = json!({"path": "/work/a", "list": ["/work", 3, {"p": "/workx"}]});
+        args_at_work(&mut v, "/t/w");
+        assert_eq!(
+            v,
+            json!({"path": "/t/w/a", "list": ["/t/w", 3, {"p": "/workx"}]})
+        );
+    }
+
+    #[test]
+    fn reasons_are_bounded_and_say_so() {
+        assert_eq!(bounded("short".into()), "short");
+        let long = bounded("é".repeat(5000));
+        assert!(long.ends_with("(reason cut)") && long.chars().count() < 2100);
+        assert!(left_out("acme_fetch", "turned off (OZ0_MICROVM=off)").contains(
+            "it runs only in a microVM, which this node does not offer (turned off (OZ0_MICROVM=off))"
+        ));
+    }
+}
