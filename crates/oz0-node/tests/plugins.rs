@@ -134,13 +134,25 @@ fn plugin_check_names_each_tool_offered_or_left_out() {
     let o = p.run(&["check"], &[("OZ0_MICROVM", "off")]);
     let out = stdout(&o);
     assert_eq!(code(&o), Some(1), "{out}{}", stderr(&o));
-    assert!(out.starts_with("Plugin acme: 3 tool(s); tier 1: proven; MicroVMs: microVMs are turned off"), "{out}");
-    assert!(out.contains("fs: command (tier-1 sandbox): offered"), "{out}");
+    assert!(
+        out.starts_with(
+            "Plugin acme: 3 tool(s); tier 1: proven; MicroVMs: microVMs are turned off"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("fs: command (tier-1 sandbox): offered"),
+        "{out}"
+    );
     assert!(
         out.contains("acme_fetch: microvm: tool \"acme_fetch\" is left out: it runs only in a microVM, which this node does not offer (microVMs are turned off (OZ0_MICROVM=off))"),
         "{out}"
     );
-    assert!(out.contains("boxed: container: tool \"boxed\" is a container tool") && out.contains("no OZ0 node offers yet"), "{out}");
+    assert!(
+        out.contains("boxed: container: tool \"boxed\" is a container tool")
+            && out.contains("no OZ0 node offers yet"),
+        "{out}"
+    );
     let o = p.run(&["check", "--json"], &[("OZ0_MICROVM", "off")]);
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(doc["tier1"], true, "{doc}");
@@ -156,7 +168,10 @@ fn plugin_check_names_each_tool_offered_or_left_out() {
     assert_eq!(doc["microvm"]["ready"], false, "{doc}");
     assert_eq!(doc["microvm"]["pinned"], false, "{doc}");
     assert!(
-        doc["tools"][1]["reason"].as_str().unwrap().contains("this node's own kernel"),
+        doc["tools"][1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("this node's own kernel"),
         "{doc}"
     );
 
@@ -176,11 +191,26 @@ fn bad_manifests_are_refused_with_the_line_and_the_fix() {
         return;
     }
     for (manifest, says) in [
-        ("tools:\n  - id: a\n    command: [x]\n    isolaton: microvm\n", "line 4"),
-        (&microvm_manifest("[/s]").replace("cpus: 1}", "cpus: 1}\n    secrets: [LD_PRELOAD]"), "LD_PRELOAD starts with LD_"),
-        ("tools:\n  - id: a\n    package: oci:ghcr.io/acme/x:latest\n    isolation: microvm\n", "has no digest"),
-        (&microvm_manifest("[/s]").replace("memory_mb: 256", "memory_mb: 64"), "memory_mb 64 is out of range"),
-        ("tools:\n  - id: a\n    command: [x]\n    isolation: microvm\n", "needs an image"),
+        (
+            "tools:\n  - id: a\n    command: [x]\n    isolaton: microvm\n",
+            "line 4",
+        ),
+        (
+            &microvm_manifest("[/s]").replace("cpus: 1}", "cpus: 1}\n    secrets: [LD_PRELOAD]"),
+            "LD_PRELOAD starts with LD_",
+        ),
+        (
+            "tools:\n  - id: a\n    package: oci:ghcr.io/acme/x:latest\n    isolation: microvm\n",
+            "has no digest",
+        ),
+        (
+            &microvm_manifest("[/s]").replace("memory_mb: 256", "memory_mb: 64"),
+            "memory_mb 64 is out of range",
+        ),
+        (
+            "tools:\n  - id: a\n    command: [x]\n    isolation: microvm\n",
+            "needs an image",
+        ),
     ] {
         let p = Plugin::new("pbad", manifest);
         let o = p.run(&["check"], &[("OZ0_MICROVM", "off")]);
@@ -188,14 +218,26 @@ fn bad_manifests_are_refused_with_the_line_and_the_fix() {
         assert!(stderr(&o).contains(says), "{manifest}: {}", stderr(&o));
         let o = p.run(&["call", "a"], &[("OZ0_MICROVM", "off")]);
         assert_eq!(code(&o), Some(125), "{manifest}");
-        assert!(stderr(&o).contains("plugin call refused") && stderr(&o).contains(says), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("plugin call refused") && stderr(&o).contains(says),
+            "{}",
+            stderr(&o)
+        );
         p.assert_clean("never-started");
     }
     // A manifest that is a symbolic link is not followed.
     let p = Plugin::new("plink", "tools: []\n");
-    std::fs::write(p.root.join("elsewhere.yaml"), "tools:\n  - id: a\n    command: [x]\n").unwrap();
+    std::fs::write(
+        p.root.join("elsewhere.yaml"),
+        "tools:\n  - id: a\n    command: [x]\n",
+    )
+    .unwrap();
     std::fs::remove_file(p.dir().join("oz0-plugin.yaml")).unwrap();
-    std::os::unix::fs::symlink(p.root.join("elsewhere.yaml"), p.dir().join("oz0-plugin.yaml")).unwrap();
+    std::os::unix::fs::symlink(
+        p.root.join("elsewhere.yaml"),
+        p.dir().join("oz0-plugin.yaml"),
+    )
+    .unwrap();
     let o = p.run(&["call", "a"], &[]);
     assert_eq!(code(&o), Some(125));
     assert!(stderr(&o).contains("is not a plain file"), "{}", stderr(&o));
@@ -214,55 +256,148 @@ fn a_command_tool_runs_a_real_mcp_server_in_tier_1() {
     let hello = p.root.join("hello.txt").display().to_string();
     // A file of the call, listed and read where _meta names it, by /work.
     let o = p.run(
-        &["call", "fs", "--name", "list_directory", "--arguments", r#"{"path": "/work/.oz0-files"}"#, "--file", &hello],
+        &[
+            "call",
+            "fs",
+            "--name",
+            "list_directory",
+            "--arguments",
+            r#"{"path": "/work/.oz0-files"}"#,
+            "--file",
+            &hello,
+        ],
         &[],
     );
     assert_eq!(code(&o), Some(0), "{}", stderr(&o));
     assert_eq!(stdout(&o), "[FILE] hello.txt\n");
     let o = p.run(
-        &["call", "fs", "--name", "read_text_file", "--arguments", r#"{"path": "/work/.oz0-files/in.txt"}"#, "--file", &format!("in.txt={hello}"), "--json"],
+        &[
+            "call",
+            "fs",
+            "--name",
+            "read_text_file",
+            "--arguments",
+            r#"{"path": "/work/.oz0-files/in.txt"}"#,
+            "--file",
+            &format!("in.txt={hello}"),
+            "--json",
+        ],
         &[],
     );
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(doc["result"]["content"][0]["text"], "hello from the caller\n", "{doc}");
+    assert_eq!(
+        doc["result"]["content"][0]["text"], "hello from the caller\n",
+        "{doc}"
+    );
     assert_eq!(doc["outcome"], "exited");
     assert!(doc["phases"]["initialize_ms"].as_u64().is_some(), "{doc}");
-    assert!(doc["phases"]["backend"].as_str().unwrap().contains("tier-1 sandbox"), "{doc}");
+    assert!(
+        doc["phases"]["backend"]
+            .as_str()
+            .unwrap()
+            .contains("tier-1 sandbox"),
+        "{doc}"
+    );
     let stub = p.stub();
     let o = p.run(
-        &["call", "stub", "--name", "echo", "--arguments", r#"{"text": "hi"}"#, "--file", &stub, "--file", &hello, "--json"],
+        &[
+            "call",
+            "stub",
+            "--name",
+            "echo",
+            "--arguments",
+            r#"{"text": "hi"}"#,
+            "--file",
+            &stub,
+            "--file",
+            &hello,
+            "--json",
+        ],
         &[],
     );
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let files = doc["result"]["structuredContent"]["meta"]["oz0/files"].as_array().unwrap().clone();
+    let files = doc["result"]["structuredContent"]["meta"]["oz0/files"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert_eq!(files.len(), 2, "{doc}");
-    assert!(files[1].as_str().unwrap().ends_with("/.oz0-files/hello.txt"), "{doc}");
+    assert!(
+        files[1]
+            .as_str()
+            .unwrap()
+            .ends_with("/.oz0-files/hello.txt"),
+        "{doc}"
+    );
     p.assert_clean("mcp-server-filesystem");
 
     // With --work, the server works in the caller's folder (and only there).
     let work = p.root.join("work");
     std::fs::create_dir(&work).unwrap();
     let o = p.run(
-        &["call", "fs", "--name", "write_file", "--arguments", r#"{"path": "/work/out.txt", "content": "written by the tool"}"#, "--work", &work.display().to_string()],
+        &[
+            "call",
+            "fs",
+            "--name",
+            "write_file",
+            "--arguments",
+            r#"{"path": "/work/out.txt", "content": "written by the tool"}"#,
+            "--work",
+            &work.display().to_string(),
+        ],
         &[],
     );
     assert_eq!(code(&o), Some(0), "{}{}", stdout(&o), stderr(&o));
-    assert_eq!(std::fs::read_to_string(work.join("out.txt")).unwrap(), "written by the tool");
+    assert_eq!(
+        std::fs::read_to_string(work.join("out.txt")).unwrap(),
+        "written by the tool"
+    );
     let o = p.run(
-        &["call", "fs", "--name", "read_text_file", "--arguments", r#"{"path": "/etc/passwd"}"#, "--work", &work.display().to_string()],
+        &[
+            "call",
+            "fs",
+            "--name",
+            "read_text_file",
+            "--arguments",
+            r#"{"path": "/etc/passwd"}"#,
+            "--work",
+            &work.display().to_string(),
+        ],
         &[],
     );
-    assert_eq!(code(&o), Some(1), "the tool's own error: {}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("outside allowed directories"), "{}", stdout(&o));
+    assert_eq!(
+        code(&o),
+        Some(1),
+        "the tool's own error: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(
+        stdout(&o).contains("outside allowed directories"),
+        "{}",
+        stdout(&o)
+    );
     // A result over the bound is refused whole, never cut.
     std::fs::write(work.join("big.txt"), "x".repeat(1_300_000)).unwrap();
     let o = p.run(
-        &["call", "fs", "--name", "read_text_file", "--arguments", r#"{"path": "/work/big.txt"}"#, "--work", &work.display().to_string()],
+        &[
+            "call",
+            "fs",
+            "--name",
+            "read_text_file",
+            "--arguments",
+            r#"{"path": "/work/big.txt"}"#,
+            "--work",
+            &work.display().to_string(),
+        ],
         &[],
     );
     assert_eq!(code(&o), Some(125), "{}", stderr(&o));
     assert!(stdout(&o).is_empty(), "nothing of a cut result is printed");
-    assert!(stderr(&o).contains("refused whole, not cut"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("refused whole, not cut"),
+        "{}",
+        stderr(&o)
+    );
     p.assert_clean("mcp-server-filesystem");
 }
 
@@ -273,7 +408,10 @@ fn start_call(p: &Plugin, args: &[&str], env: &[(&str, &str)], marker: &str) -> 
     while processes_with(marker).is_empty() {
         if let Some(st) = child.try_wait().unwrap() {
             let o = child.wait_with_output().unwrap();
-            panic!("the call ended ({st}) before its server started: {}", stderr(&o));
+            panic!(
+                "the call ended ({st}) before its server started: {}",
+                stderr(&o)
+            );
         }
         assert!(Instant::now() < until, "the server never started");
         std::thread::sleep(Duration::from_millis(50));
@@ -306,7 +444,7 @@ fn every_bad_end_of_a_call_is_said_and_leaves_nothing() {
         (vec!["call", "silent", "--timeout", "3"], "did not answer initialize in time"),
         (vec!["call", "garbage"], "not JSON-RPC 2.0 during initialize: \"this is not json-rpc\""),
         (vec!["call", "exits"], "output ended during initialize"),
-        (vec!["call", "stub", "--name", "nope", "--file", &stub], "does not list tool \"nope\" (it lists: echo, hang)"),
+        (vec!["call", "stub", "--name", "nope", "--file", &stub], "does not list tool \"nope\" (it lists: echo, env, eat, hang)"),
         (vec!["call", "needs"], "names the variable OZ0TEST_NOT_SET, and this node's environment has no OZ0TEST_NOT_SET"),
     ] {
         let t = Instant::now();
@@ -319,10 +457,20 @@ fn every_bad_end_of_a_call_is_said_and_leaves_nothing() {
     // A call cancelled while the tool works: the server is stopped, the
     // status is the signal's.
     for sig in ["TERM", "INT"] {
-        let child = start_call(&p, &["call", "stub", "--name", "hang", "--file", &stub], &[], &m);
+        let child = start_call(
+            &p,
+            &["call", "stub", "--name", "hang", "--file", &stub],
+            &[],
+            &m,
+        );
         signal(&child, sig);
         let o = child.wait_with_output().unwrap();
-        assert_eq!(code(&o), Some(if sig == "TERM" { 143 } else { 130 }), "{}", stderr(&o));
+        assert_eq!(
+            code(&o),
+            Some(if sig == "TERM" { 143 } else { 130 }),
+            "{}",
+            stderr(&o)
+        );
         assert!(stderr(&o).contains("cancelled by signal"), "{}", stderr(&o));
         p.assert_clean(&m);
     }
@@ -355,19 +503,40 @@ fn a_microvm_tool_runs_through_the_smolvm_path_and_its_vm_always_goes() {
     // The stand-in's "guest" sees the work folder at its host path, so the
     // path is relative to the server's working folder, /work.
     let o = p.run(
-        &["call", "t", "--name", "read_text_file", "--arguments", r#"{"path": ".oz0-files/hello.txt"}"#, "--file", &hello],
+        &[
+            "call",
+            "t",
+            "--name",
+            "read_text_file",
+            "--arguments",
+            r#"{"path": ".oz0-files/hello.txt"}"#,
+            "--file",
+            &hello,
+        ],
         &env,
     );
     assert_eq!(code(&o), Some(0), "{}", stderr(&o));
     assert_eq!(stdout(&o), "into the VM\n");
-    assert!(stderr(&o).contains("not a release this node pins"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not a release this node pins"),
+        "{}",
+        stderr(&o)
+    );
     p.assert_clean("mcp-server-filesystem");
 
     // The tool exits before it answers.
-    std::fs::write(p.dir().join("oz0-plugin.yaml"), microvm_manifest("[sh, -c, 'exit 3']")).unwrap();
+    std::fs::write(
+        p.dir().join("oz0-plugin.yaml"),
+        microvm_manifest("[sh, -c, 'exit 3']"),
+    )
+    .unwrap();
     let o = p.run(&["call", "t"], &env);
     assert_eq!(code(&o), Some(125), "{}", stderr(&o));
-    assert!(stderr(&o).contains("output ended during initialize"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("output ended during initialize"),
+        "{}",
+        stderr(&o)
+    );
     p.assert_clean(&m);
 
     // A cancelled call stops the VM.
@@ -377,28 +546,168 @@ fn a_microvm_tool_runs_through_the_smolvm_path_and_its_vm_always_goes() {
     )
     .unwrap();
     let stub = p.stub();
-    let child = start_call(&p, &["call", "t", "--name", "hang", "--file", &stub], &env, &m);
-    assert!(!p.leftovers().is_empty(), "the VM's folder and record while it runs");
+    let child = start_call(
+        &p,
+        &["call", "t", "--name", "hang", "--file", &stub],
+        &env,
+        &m,
+    );
+    assert!(
+        !p.leftovers().is_empty(),
+        "the VM's folder and record while it runs"
+    );
     signal(&child, "TERM");
     let o = child.wait_with_output().unwrap();
     assert_eq!(code(&o), Some(143), "{}", stderr(&o));
     p.assert_clean(&m);
 
     // A node killed mid-call leaves its VM's folder; the next call removes it.
-    let mut child = start_call(&p, &["call", "t", "--name", "hang", "--file", &stub], &env, &m);
+    let mut child = start_call(
+        &p,
+        &["call", "t", "--name", "hang", "--file", &stub],
+        &env,
+        &m,
+    );
     signal(&child, "KILL");
     let _ = child.wait();
     let until = Instant::now() + Duration::from_secs(20);
     while !processes_with(&m).is_empty() {
-        assert!(Instant::now() < until, "the killed node's server lived on: {:?}", processes_with(&m));
+        assert!(
+            Instant::now() < until,
+            "the killed node's server lived on: {:?}",
+            processes_with(&m)
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let left = p.leftovers();
     assert!(left.iter().any(|l| l.starts_with("oz0-vm-")), "{left:?}");
-    let o = p.run(&["call", "t", "--name", "echo", "--arguments", r#"{"text": "again"}"#, "--file", &stub], &env);
-    assert_eq!((code(&o), stdout(&o).as_str()), (Some(0), "again\n"), "{}", stderr(&o));
+    let o = p.run(
+        &[
+            "call",
+            "t",
+            "--name",
+            "echo",
+            "--arguments",
+            r#"{"text": "again"}"#,
+            "--file",
+            &stub,
+        ],
+        &env,
+    );
+    assert_eq!(
+        (code(&o), stdout(&o).as_str()),
+        (Some(0), "again\n"),
+        "{}",
+        stderr(&o)
+    );
     // The killed call's own work folder is its caller's to remove; its VM
     // folder and record are gone.
-    let left: Vec<String> = p.leftovers().into_iter().filter(|l| !l.starts_with("oz0-call-")).collect();
+    let left: Vec<String> = p
+        .leftovers()
+        .into_iter()
+        .filter(|l| !l.starts_with("oz0-call-"))
+        .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// A microVM tool's secrets reach its server by name only (never on a
+/// command line), with its egress the proxy variables are set, and its
+/// monitor is held to the tier-1 memory limit of the VM's memory plus the
+/// monitor's share: the stand-in's "guest" runs inside the monitor's job.
+#[test]
+fn a_microvm_tools_secrets_go_by_name_and_its_monitor_has_tier_1_limits() {
+    if !ready() {
+        return;
+    }
+    let m = marker("lim");
+    let manifest = microvm_manifest(&format!("[python3, /work/.oz0-files/stub.py, {m}]")).replace(
+        "cpus: 1}",
+        "cpus: 1}\n    secrets: [OZ0TEST_SECRET]\n    egress: [api.example.com]",
+    );
+    let p = Plugin::new("plim", &manifest);
+    let smolvm = standin(&p);
+    let secret = format!("s3cret-{m}-value");
+    let env = [
+        ("OZ0_MICROVM", smolvm.as_str()),
+        ("OZ0TEST_SECRET", secret.as_str()),
+    ];
+    let stub = p.stub();
+    let o = p.run(
+        &[
+            "call",
+            "t",
+            "--name",
+            "env",
+            "--arguments",
+            r#"{"name": "OZ0TEST_SECRET"}"#,
+            "--file",
+            &stub,
+        ],
+        &env,
+    );
+    assert_eq!(code(&o), Some(0), "{}", stderr(&o));
+    let seen: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(seen["value"], secret.as_str(), "{seen}");
+    assert_eq!(seen["proxy"], true, "{seen}");
+    // While the server runs, no process has the secret on its command line.
+    let child = start_call(
+        &p,
+        &["call", "t", "--name", "hang", "--file", &stub],
+        &env,
+        &m,
+    );
+    assert!(
+        processes_with(&secret).is_empty(),
+        "the secret is on a command line"
+    );
+    signal(&child, "TERM");
+    let _ = child.wait_with_output().unwrap();
+    p.assert_clean(&m);
+
+    // 256 MiB of guest memory: the monitor's job has 256 + 384 MiB.
+    let o = p.run(
+        &[
+            "call",
+            "t",
+            "--name",
+            "eat",
+            "--arguments",
+            r#"{"mib": 300}"#,
+            "--file",
+            &stub,
+        ],
+        &env,
+    );
+    assert_eq!(
+        (code(&o), stdout(&o).as_str()),
+        (Some(0), "ate 300 MiB\n"),
+        "{}",
+        stderr(&o)
+    );
+    let o = p.run(
+        &[
+            "call",
+            "t",
+            "--name",
+            "eat",
+            "--arguments",
+            r#"{"mib": 800}"#,
+            "--file",
+            &stub,
+        ],
+        &env,
+    );
+    assert_eq!(
+        code(&o),
+        Some(125),
+        "over the monitor's memory: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("output ended during tools/call"),
+        "{}",
+        stderr(&o)
+    );
+    p.assert_clean(&m);
 }

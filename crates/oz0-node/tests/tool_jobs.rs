@@ -80,7 +80,8 @@ fn vm_manifest() -> String {
     )
 }
 
-const FS_MANIFEST: &str = "name: fs\ntools:\n  - id: fs\n    command: [mcp-server-filesystem, /work]\n";
+const FS_MANIFEST: &str =
+    "name: fs\ntools:\n  - id: fs\n    command: [mcp-server-filesystem, /work]\n";
 
 fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
@@ -154,9 +155,17 @@ fn ready() -> Option<(PathBuf, PathBuf)> {
 /// Records and QEMU processes of VMs a node left.
 fn vm_leftovers(n: &Node) -> Vec<String> {
     let mut left: Vec<String> = std::fs::read_dir(n.dir.join("data/microvm/vms"))
-        .map(|d| d.flatten().map(|e| e.path().display().to_string()).collect())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path().display().to_string())
+                .collect()
+        })
         .unwrap_or_default();
-    left.extend(processes_with(&n.dir.s()).into_iter().filter(|p| p.contains("qemu-system")));
+    left.extend(
+        processes_with(&n.dir.s())
+            .into_iter()
+            .filter(|p| p.contains("qemu-system")),
+    );
     left
 }
 
@@ -178,7 +187,11 @@ fn wait_hanging(n: &Node, id: &str) {
     let until = Instant::now() + Duration::from_secs(240);
     let f = n.dir.join(&format!("work/job-{id}-1/hanging"));
     while !f.exists() {
-        assert!(Instant::now() < until, "the hanging tool never started:\n{}", n.log());
+        assert!(
+            Instant::now() < until,
+            "the hanging tool never started:\n{}",
+            n.log()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -200,7 +213,11 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
 
     // No node at all: refused with the microVM wording.
     let refused = submit(vm_call("read_file", serde_json::json!({}), &[])).unwrap_err();
-    assert!(refused.contains("runs only in a microVM") && refused.contains("isolation.microvm=ready for x86_64"), "{refused}");
+    assert!(
+        refused.contains("runs only in a microVM")
+            && refused.contains("isolation.microvm=ready for x86_64"),
+        "{refused}"
+    );
 
     // The shipped node, asked for the test backend: no microVMs.
     let mut shipped = Node::start_with(&node(), &edge, "shipped", &[], &test_env);
@@ -221,32 +238,68 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
         "tool": "box",
     }))
     .unwrap_err();
-    assert!(refused.contains("runtime.oci=ready") && refused.contains("no OZ0 node runs OCI containers yet"), "{refused}");
+    assert!(
+        refused.contains("runtime.oci=ready")
+            && refused.contains("no OZ0 node runs OCI containers yet"),
+        "{refused}"
+    );
     // A manifest with an unknown key, and one with a forbidden variable.
     let refused = submit(serde_json::json!({"manifest": "tools:\n  - id: fs\n    command: [x]\n    isolaton: microvm\n", "tool": "fs"})).unwrap_err();
-    assert!(refused.contains("line 4") && refused.contains("isolaton"), "{refused}");
+    assert!(
+        refused.contains("line 4") && refused.contains("isolaton"),
+        "{refused}"
+    );
     let refused = submit(serde_json::json!({
         "manifest": vm_manifest().replace("command:", "secrets: [HTTPS_PROXY]\n    command:"),
         "tool": "py",
     }))
     .unwrap_err();
-    assert!(refused.contains("HTTPS_PROXY is a proxy variable"), "{refused}");
+    assert!(
+        refused.contains("HTTPS_PROXY is a proxy variable"),
+        "{refused}"
+    );
 
     // A command tool on the tier-1 node: a real MCP server, its result back.
     let id = submit(fs_call("list_allowed_directories", serde_json::json!({}))).unwrap();
     let j = json(&edge.wait_job(&id, 60));
     assert_eq!(j["state"], "succeeded", "{j}\n{}", shipped.log());
     assert_eq!(j["tier"], 1, "{j}");
-    assert!(j["result"]["content"][0]["text"].as_str().unwrap().contains("/work/job-"), "{j}");
+    assert!(
+        j["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("/work/job-"),
+        "{j}"
+    );
     // A tool the server does not list, and a call the server refuses.
     let id = submit(fs_call("nope", serde_json::json!({}))).unwrap();
     let j = json(&edge.wait_job(&id, 60));
     assert_eq!(j["state"], "failed", "{j}");
-    assert!(j["error"].as_str().unwrap().contains("does not list tool \"nope\""), "{j}");
-    let id = submit(fs_call("read_text_file", serde_json::json!({"path": "/etc/passwd"}))).unwrap();
+    assert!(
+        j["error"]
+            .as_str()
+            .unwrap()
+            .contains("does not list tool \"nope\""),
+        "{j}"
+    );
+    let id = submit(fs_call(
+        "read_text_file",
+        serde_json::json!({"path": "/etc/passwd"}),
+    ))
+    .unwrap();
     let j = json(&edge.wait_job(&id, 60));
-    assert_eq!((j["state"].as_str(), j["exit_code"].as_i64()), (Some("failed"), Some(1)), "{j}");
-    assert!(j["result"]["content"][0]["text"].as_str().unwrap().contains("outside allowed directories"), "the tool's own error comes back: {j}");
+    assert_eq!(
+        (j["state"].as_str(), j["exit_code"].as_i64()),
+        (Some("failed"), Some(1)),
+        "{j}"
+    );
+    assert!(
+        j["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("outside allowed directories"),
+        "the tool's own error comes back: {j}"
+    );
     drop(shipped);
 
     // The test build proves microVMs through the test backend and says so.
@@ -283,7 +336,13 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
     let j = json(&edge.wait_job(&id, 300));
     assert_eq!(j["state"], "failed", "{j}");
     assert!(j["result"].is_null(), "{j}");
-    assert!(j["error"].as_str().unwrap_or("").contains("refused whole, not cut"), "{j}");
+    assert!(
+        j["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("refused whole, not cut"),
+        "{j}"
+    );
     wait_clean(&n);
 
     // Cancelled mid-call: the node loses the lease and stops the VM.
@@ -302,10 +361,17 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
     let _ = n.wait_exit(10);
     let until = Instant::now() + Duration::from_secs(30);
     while vm_leftovers(&n).iter().any(|l| l.contains("qemu-system")) {
-        assert!(Instant::now() < until, "QEMU outlived its node: {:?}", vm_leftovers(&n));
+        assert!(
+            Instant::now() < until,
+            "QEMU outlived its node: {:?}",
+            vm_leftovers(&n)
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(!vm_leftovers(&n).is_empty(), "a killed node leaves its VM's record");
+    assert!(
+        !vm_leftovers(&n).is_empty(),
+        "a killed node leaves its VM's record"
+    );
     edge.cancel(&id);
     n.restart(&test_node, &edge, "vmnode", &[], &test_env);
     n.wait_log("removed 1 stale microVM folder(s)", 120);

@@ -169,7 +169,14 @@ impl Node {
     }
 
     /// Starts the node again on the same data (after it was killed).
-    pub fn restart(&mut self, bin: &Path, edge: &Edge, tag: &str, extra: &[&str], env: &[(&str, &str)]) {
+    pub fn restart(
+        &mut self,
+        bin: &Path,
+        edge: &Edge,
+        tag: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -194,7 +201,12 @@ impl Node {
             .arg(dir.join("data"))
             .arg("--work-root")
             .arg(dir.join("work"))
-            .args(["--name", tag, "--poll-ms", "200"])
+            .args(["--name", tag])
+            .args(if extra.contains(&"--poll-ms") {
+                &[][..]
+            } else {
+                &["--poll-ms", "200"][..]
+            })
             .args(extra)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
