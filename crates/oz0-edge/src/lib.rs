@@ -16,7 +16,13 @@
 //!   or a closed set, and anything else is dropped and counted. Fixes are
 //!   worded by the edge from the fix *kind*. No node-supplied prose reaches a
 //!   page, the API or a log verbatim; the Nodes page escapes every value anyway
-//!   and forbids scripts by its Content-Security-Policy.
+//!   and forbids scripts by its Content-Security-Policy. The one exception is
+//!   a job's own output — a tool's result (bounded, whole or refused) and the
+//!   reason a job failed (bounded, one line) — which the API returns as JSON
+//!   data to the operator who asked for that job, and nowhere else.
+//! - **A tool job is routed by its manifest.** The plugin's `oz0-plugin.yaml`
+//!   travels in the job and is parsed here by the code the node runs it with
+//!   (`oz0-plugin`); what the submitter says about isolation must match it.
 //! - **The edge enforces the routing rule itself.** A node's routed tier is
 //!   recomputed from its facts: tier 0 unless its self-test passed; Windows
 //!   (PSEC, a preview) is routed at tier 0 whatever it claims; tier 2 needs a

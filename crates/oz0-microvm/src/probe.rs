@@ -113,6 +113,18 @@ pub fn classify_failure(log: &str) -> MicrovmReason {
     }
 }
 
+/// The host context a test VM's monitor runs through: only with tier 1.
+fn tier1_host(o: &ProbeOptions) -> Result<Host, ProbeReport> {
+    match (o.tier1, Host::open(o.host.clone())) {
+        (true, Ok(h)) => Ok(h),
+        _ => Err(no(
+            MicrovmReason::NoTier1,
+            None,
+            "no tier 1 on this node, and a VM monitor never runs outside it: fix tier 1 first (sandbox check)",
+        )),
+    }
+}
+
 /// Probes microVM support on this node.
 pub fn probe(o: &ProbeOptions) -> ProbeReport {
     if o.selection == Selection::Off {
@@ -137,15 +149,9 @@ pub fn probe(o: &ProbeOptions) -> ProbeReport {
             ),
         );
     }
-    let host = match (o.tier1, Host::open(o.host.clone())) {
-        (true, Ok(h)) => h,
-        _ => {
-            return no(
-                MicrovmReason::NoTier1,
-                None,
-                "no tier 1 on this node, and a VM monitor never runs outside it: fix tier 1 first (sandbox check)",
-            )
-        }
+    let host = match tier1_host(o) {
+        Ok(h) => h,
+        Err(r) => return r,
     };
     let vmm = match pin::select(&o.selection, o.path_var.as_deref()) {
         Ok(v) => v,
@@ -355,15 +361,9 @@ fn probe_test_backend(o: &ProbeOptions) -> ProbeReport {
         Ok(b) => b,
         Err(e) => return no(MicrovmReason::NoVmm, None, e.to_string()),
     };
-    let host = match (o.tier1, Host::open(o.host.clone())) {
-        (true, Ok(h)) => h,
-        _ => {
-            return no(
-                MicrovmReason::NoTier1,
-                None,
-                "no tier 1 on this node, and a VM monitor never runs outside it: fix tier 1 first (sandbox check)",
-            )
-        }
+    let host = match tier1_host(o) {
+        Ok(h) => h,
+        Err(r) => return r,
     };
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -161,15 +161,43 @@ pub(super) async fn job_status(
     Path((tenant, job)): Path<(String, String)>,
     h: HeaderMap,
 ) -> ApiResult<Json<JobView>> {
-    edge.operator(&h)?;
-    known_tenant(&edge, &tenant)?;
-    job_id_ok(&job)?;
+    Ok(Json(job_view(
+        operator_job(&edge, &h, &tenant, &job, None).await?,
+    )))
+}
+
+/// An operator's job, after `act` (the time it acts at) was done to it;
+/// whether `act` changed it.
+async fn operator_job(
+    edge: &Edge,
+    h: &HeaderMap,
+    tenant: &str,
+    job: &str,
+    act: Option<i64>,
+) -> ApiResult<crate::store::JobRow> {
+    edge.operator(h)?;
+    known_tenant(edge, tenant)?;
+    job_id_ok(job)?;
+    let cancelled = match act {
+        Some(now) => Some(edge.store.cancel(tenant, job, now).await?),
+        None => None,
+    };
     let j = edge
         .store
-        .job(&tenant, &job)
+        .job(tenant, job)
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "no_job", "no such job"))?;
-    Ok(Json(job_view(j)))
+    if cancelled == Some(false) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "job_ended",
+            format!(
+                "job {} has already ended ({}): there is nothing to cancel",
+                j.id, j.state
+            ),
+        ));
+    }
+    Ok(j)
 }
 
 fn job_view(j: crate::store::JobRow) -> JobView {
@@ -194,25 +222,7 @@ pub(super) async fn cancel_job(
     Path((tenant, job)): Path<(String, String)>,
     h: HeaderMap,
 ) -> ApiResult<Json<JobView>> {
-    edge.operator(&h)?;
-    known_tenant(&edge, &tenant)?;
-    job_id_ok(&job)?;
-    let cancelled = edge.store.cancel(&tenant, &job, now_ms()).await?;
-    let j = edge
-        .store
-        .job(&tenant, &job)
-        .await?
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "no_job", "no such job"))?;
-    if !cancelled {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "job_ended",
-            format!(
-                "job {} has already ended ({}): there is nothing to cancel",
-                j.id, j.state
-            ),
-        ));
-    }
+    let j = operator_job(&edge, &h, &tenant, &job, Some(now_ms())).await?;
     Ok(Json(job_view(j)))
 }
 
