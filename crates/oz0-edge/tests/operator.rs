@@ -58,6 +58,123 @@ async fn oz0_node_show_and_list() {
     assert!(err.contains("no node has that id or name"), "{err}");
 }
 
+/// `oz0 job tool` reads an installed plugin, the edge routes the job by
+/// its manifest, `--wait` prints the tool's text once a node completed it,
+/// `oz0 job show` and `oz0 job cancel` follow it; refusals name the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oz0_job_tool_show_and_cancel() {
+    let (_, url) = store_urls().await.remove(0);
+    let e = start_on(Store::open(&url).await.unwrap(), 30_000).await;
+    let n = node(&e, "acme", ACME, "linux-ok", &linux_facts(false, false)).await;
+    let dir = std::env::temp_dir().join(format!("oz0-jobcli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("oz0-plugin.yaml"),
+        format!("name: acme\ntools:\n  - id: fs\n    command: [mcp-server-filesystem, /work]\n  - id: vm\n    package: oci:ghcr.io/acme/vm@sha256:{}\n    isolation: microvm\n    command: [/srv]\n", "0".repeat(64)),
+    )
+    .unwrap();
+    std::fs::write(dir.join("input.csv"), "a,b\n").unwrap();
+    let oz0 = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_oz0"))
+            .args(args)
+            .env("OZ0_EDGE", &e.url)
+            .env("OZ0_OPERATOR_TOKEN", OPERATOR)
+            .env_remove("OZ0_OPERATOR_TOKEN_FILE")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let plugin = dir.display().to_string();
+    let file = dir.join("input.csv").display().to_string();
+    let tool = [
+        "job", "tool", "--tenant", "acme", "--plugin", &plugin, "--tool",
+    ];
+    // Submitted: a command tool goes to the tier-1 queue.
+    let mut a: Vec<&str> = tool.to_vec();
+    a.extend([
+        "fs",
+        "--name",
+        "read_text_file",
+        "--arguments",
+        r#"{"path": "/work/.oz0-files/input.csv"}"#,
+        "--file",
+        &file,
+        "--json",
+    ]);
+    let (st, out, err) = oz0(&a);
+    assert_eq!(st, Some(0), "{err}");
+    let acc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(acc["tier"], 1, "{acc}");
+    let id = acc["job_id"].as_str().unwrap().to_string();
+    let l = n.poll_job(1).await.unwrap().expect("the tool job");
+    assert_eq!(l.job.payload["files"][0]["name"], "input.csv");
+    assert!(l.job.payload["manifest"]
+        .as_str()
+        .unwrap()
+        .contains("id: fs"));
+    n.finish_job(
+        &l,
+        &oz0_edge::client::Completion {
+            succeeded: true,
+            exit_code: Some(0),
+            result: Some(serde_json::json!({"content": [{"type": "text", "text": "a,b"}]})),
+            error: None,
+        },
+    )
+    .await
+    .unwrap();
+    let (st, out, _) = oz0(&["job", "show", "--tenant", "acme", &id]);
+    assert_eq!(st, Some(0));
+    assert!(
+        out.contains("(tool, tier 1): succeeded") && out.contains("Result:\na,b\n"),
+        "{out}"
+    );
+    let (st, _, err) = oz0(&["job", "cancel", "--tenant", "acme", &id]);
+    assert_eq!(st, Some(1));
+    assert!(err.contains("already ended"), "{err}");
+    // --wait on a job nobody takes: it says so, and cancel stops it.
+    let mut a: Vec<&str> = tool.to_vec();
+    a.extend(["fs", "--wait", "1"]);
+    let (st, out, err) = oz0(&a);
+    assert_eq!(st, Some(1), "{out}");
+    assert!(err.contains("did not end within 1 s"), "{err}");
+    let queued = out.split_whitespace().nth(1).unwrap().to_string();
+    let (st, out, _) = oz0(&["job", "cancel", "--tenant", "acme", &queued]);
+    assert_eq!(st, Some(0));
+    assert!(
+        out.contains(": cancelled") && out.contains("cancelled by an operator"),
+        "{out}"
+    );
+    assert!(n.poll_job(1).await.unwrap().is_none());
+    // Refusals: no microVM node, a tool the manifest lacks, bad arguments.
+    let mut a: Vec<&str> = tool.to_vec();
+    a.push("vm");
+    let (st, _, err) = oz0(&a);
+    assert_eq!(st, Some(1));
+    assert!(
+        err.contains("runs only in a microVM") && err.contains("isolation.microvm=ready"),
+        "{err}"
+    );
+    let mut a: Vec<&str> = tool.to_vec();
+    a.push("nope");
+    let (_, _, err) = oz0(&a);
+    assert!(
+        err.contains("has no tool \"nope\" (it has: fs, vm)"),
+        "{err}"
+    );
+    let mut a: Vec<&str> = tool.to_vec();
+    a.extend(["fs", "--arguments", "[1]"]);
+    let (st, _, err) = oz0(&a);
+    assert_eq!(st, Some(1));
+    assert!(err.contains("give a JSON object"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn openapi_describes_exactly_the_routes() {
     let doc: serde_json::Value = serde_json::from_str(include_str!("../openapi.json")).unwrap();

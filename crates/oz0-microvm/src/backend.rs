@@ -542,7 +542,7 @@ pub fn backend_from_env() -> Result<(Backend, Option<String>), BackendError> {
                     return Err(BackendError::TestGuestMissing(p));
                 }
             }
-            let warning = "the QEMU test backend (software emulation) is not a microVM this node offers; it is for tests only";
+            let warning = "this VM runs in the QEMU test backend (software emulation): a test fixture of a test build, never a shipped node's microVM";
             return Ok((Backend::QemuTcg(g), Some(warning.into())));
         }
         Some(other) => return Err(BackendError::UnknownTestBackend(other.to_string())),

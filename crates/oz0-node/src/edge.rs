@@ -76,6 +76,8 @@ pub struct Settings {
     recheck: Duration,
     sandbox_none: bool,
     host: crate::cli::HostArgs,
+    /// The variables of this node's environment tool jobs may be given.
+    tool_env: std::collections::BTreeSet<String>,
 }
 
 impl Settings {
@@ -124,6 +126,15 @@ impl Settings {
             recheck: Duration::from_secs(a.recheck_secs.max(1)),
             sandbox_none: a.sandbox == crate::node::Sandbox::None,
             host: a.host.clone(),
+            tool_env: a
+                .tool_env
+                .iter()
+                .map(|n| {
+                    oz0_policy::env::EnvName::new(n)
+                        .map(|_| n.clone())
+                        .map_err(|e| format!("--tool-env {n:?}: {e}"))
+                })
+                .collect::<Result<_, _>>()?,
         })
     }
 }
@@ -453,12 +464,14 @@ impl Daemon {
                 })
             };
             let (work, data_dir) = (work.to_path_buf(), self.s.data_dir.clone());
+            let tool_env = self.s.tool_env.clone();
             return Ok(Box::new(move |cancel| {
                 let ctx = crate::tool::Ctx {
                     host: &host,
                     work: &work,
                     data_dir: &data_dir,
                     microvms,
+                    env_allowed: Some(&tool_env),
                     errors: err,
                     cancel,
                 };

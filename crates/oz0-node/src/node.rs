@@ -47,6 +47,12 @@ pub struct NodeArgs {
     /// The name shown on the edge's Nodes page [default: the host name].
     #[arg(long, value_name = "NAME", requires = "edge")]
     pub name: Option<String>,
+    /// A variable of this node's environment that tool jobs may be given,
+    /// by the name a plugin's manifest lists under settings or secrets
+    /// (repeatable). A tool job naming any other is refused: a job's
+    /// manifest never reaches a variable the operator did not list.
+    #[arg(long = "tool-env", value_name = "NAME", requires = "edge")]
+    pub tool_env: Vec<String>,
     /// Weaken the self-test's own sandboxes at PROPERTY, to show that the
     /// check fails (the node is then tier 0).
     #[arg(long = "inject-fault", value_name = "PROPERTY", hide = true)]

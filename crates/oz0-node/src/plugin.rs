@@ -302,6 +302,8 @@ fn call(a: CallCliArgs) -> i32 {
             // Asked for by name: whatever VMM this environment selects
             // (OZ0_MICROVM, pinned or named) runs it, or it is left out.
             microvms: Ok(()),
+            // The caller's own environment, asked for by the caller.
+            env_allowed: None,
             errors,
             cancel,
         },

@@ -54,8 +54,8 @@ pub const WORK_IN_VM: &str = "/work";
 /// Time the server's sandbox may run past the call's deadline before its
 /// tier-1 timeout kills it (the call ends it first in every normal case).
 const RUN_GRACE_S: u64 = 30;
-/// Longest failure reason reported (the edge takes at most 4096 bytes).
-const MAX_REASON_CHARS: usize = 2000;
+/// Longest failure reason reported, bytes (the edge takes at most 4096).
+const MAX_REASON_BYTES: usize = 2000;
 
 /// What a call needs of the node.
 pub struct Ctx<'a> {
@@ -67,6 +67,9 @@ pub struct Ctx<'a> {
     pub data_dir: &'a Path,
     /// Whether this node offers microVMs: why not, when not.
     pub microvms: Result<(), String>,
+    /// The variables of this process's environment a tool may be given
+    /// (the daemon's `--tool-env`); None: any (a caller's own call).
+    pub env_allowed: Option<&'a std::collections::BTreeSet<String>>,
     /// Where the server's stderr goes.
     pub errors: File,
     /// Turns readable, or hangs up, when the call must stop.
@@ -105,23 +108,32 @@ pub fn left_out(tool: &str, why: &str) -> String {
     format!("tool {tool:?} is left out: it runs only in a microVM, which this node does not offer ({why})")
 }
 
-/// A reason, at most [`MAX_REASON_CHARS`] (said when cut).
+/// A reason, at most [`MAX_REASON_BYTES`] and a few more (said when cut).
 fn bounded(reason: String) -> String {
-    if reason.chars().count() <= MAX_REASON_CHARS {
+    if reason.len() <= MAX_REASON_BYTES {
         return reason;
     }
-    let mut r: String = reason.chars().take(MAX_REASON_CHARS).collect();
-    r.push_str(" … (reason cut)");
-    r
+    let mut end = MAX_REASON_BYTES;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} … (reason cut)", &reason[..end])
 }
 
 /// The variables the tool names, with this process's values.
-fn variables(t: &CheckedToolJob) -> Result<Vec<(String, String)>, String> {
+fn variables(
+    t: &CheckedToolJob,
+    allowed: Option<&std::collections::BTreeSet<String>>,
+) -> Result<Vec<(String, String)>, String> {
     t.tool
         .settings
         .iter()
         .chain(t.tool.secrets.iter())
         .map(|n| match std::env::var(n) {
+            _ if allowed.is_some_and(|a| !a.contains(n)) => Err(format!(
+                "tool {:?} names the variable {n}, which this node gives no tool: start the node with --tool-env {n} to let tools have it",
+                t.tool.id
+            )),
             Ok(v) => Ok((n.clone(), v)),
             Err(_) => Err(format!(
                 "tool {:?} names the variable {n}, and this node's environment has no {n} (or not UTF-8): set it in the node's environment (settings and secrets travel by name, never in a job)",
@@ -205,7 +217,7 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, String> {
         }
         Isolation::Sandbox => {}
     }
-    let env = variables(t)?;
+    let env = variables(t, ctx.env_allowed)?;
     place_files(ctx.work, &t.files)?;
     let work = ctx
         .work
@@ -342,7 +354,16 @@ fn end_of(
     vm_answered_ms: Option<u64>,
 ) -> ToolEnd {
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let too_large = |c: &CallResult| {
+        serde_json::to_string(&c.result).map_or(true, |s| s.len() > oz0_plugin::mcp::MAX_LINE_BYTES)
+    };
     match r {
+        Ok(c) if too_large(&c) => end_of(
+            Err(format!("the tool's result is over {} bytes of JSON: refused whole, not cut (the result limit)", oz0_plugin::mcp::MAX_LINE_BYTES)),
+            started,
+            backend,
+            vm_answered_ms,
+        ),
         Ok(c) => ToolEnd {
             outcome: if c.is_error { "tool_error" } else { "exited" },
             exit_code: i32::from(c.is_error),
@@ -497,7 +518,11 @@ mod tests {
     fn reasons_are_bounded_and_say_so() {
         assert_eq!(bounded("short".into()), "short");
         let long = bounded("é".repeat(5000));
-        assert!(long.ends_with("(reason cut)") && long.chars().count() < 2100);
+        assert!(
+            long.ends_with("(reason cut)") && long.len() < 2100,
+            "{}",
+            long.len()
+        );
         assert!(left_out("acme_fetch", "turned off (OZ0_MICROVM=off)").contains(
             "it runs only in a microVM, which this node does not offer (turned off (OZ0_MICROVM=off))"
         ));

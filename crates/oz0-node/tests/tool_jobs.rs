@@ -72,6 +72,8 @@ if __name__ == "__main__":
     server.run()
 "#;
 
+const STUB: &str = include_str!("fixtures/mcp_stub.py");
+
 const DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 fn vm_manifest() -> String {
@@ -219,8 +221,21 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
         "{refused}"
     );
 
-    // The shipped node, asked for the test backend: no microVMs.
-    let mut shipped = Node::start_with(&node(), &edge, "shipped", &[], &test_env);
+    // The shipped node, asked for the test backend: no microVMs. It gives
+    // tools one variable of its environment, and no other.
+    let shipped_env = [
+        test_env[0],
+        test_env[1],
+        ("OZ0TEST_GIVEN", "given-value"),
+        ("OZ0TEST_OTHER", "other-value"),
+    ];
+    let mut shipped = Node::start_with(
+        &node(),
+        &edge,
+        "shipped",
+        &["--tool-env", "OZ0TEST_GIVEN"],
+        &shipped_env,
+    );
     shipped.wait_log("facts reported", 120);
     assert!(
         shipped.log().contains("built without them"),
@@ -300,6 +315,31 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
             .contains("outside allowed directories"),
         "the tool's own error comes back: {j}"
     );
+    // Settings and secrets: only what the node's operator listed.
+    let stub = |var: &str| {
+        serde_json::json!({
+            "manifest": format!("tools:\n  - id: stub\n    command: [python3, /work/.oz0-files/stub.py]\n    secrets: [{var}]\n"),
+            "tool": "stub", "name": "env", "arguments": {"name": var},
+            "files": [{"name": "stub.py", "base64": b64(STUB)}],
+        })
+    };
+    let j = json(&edge.wait_job(&submit(stub("OZ0TEST_GIVEN")).unwrap(), 60));
+    assert_eq!(j["state"], "succeeded", "{j}");
+    assert!(
+        j["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("given-value"),
+        "{j}"
+    );
+    let j = json(&edge.wait_job(&submit(stub("OZ0TEST_OTHER")).unwrap(), 60));
+    assert_eq!(j["state"], "failed", "{j}");
+    assert!(
+        j["error"].as_str().unwrap().contains(
+            "which this node gives no tool: start the node with --tool-env OZ0TEST_OTHER"
+        ),
+        "{j}"
+    );
     drop(shipped);
 
     // The test build proves microVMs through the test backend and says so.
@@ -377,4 +417,12 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
     n.wait_log("removed 1 stale microVM folder(s)", 120);
     n.wait_log("facts reported", 300);
     wait_clean(&n);
+
+    // SIGTERM mid-call: the node stops the VM and exits cleanly.
+    let id = submit(vm_call("hang", serde_json::json!({}), &[])).unwrap();
+    wait_hanging(&n, &id);
+    n.signal("TERM");
+    assert_eq!(n.wait_exit(60), Some(0), "{}", n.log());
+    wait_clean(&n);
+    edge.cancel(&id);
 }
