@@ -8,7 +8,8 @@
 //! dynamically linked build, and says so. The baseline is
 //! `bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true` (bare
 //! bubblewrap needs a root to find /bin/true in). `OZ0_NODE_BIN_OTHER` names
-//! a second `oz0-node` (another build) to measure in the same rounds.
+//! a second `oz0-node` (another build) to measure in the same rounds. Run
+//! it as the node's user: `oz0-node` refuses to run sandboxes as root.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

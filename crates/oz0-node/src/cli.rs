@@ -255,6 +255,9 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
             };
         }
     };
+    if let Some(code) = refuse_root(&cli.cmd) {
+        return code;
+    }
     match cli.cmd {
         Top::Sandbox(SandboxCmd::Run(a)) => crate::run::run(a),
         Top::Sandbox(SandboxCmd::Probe(a)) => crate::probe::main(a),
@@ -265,6 +268,37 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
         Top::Plugin(c) => crate::plugin::main(c),
         Top::Setup(SetupCmd::Cgroups { user, mode, json }) => setup_cgroups(&user, &mode, json),
     }
+}
+
+/// Nodes never run as root: a root node's host-side work (binding, placing
+/// and removing what a run may write, reading its files) would act with
+/// root's rights on what its runs control, and its runs' files would be
+/// root's. Every command that runs or judges sandboxes refuses uid 0 with
+/// the fix; `setup` (root's, by design), `facts` and the in-sandbox probe
+/// do not.
+fn refuse_root(cmd: &Top) -> Option<i32> {
+    let root = rustix::process::getuid().is_root() || rustix::process::geteuid().is_root();
+    if !root {
+        return None;
+    }
+    let (what, code) = match cmd {
+        Top::Sandbox(SandboxCmd::Run(_)) => ("sandbox run", Exit::Sandbox),
+        Top::Sandbox(SandboxCmd::Vm(_)) => ("sandbox vm", Exit::Sandbox),
+        Top::Sandbox(SandboxCmd::Check(_)) => ("sandbox check", Exit::CheckFailed),
+        Top::Run(_) => ("run", Exit::CheckFailed),
+        Top::Plugin(crate::plugin::PluginCmd::Check(_)) => ("plugin check", Exit::CheckFailed),
+        Top::Plugin(crate::plugin::PluginCmd::Call(_)) => ("plugin call", Exit::Sandbox),
+        _ => return None,
+    };
+    let prefix = if code == Exit::Sandbox {
+        "sandbox refused"
+    } else {
+        "refusing to run as root"
+    };
+    eprintln!(
+        "oz0-node: {prefix}: `oz0-node {what}` runs as an unprivileged user, never as root (a root node's host-side work would act with root's rights on what its runs control): run it as the node's user, e.g. `runuser -u oz0node -- oz0-node {what} …`, after `oz0-node setup cgroups --user oz0node` once as root"
+    );
+    Some(code.code())
 }
 
 fn setup_cgroups(user: &str, mode: &str, json: bool) -> i32 {
