@@ -24,8 +24,10 @@ mod operator;
 
 pub use operator::node_view;
 
-use node::{complete, poll, register, renew, report_facts};
-use operator::{cancel_job, job_status, list_nodes, nodes_page, show_node, submit_job};
+use node::{complete, poll, register, renew, report_facts, rotate, whoami};
+use operator::{
+    cancel_job, change_node, job_status, list_nodes, nodes_page, show_node, submit_job,
+};
 
 /// Counter of fields dropped from reports, all nodes.
 pub const DROPPED_COUNTER: &str = "facts_fields_dropped";
@@ -41,10 +43,14 @@ pub struct EdgeConfig {
     pub lease_ms: i64,
     /// A node counts as live this long after its last request.
     pub node_live_ms: i64,
+    /// Tenants whose new nodes wait for an operator's approval before they
+    /// take work above tier 0.
+    pub approval_tenants: std::collections::BTreeSet<String>,
 }
 
 impl EdgeConfig {
-    /// Defaults: 30 s leases, nodes live for 10 minutes after their last request.
+    /// Defaults: 30 s leases, nodes live for 30 s after their last request
+    /// (a node polls every 2 s, renews a running job's lease every 10 s).
     pub fn new(
         tenant_tokens: BTreeMap<String, TokenDigest>,
         operator_tokens: Vec<TokenDigest>,
@@ -53,7 +59,8 @@ impl EdgeConfig {
             tenant_tokens,
             operator_tokens,
             lease_ms: 30_000,
-            node_live_ms: 600_000,
+            node_live_ms: 30_000,
+            approval_tenants: Default::default(),
         }
     }
 }
@@ -119,6 +126,8 @@ impl Routes {
         .add("POST", "/v1/nodes/register", post(register))
         .add("POST", "/v1/node/facts", post(report_facts))
         .add("POST", "/v1/node/poll", post(poll))
+        .add("POST", "/v1/node/rotate", post(rotate))
+        .add("POST", "/v1/node/whoami", post(whoami))
         .add("POST", "/v1/node/jobs/{job}/renew", post(renew))
         .add(
             "POST",
@@ -138,6 +147,7 @@ impl Routes {
         )
         .add("GET", "/v1/nodes", get(list_nodes))
         .add("GET", "/v1/nodes/{node}", get(show_node))
+        .add("POST", "/v1/nodes/{node}/{action}", post(change_node))
         .add("GET", "/nodes", get(nodes_page))
     }
 
@@ -154,9 +164,21 @@ impl Routes {
     }
 }
 
-/// Serves the API on `listener` until the task is dropped.
+/// Serves the API on `listener` until the task is dropped: plain HTTP
+/// (for loopback), with the default connection limits.
 pub async fn serve(listener: tokio::net::TcpListener, edge: Arc<Edge>) -> std::io::Result<()> {
-    axum::serve(listener, Routes::build().into_router(edge)).await
+    serve_with(listener, edge, None, crate::serve::Limits::default()).await
+}
+
+/// Serves the API on `listener`, over TLS when `tls` is given, with
+/// `limits` on every connection.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    edge: Arc<Edge>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: crate::serve::Limits,
+) -> std::io::Result<()> {
+    crate::serve::serve(listener, Routes::build().into_router(edge), tls, limits).await
 }
 
 async fn health(State(edge): State<Arc<Edge>>) -> Json<serde_json::Value> {

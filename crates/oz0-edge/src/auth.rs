@@ -55,6 +55,12 @@ pub enum AuthError {
     PublicKey,
 }
 
+/// What a node's new key signs when it replaces the old one: the node id
+/// and the new key, so the proof is good for that rotation only.
+pub fn rotation_message(node_id: &str, new_public_key: &str) -> Vec<u8> {
+    format!("oz0-edge-rotate-v1\n{node_id}\n{new_public_key}").into_bytes()
+}
+
 /// The node id for a public key: `n` and the first 12 bytes of its SHA-256,
 /// in hex.
 pub fn node_id(public_key: &VerifyingKey) -> String {

@@ -36,6 +36,7 @@ use oz0_policy::facts::NodeFacts;
 use serde::de::DeserializeOwned;
 
 use crate::auth;
+pub use crate::http::Trust;
 use crate::http::{self, EdgeUrl};
 use crate::routing::JobRequest;
 use crate::wire::{
@@ -64,8 +65,14 @@ pub const LEASE_MARGIN_DIVISOR: i64 = 10;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// Not an edge URL.
-    #[error("edge URL {0:?} is not one the client opens: use http://HOST:PORT (terminate TLS in front of the edge)")]
+    #[error("edge URL {0:?} is not one the client opens: use https://HOST[:PORT] (or http:// on loopback)")]
     Url(String),
+    /// Plain HTTP to a host that is not this machine's loopback.
+    #[error("edge URL {0:?} is plain HTTP off loopback, where tokens, jobs and their secrets would cross the network in clear: use https:// (the edge serves TLS with --tls-cert and --tls-key)")]
+    PlainOffLoopback(String),
+    /// TLS could not be set up or did not verify.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// Could not connect.
     #[error("cannot connect to the edge at {edge}: {source} (is oz0-edge running there?)")]
     Connect {
@@ -168,6 +175,40 @@ impl NodeKey {
         NodeKey { signing, id }
     }
 
+    /// A new key for the node this key is (the node keeps its id when
+    /// its key is rotated).
+    pub fn successor(&self) -> NodeKey {
+        NodeKey {
+            id: self.id.clone(),
+            ..NodeKey::generate()
+        }
+    }
+
+    /// The key file's text: the seed and, for a rotated key, the node's id.
+    fn file_text(&self) -> String {
+        let seed = B64.encode(self.signing.to_bytes());
+        if self.id == auth::node_id(&self.signing.verifying_key()) {
+            format!("{KEY_PREFIX}{seed}\n")
+        } else {
+            format!("{KEY_PREFIX}{seed} id={}\n", self.id)
+        }
+    }
+
+    /// Replaces the key file at `path` with this key (written aside, 0600,
+    /// then renamed into place).
+    pub fn save(&self, path: &Path) -> Result<(), ClientError> {
+        let kerr = |source| ClientError::KeyFile {
+            path: path.to_path_buf(),
+            source,
+        };
+        let tmp = path.with_extension(format!("tmp-{}", auth::random_id()));
+        write_private(&tmp, self.file_text().as_bytes()).map_err(kerr)?;
+        std::fs::rename(&tmp, path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            kerr(e)
+        })
+    }
+
     /// Loads the key at `path`, or makes one there: the file mode 0600, its
     /// folder 0700. A key file others can read is refused.
     pub fn load_or_create(path: &Path) -> Result<NodeKey, ClientError> {
@@ -184,20 +225,29 @@ impl NodeKey {
         match std::fs::read_to_string(path) {
             Ok(text) => {
                 check_private(path)?;
-                let b = text
-                    .trim_end()
-                    .strip_prefix(KEY_PREFIX)
-                    .and_then(|b| B64.decode(b).ok());
-                let seed: [u8; 32] =
-                    b.and_then(|b| b.try_into().ok())
-                        .ok_or_else(|| ClientError::KeyFormat {
-                            path: path.to_path_buf(),
-                        })?;
-                Ok(NodeKey::from_seed(seed))
+                let bad = || ClientError::KeyFormat {
+                    path: path.to_path_buf(),
+                };
+                let body = text.trim_end().strip_prefix(KEY_PREFIX).ok_or_else(bad)?;
+                let (seed, id) = match body.split_once(" id=") {
+                    Some((s, id)) if auth::is_node_id(id) => (s, Some(id)),
+                    Some(_) => return Err(bad()),
+                    None => (body, None),
+                };
+                let seed: [u8; 32] = B64
+                    .decode(seed)
+                    .ok()
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or_else(bad)?;
+                let mut key = NodeKey::from_seed(seed);
+                if let Some(id) = id {
+                    key.id = id.to_string();
+                }
+                Ok(key)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let key = NodeKey::generate();
-                let text = format!("{KEY_PREFIX}{}\n", B64.encode(key.signing.to_bytes()));
+                let text = key.file_text();
                 // Written aside, then linked into place: never a half-written key,
                 // and a key another process made first wins.
                 let tmp = path.with_extension(format!("tmp-{}", auth::random_id()));
@@ -363,10 +413,21 @@ pub struct NodeClient {
 }
 
 impl NodeClient {
-    /// A client for `edge_url` (`http://HOST:PORT`), as a node of `tenant`.
+    /// A client for `edge_url` (`https://HOST:PORT`, or `http://` on
+    /// loopback), as a node of `tenant`, trusting the system's CAs.
     pub fn new(edge_url: &str, tenant: &str, key: NodeKey) -> Result<NodeClient, ClientError> {
+        NodeClient::with_trust(edge_url, tenant, key, &Trust::System)
+    }
+
+    /// As [`NodeClient::new`], verifying the edge against `trust`.
+    pub fn with_trust(
+        edge_url: &str,
+        tenant: &str,
+        key: NodeKey,
+        trust: &Trust,
+    ) -> Result<NodeClient, ClientError> {
         Ok(NodeClient {
-            edge: EdgeUrl::parse(edge_url)?,
+            edge: EdgeUrl::parse_with(edge_url, trust)?,
             tenant: tenant.to_string(),
             key,
         })
@@ -414,6 +475,24 @@ impl NodeClient {
         .await
     }
 
+    /// Who the edge takes this node's signature for: its id and tenant,
+    /// or a refusal (an unknown, removed or replaced key).
+    pub async fn whoami(&self) -> Result<Registered, ClientError> {
+        self.signed("/v1/node/whoami", Vec::new(), None).await
+    }
+
+    /// Replaces this node's key with `next` (from [`NodeKey::successor`]):
+    /// signed by the current key, with `next`'s proof. From then on only
+    /// `next` works; save it before using it.
+    pub async fn rotate_key(&self, next: &NodeKey) -> Result<Registered, ClientError> {
+        let public_key = next.public_key();
+        let msg = auth::rotation_message(self.key.id(), &public_key);
+        let proof = B64.encode(next.signing.sign(&msg).to_bytes());
+        let body = serde_json::to_vec(&crate::wire::RotateRequest { public_key, proof })
+            .expect("serializes");
+        self.signed("/v1/node/rotate", body, None).await
+    }
+
     /// Reports facts; returns how the edge sees the node (its routed tier,
     /// labels, the fix in the edge's words, fields dropped).
     pub async fn report_facts(&self, facts: &NodeFacts) -> Result<NodeView, ClientError> {
@@ -428,6 +507,12 @@ impl NodeClient {
     /// Polls one tier's queue. The edge refuses a tier above the one it
     /// routes this node at (`tier_not_routed`).
     pub async fn poll_job(&self, tier: u8) -> Result<Option<Lease>, ClientError> {
+        Ok(self.poll(tier).await?.0)
+    }
+
+    /// Polls one tier's queue: a job or none, and the tier the edge routes
+    /// this node at now.
+    pub async fn poll(&self, tier: u8) -> Result<(Option<Lease>, Option<u8>), ClientError> {
         let sent = Instant::now();
         let r: PollResponse = self
             .signed(
@@ -436,10 +521,11 @@ impl NodeClient {
                 None,
             )
             .await?;
-        Ok(r.job.map(|j| {
+        let lease = r.job.map(|j| {
             let ms = j.lease_ms;
             Lease::new(j, sent, ms)
-        }))
+        });
+        Ok((lease, r.tier_routed))
     }
 
     /// Renews a lease; [`ClientError::LeaseLost`] when it is gone.
@@ -550,10 +636,20 @@ pub struct OperatorClient {
 }
 
 impl OperatorClient {
-    /// A client for `edge_url` with an operator token.
+    /// A client for `edge_url` with an operator token, trusting the
+    /// system's CAs.
     pub fn new(edge_url: &str, token: &str) -> Result<OperatorClient, ClientError> {
+        OperatorClient::with_trust(edge_url, token, &Trust::System)
+    }
+
+    /// As [`OperatorClient::new`], verifying the edge against `trust`.
+    pub fn with_trust(
+        edge_url: &str,
+        token: &str,
+        trust: &Trust,
+    ) -> Result<OperatorClient, ClientError> {
         Ok(OperatorClient {
-            edge: EdgeUrl::parse(edge_url)?,
+            edge: EdgeUrl::parse_with(edge_url, trust)?,
             token: token.to_string(),
         })
     }
@@ -599,6 +695,21 @@ impl OperatorClient {
         }
         let (s, b) = self
             .call("GET", &format!("/v1/nodes/{id_or_name}"), vec![])
+            .await?;
+        decode(s, &b)
+    }
+
+    /// Approves, drains, undrains or removes a node (`action`).
+    pub async fn node_action(
+        &self,
+        id_or_name: &str,
+        action: &str,
+    ) -> Result<NodeView, ClientError> {
+        if !(auth::is_node_id(id_or_name) || crate::sanitize::is_node_name(id_or_name)) {
+            return Err(ClientError::Url(format!("node {id_or_name:?}")));
+        }
+        let (s, b) = self
+            .call("POST", &format!("/v1/nodes/{id_or_name}/{action}"), vec![])
             .await?;
         decode(s, &b)
     }
@@ -664,7 +775,19 @@ pub async fn raw_request(
     headers: &[(&str, String)],
     body: Vec<u8>,
 ) -> Result<(u16, Vec<u8>), ClientError> {
-    let url = EdgeUrl::parse(edge_url)?;
+    raw_request_with(edge_url, &Trust::System, method, path, headers, body).await
+}
+
+/// [`raw_request`], verifying the edge against `trust`.
+pub async fn raw_request_with(
+    edge_url: &str,
+    trust: &Trust,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: Vec<u8>,
+) -> Result<(u16, Vec<u8>), ClientError> {
+    let url = EdgeUrl::parse_with(edge_url, trust)?;
     let (s, b) = http::request(&url, method, path, headers, body).await?;
     Ok((s, b.to_vec()))
 }

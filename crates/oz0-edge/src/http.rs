@@ -1,10 +1,16 @@
-//! A minimal HTTP/1 client over one connection per request (hyper).
+//! A minimal HTTP/1 client over one connection per request (hyper), over
+//! TLS (rustls, verified against the system's CAs or the operator's own)
+//! or, on loopback only, plain TCP.
 
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
 
 use crate::client::ClientError;
 
@@ -13,18 +19,103 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest response the client reads.
 pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
 
-/// `http://HOST:PORT`, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which certificates an `https://` edge is verified against.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Trust {
+    /// The system's CA certificates (`/etc/ssl/certs`, as the platform keeps them).
+    #[default]
+    System,
+    /// Only the CA certificates in this PEM file (`--edge-ca`).
+    CaFile(PathBuf),
+}
+
+/// Whether `host` is this machine's loopback: the one place plain HTTP is
+/// allowed, since nothing between the two ends can read or change it.
+pub fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `https://HOST:PORT` (or `http://` on loopback), validated, with the TLS
+/// configuration its connections use.
+#[derive(Clone)]
 pub struct EdgeUrl {
     host: String,
     port: u16,
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for EdgeUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EdgeUrl({self})")
+    }
+}
+
+impl PartialEq for EdgeUrl {
+    fn eq(&self, o: &EdgeUrl) -> bool {
+        self.to_string() == o.to_string()
+    }
+}
+
+fn tls_error(what: impl std::fmt::Display) -> ClientError {
+    ClientError::Tls(what.to_string())
+}
+
+/// The TLS client configuration for `trust`.
+fn client_config(trust: &Trust) -> Result<Arc<rustls::ClientConfig>, ClientError> {
+    let mut roots = rustls::RootCertStore::empty();
+    match trust {
+        Trust::System => {
+            let found = rustls_native_certs::load_native_certs();
+            for c in found.certs {
+                let _ = roots.add(c);
+            }
+            if roots.is_empty() {
+                return Err(tls_error("no CA certificate of this system could be read (install the ca-certificates package), or name the edge's CA with --edge-ca FILE"));
+            }
+        }
+        Trust::CaFile(path) => {
+            let certs = read_certs(path)
+                .map_err(|e| tls_error(format!("--edge-ca {}: {e}", path.display())))?;
+            for c in certs {
+                roots
+                    .add(c)
+                    .map_err(|e| tls_error(format!("--edge-ca {}: {e}", path.display())))?;
+            }
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(tls_error)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// The certificates of a PEM file (at least one).
+pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| e.to_string())?
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    if certs.is_empty() {
+        return Err("no PEM certificate in it (-----BEGIN CERTIFICATE-----)".into());
+    }
+    Ok(certs)
 }
 
 impl EdgeUrl {
-    /// Parses `http://HOST[:PORT][/]`.
-    pub fn parse(s: &str) -> Result<EdgeUrl, ClientError> {
+    /// Parses `https://HOST[:PORT][/]` (or `http://…` with a loopback
+    /// host), its connections verified against `trust`.
+    pub fn parse_with(s: &str, trust: &Trust) -> Result<EdgeUrl, ClientError> {
         let bad = || ClientError::Url(s.chars().take(100).collect());
-        let rest = s.strip_prefix("http://").ok_or_else(bad)?;
+        let (rest, tls) = match (s.strip_prefix("https://"), s.strip_prefix("http://")) {
+            (Some(r), _) => (r, true),
+            (None, Some(r)) => (r, false),
+            _ => return Err(bad()),
+        };
         let rest = rest.strip_suffix('/').unwrap_or(rest);
         if rest.is_empty() || rest.contains(['/', '@', '?', '#']) {
             return Err(bad());
@@ -38,15 +129,24 @@ impl EdgeUrl {
                 None => (rest.to_string(), ""),
             }
         };
+        let default_port = if tls { 443 } else { 80 };
         let port = match port.strip_prefix(':') {
             Some(p) => p.parse().map_err(|_| bad())?,
-            None if port.is_empty() => 80,
+            None if port.is_empty() => default_port,
             None => port.parse().map_err(|_| bad())?,
         };
         if host.is_empty() {
             return Err(bad());
         }
-        Ok(EdgeUrl { host, port })
+        if !tls && !is_loopback(&host) {
+            return Err(ClientError::PlainOffLoopback(s.chars().take(100).collect()));
+        }
+        let tls = if tls {
+            Some(client_config(trust)?)
+        } else {
+            None
+        };
+        Ok(EdgeUrl { host, port, tls })
     }
 
     fn authority(&self) -> String {
@@ -60,7 +160,8 @@ impl EdgeUrl {
 
 impl std::fmt::Display for EdgeUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "http://{}", self.authority())
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        write!(f, "{scheme}://{}", self.authority())
     }
 }
 
@@ -95,12 +196,20 @@ async fn request_inner(
             edge: url.to_string(),
             source,
         })?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| ClientError::Http(e.to_string()))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let mut sender = match &url.tls {
+        None => handshake(stream).await?,
+        Some(cfg) => {
+            let name = ServerName::try_from(url.host.clone())
+                .map_err(|e| tls_error(format!("{}: {e}", url.host)))?;
+            let tls = tokio_rustls::TlsConnector::from(cfg.clone())
+                .connect(name, stream)
+                .await
+                .map_err(|e| {
+                    tls_error(format!("with the edge at {url}: {e} (is the edge's certificate valid now, for this host name, and signed by a CA this client trusts: the system's, or the one --edge-ca names?)"))
+                })?;
+            handshake(tls).await?
+        }
+    };
     let mut req = hyper::Request::builder()
         .method(method)
         .uri(path)
@@ -125,33 +234,71 @@ async fn request_inner(
     Ok((status, body))
 }
 
+async fn handshake<S>(
+    stream: S,
+) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, ClientError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| ClientError::Http(e.to_string()))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn urls() {
+        let p = |u: &str| EdgeUrl::parse_with(u, &Trust::System).map(|e| e.to_string());
+        assert_eq!(p("http://127.0.0.1:8440").unwrap(), "http://127.0.0.1:8440");
+        assert_eq!(p("http://localhost/").unwrap(), "http://localhost:80");
+        assert_eq!(p("http://[::1]:9").unwrap(), "http://[::1]:9");
         assert_eq!(
-            EdgeUrl::parse("http://127.0.0.1:8440").unwrap().to_string(),
-            "http://127.0.0.1:8440"
+            p("https://edge.example/").unwrap(),
+            "https://edge.example:443"
         );
-        assert_eq!(
-            EdgeUrl::parse("http://edge.example/").unwrap().to_string(),
-            "http://edge.example:80"
-        );
-        assert_eq!(
-            EdgeUrl::parse("http://[::1]:9").unwrap().to_string(),
-            "http://[::1]:9"
-        );
+        assert_eq!(p("https://10.0.0.5:8440").unwrap(), "https://10.0.0.5:8440");
         for bad in [
-            "https://x",
+            "ftp://x",
             "http://",
-            "http://u:p@x",
-            "http://x/api",
-            "http://x:99999",
+            "http://u:p@127.0.0.1",
+            "https://x/api",
+            "http://127.0.0.1:99999",
             "x:1",
         ] {
-            assert!(EdgeUrl::parse(bad).is_err(), "{bad}");
+            assert!(
+                matches!(
+                    EdgeUrl::parse_with(bad, &Trust::System),
+                    Err(ClientError::Url(_))
+                ),
+                "{bad}"
+            );
         }
+        // Plain HTTP is for loopback only.
+        for off in [
+            "http://edge.example",
+            "http://10.0.0.5:8440",
+            "http://[2001:db8::1]:1",
+            "http://127.0.0.1.example",
+        ] {
+            let e = EdgeUrl::parse_with(off, &Trust::System).unwrap_err();
+            assert!(
+                matches!(e, ClientError::PlainOffLoopback(_)),
+                "{off}: {e:?}"
+            );
+            assert!(e.to_string().contains("use https://"), "{e}");
+        }
+        let e = EdgeUrl::parse_with("https://x", &Trust::CaFile("/nonexistent/ca.pem".into()))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("--edge-ca /nonexistent/ca.pem"),
+            "{e}"
+        );
     }
 }

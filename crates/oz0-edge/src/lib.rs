@@ -47,16 +47,20 @@ pub mod auth;
 pub mod client;
 mod http;
 #[cfg(feature = "server")]
+pub mod log;
+#[cfg(feature = "server")]
 pub mod page;
 pub mod routing;
 pub mod sanitize;
+#[cfg(feature = "server")]
+pub mod serve;
 #[cfg(feature = "server")]
 pub mod store;
 pub mod time;
 pub mod wire;
 
 #[cfg(feature = "server")]
-pub use api::{serve, Edge, EdgeConfig};
+pub use api::{serve, serve_with, Edge, EdgeConfig};
 #[cfg(feature = "server")]
 pub use store::Store;
 

@@ -21,11 +21,52 @@ mod schema;
 mod sql;
 mod value;
 
-pub use rows::{JobEnd, JobRow, LeasedJob, NodeRow, Report};
+pub use rows::{JobEnd, JobRow, LeasedJob, NodeChange, NodeRow, Registration, Report};
 pub use schema::MIGRATIONS;
 pub use value::{Row, Val};
 
 use postgres::PgPool;
+
+/// Makes the SQLite file its owner's alone before SQLite opens it (its
+/// journal and WAL files take its mode): it holds job payloads and their
+/// secrets. A file readable by others is made private, with a warning.
+fn private_file(path: &std::path::Path) -> Result<(), StoreError> {
+    let io = |e: std::io::Error| StoreError::File(format!("{}: {e}", path.display()));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0))
+            .open(path)
+            .map_err(io)?;
+        let mode = f.metadata().map_err(io)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(io)?;
+            crate::log::warn(
+                &format!(
+                    "{} had mode {mode:o}, readable by others; made 0600",
+                    path.display()
+                ),
+                None,
+            );
+            for side in ["-wal", "-shm", "-journal"] {
+                let mut p = path.as_os_str().to_owned();
+                p.push(side);
+                let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600));
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = io;
+    }
+    Ok(())
+}
 
 /// Connections a PostgreSQL store keeps open.
 pub const POSTGRES_CONNECTIONS: usize = 8;
@@ -56,6 +97,9 @@ pub enum StoreError {
     /// The blocking task died.
     #[error("store task failed: {0}")]
     Task(String),
+    /// The store's file.
+    #[error("SQLite store file {0}")]
+    File(String),
 }
 
 #[derive(Clone)]
@@ -90,6 +134,7 @@ impl Store {
                     let conn = if path == ":memory:" {
                         rusqlite::Connection::open_in_memory()?
                     } else {
+                        private_file(std::path::Path::new(&path))?;
                         rusqlite::Connection::open(&path)?
                     };
                     conn.busy_timeout(std::time::Duration::from_secs(5))?;

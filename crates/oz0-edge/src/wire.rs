@@ -33,6 +33,16 @@ pub struct RegisterRequest {
     pub name: Option<String>,
 }
 
+/// A key rotation, signed by the node's current key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RotateRequest {
+    /// The new ed25519 public key (base64url).
+    pub public_key: String,
+    /// The new key's signature over [`crate::auth::rotation_message`].
+    pub proof: String,
+}
+
 /// The answer to a registration.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Registered {
@@ -65,8 +75,24 @@ pub struct NodeView {
     pub fix: Option<String>,
     /// The `MicroVMs` line.
     pub microvm_line: String,
-    /// Why routed lower than claimed.
+    /// Why routed lower than claimed (or waiting for approval).
     pub routed_note: Option<String>,
+    /// `up`, `down` (not heard from within the liveness window),
+    /// `draining`, `pending approval` or `removed`.
+    #[serde(default)]
+    pub state: String,
+    /// Heard from within the liveness window.
+    #[serde(default)]
+    pub up: bool,
+    /// An operator approved it (or its tenant asks for no approval).
+    #[serde(default)]
+    pub approved: bool,
+    /// Drained: it takes no new work.
+    #[serde(default)]
+    pub drained: bool,
+    /// Last request, UTC.
+    #[serde(default)]
+    pub last_seen: String,
     /// Last report, Unix ms.
     pub last_report_ms: Option<i64>,
     /// Last report, UTC.
@@ -115,6 +141,10 @@ pub struct LeasedJobView {
 pub struct PollResponse {
     /// A job, or none.
     pub job: Option<LeasedJobView>,
+    /// The tier the edge routes the node at now (it changes when an
+    /// operator approves the node, or its facts change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier_routed: Option<u8>,
 }
 
 /// A lease renewal.

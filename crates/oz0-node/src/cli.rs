@@ -37,6 +37,9 @@ enum Top {
     /// self-test passed (tier 0 with the failed property otherwise). SIGTERM
     /// or SIGINT stop it cleanly.
     Run(crate::node::NodeArgs),
+    /// The node's key: rotate it with the edge (the node keeps its id).
+    #[command(subcommand)]
+    Key(KeyCmd),
     /// A plugin's tools on this node: which it offers, and one call.
     #[command(subcommand)]
     Plugin(crate::plugin::PluginCmd),
@@ -45,6 +48,15 @@ enum Top {
     /// --format nfd prints a Kubernetes Node Feature Discovery local feature
     /// file (features.d); --format kv plain key=value lines.
     Facts(crate::node::FactsArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum KeyCmd {
+    /// Replace <data-dir>/identity/node.key with a new key, taken by the
+    /// edge on the old one's signature: the node keeps its id, name,
+    /// approval and jobs, and the old key is refused from then on. Stop
+    /// `oz0-node run` first, and start it again after.
+    Rotate(crate::key::RotateArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -266,6 +278,7 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
         Top::Run(a) => crate::node::run(a),
         Top::Facts(a) => crate::node::facts(a),
         Top::Plugin(c) => crate::plugin::main(c),
+        Top::Key(KeyCmd::Rotate(a)) => crate::key::rotate(a),
         Top::Setup(SetupCmd::Cgroups { user, mode, json }) => setup_cgroups(&user, &mode, json),
     }
 }
@@ -286,6 +299,7 @@ fn refuse_root(cmd: &Top) -> Option<i32> {
         Top::Sandbox(SandboxCmd::Vm(_)) => ("sandbox vm", Exit::Sandbox),
         Top::Sandbox(SandboxCmd::Check(_)) => ("sandbox check", Exit::CheckFailed),
         Top::Run(_) => ("run", Exit::CheckFailed),
+        Top::Key(_) => ("key rotate", Exit::CheckFailed),
         Top::Plugin(crate::plugin::PluginCmd::Check(_)) => ("plugin check", Exit::CheckFailed),
         Top::Plugin(crate::plugin::PluginCmd::Call(_)) => ("plugin call", Exit::Sandbox),
         _ => return None,

@@ -78,13 +78,21 @@ pub struct Settings {
     host: crate::cli::HostArgs,
     /// The variables of this node's environment tool jobs may be given.
     tool_env: std::collections::BTreeSet<String>,
+    /// What the edge's certificate is verified against.
+    trust: oz0_edge::client::Trust,
 }
 
 impl Settings {
     /// Checks the flags and reads the enrolment token.
     pub fn from_args(url: &str, a: &NodeArgs, data_dir: &Path) -> Result<Settings, String> {
-        // Parsing the URL now says a wrong one before the self-test runs.
-        NodeClient::new(url, "probe", NodeKey::generate()).map_err(|e| format!("--edge: {e}"))?;
+        let trust = match &a.edge_ca {
+            Some(f) => oz0_edge::client::Trust::CaFile(absolute(f, "--edge-ca")?),
+            None => oz0_edge::client::Trust::System,
+        };
+        // Parsing the URL (and the CA file) now says a wrong one before the
+        // self-test runs.
+        NodeClient::with_trust(url, "probe", NodeKey::generate(), &trust)
+            .map_err(|e| format!("--edge: {e}"))?;
         let tenant = a.tenant.clone().unwrap_or_default();
         if !oz0_edge::routing::is_tenant(&tenant) {
             return Err(format!("--tenant {tenant:?} is not a tenant name: lower-case letters, digits, - and _ (at most 63)"));
@@ -135,6 +143,7 @@ impl Settings {
                         .map_err(|e| format!("--tool-env {n:?}: {e}"))
                 })
                 .collect::<Result<_, _>>()?,
+            trust,
         })
     }
 }
@@ -328,13 +337,23 @@ impl Daemon {
     /// already handled (None).
     async fn poll(&mut self) -> Option<Option<Lease>> {
         for tier in (0..=self.tier()).rev() {
-            match or_stop(&self.stop, self.client.poll_job(tier)).await {
+            match or_stop(&self.stop, self.client.poll(tier)).await {
                 None => return None,
-                Some(Ok(Some(l))) => {
-                    self.backoff = Duration::from_secs(1);
-                    return Some(Some(l));
+                Some(Ok((lease, routed))) => {
+                    if let (Some(r), Some(v)) = (routed, self.view.as_mut()) {
+                        if r != v.tier_routed {
+                            log(&format!(
+                                "the edge routes this node at tier {r} now (was {})",
+                                v.tier_routed
+                            ));
+                            v.tier_routed = r;
+                        }
+                    }
+                    if let Some(l) = lease {
+                        self.backoff = Duration::from_secs(1);
+                        return Some(Some(l));
+                    }
                 }
-                Some(Ok(None)) => {}
                 Some(Err(e)) => {
                     match e.refusal_code() {
                         Some("unauthenticated") => {
@@ -617,7 +636,7 @@ pub fn serve(
             }
         }
     };
-    let client = match NodeClient::new(&s.url, &s.tenant, key) {
+    let client = match NodeClient::with_trust(&s.url, &s.tenant, key, &s.trust) {
         Ok(c) => c,
         Err(e) => {
             log(&format!("--edge: {e}"));

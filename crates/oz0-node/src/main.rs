@@ -33,6 +33,7 @@ static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 mod check;
 mod cli;
 mod edge;
+mod key;
 mod node;
 mod plugin;
 mod probe;

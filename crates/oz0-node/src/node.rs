@@ -31,12 +31,17 @@ pub struct NodeArgs {
     /// --edge: register and report the facts, then exit).
     #[arg(long)]
     pub once: bool,
-    /// The edge to register with and take work from: http://HOST:PORT.
+    /// The edge to register with and take work from: https://HOST:PORT (or
+    /// http:// on loopback).
     #[arg(long, value_name = "URL", requires_all = ["tenant", "enrolment_token_file"])]
     pub edge: Option<String>,
     /// The tenant this node works for (with --edge).
     #[arg(long, value_name = "TENANT", requires = "edge")]
     pub tenant: Option<String>,
+    /// The CA certificate(s) the edge's HTTPS certificate must be signed by
+    /// (PEM) [default: the system's CAs].
+    #[arg(long = "edge-ca", value_name = "FILE", requires = "edge")]
+    pub edge_ca: Option<PathBuf>,
     /// A file (mode 0600) holding the tenant's enrolment token (with --edge).
     #[arg(long = "enrolment-token-file", value_name = "FILE", requires = "edge")]
     pub enrolment_token_file: Option<PathBuf>,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::fleet::{edge_bin, processes_with, wait_gone, Edge, Node, TOKEN};
 use common::{node, sandbox_ready, skip, TempDir};
-use oz0_edge::client::{NodeClient, NodeKey};
+use oz0_edge::client::{NodeClient, NodeKey, Trust};
 use oz0_edge::routing::Origin;
 use oz0_policy::facts::{
     Mechanism, Microvm, MicrovmReason, NodeFacts, Os, Platform, SelfTest, FACTS_SCHEMA,
@@ -85,7 +85,13 @@ fn outside_events_run_only_on_a_proven_node_and_survive_its_death() {
     let edge = Edge::start(&bin, 3);
 
     // The Windows PSEC node: its self-test passed, and it is routed at tier 0.
-    let win = NodeClient::new(&edge.url, "acme", NodeKey::generate()).unwrap();
+    let win = NodeClient::with_trust(
+        &edge.url,
+        "acme",
+        NodeKey::generate(),
+        &Trust::CaFile(edge.ca.clone()),
+    )
+    .unwrap();
     edge.rt
         .block_on(win.register(TOKEN, Some("win-psec")))
         .unwrap();

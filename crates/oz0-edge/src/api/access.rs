@@ -93,7 +93,7 @@ impl Edge {
             let store = self.store.clone();
             tokio::spawn(async move {
                 if let Err(e) = store.expire_nonces(now).await {
-                    eprintln!("oz0-edge: sweeping nonces: {e}");
+                    crate::log::error(&format!("sweeping nonces: {e}"), None);
                 }
             });
         }
@@ -114,6 +114,9 @@ impl Edge {
             .await?
             .filter(|n| n.id == s.node)
             .ok_or_else(|| AuthError::UnknownNode(s.node.to_string()))?;
+        if node.removed_ms.is_some() {
+            return Err(super::node::removed(&node.id));
+        }
         let key = auth::decode_key(&node.public_key)?;
         let now = self.check_signed(method, uri, &s, &key, body).await?;
         Ok((node, now))

@@ -11,7 +11,7 @@ use crate::store::StoreError;
 use crate::wire::ApiError;
 
 impl ApiError {
-    pub(super) fn new(status: StatusCode, code: &str, reason: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, code: &str, reason: impl Into<String>) -> ApiError {
         ApiError {
             status: status.as_u16(),
             error: code.to_string(),
@@ -36,7 +36,7 @@ impl IntoResponse for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
-        eprintln!("oz0-edge: store error: {e}");
+        crate::log::error(&format!("store error: {e}"), None);
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "store",
@@ -47,7 +47,7 @@ impl From<StoreError> for ApiError {
 
 impl From<AuthError> for ApiError {
     fn from(e: AuthError) -> ApiError {
-        eprintln!("oz0-edge: refused: {e}");
+        crate::log::warn(&format!("refused: {e}"), None);
         ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", e.to_string())
     }
 }

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::Json;
 use oz0_policy::facts::NodeFacts;
+use std::net::SocketAddr;
 
 use super::access::signed_headers;
 use super::error::{parse_json, ApiResult};
@@ -16,12 +17,13 @@ use super::{node_view, Edge, DROPPED_COUNTER};
 use crate::auth::{self, AuthError};
 use crate::routing::is_tenant;
 use crate::sanitize::{is_node_name, sanitize};
-use crate::store::{JobEnd, Report};
+use crate::store::{JobEnd, Registration, Report};
 use crate::wire::*;
 use crate::MAX_REPORT_BYTES;
 
 pub(super) async fn register(
     State(edge): State<Arc<Edge>>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
     method: Method,
     uri: Uri,
     h: HeaderMap,
@@ -47,12 +49,25 @@ pub(super) async fn register(
             .get(&req.tenant)
             .is_some_and(|d| d.matches(token));
     if !ok {
-        eprintln!("oz0-edge: refused a registration: wrong or missing enrolment token");
+        crate::log::warn(
+            "refused a registration: wrong or missing enrolment token",
+            Some(client),
+        );
         return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", "the tenant's enrolment token is missing or wrong, or the tenant does not exist: pass the token the edge was started with for that tenant"));
     }
     let key = auth::decode_key(&req.public_key)?;
-    let id = auth::node_id(&key);
     let s = signed_headers(&h)?;
+    // A node's id is its first key's; after a rotation it keeps it, and
+    // registers again (idempotently) with its new key.
+    let rotated = edge
+        .store
+        .node_by_id(s.node)
+        .await?
+        .filter(|n| n.public_key == req.public_key);
+    let id = match &rotated {
+        Some(n) => n.id.clone(),
+        None => auth::node_id(&key),
+    };
     if s.node != id {
         return Err(AuthError::Header(auth::H_NODE).into());
     }
@@ -62,24 +77,119 @@ pub(super) async fn register(
         Some(n) if is_node_name(n) && !auth::is_node_id(n) => Some(n),
         Some(_) => {
             edge.store.count(DROPPED_COUNTER, 1).await?;
-            eprintln!(
-                "oz0-edge: node {id}: dropped its name (does not match the host name pattern)"
+            crate::log::info(
+                &format!("node {id}: dropped its name (does not match the host name pattern)"),
+                Some(client),
             );
             None
         }
         None => None,
     };
-    let tenant = edge
+    let approved = !edge.cfg.approval_tenants.contains(&req.tenant);
+    let node = match edge
         .store
-        .register_node(&id, &req.tenant, &req.public_key, name, now)
-        .await?;
-    if tenant != req.tenant {
+        .register_node(&id, &req.tenant, &req.public_key, name, approved, now)
+        .await?
+    {
+        Registration::New(n) => {
+            crate::log::info(
+                &format!(
+                    "node {id} registered with tenant {}{}",
+                    n.tenant,
+                    if n.approved {
+                        ""
+                    } else {
+                        ", waiting for an operator's approval"
+                    }
+                ),
+                Some(client),
+            );
+            n
+        }
+        Registration::Known(n) => n,
+        Registration::NameTaken(holder) => {
+            return Err(ApiError::new(StatusCode::CONFLICT, "name_taken", format!(
+                "node {} of tenant {} already has the name {:?}: give this node another --name, or remove the other (oz0 node remove {})",
+                if holder.is_empty() { "another" } else { holder.as_str() },
+                req.tenant,
+                name.unwrap_or_default(),
+                if holder.is_empty() { "NODE" } else { holder.as_str() },
+            )));
+        }
+    };
+    if node.removed_ms.is_some() {
+        return Err(removed(&node.id));
+    }
+    if node.tenant != req.tenant {
         return Err(ApiError::new(StatusCode::CONFLICT, "other_tenant", format!("node {id} is registered with another tenant: a key belongs to one tenant; make a new key for this one")));
     }
-    eprintln!("oz0-edge: node {id} registered with tenant {tenant}");
+    if node.public_key != req.public_key {
+        return Err(AuthError::Signature(id).into());
+    }
     Ok(Json(Registered {
-        node_id: id,
-        tenant,
+        node_id: node.id,
+        tenant: node.tenant,
+    }))
+}
+
+/// The answer to a removed node, whatever it asks.
+pub(super) fn removed(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "node_removed",
+        format!("node {id} was removed by an operator, and its key is refused for good: to bring the machine back, move its key aside (<data-dir>/identity/node.key) so that it makes a new one, and register again"),
+    )
+}
+
+/// Who the edge takes the signing node for.
+pub(super) async fn whoami(
+    State(edge): State<Arc<Edge>>,
+    method: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<Registered>> {
+    let (node, now) = edge.node_request(&method, &uri, &h, &body).await?;
+    edge.store.touch(&node.id, now).await?;
+    Ok(Json(Registered {
+        node_id: node.id,
+        tenant: node.tenant,
+    }))
+}
+
+/// Replaces the node's key: the request is signed by the old key, and
+/// carries the new one with its own signature over the node id and the
+/// new key (proof that the node holds it).
+pub(super) async fn rotate(
+    State(edge): State<Arc<Edge>>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<Registered>> {
+    let (node, _) = edge.node_request(&method, &uri, &h, &body).await?;
+    let req: RotateRequest = parse_json(&body, "key rotation")?;
+    let new_key = auth::decode_key(&req.public_key)?;
+    let msg = auth::rotation_message(&node.id, &req.public_key);
+    auth::verify(&new_key, &node.id, &msg, &req.proof)?;
+    if !edge
+        .store
+        .rotate_key(&node.id, &node.public_key, &req.public_key)
+        .await?
+    {
+        return Err(ApiError::new(StatusCode::CONFLICT, "key_taken", "the new key is another node's, or the node changed meanwhile: make a new key and rotate again"));
+    }
+    crate::log::info(
+        &format!(
+            "node {}: key rotated; the old key is refused from now on",
+            node.id
+        ),
+        Some(client),
+    );
+    Ok(Json(Registered {
+        node_id: node.id,
+        tenant: node.tenant,
     }))
 }
 
@@ -121,10 +231,13 @@ pub(super) async fn report_facts(
         edge.store.count(DROPPED_COUNTER, dropped).await?;
         let mut names = out.dropped.clone();
         names.dedup();
-        eprintln!(
-            "oz0-edge: node {}: report kept with {dropped} field(s) dropped: {}",
-            node.id,
-            names.join(", ")
+        crate::log::info(
+            &format!(
+                "node {}: report kept with {dropped} field(s) dropped: {}",
+                node.id,
+                names.join(", ")
+            ),
+            None,
         );
     }
     let stored = edge
@@ -133,7 +246,7 @@ pub(super) async fn report_facts(
         .await?
         .filter(|n| n.id == node.id)
         .ok_or_else(|| AuthError::UnknownNode(node.id.clone()))?;
-    Ok(Json(node_view(&stored)))
+    Ok(Json(node_view(&stored, now - edge.cfg.node_live_ms)))
 }
 
 pub(super) async fn poll(
@@ -151,6 +264,20 @@ pub(super) async fn poll(
             "no_facts",
             "report this node's facts before taking work",
         ));
+    }
+    if req.tier > 0 && !node.approved {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "pending_approval",
+            format!("node {} waits for an operator's approval before it takes work above tier 0 (oz0 node approve {})", node.id, node.id),
+        ));
+    }
+    if node.drained {
+        edge.store.touch(&node.id, now).await?;
+        return Ok(Json(PollResponse {
+            job: None,
+            tier_routed: Some(node.tier_taken()),
+        }));
     }
     if req.tier > node.tier_routed {
         return Err(ApiError::new(
@@ -180,7 +307,10 @@ pub(super) async fn poll(
         attempt: j.attempts,
         payload: serde_json::from_str(&j.payload).unwrap_or(serde_json::Value::Null),
     });
-    Ok(Json(PollResponse { job }))
+    Ok(Json(PollResponse {
+        job,
+        tier_routed: Some(node.tier_taken()),
+    }))
 }
 
 fn lease_lost(job: &str) -> ApiError {

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use std::net::SocketAddr;
 
 use super::error::{parse_json, ApiResult};
 use super::node::job_id_ok;
@@ -16,14 +17,15 @@ use super::Edge;
 use crate::auth;
 use crate::routing::{is_tenant, JobKind, JobRequest};
 use crate::sanitize::{is_node_name, Sanitized};
-use crate::store::NodeRow;
+use crate::store::{NodeChange, NodeRow};
 use crate::time::{format_utc, now_ms};
 use crate::wire::*;
 use crate::MAX_PAYLOAD_BYTES;
 use oz0_plugin::job::MAX_TOOL_JOB_BYTES;
 
-/// Builds the operator's view of a stored node.
-pub fn node_view(n: &NodeRow) -> NodeView {
+/// Builds the operator's view of a stored node; it is up when it was heard
+/// from since `live_since_ms`.
+pub fn node_view(n: &NodeRow, live_since_ms: i64) -> NodeView {
     {
         let facts: Option<Sanitized> = n
             .facts
@@ -54,18 +56,40 @@ pub fn node_view(n: &NodeRow) -> NodeView {
                     None,
                 ),
             };
+        let up = n.last_seen_ms >= live_since_ms && n.removed_ms.is_none();
+        let state = if n.removed_ms.is_some() {
+            "removed"
+        } else if !n.approved {
+            "pending approval"
+        } else if n.drained {
+            "draining"
+        } else if up {
+            "up"
+        } else {
+            "down"
+        };
+        let routed_note = if n.approved {
+            routed_note
+        } else {
+            Some(format!("waits for an operator's approval (oz0 node approve {}): routed at tier 0 until then", n.id))
+        };
         NodeView {
             id: n.id.clone(),
             tenant: n.tenant.clone(),
             name: n.name.clone(),
             tier_proven,
-            tier_routed: n.tier_routed,
+            tier_routed: n.tier_taken(),
             tier_line,
             platform_line,
             mechanism_line,
             fix,
             microvm_line,
             routed_note,
+            state: state.to_string(),
+            up,
+            approved: n.approved,
+            drained: n.drained,
+            last_seen: format_utc(n.last_seen_ms),
             last_report_ms: n.last_report_ms,
             last_report: n.last_report_ms.map(format_utc),
             last_seen_ms: n.last_seen_ms,
@@ -90,6 +114,7 @@ fn known_tenant(edge: &Edge, tenant: &str) -> ApiResult<()> {
 
 pub(super) async fn submit_job(
     State(edge): State<Arc<Edge>>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
     Path(tenant): Path<String>,
     h: HeaderMap,
     body: Bytes,
@@ -124,9 +149,12 @@ pub(super) async fn submit_job(
     if eligible == 0 {
         let offers = edge.store.live_offers(&tenant, live_since).await?;
         let reason = needs.refusal(&tenant, req.origin, &offers);
-        eprintln!(
-            "oz0-edge: refused a {} job for tenant {tenant}: {reason}",
-            req.origin.as_str()
+        crate::log::info(
+            &format!(
+                "refused a {} job for tenant {tenant}: {reason}",
+                req.origin.as_str()
+            ),
+            Some(client),
         );
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -241,7 +269,7 @@ async fn nodes_of(edge: &Edge, q: &NodesQuery) -> ApiResult<Vec<NodeView>> {
         .nodes(q.tenant.as_deref())
         .await?
         .iter()
-        .map(node_view)
+        .map(|n| node_view(n, now_ms() - edge.cfg.node_live_ms))
         .collect())
 }
 
@@ -265,13 +293,68 @@ pub(super) async fn show_node(
     } else {
         None
     };
-    found.map(|n| Json(node_view(&n))).ok_or_else(|| {
+    found
+        .map(|n| Json(node_view(&n, now_ms() - edge.cfg.node_live_ms)))
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no_node",
+                "no node has that id or name (oz0 node list shows them)",
+            )
+        })
+}
+
+/// What an operator does to a node: approve, drain, undrain, remove.
+pub(super) async fn change_node(
+    State(edge): State<Arc<Edge>>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    Path((node, action)): Path<(String, String)>,
+    h: HeaderMap,
+) -> ApiResult<Json<NodeView>> {
+    edge.operator(&h)?;
+    let change = match action.as_str() {
+        "approve" => NodeChange::Approve,
+        "drain" => NodeChange::Drain(true),
+        "undrain" => NodeChange::Drain(false),
+        "remove" => NodeChange::Remove,
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no_action",
+                "a node is approved, drained, undrained or removed",
+            ))
+        }
+    };
+    let no_node = || {
         ApiError::new(
             StatusCode::NOT_FOUND,
             "no_node",
             "no node has that id or name (oz0 node list shows them)",
         )
-    })
+    };
+    let n = if auth::is_node_id(&node) || is_node_name(&node) {
+        edge.store.node(&node).await?
+    } else {
+        None
+    }
+    .ok_or_else(no_node)?;
+    let now = now_ms();
+    if !edge.store.set_node(&n.id, change, now).await? {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "node_removed",
+            format!("node {} was removed: there is nothing to {action}", n.id),
+        ));
+    }
+    crate::log::info(
+        &format!(
+            "node {} of tenant {}: {action} by an operator",
+            n.id, n.tenant
+        ),
+        Some(client),
+    );
+    let n = edge.store.node_by_id(&n.id).await?.ok_or_else(no_node)?;
+    Ok(Json(node_view(&n, now - edge.cfg.node_live_ms)))
 }
 
 pub(super) async fn nodes_page(

@@ -1,13 +1,16 @@
 //! `oz0-edge`: the edge server.
 //!
 //! ```text
-//! oz0-edge --listen 127.0.0.1:8440 --store sqlite:/var/lib/oz0-edge/edge.db \
+//! oz0-edge --listen 0.0.0.0:8440 --tls-cert /etc/oz0-edge/edge.crt --tls-key /etc/oz0-edge/edge.key \
+//!          --store sqlite:/var/lib/oz0-edge/edge.db \
 //!          --tenant-tokens /etc/oz0-edge/tenants --operator-tokens /etc/oz0-edge/operators
 //! ```
 //!
 //! Secrets never go on the command line (other users can read it): the
 //! tenant file holds `TENANT=ENROLMENT_TOKEN` lines, the operator file one
-//! token a line; both must be mode 0600. `#` starts a comment.
+//! token a line; both must be mode 0600. `#` starts a comment. Off
+//! loopback the edge serves only HTTPS (SIGHUP loads the certificate and
+//! key again); everything it writes is its user's alone (umask 077).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +19,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use oz0_edge::auth::{TokenDigest, MIN_TOKEN_CHARS};
 use oz0_edge::routing::is_tenant;
+use oz0_edge::serve::{Limits, ServerCert};
 use oz0_edge::{Edge, EdgeConfig, Store};
 
 #[derive(Parser, Debug)]
@@ -45,9 +49,27 @@ struct Args {
     /// How long a lease lasts unless renewed, in seconds.
     #[arg(long, default_value_t = 30)]
     lease_secs: u32,
-    /// A node counts as live this long after its last request, in seconds.
-    #[arg(long, default_value_t = 600)]
+    /// A node is up (and can be given work) while it was heard from within
+    /// this many seconds: it polls every 2 s, and renews each job's lease
+    /// every third of the lease.
+    #[arg(long, default_value_t = 30)]
     node_live_secs: u32,
+    /// The certificate chain to serve HTTPS with (PEM; loaded again on SIGHUP).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM, mode 0600; loaded again on SIGHUP).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// New nodes of TENANT wait for an operator's approval (oz0 node approve)
+    /// before they take work above tier 0 (repeatable).
+    #[arg(long = "require-approval", value_name = "TENANT")]
+    require_approval: Vec<String>,
+    /// Connections open at once; more are closed as they arrive.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    max_connections: usize,
+    /// Log lines as text or one JSON object a line.
+    #[arg(long, value_name = "text|json", default_value = "text")]
+    log_format: String,
 }
 
 fn read_secret_file(path: &Path) -> Result<Vec<String>> {
@@ -88,6 +110,15 @@ fn check_token(t: &str, path: &Path, line: usize) -> Result<()> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    // The store, its journal and anything else the edge writes are its
+    // user's alone: the store holds job payloads and their secrets.
+    #[cfg(unix)]
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    match args.log_format.as_str() {
+        "text" => {}
+        "json" => oz0_edge::log::set_json(true),
+        other => bail!("--log-format {other:?}: give text or json"),
+    }
     let mut tenants = BTreeMap::new();
     for (i, line) in read_secret_file(&args.tenant_tokens)?.iter().enumerate() {
         let Some((t, secret)) = line.split_once('=') else {
@@ -123,16 +154,86 @@ async fn main() -> Result<()> {
     let mut cfg = EdgeConfig::new(tenants, operators);
     cfg.lease_ms = i64::from(args.lease_secs.max(1)) * 1000;
     cfg.node_live_ms = i64::from(args.node_live_secs.max(1)) * 1000;
+    for t in &args.require_approval {
+        if !cfg.tenant_tokens.contains_key(t) {
+            bail!(
+                "--require-approval {t:?}: no such tenant in {}",
+                args.tenant_tokens.display()
+            );
+        }
+        cfg.approval_tenants.insert(t.clone());
+    }
     let n_tenants = cfg.tenant_tokens.len();
-    let listener = tokio::net::TcpListener::bind(&args.listen)
+    let addr: std::net::SocketAddr = match args.listen.parse() {
+        Ok(a) => a,
+        Err(_) => tokio::net::lookup_host(&args.listen)
+            .await
+            .with_context(|| format!("--listen {}", args.listen))?
+            .next()
+            .with_context(|| format!("--listen {}: no address", args.listen))?,
+    };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => {
+            if let Ok(m) = std::fs::metadata(k) {
+                #[cfg(unix)]
+                {
+                    use std::os::unix::fs::PermissionsExt;
+                    let mode = m.permissions().mode() & 0o777;
+                    if mode & 0o077 != 0 {
+                        bail!("--tls-key {} has mode {mode:o}, readable by others: chmod 600 {}", k.display(), k.display());
+                    }
+                }
+                #[cfg(not(unix))]
+                let _ = m;
+            }
+            Some(ServerCert::load(c, k).map_err(anyhow::Error::msg)?)
+        }
+        _ if !addr.ip().is_loopback() => bail!(
+            "--listen {addr} is off loopback, and the edge serves plain HTTP only on loopback (tokens, jobs and their secrets would cross the network in clear): give --tls-cert FILE and --tls-key FILE, or listen on 127.0.0.1"
+        ),
+        _ => None,
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .with_context(|| format!("listening on {}", args.listen))?;
+        .with_context(|| format!("listening on {addr}"))?;
     let addr = listener.local_addr()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     println!(
-        "oz0-edge: listening on http://{addr} (store {}, {n_tenants} tenant(s))",
+        "oz0-edge: listening on {scheme}://{addr} (store {}, {n_tenants} tenant(s))",
         store.kind()
     );
-    oz0_edge::serve(listener, Edge::new(store, cfg))
+    let config = match &tls {
+        Some(cert) => {
+            #[cfg(unix)]
+            {
+                let cert = cert.clone();
+                let mut hup =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+                        .context("watching for SIGHUP")?;
+                tokio::spawn(async move {
+                    while hup.recv().await.is_some() {
+                        match cert.reload() {
+                            Ok(()) => oz0_edge::log::info(
+                                "SIGHUP: the TLS certificate and key were loaded again",
+                                None,
+                            ),
+                            Err(e) => oz0_edge::log::error(
+                                &format!("SIGHUP: {e}; still serving the previous certificate"),
+                                None,
+                            ),
+                        }
+                    }
+                });
+            }
+            Some(cert.config().map_err(anyhow::Error::msg)?)
+        }
+        None => None,
+    };
+    let limits = Limits {
+        max_connections: args.max_connections.max(1),
+        ..Limits::default()
+    };
+    oz0_edge::serve_with(listener, Edge::new(store, cfg), config, limits)
         .await
         .context("serving")?;
     Ok(())

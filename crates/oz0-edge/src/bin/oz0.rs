@@ -2,14 +2,16 @@
 //!
 //! ```text
 //! oz0 node list [--tenant T] [--json]
-//! oz0 node show <node> [--json]
+//! oz0 node show|approve|drain|undrain|remove <node> [--json]
 //! oz0 job tool --tenant T --plugin DIR --tool ID [--name MCP_TOOL] [--arguments JSON]
 //!              [--file [NAME=]PATH]... [--timeout S] [--origin O] [--wait S] [--json]
 //! oz0 job show --tenant T <job> [--json]
 //! oz0 job cancel --tenant T <job> [--json]
 //! ```
 //!
-//! The edge is `--edge URL` or `OZ0_EDGE`; the operator token is read from
+//! The edge is `--edge URL` or `OZ0_EDGE` (`https://`, verified against the
+//! system's CAs or `--edge-ca FILE`/`OZ0_EDGE_CA`; `http://` on loopback
+//! only); the operator token is read from
 //! `--token-file FILE` or `OZ0_OPERATOR_TOKEN_FILE`, or taken from
 //! `OZ0_OPERATOR_TOKEN` (never from the command line).
 //!
@@ -30,9 +32,13 @@ use oz0_plugin::job::{CallArgs, ToolJob};
 #[derive(Parser, Debug)]
 #[command(name = "oz0", version, about = "Operate an OZ0 edge")]
 struct Args {
-    /// The edge (http://HOST:PORT).
+    /// The edge (https://HOST:PORT, or http:// on loopback).
     #[arg(long, env = "OZ0_EDGE", default_value = "http://127.0.0.1:8440")]
     edge: String,
+    /// The CA certificate(s) the edge's certificate must be signed by (PEM)
+    /// [default: the system's CAs].
+    #[arg(long, env = "OZ0_EDGE_CA", value_name = "FILE")]
+    edge_ca: Option<PathBuf>,
     /// File holding the operator token.
     #[arg(long, env = "OZ0_OPERATOR_TOKEN_FILE")]
     token_file: Option<PathBuf>,
@@ -150,6 +156,39 @@ enum NodeCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Let a node of a tenant that asks for approval take work above tier 0.
+    Approve {
+        /// Its id or host name.
+        node: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a node no new work (what it runs finishes).
+    Drain {
+        /// Its id or host name.
+        node: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a drained node work again.
+    Undrain {
+        /// Its id or host name.
+        node: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a node: its key is refused for good (the machine comes back
+    /// only with a new key, registered again).
+    Remove {
+        /// Its id or host name.
+        node: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn token(args: &Args) -> Result<String> {
@@ -171,6 +210,7 @@ fn show(n: &NodeView) -> String {
         .map(|x| format!(" ({x})"))
         .unwrap_or_default();
     s.push_str(&format!("Node {}{name}, tenant {}\n", n.id, n.tenant));
+    s.push_str(&format!("State: {} (last seen {})\n", n.state, n.last_seen));
     s.push_str(&format!("Platform: {}\n", n.platform_line));
     s.push_str(&format!("Tier: {}\n", n.tier_line));
     if let Some(note) = &n.routed_note {
@@ -311,7 +351,11 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
 }
 
 async fn run(args: Args) -> Result<()> {
-    let client = OperatorClient::new(&args.edge, &token(&args)?)?;
+    let trust = match &args.edge_ca {
+        Some(f) => oz0_edge::client::Trust::CaFile(f.clone()),
+        None => oz0_edge::client::Trust::System,
+    };
+    let client = OperatorClient::with_trust(&args.edge, &token(&args)?, &trust)?;
     match &args.cmd {
         Cmd::Job { cmd } => run_job(&client, cmd).await?,
         Cmd::Node {
@@ -323,15 +367,42 @@ async fn run(args: Args) -> Result<()> {
             } else {
                 for n in &nodes {
                     println!(
-                        "{}  {:<20} {:<10} {:<32} MicroVMs: {}  last report: {}",
+                        "{}  {:<20} {:<10} {:<16} {:<32} MicroVMs: {}  last seen: {}",
                         n.id,
                         n.name.as_deref().unwrap_or("-"),
                         n.tenant,
+                        n.state,
                         n.tier_line,
                         n.microvm_line,
-                        n.last_report.as_deref().unwrap_or("never")
+                        n.last_seen
                     );
                 }
+            }
+        }
+        Cmd::Node {
+            cmd:
+                NodeCmd::Approve { node, json }
+                | NodeCmd::Drain { node, json }
+                | NodeCmd::Undrain { node, json }
+                | NodeCmd::Remove { node, json },
+        } => {
+            let action = match &args.cmd {
+                Cmd::Node {
+                    cmd: NodeCmd::Approve { .. },
+                } => "approve",
+                Cmd::Node {
+                    cmd: NodeCmd::Drain { .. },
+                } => "drain",
+                Cmd::Node {
+                    cmd: NodeCmd::Undrain { .. },
+                } => "undrain",
+                _ => "remove",
+            };
+            let n = client.node_action(node, action).await?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&n)?);
+            } else {
+                print!("{}", show(&n));
             }
         }
         Cmd::Node {

@@ -3,6 +3,7 @@
 
 use super::rows::{node_row, NODE_COLS};
 use super::value::{int, text, tier_col};
+use super::{NodeChange, Registration, Val};
 use super::{NodeRow, Report, Store, StoreError};
 use crate::routing::Needs;
 
@@ -16,24 +17,94 @@ impl Store {
         tenant: &str,
         public_key: &str,
         name: Option<&str>,
+        approved: bool,
         now_ms: i64,
-    ) -> Result<String, StoreError> {
-        self.exec(
-            "INSERT INTO nodes (id, tenant, public_key, name, registered_ms, last_seen_ms) VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (id) DO NOTHING",
-            vec![id.into(), tenant.into(), public_key.into(), name.into(), now_ms.into()],
+    ) -> Result<Registration, StoreError> {
+        if let Some(n) = self.node_by_id(id).await? {
+            return Ok(Registration::Known(n));
+        }
+        if let Some(n) = name {
+            let held = self
+                .query(
+                    "SELECT id FROM nodes WHERE tenant = $1 AND name = $2 AND removed_ms IS NULL",
+                    vec![tenant.into(), n.into()],
+                )
+                .await?;
+            if let Some(r) = held.first() {
+                return Ok(Registration::NameTaken(text(r, 0)?));
+            }
+        }
+        let inserted = self.exec(
+            "INSERT INTO nodes (id, tenant, public_key, name, registered_ms, last_seen_ms, approved) VALUES ($1, $2, $3, $4, $5, $5, $6) ON CONFLICT DO NOTHING",
+            vec![id.into(), tenant.into(), public_key.into(), name.into(), now_ms.into(), approved.into()],
         )
         .await?;
-        let rows = self
-            .query("SELECT tenant FROM nodes WHERE id = $1", vec![id.into()])
-            .await?;
-        let row = rows.first().ok_or(StoreError::Column(0))?;
-        text(row, 0)
+        match self.node_by_id(id).await? {
+            Some(n) if inserted == 1 => Ok(Registration::New(n)),
+            Some(n) => Ok(Registration::Known(n)),
+            // Another node took the name between the check and the insert.
+            None => Ok(Registration::NameTaken(String::new())),
+        }
     }
 
-    /// One node by id, or by name.
+    /// A node by its id.
+    pub async fn node_by_id(&self, id: &str) -> Result<Option<NodeRow>, StoreError> {
+        let rows = self
+            .query(
+                &format!("SELECT {NODE_COLS} FROM nodes WHERE id = $1"),
+                vec![id.into()],
+            )
+            .await?;
+        rows.first().map(node_row).transpose()
+    }
+
+    /// Sets what an operator decides of a node; false when there is no
+    /// such node (or it was removed).
+    pub async fn set_node(
+        &self,
+        id: &str,
+        change: NodeChange,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let (sql, params): (&str, Vec<Val>) = match change {
+            NodeChange::Approve => ("UPDATE nodes SET approved = 1 WHERE id = $1 AND removed_ms IS NULL", vec![id.into()]),
+            NodeChange::Drain(on) => ("UPDATE nodes SET drained = $2 WHERE id = $1 AND removed_ms IS NULL", vec![id.into(), on.into()]),
+            NodeChange::Remove => ("UPDATE nodes SET removed_ms = $2, drained = 1 WHERE id = $1 AND removed_ms IS NULL", vec![id.into(), now_ms.into()]),
+        };
+        Ok(self.exec(sql, params).await? == 1)
+    }
+
+    /// Replaces a node's key (signed for by the old one); false when the
+    /// new key belongs to another node.
+    pub async fn rotate_key(
+        &self,
+        id: &str,
+        old_key: &str,
+        new_key: &str,
+    ) -> Result<bool, StoreError> {
+        let taken = self
+            .query(
+                "SELECT id FROM nodes WHERE public_key = $1",
+                vec![new_key.into()],
+            )
+            .await?;
+        if !taken.is_empty() {
+            return Ok(false);
+        }
+        Ok(self
+            .exec(
+                "UPDATE nodes SET public_key = $3 WHERE id = $1 AND public_key = $2 AND removed_ms IS NULL",
+                vec![id.into(), old_key.into(), new_key.into()],
+            )
+            .await?
+            == 1)
+    }
+
+    /// One node by id, or by name (among nodes not removed; a name two
+    /// tenants' nodes share resolves to nothing).
     pub async fn node(&self, id_or_name: &str) -> Result<Option<NodeRow>, StoreError> {
         let sql =
-            format!("SELECT {NODE_COLS} FROM nodes WHERE id = $1 OR name = $1 ORDER BY id LIMIT 2");
+            format!("SELECT {NODE_COLS} FROM nodes WHERE id = $1 OR (name = $1 AND removed_ms IS NULL) ORDER BY id LIMIT 2");
         let rows = self.query(&sql, vec![id_or_name.into()]).await?;
         match rows.len() {
             1 => Ok(Some(node_row(&rows[0])?)),
@@ -55,7 +126,7 @@ impl Store {
             Some(t) => {
                 self.query(
                     &format!(
-                        "SELECT {NODE_COLS} FROM nodes WHERE tenant = $1 ORDER BY tenant, name, id"
+                        "SELECT {NODE_COLS} FROM nodes WHERE tenant = $1 AND removed_ms IS NULL ORDER BY tenant, name, id"
                     ),
                     vec![t.into()],
                 )
@@ -63,7 +134,7 @@ impl Store {
             }
             None => {
                 self.query(
-                    &format!("SELECT {NODE_COLS} FROM nodes ORDER BY tenant, name, id"),
+                    &format!("SELECT {NODE_COLS} FROM nodes WHERE removed_ms IS NULL ORDER BY tenant, name, id"),
                     vec![],
                 )
                 .await?
@@ -156,7 +227,7 @@ impl Store {
     ) -> Result<i64, StoreError> {
         let rows = self
             .query(
-                "SELECT COUNT(*) FROM nodes WHERE tenant = $1 AND tier_routed >= $2 AND microvm_ready >= $3 AND oci_ready >= $4 AND (arch = $5 OR $5 = '') AND last_seen_ms >= $6 AND last_report_ms IS NOT NULL",
+                "SELECT COUNT(*) FROM nodes WHERE tenant = $1 AND (CASE WHEN approved = 1 THEN tier_routed ELSE 0 END) >= $2 AND microvm_ready >= $3 AND oci_ready >= $4 AND (arch = $5 OR $5 = '') AND last_seen_ms >= $6 AND last_report_ms IS NOT NULL AND drained = 0 AND removed_ms IS NULL",
                 vec![
                     tenant.into(),
                     i64::from(needs.tier).into(),
@@ -178,7 +249,7 @@ impl Store {
     ) -> Result<Vec<(u8, bool, bool, Option<String>)>, StoreError> {
         let rows = self
             .query(
-                "SELECT tier_routed, microvm_ready, oci_ready, arch FROM nodes WHERE tenant = $1 AND last_seen_ms >= $2 AND last_report_ms IS NOT NULL LIMIT 10000",
+                "SELECT CASE WHEN approved = 1 THEN tier_routed ELSE 0 END, microvm_ready, oci_ready, arch FROM nodes WHERE tenant = $1 AND last_seen_ms >= $2 AND last_report_ms IS NOT NULL AND drained = 0 AND removed_ms IS NULL LIMIT 10000",
                 vec![tenant.into(), live_since_ms.into()],
             )
             .await?;

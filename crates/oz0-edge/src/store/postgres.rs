@@ -23,7 +23,7 @@ impl PgPool {
         let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
-                eprintln!("oz0-edge: PostgreSQL connection closed: {e}");
+                crate::log::warn(&format!("PostgreSQL connection closed: {e}"), None);
             }
         });
         Ok(PgConn {

@@ -37,9 +37,27 @@ pub struct NodeRow {
     pub dropped_last: i64,
     /// Fields dropped, all reports.
     pub dropped_total: i64,
+    /// An operator approved it (or its tenant asks for no approval).
+    pub approved: bool,
+    /// Drained: it takes no new work.
+    pub drained: bool,
+    /// When an operator removed it (its key is refused from then on).
+    pub removed_ms: Option<i64>,
 }
 
-pub(super) const NODE_COLS: &str = "id, tenant, public_key, name, registered_ms, last_seen_ms, last_report_ms, facts, tier_routed, microvm_ready, oci_ready, arch, reports, dropped_last, dropped_total";
+impl NodeRow {
+    /// The tier it takes work at: its routed tier, or 0 while it waits
+    /// for approval.
+    pub fn tier_taken(&self) -> u8 {
+        if self.approved {
+            self.tier_routed
+        } else {
+            0
+        }
+    }
+}
+
+pub(super) const NODE_COLS: &str = "id, tenant, public_key, name, registered_ms, last_seen_ms, last_report_ms, facts, tier_routed, microvm_ready, oci_ready, arch, reports, dropped_last, dropped_total, approved, drained, removed_ms";
 
 pub(super) fn node_row(r: &Row) -> Result<NodeRow, StoreError> {
     Ok(NodeRow {
@@ -58,6 +76,9 @@ pub(super) fn node_row(r: &Row) -> Result<NodeRow, StoreError> {
         reports: int(r, 12)?,
         dropped_last: int(r, 13)?,
         dropped_total: int(r, 14)?,
+        approved: int(r, 15)? != 0,
+        drained: int(r, 16)? != 0,
+        removed_ms: opt_int(r, 17)?,
     })
 }
 
@@ -143,4 +164,26 @@ pub struct Report<'a> {
     pub dropped: i64,
     /// When.
     pub now_ms: i64,
+}
+
+/// What registering a key did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Registration {
+    /// A new node.
+    New(NodeRow),
+    /// The key's node was registered before.
+    Known(NodeRow),
+    /// The name belongs to another node of the tenant (its id).
+    NameTaken(String),
+}
+
+/// What an operator decides of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeChange {
+    /// It may take work above tier 0.
+    Approve,
+    /// It takes no new work (true), or does again (false).
+    Drain(bool),
+    /// Removed: its key is refused for good.
+    Remove,
 }

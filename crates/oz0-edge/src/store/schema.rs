@@ -67,6 +67,20 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
     ALTER TABLE jobs ADD COLUMN error TEXT;
     ALTER TABLE jobs ADD COLUMN leased_ms BIGINT;",
     ),
+    // Admission and liveness: a node waits for an operator's approval (in a
+    // tenant that asks for it), can be drained and removed (its key is then
+    // refused for good); names are unique among a tenant's nodes (a name
+    // held twice before keeps its first holder).
+    (
+        3,
+        "ALTER TABLE nodes ADD COLUMN approved BIGINT NOT NULL DEFAULT 1;
+    ALTER TABLE nodes ADD COLUMN drained BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE nodes ADD COLUMN removed_ms BIGINT;
+    UPDATE nodes SET name = NULL WHERE name IS NOT NULL AND EXISTS (
+        SELECT 1 FROM nodes o WHERE o.tenant = nodes.tenant AND o.name = nodes.name
+          AND (o.registered_ms < nodes.registered_ms OR (o.registered_ms = nodes.registered_ms AND o.id < nodes.id)));
+    CREATE UNIQUE INDEX nodes_unique_name ON nodes (tenant, name) WHERE name IS NOT NULL AND removed_ms IS NULL;",
+    ),
 ];
 
 impl Store {

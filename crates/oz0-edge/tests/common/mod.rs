@@ -18,6 +18,8 @@ use oz0_policy::facts::{
     FACTS_SCHEMA,
 };
 
+pub mod certs;
+
 pub const OPERATOR: &str = "operator-token-0123456789";
 pub const ACME: &str = "acme-enrolment-0123456789";
 pub const SOLO: &str = "solo-enrolment-0123456789";
@@ -36,20 +38,53 @@ impl Drop for TestEdge {
 }
 
 pub async fn start_on(store: Store, lease_ms: i64) -> TestEdge {
+    start_with(
+        store,
+        lease_ms,
+        None,
+        oz0_edge::serve::Limits::default(),
+        oz0_edge::client::Trust::System,
+    )
+    .await
+}
+
+/// An edge serving TLS with `tls` (its URL then https://), with `limits`;
+/// its operator client trusts `trust`.
+pub async fn start_with(
+    store: Store,
+    lease_ms: i64,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: oz0_edge::serve::Limits,
+    trust: oz0_edge::client::Trust,
+) -> TestEdge {
+    start_configured(store, |c| c.lease_ms = lease_ms, tls, limits, trust).await
+}
+
+/// An edge whose configuration `f` changes first.
+pub async fn start_configured(
+    store: Store,
+    f: impl FnOnce(&mut EdgeConfig),
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: oz0_edge::serve::Limits,
+    trust: oz0_edge::client::Trust,
+) -> TestEdge {
     let mut tenants = BTreeMap::new();
     tenants.insert("acme".to_string(), TokenDigest::new(ACME));
     tenants.insert("solo".to_string(), TokenDigest::new(SOLO));
     let mut cfg = EdgeConfig::new(tenants, vec![TokenDigest::new(OPERATOR)]);
-    cfg.lease_ms = lease_ms;
+    f(&mut cfg);
     let edge = Edge::new(store, cfg);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}", listener.local_addr().unwrap());
     let e = edge.clone();
     let task = tokio::spawn(async move {
-        oz0_edge::serve(listener, e).await.unwrap();
+        oz0_edge::serve_with(listener, e, tls, limits)
+            .await
+            .unwrap();
     });
     TestEdge {
-        op: OperatorClient::new(&url, OPERATOR).unwrap(),
+        op: OperatorClient::with_trust(&url, OPERATOR, &trust).unwrap(),
         url,
         edge,
         task,

@@ -1,5 +1,6 @@
-//! A real `oz0-edge` and real `oz0-node run --edge` processes, for the
-//! fleet's black-box tests.
+//! A real `oz0-edge` (serving HTTPS with a certificate of a CA the test
+//! makes at run time) and real `oz0-node run --edge` processes (verifying
+//! it against that CA), for the fleet's black-box tests.
 //!
 //! The edge binary: `OZ0_EDGE_BIN`, else `oz0-edge` next to `OZ0_NODE_BIN`,
 //! else cargo's build of it next to the test's folder (`cargo build -p
@@ -12,11 +13,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use oz0_edge::client::OperatorClient;
+use oz0_edge::client::{OperatorClient, Trust};
 use oz0_edge::routing::{Isolation, JobKind, JobRequest, Origin};
 use oz0_edge::wire::JobView;
 
 use super::{node, TempDir};
+
+#[path = "../../../oz0-edge/tests/common/certs.rs"]
+pub mod certs;
 
 pub const TOKEN: &str = "acme-enrolment-token-0123456789abcdef";
 pub const OPERATOR: &str = "operator-token-0123456789abcdef012345";
@@ -44,6 +48,8 @@ pub fn write_secret(path: &Path, text: &str) {
 pub struct Edge {
     pub child: Child,
     pub url: String,
+    /// The CA the edge's certificate is signed by.
+    pub ca: PathBuf,
     pub _dir: TempDir,
     pub rt: tokio::runtime::Runtime,
     pub op: OperatorClient,
@@ -51,9 +57,16 @@ pub struct Edge {
 
 impl Edge {
     pub fn start(bin: &Path, lease_secs: u32) -> Edge {
+        Edge::start_with(bin, lease_secs, &[])
+    }
+
+    /// An edge with `extra` flags.
+    pub fn start_with(bin: &Path, lease_secs: u32, extra: &[&str]) -> Edge {
         let dir = TempDir::new("edge");
         write_secret(&dir.join("tenants"), &format!("acme={TOKEN}\n"));
         write_secret(&dir.join("operators"), &format!("{OPERATOR}\n"));
+        let ca = certs::TestCa::new(&dir.0, "fleet");
+        let (cert, key) = ca.leaf("edge", &["127.0.0.1", "localhost"], None);
         let mut child = Command::new(bin)
             .arg("--listen")
             .arg("127.0.0.1:0")
@@ -65,6 +78,11 @@ impl Edge {
             .arg(dir.join("operators"))
             .arg("--lease-secs")
             .arg(lease_secs.to_string())
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&key)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -75,13 +93,14 @@ impl Edge {
             .unwrap();
         let url = line
             .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("the edge did not say where it listens: {line:?}"))
+            .find(|w| w.starts_with("https://"))
+            .unwrap_or_else(|| panic!("the edge did not say where it listens over HTTPS: {line:?}"))
             .to_string();
-        let op = OperatorClient::new(&url, OPERATOR).unwrap();
+        let op = OperatorClient::with_trust(&url, OPERATOR, &Trust::CaFile(ca.ca.clone())).unwrap();
         Edge {
             child,
             url,
+            ca: ca.ca.clone(),
             _dir: dir,
             rt: tokio::runtime::Runtime::new().unwrap(),
             op,
@@ -195,6 +214,8 @@ impl Node {
         let log = std::fs::File::create(dir.join("log")).unwrap();
         Command::new(bin)
             .args(["run", "--edge", &edge.url, "--tenant", "acme"])
+            .arg("--edge-ca")
+            .arg(&edge.ca)
             .arg("--enrolment-token-file")
             .arg(dir.join("token"))
             .arg("--data-dir")

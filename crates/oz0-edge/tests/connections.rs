@@ -1,0 +1,146 @@
+//! What a connection may take from the edge: idle and half-sent requests
+//! are dropped after the header deadline, a slow body gets 408, a header
+//! block over the bound gets 431, connections over the cap are closed as
+//! they arrive — and through all of it the edge keeps answering.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::start_with;
+use oz0_edge::client::Trust;
+use oz0_edge::serve::Limits;
+use oz0_edge::Store;
+
+fn limits() -> Limits {
+    Limits {
+        max_connections: 8,
+        header_timeout: Duration::from_millis(800),
+        request_timeout: Duration::from_millis(1500),
+        max_header_bytes: 16 * 1024,
+        ..Limits::default()
+    }
+}
+
+fn addr(url: &str) -> String {
+    url.trim_start_matches("http://").to_string()
+}
+
+/// Reads until the peer closes (or 10 s); what it sent, and how long.
+fn until_closed(s: &mut TcpStream) -> (String, Duration) {
+    let t = Instant::now();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    (String::from_utf8_lossy(&out).into_owned(), t.elapsed())
+}
+
+const HEALTH: &str = "GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_slow_and_oversized_connections_are_dropped() {
+    let e = start_with(
+        Store::open("sqlite::memory:").await.unwrap(),
+        30_000,
+        None,
+        limits(),
+        Trust::System,
+    )
+    .await;
+    let a = addr(&e.url);
+    tokio::task::spawn_blocking(move || {
+        // Nothing sent at all.
+        let mut s = TcpStream::connect(&a).unwrap();
+        let (_, took) = until_closed(&mut s);
+        assert!(took < Duration::from_secs(3), "an idle connection stayed {took:?}");
+        // Half a header block.
+        let mut s = TcpStream::connect(&a).unwrap();
+        s.write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n").unwrap();
+        let (_, took) = until_closed(&mut s);
+        assert!(took < Duration::from_secs(3), "a half-sent header stayed {took:?}");
+        // Kept alive after one request, then idle.
+        let mut s = TcpStream::connect(&a).unwrap();
+        s.write_all(HEALTH.as_bytes()).unwrap();
+        let (got, took) = until_closed(&mut s);
+        assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+        assert!(took < Duration::from_secs(3), "an idle kept-alive connection stayed {took:?}");
+        // A 200 KB header.
+        let mut s = TcpStream::connect(&a).unwrap();
+        let big = format!("GET /v1/health HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n", "a".repeat(200_000));
+        let _ = s.write_all(big.as_bytes());
+        let (got, _) = until_closed(&mut s);
+        assert!(got.is_empty() || got.starts_with("HTTP/1.1 431"), "{got}");
+        // A body promised and never sent: 408 when the request's time is up.
+        let mut s = TcpStream::connect(&a).unwrap();
+        s.write_all(b"POST /v1/tenants/acme/jobs HTTP/1.1\r\nhost: x\r\nauthorization: Bearer operator-token-0123456789\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{").unwrap();
+        let (got, took) = until_closed(&mut s);
+        assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+        assert!(took < Duration::from_secs(4), "{took:?}");
+    })
+    .await
+    .unwrap();
+}
+
+/// The edge answers a health request within 5 s.
+fn answers_soon(a: &str) {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut s = TcpStream::connect(a).unwrap();
+        s.write_all(HEALTH.as_bytes()).unwrap();
+        let mut buf = [0u8; 64];
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let n = s.read(&mut buf).unwrap_or(0);
+        if String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200") {
+            return;
+        }
+        assert!(Instant::now() < until, "the edge stopped answering");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_cap_are_closed_and_the_edge_keeps_answering() {
+    let mut l = limits();
+    l.header_timeout = Duration::from_secs(5);
+    let e = start_with(
+        Store::open("sqlite::memory:").await.unwrap(),
+        30_000,
+        None,
+        l,
+        Trust::System,
+    )
+    .await;
+    let a = addr(&e.url);
+    tokio::task::spawn_blocking(move || {
+        // Eight idle connections hold every slot.
+        let held: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(&a).unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut over = TcpStream::connect(&a).unwrap();
+        over.write_all(HEALTH.as_bytes()).unwrap();
+        let (got, took) = until_closed(&mut over);
+        assert!(
+            got.is_empty() && took < Duration::from_secs(1),
+            "over the cap: {got:?} after {took:?}"
+        );
+        drop(held);
+        // The slots come back as the held ones go; the edge answers.
+        answers_soon(&a);
+        // Bursts of connections that come and go: the edge answers after.
+        for _ in 0..4 {
+            let _burst: Vec<TcpStream> = (0..50)
+                .filter_map(|_| TcpStream::connect(&a).ok())
+                .collect();
+        }
+        answers_soon(&a);
+    })
+    .await
+    .unwrap();
+}

@@ -1,0 +1,232 @@
+//! TLS end to end, with a CA the test makes at run time: the edge serves
+//! HTTPS and its clients verify it against the operator's CA; a client that
+//! trusts another CA (or only the system's), an expired certificate and a
+//! certificate for another name are each refused; the edge loads a new
+//! certificate on SIGHUP without a restart; plain HTTP is for loopback only,
+//! on both sides; the store is its user's alone.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::certs::TestCa;
+use common::{start_with, OPERATOR};
+use oz0_edge::client::{ClientError, OperatorClient, Trust};
+use oz0_edge::serve::{Limits, ServerCert};
+use oz0_edge::Store;
+
+fn temp(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("oz0-edge-tls-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn tls_err(r: Result<Vec<oz0_edge::wire::NodeView>, ClientError>) -> String {
+    match r {
+        Err(ClientError::Tls(m)) => m,
+        other => panic!("not a TLS refusal: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_trust_only_what_verifies() {
+    let d = temp("verify");
+    let ca = TestCa::new(&d, "one");
+    let other = TestCa::new(&d, "two");
+    let (cert, key) = ca.leaf("edge", &["127.0.0.1", "localhost"], None);
+    let served = ServerCert::load(&cert, &key).unwrap();
+    let e = start_with(
+        Store::open("sqlite::memory:").await.unwrap(),
+        30_000,
+        Some(served.config().unwrap()),
+        Limits::default(),
+        Trust::CaFile(ca.ca.clone()),
+    )
+    .await;
+    assert!(e.url.starts_with("https://127.0.0.1:"), "{}", e.url);
+    assert!(e.op.nodes(None).await.unwrap().is_empty());
+    let by = |trust: Trust| OperatorClient::with_trust(&e.url, OPERATOR, &trust).unwrap();
+    // Another CA, and the system's (which never signed this one).
+    let m = tls_err(by(Trust::CaFile(other.ca.clone())).nodes(None).await);
+    assert!(
+        m.contains("UnknownIssuer") && m.contains("--edge-ca"),
+        "{m}"
+    );
+    let m = tls_err(by(Trust::System).nodes(None).await);
+    assert!(m.contains("UnknownIssuer"), "{m}");
+    // localhost is a name the certificate has too.
+    let port = e.url.rsplit(':').next().unwrap();
+    let local = OperatorClient::with_trust(
+        &format!("https://localhost:{port}"),
+        OPERATOR,
+        &Trust::CaFile(ca.ca.clone()),
+    )
+    .unwrap();
+    assert!(local.nodes(None).await.is_ok());
+    // Plain HTTP to the TLS port gets no answer it can read.
+    let plain = OperatorClient::new(&format!("http://127.0.0.1:{port}"), OPERATOR).unwrap();
+    assert!(plain.nodes(None).await.is_err());
+
+    // The same edge, its files swapped and loaded again: expired, then for
+    // another name, then valid again. Each check is a new client: one that
+    // talked to the edge before resumes its TLS session, as TLS lets it.
+    let fresh = || by(Trust::CaFile(ca.ca.clone()));
+    let (c, k) = ca.leaf("expired", &["127.0.0.1"], Some((2021, 1, 1)));
+    std::fs::copy(&c, &cert).unwrap();
+    std::fs::copy(&k, &key).unwrap();
+    served.reload().unwrap();
+    let m = tls_err(fresh().nodes(None).await);
+    assert!(m.contains("certificate expired"), "{m}");
+    let (c, k) = ca.leaf("elsewhere", &["edge.example"], None);
+    std::fs::copy(&c, &cert).unwrap();
+    std::fs::copy(&k, &key).unwrap();
+    served.reload().unwrap();
+    let m = tls_err(fresh().nodes(None).await);
+    assert!(
+        m.contains("certificate not valid for name \"127.0.0.1\""),
+        "{m}"
+    );
+    // A key that is not the certificate's is refused, and the one served stays.
+    let (c2, _) = ca.leaf("mismatch", &["127.0.0.1"], None);
+    std::fs::copy(&c2, &cert).unwrap();
+    let r = served.reload().unwrap_err();
+    assert!(r.contains("is not the key of --tls-cert"), "{r}");
+    let (c, k) = ca.leaf("again", &["127.0.0.1"], None);
+    std::fs::copy(&c, &cert).unwrap();
+    std::fs::copy(&k, &key).unwrap();
+    served.reload().unwrap();
+    assert!(fresh().nodes(None).await.is_ok());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A running `oz0-edge` binary.
+struct EdgeProcess {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for EdgeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn secrets(d: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(d.join("tenants"), format!("acme={}\n", common::ACME)).unwrap();
+    std::fs::write(d.join("operators"), format!("{OPERATOR}\n")).unwrap();
+    for f in ["tenants", "operators"] {
+        std::fs::set_permissions(d.join(f), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+}
+
+fn edge_cmd(d: &Path, listen: &str, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_oz0-edge"));
+    c.args(["--listen", listen, "--store"])
+        .arg(format!("sqlite:{}", d.join("edge.db").display()))
+        .arg("--tenant-tokens")
+        .arg(d.join("tenants"))
+        .arg("--operator-tokens")
+        .arg(d.join("operators"))
+        .args(extra)
+        .stdin(Stdio::null());
+    c
+}
+
+fn start_edge(d: &Path, extra: &[&str]) -> EdgeProcess {
+    use std::io::BufRead;
+    let mut child = edge_cmd(d, "127.0.0.1:0", extra)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("https://") || w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_string();
+    EdgeProcess { child, url }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_edge_binary_serves_https_reloads_on_sighup_and_keeps_its_store_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = temp("bin");
+    secrets(&d);
+    let (one, two) = (TestCa::new(&d, "one"), TestCa::new(&d, "two"));
+    let (cert, key) = one.leaf("edge", &["127.0.0.1"], None);
+    let c = cert.display().to_string();
+    let k = key.display().to_string();
+    let e = start_edge(&d, &["--tls-cert", &c, "--tls-key", &k]);
+    assert!(e.url.starts_with("https://"), "{}", e.url);
+    let op = |ca: &Path| {
+        OperatorClient::with_trust(&e.url, OPERATOR, &Trust::CaFile(ca.to_path_buf())).unwrap()
+    };
+    assert!(op(&one.ca).nodes(None).await.is_ok());
+    assert!(op(&two.ca).nodes(None).await.is_err());
+    // A certificate of the other CA, loaded on SIGHUP.
+    let (c2, k2) = two.leaf("edge2", &["127.0.0.1"], None);
+    std::fs::copy(&c2, &cert).unwrap();
+    std::fs::copy(&k2, &key).unwrap();
+    let st = Command::new("kill")
+        .args(["-HUP", &e.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let until = Instant::now() + Duration::from_secs(10);
+    while op(&two.ca).nodes(None).await.is_err() {
+        assert!(
+            Instant::now() < until,
+            "SIGHUP did not load the new certificate"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        op(&one.ca).nodes(None).await.is_err(),
+        "the old certificate is gone"
+    );
+    // The store and its journal are the edge's user's alone.
+    for f in ["edge.db", "edge.db-wal"] {
+        let mode = std::fs::metadata(d.join(f)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{f} has mode {mode:o}");
+    }
+    drop(e);
+
+    // A store file another could read is made private, and said so.
+    std::fs::set_permissions(d.join("edge.db"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = start_edge(&d, &["--tls-cert", &c, "--tls-key", &k]);
+    drop(e);
+    let mode = std::fs::metadata(d.join("edge.db"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+
+    // Off loopback without TLS, and a key others can read: refused.
+    let o = edge_cmd(&d, "0.0.0.0:0", &[]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("give --tls-cert FILE and --tls-key FILE"),
+        "{err}"
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = edge_cmd(&d, "127.0.0.1:0", &["--tls-cert", &c, "--tls-key", &k])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("readable by others: chmod 600"), "{err}");
+    // Clients: plain HTTP off loopback is refused before anything is sent.
+    let e = OperatorClient::new("http://192.0.2.1:8440", OPERATOR).unwrap_err();
+    assert!(matches!(e, ClientError::PlainOffLoopback(_)), "{e:?}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
