@@ -148,7 +148,8 @@ async fn run(kind: &str, url: &str, nodes: usize) -> Figures {
                 tier: 0,
                 isolation: Isolation::None,
                 arch: None,
-                payload: serde_json::json!({"argv": ["true"], "i": i}),
+                payload: serde_json::json!({"command": ["true", i.to_string()]}),
+                idempotency_key: None,
             };
             o.submit_job("bench", &req).await.unwrap();
         }

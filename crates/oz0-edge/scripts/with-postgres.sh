@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs a command with a throwaway PostgreSQL 15 cluster:
+# Runs a command with a throwaway PostgreSQL 15 cluster (OZ0_PG_SHARED=1:
+# reachable by other local users too):
 #
 #   crates/oz0-edge/scripts/with-postgres.sh cargo test -p oz0-edge
 #
@@ -38,6 +39,9 @@ if [ "$(id -u)" -eq 0 ]; then
     as_user=(runuser -u "$db_user" --)
 fi
 chmod 700 "$dir"
+# OZ0_PG_SHARED=1: other local users (the unprivileged test user of the
+# black-box tests) may reach the socket; the folder stays unlistable.
+if [ "${OZ0_PG_SHARED:-}" = 1 ]; then chmod 711 "$dir"; fi
 port=$((50000 + RANDOM % 10000))
 
 cleanup() {

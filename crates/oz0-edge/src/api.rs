@@ -24,9 +24,10 @@ mod operator;
 
 pub use operator::node_view;
 
-use node::{complete, poll, register, renew, report_facts, rotate, whoami};
+use node::{complete, poll, register, release, renew, report_facts, rotate, whoami};
 use operator::{
-    cancel_job, change_node, job_status, list_nodes, nodes_page, show_node, submit_job,
+    cancel_job, change_node, job_logs, job_status, list_jobs, list_nodes, nodes_page, show_node,
+    submit_job,
 };
 
 /// Counter of fields dropped from reports, all nodes.
@@ -46,6 +47,13 @@ pub struct EdgeConfig {
     /// Tenants whose new nodes wait for an operator's approval before they
     /// take work above tier 0.
     pub approval_tenants: std::collections::BTreeSet<String>,
+    /// Times a job may be handed out (its lease lapsing each time) before it
+    /// fails with the reason.
+    pub max_attempts: i64,
+    /// Finished jobs are removed this long after they ended.
+    pub keep_jobs_ms: i64,
+    /// At most this many finished jobs are kept (the oldest go first).
+    pub keep_jobs: i64,
 }
 
 impl EdgeConfig {
@@ -61,6 +69,9 @@ impl EdgeConfig {
             lease_ms: 30_000,
             node_live_ms: 30_000,
             approval_tenants: Default::default(),
+            max_attempts: 3,
+            keep_jobs_ms: 7 * 24 * 3600 * 1000,
+            keep_jobs: 100_000,
         }
     }
 }
@@ -71,6 +82,8 @@ pub struct Edge {
     store: Store,
     cfg: EdgeConfig,
     last_sweep: AtomicI64,
+    last_lease_sweep: AtomicI64,
+    last_retention: AtomicI64,
 }
 
 impl Edge {
@@ -80,12 +93,44 @@ impl Edge {
             store,
             cfg,
             last_sweep: AtomicI64::new(0),
+            last_lease_sweep: AtomicI64::new(0),
+            last_retention: AtomicI64::new(0),
         })
     }
 
     /// The store.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// At most once a second, puts jobs whose lease lapsed back in their
+    /// queue (or fails them past their attempts); at most once a minute,
+    /// removes finished jobs past the retention (a batch at a time).
+    pub async fn sweep_jobs(&self, now: i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let due = |at: &AtomicI64, every: i64| {
+            let last = at.load(Relaxed);
+            now - last >= every && at.compare_exchange(last, now, Relaxed, Relaxed).is_ok()
+        };
+        if due(&self.last_lease_sweep, 1_000) {
+            match self.store.sweep_leases(now).await {
+                Ok(s) if s.failed > 0 => crate::log::info(
+                    &format!("{} job(s) failed: their attempts were used up", s.failed),
+                    None,
+                ),
+                Ok(_) => {}
+                Err(e) => crate::log::error(&format!("sweeping expired leases: {e}"), None),
+            }
+        }
+        if due(&self.last_retention, 60_000) {
+            let store = self.store.clone();
+            let (older, keep) = (now - self.cfg.keep_jobs_ms, self.cfg.keep_jobs);
+            tokio::spawn(async move {
+                if let Err(e) = store.sweep_finished(older, keep, 10_000).await {
+                    crate::log::error(&format!("removing finished jobs: {e}"), None);
+                }
+            });
+        }
     }
 }
 
@@ -129,6 +174,7 @@ impl Routes {
         .add("POST", "/v1/node/rotate", post(rotate))
         .add("POST", "/v1/node/whoami", post(whoami))
         .add("POST", "/v1/node/jobs/{job}/renew", post(renew))
+        .add("POST", "/v1/node/jobs/{job}/release", post(release))
         .add(
             "POST",
             "/v1/node/jobs/{job}/complete",
@@ -139,7 +185,9 @@ impl Routes {
             "/v1/tenants/{tenant}/jobs",
             post(submit_job).layer(DefaultBodyLimit::max(MAX_LARGE_BODY_BYTES)),
         )
+        .add("GET", "/v1/tenants/{tenant}/jobs", get(list_jobs))
         .add("GET", "/v1/tenants/{tenant}/jobs/{job}", get(job_status))
+        .add("GET", "/v1/tenants/{tenant}/jobs/{job}/logs", get(job_logs))
         .add(
             "POST",
             "/v1/tenants/{tenant}/jobs/{job}/cancel",

@@ -55,6 +55,14 @@ pub struct Completion {
     pub result: Option<serde_json::Value>,
     /// Why it failed (at most [`crate::MAX_ERROR_BYTES`]).
     pub error: Option<String>,
+    /// The end of its stdout (at most [`crate::MAX_TAIL_BYTES`]).
+    pub stdout_tail: Option<String>,
+    /// The end of its stderr (at most [`crate::MAX_TAIL_BYTES`]).
+    pub stderr_tail: Option<String>,
+    /// Bytes it wrote to stdout in all.
+    pub stdout_bytes: Option<u64>,
+    /// Bytes it wrote to stderr in all.
+    pub stderr_bytes: Option<u64>,
 }
 
 /// The node's deadline is the lease less this fraction of it (clock rate
@@ -558,8 +566,7 @@ impl NodeClient {
             &Completion {
                 succeeded,
                 exit_code,
-                result: None,
-                error: None,
+                ..Completion::default()
             },
         )
         .await
@@ -575,6 +582,24 @@ impl NodeClient {
             exit_code: end.exit_code,
             result: end.result.clone(),
             error: end.error.clone(),
+            stdout_tail: end.stdout_tail.clone(),
+            stderr_tail: end.stderr_tail.clone(),
+            stdout_bytes: end.stdout_bytes,
+            stderr_bytes: end.stderr_bytes,
+        })
+        .expect("serializes");
+        self.signed::<serde_json::Value>(&path, body, None)
+            .await
+            .map(|_| ())
+            .map_err(|e| lost(e, &lease.job.job_id))
+    }
+
+    /// Gives the job back to its queue at once (the node is stopping), so
+    /// another node can take it without waiting for the lease to lapse.
+    pub async fn release_job(&self, lease: &Lease) -> Result<(), ClientError> {
+        let path = format!("/v1/node/jobs/{}/release", lease.job.job_id);
+        let body = serde_json::to_vec(&crate::wire::ReleaseRequest {
+            lease_id: lease.job.lease_id.clone(),
         })
         .expect("serializes");
         self.signed::<serde_json::Value>(&path, body, None)
@@ -672,12 +697,42 @@ impl OperatorClient {
 
     /// Nodes, of one tenant or all.
     pub async fn nodes(&self, tenant: Option<&str>) -> Result<Vec<NodeView>, ClientError> {
-        let path = match tenant {
-            Some(t) if crate::routing::is_tenant(t) => format!("/v1/nodes?tenant={t}"),
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .node_page(tenant, after.as_deref(), Some(crate::MAX_PAGE))
+                .await?;
+            all.extend(page.nodes);
+            match page.next {
+                Some(n) => after = Some(n),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// One page of nodes (`after`: the previous page's `next`).
+    pub async fn node_page(
+        &self,
+        tenant: Option<&str>,
+        after: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<crate::wire::NodePage, ClientError> {
+        let mut q = Vec::new();
+        match tenant {
+            Some(t) if crate::routing::is_tenant(t) => q.push(format!("tenant={t}")),
             Some(t) => return Err(ClientError::Url(format!("tenant {t:?}"))),
-            None => "/v1/nodes".to_string(),
-        };
-        let (s, b) = self.call("GET", &path, vec![]).await?;
+            None => {}
+        }
+        if let Some(a) = after {
+            q.push(format!("after={}", query_value(a)?));
+        }
+        if let Some(l) = limit {
+            q.push(format!("limit={l}"));
+        }
+        let (s, b) = self
+            .call("GET", &format!("/v1/nodes?{}", q.join("&")), vec![])
+            .await?;
         decode(s, &b)
     }
 
@@ -742,6 +797,46 @@ impl OperatorClient {
         decode(s, &b)
     }
 
+    /// A page of a tenant's jobs, newest first (`before`: the previous
+    /// page's `next`).
+    pub async fn jobs(
+        &self,
+        tenant: &str,
+        state: Option<&str>,
+        before: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<crate::wire::JobPage, ClientError> {
+        let mut q = Vec::new();
+        if let Some(s) = state {
+            q.push(format!("state={}", query_value(s)?));
+        }
+        if let Some(b) = before {
+            q.push(format!("before={}", query_value(b)?));
+        }
+        if let Some(l) = limit {
+            q.push(format!("limit={l}"));
+        }
+        let path = format!("/v1/tenants/{tenant}/jobs?{}", q.join("&"));
+        let (s, b) = self.call("GET", &path, vec![]).await?;
+        decode(s, &b)
+    }
+
+    /// A job's output tails.
+    pub async fn job_logs(
+        &self,
+        tenant: &str,
+        job_id: &str,
+    ) -> Result<crate::wire::JobLogs, ClientError> {
+        let (s, b) = self
+            .call(
+                "GET",
+                &format!("/v1/tenants/{tenant}/jobs/{job_id}/logs"),
+                vec![],
+            )
+            .await?;
+        decode(s, &b)
+    }
+
     /// Cancels a job that has not ended: a queued one is never handed out,
     /// a leased one's node stops it at its next renewal. Refused
     /// (`job_ended`) when it had already ended.
@@ -764,6 +859,17 @@ impl OperatorClient {
         } else {
             decode(s, &b)
         }
+    }
+}
+
+/// A query value the client puts in a URL: letters, digits and `._-:`.
+fn query_value(s: &str) -> Result<&str, ClientError> {
+    if s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._-:".contains(&b))
+    {
+        Ok(s)
+    } else {
+        Err(ClientError::Url(format!("query value {s:?}")))
     }
 }
 

@@ -76,6 +76,10 @@ pub const MAX_PAYLOAD_BYTES: usize = 32 * 1024;
 pub const MAX_RESULT_BYTES: usize = oz0_plugin::mcp::MAX_LINE_BYTES;
 /// Longest failure reason a completion carries.
 pub const MAX_ERROR_BYTES: usize = 4096;
+/// The most of each of a job's output streams the edge keeps: its end.
+pub const MAX_TAIL_BYTES: usize = 64 * 1024;
+/// Most items one page of a list holds.
+pub const MAX_PAGE: i64 = 500;
 /// Largest body of the two routes that carry a tool job or its result
 /// (a submission, a completion).
 pub const MAX_LARGE_BODY_BYTES: usize = 2 * 1024 * 1024;

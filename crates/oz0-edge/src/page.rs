@@ -5,7 +5,7 @@
 //! with a Content-Security-Policy that allows no script at all.
 
 use crate::time::format_utc;
-use crate::wire::NodeView;
+use crate::wire::NodePage;
 
 /// Escapes text for HTML element content and quoted attribute values.
 pub fn escape(s: &str) -> String {
@@ -28,10 +28,12 @@ const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#
 h1{font-size:20px;margin:0 0 4px}p.sub{color:#57606a;margin:0 0 16px}\
 table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #d0d7de;padding:6px 8px;text-align:left;vertical-align:top}\
 th{background:#f6f8fa;font-weight:600}td.t1{color:#116329;font-weight:600}td.t0{color:#9a6700;font-weight:600}\
-small{color:#57606a}code{font-family:ui-monospace,monospace;font-size:12px}";
+small{color:#57606a}code{font-family:ui-monospace,monospace;font-size:12px}\
+td.s-up{color:#116329;font-weight:600}td.s-down{color:#cf222e;font-weight:600}td.s-wait{color:#9a6700;font-weight:600}";
 
 /// Renders the page.
-pub fn render_nodes(nodes: &[NodeView], tenant: Option<&str>, now_ms: i64) -> String {
+pub fn render_nodes(page: &NodePage, tenant: Option<&str>, now_ms: i64) -> String {
+    let nodes = &page.nodes;
     let mut h = String::with_capacity(4096 + nodes.len() * 800);
     h.push_str("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Nodes · oz0 edge</title><style>");
     h.push_str(STYLE);
@@ -41,15 +43,21 @@ pub fn render_nodes(nodes: &[NodeView], tenant: Option<&str>, now_ms: i64) -> St
         None => h.push_str("All tenants · "),
     }
     let routed1 = nodes.iter().filter(|n| n.tier_routed >= 1).count();
+    let up = nodes.iter().filter(|n| n.state == "up").count();
     h.push_str(&format!(
-        "{} node(s), {} routed at tier 1 or higher · {}</p>",
+        "{} node(s), {up} up, {} routed at tier 1 or higher · {}</p>",
         nodes.len(),
         routed1,
         escape(&format_utc(now_ms))
     ));
-    h.push_str("<table><thead><tr><th>Node</th><th>Tenant</th><th>Platform</th><th>Tier</th><th>Mechanism</th><th>Fix</th><th>MicroVMs</th><th>Last report</th></tr></thead><tbody>");
+    h.push_str("<table><thead><tr><th>Node</th><th>Tenant</th><th>State</th><th>Platform</th><th>Tier</th><th>Mechanism</th><th>Fix</th><th>MicroVMs</th><th>Last report</th></tr></thead><tbody>");
     for n in nodes {
         let class = if n.tier_routed >= 1 { "t1" } else { "t0" };
+        let sclass = match n.state.as_str() {
+            "up" => "s-up",
+            "down" => "s-down",
+            _ => "s-wait",
+        };
         let name = n
             .name
             .as_deref()
@@ -69,9 +77,11 @@ pub fn render_nodes(nodes: &[NodeView], tenant: Option<&str>, now_ms: i64) -> St
             String::new()
         };
         h.push_str(&format!(
-            "<tr><td>{name}<code>{}</code></td><td>{}</td><td>{}</td><td class=\"{class}\">{}{note}</td><td>{}</td><td>{}</td><td>MicroVMs: {}</td><td>{}{dropped}</td></tr>",
+            "<tr><td>{name}<code>{}</code></td><td>{}</td><td class=\"{sclass}\">{}<br><small>last seen {}</small></td><td>{}</td><td class=\"{class}\">{}{note}</td><td>{}</td><td>{}</td><td>MicroVMs: {}</td><td>{}{dropped}</td></tr>",
             escape(&n.id),
             escape(&n.tenant),
+            escape(&n.state),
+            escape(&n.last_seen),
             escape(&n.platform_line),
             escape(&n.tier_line),
             escape(&n.mechanism_line),
@@ -80,7 +90,17 @@ pub fn render_nodes(nodes: &[NodeView], tenant: Option<&str>, now_ms: i64) -> St
             escape(n.last_report.as_deref().unwrap_or("never")),
         ));
     }
-    h.push_str("</tbody></table></body></html>\n");
+    h.push_str("</tbody></table>");
+    if let Some(next) = &page.next {
+        let t = tenant
+            .map(|t| format!("tenant={}&amp;", escape(t)))
+            .unwrap_or_default();
+        h.push_str(&format!(
+            "<p class=\"sub\"><a href=\"/nodes?{t}after={}\">More nodes</a></p>",
+            escape(next)
+        ));
+    }
+    h.push_str("</body></html>\n");
     h
 }
 

@@ -99,9 +99,15 @@ pub struct JobRequest {
     /// The image's architecture (microVM tools).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arch: Option<String>,
-    /// What the node gets; opaque to the edge.
+    /// What the node gets: a shell job's command (`wire::ShellJob`) or a
+    /// tool job (`oz0_plugin::job::ToolJob`), checked at submit.
     #[serde(default)]
     pub payload: serde_json::Value,
+    /// The submitter's key for this job: submitting the same request with
+    /// the same key again returns the job queued the first time, never a
+    /// second one (1-128 printable ASCII characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
 }
 
 /// What a job needs of a node.
@@ -301,6 +307,7 @@ mod tests {
             isolation: Isolation::None,
             arch: None,
             payload: serde_json::json!({"manifest": manifest(isolation), "tool": "t"}),
+            idempotency_key: None,
         }
     }
 

@@ -21,6 +21,7 @@ mod schema;
 mod sql;
 mod value;
 
+pub use jobs::{NewJob, Queued, Swept, LEASES_EXPIRED, LEASES_GRANTED};
 pub use rows::{JobEnd, JobRow, LeasedJob, NodeChange, NodeRow, Registration, Report};
 pub use schema::MIGRATIONS;
 pub use value::{Row, Val};

@@ -182,6 +182,141 @@ pub struct CompleteRequest {
     /// [`crate::MAX_ERROR_BYTES`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The last [`crate::MAX_TAIL_BYTES`] its command wrote to stdout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_tail: Option<String>,
+    /// The last [`crate::MAX_TAIL_BYTES`] it wrote to stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_tail: Option<String>,
+    /// Bytes it wrote to stdout in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_bytes: Option<u64>,
+    /// Bytes it wrote to stderr in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_bytes: Option<u64>,
+}
+
+/// A node gives a job back: it is stopping.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    /// The lease.
+    pub lease_id: String,
+}
+
+/// A job's output, as its node sent it when the job ended.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct JobLogs {
+    /// The end of its stdout (at most `bound_bytes`).
+    pub stdout_tail: Option<String>,
+    /// The end of its stderr (at most `bound_bytes`).
+    pub stderr_tail: Option<String>,
+    /// Bytes written to stdout in all.
+    pub stdout_bytes: Option<i64>,
+    /// Bytes written to stderr in all.
+    pub stderr_bytes: Option<i64>,
+    /// The most of each stream the edge keeps: its end.
+    pub bound_bytes: usize,
+}
+
+/// A page of a tenant's jobs, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JobPage {
+    /// The jobs (without their results: `GET …/jobs/{id}` has them).
+    pub jobs: Vec<JobView>,
+    /// Pass as `before` for the next page; none at the end.
+    pub next: Option<String>,
+}
+
+/// A page of nodes, by tenant and id.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NodePage {
+    /// The nodes.
+    pub nodes: Vec<NodeView>,
+    /// Pass as `after` for the next page; none at the end.
+    pub next: Option<String>,
+}
+
+/// Query of a tenant's jobs.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobsQuery {
+    /// Only jobs in this state.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// At most this many (1-500, default 100).
+    #[serde(default)]
+    pub limit: Option<i64>,
+    /// The previous page's `next`.
+    #[serde(default)]
+    pub before: Option<String>,
+}
+
+/// A shell job's payload: one command in the node's tier-1 sandbox (or
+/// with no wall on a `--sandbox none` node). The edge checks it at submit
+/// and the node runs it, with this one type.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShellJob {
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// Its variables (names as `sandbox run --env` takes them).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// `HOST[:PORT]` it may reach through the egress proxy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// Node-local ports it may reach through the proxy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forward: Vec<u16>,
+    /// Wall time, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    /// Memory of all its processes, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+    /// Processes at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u32>,
+    /// CPU time, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<u64>,
+    /// Size of its /tmp and /dev, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp_size: Option<u64>,
+}
+
+impl ShellJob {
+    /// Reads and checks a payload: every field in its rules (the node
+    /// checks again, with the same code).
+    pub fn from_value(v: &serde_json::Value) -> Result<ShellJob, String> {
+        let j: ShellJob = serde_json::from_value(v.clone()).map_err(|e| format!("the payload is not a shell job: {e} (give {{\"command\": [..], \"env\": {{..}}, \"allow\": [..], \"timeout\": S}})"))?;
+        j.check()?;
+        Ok(j)
+    }
+
+    /// Checks every field.
+    pub fn check(&self) -> Result<(), String> {
+        if self.command.is_empty() || self.command[0].is_empty() {
+            return Err("the job's command is empty: give \"command\": [PROGRAM, ARG...]".into());
+        }
+        for (k, v) in &self.env {
+            oz0_policy::EnvVar::new(k, v).map_err(|e| format!("env {k}: {e}"))?;
+        }
+        oz0_policy::net::Egress::parse(&self.allow, &self.forward).map_err(|e| e.to_string())?;
+        self.limits().validate().map_err(|e| e.to_string())
+    }
+
+    /// Its limits.
+    pub fn limits(&self) -> oz0_policy::Limits {
+        oz0_policy::Limits {
+            memory_mib: self.memory,
+            processes: self.processes,
+            cpu_seconds: self.cpu_seconds,
+            timeout_seconds: self.timeout,
+            tmp_mib: self.tmp_size,
+        }
+    }
 }
 
 /// A job accepted.
@@ -189,6 +324,9 @@ pub struct CompleteRequest {
 pub struct Accepted {
     /// Its id.
     pub job_id: String,
+    /// The idempotency key named a job queued before: this is it.
+    #[serde(default)]
+    pub existing: bool,
     /// The tier it needs (its queue).
     pub tier: u8,
     /// Live nodes that can take it.
@@ -213,6 +351,18 @@ pub struct JobView {
     pub attempts: i64,
     /// Exit status.
     pub exit_code: Option<i64>,
+    /// `internal`, `webhook`, `event` or `chat`.
+    #[serde(default)]
+    pub origin: String,
+    /// Times it may be handed out before it fails.
+    #[serde(default)]
+    pub max_attempts: i64,
+    /// Bytes its command wrote to stdout (`…/logs` has the tail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_bytes: Option<i64>,
+    /// Bytes it wrote to stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_bytes: Option<i64>,
     /// A tool job's result (the `tools/call` answer), once it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<serde_json::Value>,
@@ -237,4 +387,10 @@ pub struct NodesQuery {
     /// Only this tenant.
     #[serde(default)]
     pub tenant: Option<String>,
+    /// At most this many (1-500, default 100).
+    #[serde(default)]
+    pub limit: Option<i64>,
+    /// The previous page's `next`.
+    #[serde(default)]
+    pub after: Option<String>,
 }

@@ -157,6 +157,7 @@ async fn results_come_back_whole_and_cancelled_jobs_stop() {
             isolation: Isolation::None,
             arch: None,
             payload: serde_json::json!({"manifest": manifest, "tool": "fs", "name": "list_directory", "arguments": {"path": "/work"}}),
+            idempotency_key: None,
         };
         let a = e.op.submit_job("acme", &tool).await.unwrap();
         assert_eq!(a.tier, 1, "{kind}: a command tool runs at tier 1");
@@ -173,6 +174,7 @@ async fn results_come_back_whole_and_cancelled_jobs_stop() {
                     exit_code: Some(0),
                     result: Some(big),
                     error: None,
+                    ..Default::default()
                 },
             )
             .await
@@ -188,6 +190,7 @@ async fn results_come_back_whole_and_cancelled_jobs_stop() {
                 exit_code: Some(0),
                 result: Some(result.clone()),
                 error: None,
+                ..Default::default()
             },
         )
         .await
@@ -217,6 +220,7 @@ async fn results_come_back_whole_and_cancelled_jobs_stop() {
                 exit_code: Some(125),
                 result: None,
                 error: Some("no\nsuch tool".into()),
+                ..Default::default()
             },
         )
         .await

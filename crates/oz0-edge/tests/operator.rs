@@ -124,6 +124,7 @@ async fn oz0_job_tool_show_and_cancel() {
             exit_code: Some(0),
             result: Some(serde_json::json!({"content": [{"type": "text", "text": "a,b"}]})),
             error: None,
+            ..Default::default()
         },
     )
     .await

@@ -3,16 +3,19 @@
 //!
 //! The node polls one queue per tier, from the highest it may take down to
 //! 0, and never a queue above the tier it is routed at (the lower of the
-//! edge's decision and its own facts). Each job runs in a fresh work
-//! directory under `--work-root`, through the same launcher as `oz0-node
-//! sandbox run`, under a lease that is renewed while it runs. When the lease
-//! is lost the run is killed and its result not reported; on SIGTERM or
-//! SIGINT the running job is killed and left to its lease, so the edge hands
-//! it to another node. A job's output stays on this node, in
-//! `<data-dir>/jobs/<job>/` (stdout, stderr, status.json); the edge gets its
-//! exit status.
+//! edge's decision and its own facts). It runs up to `--jobs N` jobs at
+//! once (`edge/run.rs`), each in a fresh work directory under
+//! `--work-root`, through the same launcher as `oz0-node sandbox run`,
+//! under a lease of its own that is renewed while it runs. When a lease is
+//! lost (or the job cancelled at the edge) its run is killed and its
+//! result not reported; on SIGTERM or SIGINT every running job is killed
+//! and given back to the edge at once, so another node takes it. A job's
+//! output is kept in `<data-dir>/jobs/<job>/` (stdout, stderr,
+//! status.json); the edge gets its exit status, its reason and the last 64
+//! KiB of each stream.
 //!
-//! The job payload:
+//! A shell job's payload is `oz0_edge::wire::ShellJob` (the edge checks it
+//! at submit with the same type):
 //!
 //! ```json
 //! {"command": ["sh", "-c", "echo hi"], "env": {"NAME": "VALUE"},
@@ -29,9 +32,8 @@
 //! tier-1 sandbox for a command tool — makes the call and completes the job
 //! with the result (`crate::tool`). Only a tool job runs at tier 2.
 
-use std::fs::{self, File};
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,15 +43,14 @@ use oz0_core::Sandbox;
 use oz0_edge::client::{ClientError, Lease, NodeClient, NodeKey};
 use oz0_edge::wire::NodeView;
 use oz0_policy::facts::NodeFacts;
-use oz0_policy::RunSpec;
 
 use crate::node::NodeArgs;
 
 mod job;
+mod run;
 
-use job::{run_job, safe_id, spec_for, write_status, JobEnd, Payload};
 use oz0_core::exit::Exit;
-use oz0_plugin::job::ToolJob;
+use run::{Runner, Taking};
 
 /// The highest tier this node runs jobs at: tier 2 is microVM tools, taken
 /// only when the node proved microVMs.
@@ -80,6 +81,8 @@ pub struct Settings {
     tool_env: std::collections::BTreeSet<String>,
     /// What the edge's certificate is verified against.
     trust: oz0_edge::client::Trust,
+    /// Jobs run at once.
+    jobs: usize,
 }
 
 impl Settings {
@@ -144,6 +147,11 @@ impl Settings {
                 })
                 .collect::<Result<_, _>>()?,
             trust,
+            jobs: match a.jobs {
+                Some(0) => return Err("--jobs 0: give at least 1".into()),
+                Some(n) => n,
+                None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            },
         })
     }
 }
@@ -203,9 +211,6 @@ fn private_dir(dir: &Path, what: &str) -> Result<(), String> {
     }
 }
 
-/// A job's work, run on a blocking thread with its cancel descriptor.
-type Task = Box<dyn FnOnce(OwnedFd) -> Result<JobEnd, String> + Send>;
-
 /// What the loop does next.
 enum Next {
     Continue,
@@ -213,18 +218,16 @@ enum Next {
 }
 
 struct Daemon {
-    s: Settings,
-    /// The wall every job runs behind: the node's host context (tier 1,
-    /// one egress proxy for all jobs), or none (`--sandbox none`).
-    sandbox: Arc<dyn Sandbox>,
-    /// The same host context, for tool servers (none at tier 0).
-    host: Option<Arc<oz0_linux::Host>>,
-    client: NodeClient,
+    s: Arc<Settings>,
+    client: Arc<NodeClient>,
     facts: NodeFacts,
     view: Option<NodeView>,
     stop: tokio::net::UnixStream,
     registered: bool,
     backoff: Duration,
+    /// An operator removed this node: it stops, and does not start again
+    /// with this key.
+    removed: bool,
 }
 
 /// Waits for `fut`, or returns None when the node is told to stop.
@@ -254,6 +257,21 @@ impl Daemon {
         ));
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
         wait
+    }
+
+    /// What a job is taken with now.
+    fn taking(&self) -> Taking {
+        Taking {
+            tier: self.tier(),
+            microvms: if self.facts.microvm.ready && self.tier() >= 2 {
+                Ok(())
+            } else {
+                Err(match self.facts.microvm.reason {
+                    Some(r) => r.words().to_string(),
+                    None => "it proved none at its start".to_string(),
+                })
+            },
+        }
     }
 
     /// Registers and reports the facts, retrying while the edge cannot be
@@ -356,6 +374,11 @@ impl Daemon {
                 }
                 Some(Err(e)) => {
                     match e.refusal_code() {
+                        Some("node_removed") => {
+                            log(&format!("{e}"));
+                            self.removed = true;
+                            return None;
+                        }
                         Some("unauthenticated") => {
                             log(&format!(
                                 "the edge no longer knows this node ({e}): registering again"
@@ -380,235 +403,6 @@ impl Daemon {
         }
         self.backoff = Duration::from_secs(1);
         Some(None)
-    }
-
-    /// Runs one leased job and reports its end.
-    async fn take(&mut self, mut lease: Lease) -> Next {
-        let job = lease.job.clone();
-        if !safe_id(&job.job_id) {
-            log("the edge handed out a job whose id is not plain letters and digits: not run");
-            return Next::Continue;
-        }
-        let id = job.job_id.clone();
-        if job.tier > self.tier() {
-            // The edge should never do this; the node refuses too. The lease
-            // lapses and the edge can hand the job to an eligible node.
-            log(&format!(
-                "refused job {id}: it needs tier {} and this node is routed at tier {}; not run, its lease lapses",
-                job.tier,
-                self.tier()
-            ));
-            return Next::Continue;
-        }
-        log(&format!(
-            "took job {id} (tier {}, {} from {}, attempt {})",
-            job.tier, job.kind, job.origin, job.attempt
-        ));
-        let record = self.s.data_dir.join("jobs").join(&id);
-        let prepared = private_dir(&record, "the job record folder").and_then(|_| {
-            let open = |n: &str| {
-                fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(0o600)
-                    .open(record.join(n))
-                    .map_err(|e| format!("cannot create {}: {e}", record.join(n).display()))
-            };
-            Ok((open("stdout")?, open("stderr")?))
-        });
-        let (out, err) = match prepared {
-            Ok(f) => f,
-            Err(e) => {
-                log(&format!(
-                    "cannot keep job {id}'s output: {e}; not run, its lease lapses"
-                ));
-                return Next::Continue;
-            }
-        };
-        let work = self.s.work_root.join(format!("job-{id}-{}", job.attempt));
-        let fresh = private_dir(&self.s.work_root, "--work-root").and_then(|_| {
-            let _ = fs::remove_dir_all(&work);
-            private_dir(&work, "the job's work directory")
-        });
-        let task = fresh.and_then(|_| self.task(&job, &work, out, err));
-        let end = match task {
-            Err(e) => {
-                log(&format!("job {id} refused: {e}"));
-                Some(JobEnd::refused(e))
-            }
-            Ok(task) => match self.run_under_lease(&mut lease, task).await {
-                Ok(end) => Some(end),
-                Err(next) => {
-                    let _ = fs::remove_dir_all(&work);
-                    return next;
-                }
-            },
-        };
-        let _ = fs::remove_dir_all(&work);
-        let Some(end) = end else {
-            return Next::Continue;
-        };
-        write_status(&record, &job, &end);
-        log(&format!(
-            "job {id} ended: {} with status {} after {}ms",
-            end.outcome, end.exit_code, end.duration_ms
-        ));
-        self.complete(&lease, &end).await
-    }
-
-    /// What a job runs, checked: a shell command's spec, or a tool call.
-    fn task(
-        &self,
-        job: &oz0_edge::wire::LeasedJobView,
-        work: &Path,
-        out: File,
-        err: File,
-    ) -> Result<Task, String> {
-        if job.kind == "tool" {
-            drop(out);
-            let checked = ToolJob::from_value(&job.payload)
-                .and_then(|t| t.check())
-                .map_err(|e| e.to_string())?;
-            let host = self
-                .host
-                .clone()
-                .ok_or("a tool's server runs only behind a wall, and this node runs with --sandbox none (tier 0)")?;
-            let microvms = if self.facts.microvm.ready && self.tier() >= 2 {
-                Ok(())
-            } else {
-                Err(match self.facts.microvm.reason {
-                    Some(r) => r.words().to_string(),
-                    None => "it proved none at its start".to_string(),
-                })
-            };
-            let (work, data_dir) = (work.to_path_buf(), self.s.data_dir.clone());
-            let tool_env = self.s.tool_env.clone();
-            return Ok(Box::new(move |cancel| {
-                let ctx = crate::tool::Ctx {
-                    host: &host,
-                    work: &work,
-                    data_dir: &data_dir,
-                    microvms,
-                    env_allowed: Some(&tool_env),
-                    errors: err,
-                    cancel,
-                };
-                crate::tool::run(ctx, &checked).map(JobEnd::from_tool)
-            }));
-        }
-        if job.tier >= 2 {
-            return Err(format!(
-                "a {} job at tier 2: only a tool job runs there (a microVM per tool server); not run",
-                job.kind
-            ));
-        }
-        let p = serde_json::from_value::<Payload>(job.payload.clone())
-            .map_err(|e| format!("the job's payload is not one this node runs: {e} (give {{\"command\": [..], \"env\": {{..}}, \"allow\": [..], \"timeout\": S}})"))?;
-        if p.command.is_empty() {
-            return Err("the job's command is empty".into());
-        }
-        let spec: RunSpec = spec_for(p, work, &self.s.data_dir)?;
-        let sandbox = self.sandbox.clone();
-        Ok(Box::new(move |cancel| {
-            run_job(&*sandbox, &spec, out, err, cancel)
-        }))
-    }
-
-    /// Runs the job while the lease holds. Err: the job was stopped (lease
-    /// lost or the node told to stop) and must not be reported.
-    async fn run_under_lease(&mut self, lease: &mut Lease, task: Task) -> Result<JobEnd, Next> {
-        let id = lease.job.job_id.clone();
-        let (cancel_r, cancel_w) = match UnixStream::pair() {
-            Ok(p) => p,
-            Err(e) => {
-                log(&format!(
-                    "cannot make job {id}'s cancel pipe: {e}; not run, its lease lapses"
-                ));
-                return Err(Next::Continue);
-            }
-        };
-        let mut handle = tokio::task::spawn_blocking(move || task(OwnedFd::from(cancel_r)));
-        let stop = &self.stop;
-        let work = async {
-            tokio::select! {
-                biased;
-                r = &mut handle => Some(r),
-                _ = stop.readable() => None,
-            }
-        };
-        let r = self.client.run_leased(lease, work).await;
-        // Closing the pipe's other end cancels the run (its whole tree).
-        drop(cancel_w);
-        match r {
-            Ok(Some(joined)) => match joined {
-                Ok(Ok(end)) => Ok(end),
-                Ok(Err(e)) => {
-                    log(&format!("job {id}: the sandbox refused or failed: {e}"));
-                    Ok(JobEnd::refused(e))
-                }
-                Err(e) => {
-                    log(&format!("job {id}: the run's thread failed: {e}"));
-                    Ok(JobEnd::refused(format!("the run's thread failed: {e}")))
-                }
-            },
-            Ok(None) => {
-                let _ = handle.await;
-                log(&format!(
-                    "job {id} cancelled by the stop; not reported, so its lease lapses and the edge hands it to another node"
-                ));
-                Err(Next::Stop)
-            }
-            Err(e) => {
-                let _ = handle.await;
-                log(&format!("job {id} killed: {e}"));
-                Err(Next::Continue)
-            }
-        }
-    }
-
-    async fn complete(&mut self, lease: &Lease, end: &JobEnd) -> Next {
-        let id = &lease.job.job_id;
-        loop {
-            let r = or_stop(
-                &self.stop,
-                self.client.finish_job(
-                    lease,
-                    &oz0_edge::client::Completion {
-                        succeeded: end.succeeded(),
-                        exit_code: Some(end.exit_code),
-                        result: end.result.clone(),
-                        error: end.reason.clone(),
-                    },
-                ),
-            )
-            .await;
-            match r {
-                None => {
-                    log(&format!("stopping before job {id}'s end reached the edge; the edge hands it out again when its lease lapses"));
-                    return Next::Stop;
-                }
-                Some(Ok(())) => {
-                    self.backoff = Duration::from_secs(1);
-                    return Next::Continue;
-                }
-                Some(Err(e @ ClientError::LeaseLost { .. }))
-                | Some(Err(e @ ClientError::Refused { .. })) => {
-                    log(&format!("the edge did not take job {id}'s end: {e}"));
-                    return Next::Continue;
-                }
-                Some(Err(e)) => {
-                    if lease.expired() {
-                        log(&format!("job {id}'s end could not reach the edge before its lease lapsed ({e}); the edge hands it out again"));
-                        return Next::Continue;
-                    }
-                    let wait = self.unreachable(&format!("cannot report job {id}'s end"), &e);
-                    if !self.sleep(wait).await {
-                        return Next::Stop;
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -669,35 +463,47 @@ pub fn serve(
         };
         let recheck_every = s.recheck;
         let poll_every = s.poll;
-        let mut d = Daemon {
-            s,
+        let max_jobs = s.jobs;
+        let s = Arc::new(s);
+        let client = Arc::new(client);
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let runner = Arc::new(Runner {
+            s: s.clone(),
             sandbox: sandbox.clone(),
             host,
+            client: client.clone(),
+            stop: stop_rx,
+        });
+        let mut d = Daemon {
+            s,
             client,
             facts,
             view: None,
             stop,
             registered: false,
             backoff: Duration::from_secs(1),
+            removed: false,
         };
         log(&format!(
-            "node {}: connecting to the edge at {} as tenant {}",
+            "node {}: connecting to the edge at {} as tenant {}, up to {max_jobs} job(s) at once",
             d.client.node_id(),
             d.s.url,
             d.s.tenant
         ));
+        let mut running = tokio::task::JoinSet::new();
         let mut next_check = Instant::now() + recheck_every;
-        loop {
+        let code = loop {
+            while running.try_join_next().is_some() {}
             match d.connect().await {
                 Ok(Next::Continue) => {}
-                Ok(Next::Stop) => break,
+                Ok(Next::Stop) => break Exit::Ok.code(),
                 Err(e) => {
                     log(&e);
-                    return Exit::CheckFailed.code();
+                    break Exit::CheckFailed.code();
                 }
             }
             if once {
-                return Exit::Ok.code();
+                break Exit::Ok.code();
             }
             if Instant::now() >= next_check {
                 next_check = Instant::now() + recheck_every;
@@ -707,19 +513,34 @@ pub fn serve(
                     continue;
                 }
             }
+            if running.len() >= max_jobs {
+                // Every slot is busy: wait for one to free, or the stop.
+                tokio::select! {
+                    biased;
+                    _ = d.stop.readable() => break Exit::Ok.code(),
+                    _ = running.join_next() => continue,
+                }
+            }
             match d.poll().await {
-                None => break,
+                None => break Exit::Ok.code(),
                 Some(None) => {
                     if !d.sleep(poll_every).await {
-                        break;
+                        break Exit::Ok.code();
                     }
                 }
                 Some(Some(lease)) => {
-                    if let Next::Stop = d.take(lease).await {
-                        break;
-                    }
+                    running.spawn(runner.clone().take(lease, d.taking()));
                 }
             }
+        };
+        // Every running job stops and is given back before the node exits.
+        let _ = stop_tx.send(true);
+        while running.join_next().await.is_some() {}
+        if d.removed {
+            return Exit::CheckFailed.code();
+        }
+        if code != Exit::Ok.code() {
+            return code;
         }
         log("stopping");
         Exit::Ok.code()
@@ -731,19 +552,25 @@ pub fn serve(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::job::safe_id;
+    use oz0_edge::wire::ShellJob;
 
     #[test]
     fn payloads_are_strict() {
-        let p: Payload = serde_json::from_value(serde_json::json!({
+        let p = ShellJob::from_value(&serde_json::json!({
             "command": ["true"], "env": {"A": "1"}, "timeout": 5
         }))
         .unwrap();
         assert_eq!(p.command, ["true"]);
-        assert!(serde_json::from_value::<Payload>(serde_json::json!({
-            "command": ["true"], "argv": ["x"]
-        }))
-        .is_err());
+        for bad in [
+            serde_json::json!({"command": ["true"], "argv": ["x"]}),
+            serde_json::json!({"command": []}),
+            serde_json::json!({"command": ["true"], "env": {"OZ0_X": "1"}}),
+            serde_json::json!({"command": ["true"], "allow": ["bad host!"]}),
+            serde_json::json!({"command": ["true"], "memory": 0}),
+        ] {
+            assert!(ShellJob::from_value(&bad).is_err(), "{bad}");
+        }
         assert!(safe_id("j0123abc-x_") && !safe_id("../x") && !safe_id(""));
     }
 }

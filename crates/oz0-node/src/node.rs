@@ -52,6 +52,10 @@ pub struct NodeArgs {
     /// The name shown on the edge's Nodes page [default: the host name].
     #[arg(long, value_name = "NAME", requires = "edge")]
     pub name: Option<String>,
+    /// Jobs run at once, each under its own lease, work folder and limits
+    /// [default: this machine's processors].
+    #[arg(long, value_name = "N", requires = "edge")]
+    pub jobs: Option<usize>,
     /// A variable of this node's environment that tool jobs may be given,
     /// by the name a plugin's manifest lists under settings or secrets
     /// (repeatable). A tool job naming any other is refused: a job's

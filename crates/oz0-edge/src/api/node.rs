@@ -291,6 +291,7 @@ pub(super) async fn poll(
             ),
         ));
     }
+    edge.sweep_jobs(now).await;
     let lease_id = auth::random_id();
     let leased = edge
         .store
@@ -311,6 +312,33 @@ pub(super) async fn poll(
         job,
         tier_routed: Some(node.tier_taken()),
     }))
+}
+
+/// A stopping node gives its job back to the queue at once, instead of
+/// letting the lease lapse.
+pub(super) async fn release(
+    State(edge): State<Arc<Edge>>,
+    Path(job): Path<String>,
+    method: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<serde_json::Value>> {
+    let (node, now) = edge.node_request(&method, &uri, &h, &body).await?;
+    job_id_ok(&job)?;
+    let req: ReleaseRequest = parse_json(&body, "release")?;
+    if !edge
+        .store
+        .release(&job, &node.id, &req.lease_id, now)
+        .await?
+    {
+        return Err(lease_lost(&job));
+    }
+    crate::log::info(
+        &format!("node {}: gave job {job} back (stopping)", node.id),
+        None,
+    );
+    Ok(Json(serde_json::json!({"ok": true})))
 }
 
 fn lease_lost(job: &str) -> ApiError {
@@ -401,11 +429,28 @@ pub(super) async fn complete(
             .map(|c| if c.is_control() { ' ' } else { c })
             .collect()
     });
+    for t in [&req.stdout_tail, &req.stderr_tail].into_iter().flatten() {
+        if t.len() > crate::MAX_TAIL_BYTES {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!(
+                    "a job's output tail is at most {} bytes (its end)",
+                    crate::MAX_TAIL_BYTES
+                ),
+            ));
+        }
+    }
+    let bytes = |n: Option<u64>| n.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
     let end = JobEnd {
         succeeded: req.succeeded,
         exit_code: req.exit_code.map(i64::from),
         result: result.as_deref(),
         error: error.as_deref(),
+        stdout_tail: req.stdout_tail.as_deref(),
+        stderr_tail: req.stderr_tail.as_deref(),
+        stdout_bytes: bytes(req.stdout_bytes),
+        stderr_bytes: bytes(req.stderr_bytes),
     };
     if !edge
         .store

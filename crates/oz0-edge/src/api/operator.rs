@@ -17,8 +17,9 @@ use super::Edge;
 use crate::auth;
 use crate::routing::{is_tenant, JobKind, JobRequest};
 use crate::sanitize::{is_node_name, Sanitized};
-use crate::store::{NodeChange, NodeRow};
+use crate::store::{NewJob, NodeChange, NodeRow, Queued};
 use crate::time::{format_utc, now_ms};
+use crate::wire::ShellJob;
 use crate::wire::*;
 use crate::MAX_PAYLOAD_BYTES;
 use oz0_plugin::job::MAX_TOOL_JOB_BYTES;
@@ -137,15 +138,49 @@ pub(super) async fn submit_job(
             ),
         ));
     }
-    let needs = req
-        .needs()
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_job", e.to_string()))?;
+    let bad = |e: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_job", e);
+    match req.kind {
+        JobKind::Shell => {
+            ShellJob::from_value(&req.payload).map_err(bad)?;
+        }
+        JobKind::Harness => {
+            return Err(bad(
+                "no node runs harness sessions yet: submit the session's commands as shell jobs"
+                    .into(),
+            ));
+        }
+        // Checked with its manifest by `needs`.
+        JobKind::Tool => {}
+    }
+    if let Some(k) = &req.idempotency_key {
+        if k.is_empty() || k.len() > 128 || !k.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+            return Err(bad(
+                "an idempotency_key is 1-128 printable ASCII characters, without spaces".into(),
+            ));
+        }
+    }
+    let needs = req.needs().map_err(|e| bad(e.to_string()))?;
     let now = now_ms();
     let live_since = now - edge.cfg.node_live_ms;
     let eligible = edge
         .store
         .eligible_nodes(&tenant, &needs, live_since)
         .await?;
+    let hash = {
+        use sha2::Digest;
+        let text = serde_json::to_string(&req).unwrap_or_default();
+        sha2::Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    // A retry of a request already taken is answered with that job, even
+    // when no node could take a new one now.
+    if let Some(k) = &req.idempotency_key {
+        if let Some(j) = edge.store.job_by_key(&tenant, k).await? {
+            return existing(j, &hash, needs.tier, eligible);
+        }
+    }
     if eligible == 0 {
         let offers = edge.store.live_offers(&tenant, live_since).await?;
         let reason = needs.refusal(&tenant, req.origin, &offers);
@@ -163,22 +198,73 @@ pub(super) async fn submit_job(
         ));
     }
     let id = auth::random_id();
-    edge.store
+    let queued = edge
+        .store
         .insert_job(
-            &id,
-            &tenant,
-            req.origin.as_str(),
-            req.kind.as_str(),
-            &needs,
-            &payload,
+            &NewJob {
+                id: &id,
+                tenant: &tenant,
+                origin: req.origin.as_str(),
+                kind: req.kind.as_str(),
+                needs: &needs,
+                payload: &payload,
+                idem_key: req.idempotency_key.as_deref(),
+                request_hash: &hash,
+                max_attempts: edge.cfg.max_attempts,
+            },
             now,
         )
         .await?;
+    match queued {
+        Queued::New => Ok((
+            StatusCode::ACCEPTED,
+            Json(Accepted {
+                job_id: id,
+                existing: false,
+                tier: needs.tier,
+                eligible_nodes: eligible,
+            }),
+        )),
+        Queued::Existing { id, same } => {
+            if !same {
+                return Err(conflict_key());
+            }
+            Ok((
+                StatusCode::OK,
+                Json(Accepted {
+                    job_id: id,
+                    existing: true,
+                    tier: needs.tier,
+                    eligible_nodes: eligible,
+                }),
+            ))
+        }
+    }
+}
+
+fn conflict_key() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "idempotency_conflict",
+        "this idempotency_key names another job, submitted with another request: use a new key for a new job",
+    )
+}
+
+fn existing(
+    j: (String, Option<String>),
+    hash: &str,
+    tier: u8,
+    eligible: i64,
+) -> ApiResult<(StatusCode, Json<Accepted>)> {
+    if j.1.as_deref() != Some(hash) {
+        return Err(conflict_key());
+    }
     Ok((
-        StatusCode::ACCEPTED,
+        StatusCode::OK,
         Json(Accepted {
-            job_id: id,
-            tier: needs.tier,
+            job_id: j.0,
+            existing: true,
+            tier,
             eligible_nodes: eligible,
         }),
     ))
@@ -237,12 +323,94 @@ fn job_view(j: crate::store::JobRow) -> JobView {
         node_id: j.node_id,
         attempts: j.attempts,
         exit_code: j.exit_code,
+        origin: j.origin,
+        max_attempts: j.max_attempts,
+        stdout_bytes: j.stdout_bytes,
+        stderr_bytes: j.stderr_bytes,
         result: j.result.and_then(|r| serde_json::from_str(&r).ok()),
         error: j.error,
         submitted_ms: j.enqueued_ms,
         leased_ms: j.leased_ms,
         done_ms: j.done_ms,
     }
+}
+
+pub(super) async fn job_logs(
+    State(edge): State<Arc<Edge>>,
+    Path((tenant, job)): Path<(String, String)>,
+    h: HeaderMap,
+) -> ApiResult<Json<JobLogs>> {
+    let j = operator_job(&edge, &h, &tenant, &job, None).await?;
+    let (stdout_tail, stderr_tail) = edge
+        .store
+        .job_logs(&tenant, &j.id)
+        .await?
+        .unwrap_or_default();
+    Ok(Json(JobLogs {
+        stdout_tail,
+        stderr_tail,
+        stdout_bytes: j.stdout_bytes,
+        stderr_bytes: j.stderr_bytes,
+        bound_bytes: crate::MAX_TAIL_BYTES,
+    }))
+}
+
+/// A tenant's jobs, newest first, a page at a time.
+pub(super) async fn list_jobs(
+    State(edge): State<Arc<Edge>>,
+    Path(tenant): Path<String>,
+    Query(q): Query<JobsQuery>,
+    h: HeaderMap,
+) -> ApiResult<Json<JobPage>> {
+    edge.operator(&h)?;
+    known_tenant(&edge, &tenant)?;
+    let bad = |why: &str| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", why.to_string());
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=crate::MAX_PAGE).contains(&limit) {
+        return Err(bad("limit is 1 to 500"));
+    }
+    if let Some(s) = &q.state {
+        if !["queued", "leased", "succeeded", "failed", "cancelled"].contains(&s.as_str()) {
+            return Err(bad(
+                "state is queued, leased, succeeded, failed or cancelled",
+            ));
+        }
+    }
+    let before = match &q.before {
+        None => None,
+        Some(c) => {
+            let (ms, id) = c
+                .split_once('.')
+                .ok_or_else(|| bad("before is the previous page's next"))?;
+            let ms: i64 = ms
+                .parse()
+                .map_err(|_| bad("before is the previous page's next"))?;
+            if !auth::is_nonce(id) {
+                return Err(bad("before is the previous page's next"));
+            }
+            Some((ms, id.to_string()))
+        }
+    };
+    let rows = edge
+        .store
+        .jobs(
+            &tenant,
+            q.state.as_deref(),
+            before.as_ref().map(|(m, i)| (*m, i.as_str())),
+            limit,
+        )
+        .await?;
+    let next = (i64::try_from(rows.len()).unwrap_or(0) == limit)
+        .then(|| rows.last().map(|j| format!("{}.{}", j.enqueued_ms, j.id)))
+        .flatten();
+    let jobs = rows
+        .into_iter()
+        .map(|j| JobView {
+            result: None,
+            ..job_view(j)
+        })
+        .collect();
+    Ok(Json(JobPage { jobs, next }))
 }
 
 pub(super) async fn cancel_job(
@@ -254,30 +422,52 @@ pub(super) async fn cancel_job(
     Ok(Json(job_view(j)))
 }
 
-async fn nodes_of(edge: &Edge, q: &NodesQuery) -> ApiResult<Vec<NodeView>> {
+async fn nodes_of(edge: &Edge, q: &NodesQuery) -> ApiResult<NodePage> {
+    let bad = |why: &str| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", why.to_string());
     if let Some(t) = &q.tenant {
         if !is_tenant(t) {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_tenant",
-                "a tenant is lower-case letters, digits, - and _",
-            ));
+            return Err(bad("a tenant is lower-case letters, digits, - and _"));
         }
     }
-    Ok(edge
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=crate::MAX_PAGE).contains(&limit) {
+        return Err(bad("limit is 1 to 500"));
+    }
+    let after = match &q.after {
+        None => None,
+        Some(c) => {
+            let (t, id) = c
+                .split_once('.')
+                .ok_or_else(|| bad("after is the previous page's next"))?;
+            if !is_tenant(t) || !auth::is_node_id(id) {
+                return Err(bad("after is the previous page's next"));
+            }
+            Some((t.to_string(), id.to_string()))
+        }
+    };
+    let rows = edge
         .store
-        .nodes(q.tenant.as_deref())
-        .await?
-        .iter()
-        .map(|n| node_view(n, now_ms() - edge.cfg.node_live_ms))
-        .collect())
+        .nodes_page(
+            q.tenant.as_deref(),
+            after.as_ref().map(|(t, i)| (t.as_str(), i.as_str())),
+            limit,
+        )
+        .await?;
+    let next = (i64::try_from(rows.len()).unwrap_or(0) == limit)
+        .then(|| rows.last().map(|n| format!("{}.{}", n.tenant, n.id)))
+        .flatten();
+    let live_since = now_ms() - edge.cfg.node_live_ms;
+    Ok(NodePage {
+        nodes: rows.iter().map(|n| node_view(n, live_since)).collect(),
+        next,
+    })
 }
 
 pub(super) async fn list_nodes(
     State(edge): State<Arc<Edge>>,
     Query(q): Query<NodesQuery>,
     h: HeaderMap,
-) -> ApiResult<Json<Vec<NodeView>>> {
+) -> ApiResult<Json<NodePage>> {
     edge.operator(&h)?;
     Ok(Json(nodes_of(&edge, &q).await?))
 }
@@ -366,9 +556,9 @@ pub(super) async fn nodes_page(
         return e.into_response();
     }
     match nodes_of(&edge, &q).await {
-        Ok(nodes) => {
+        Ok(page) => {
             let mut r =
-                crate::page::render_nodes(&nodes, q.tenant.as_deref(), now_ms()).into_response();
+                crate::page::render_nodes(&page, q.tenant.as_deref(), now_ms()).into_response();
             let hs = r.headers_mut();
             hs.insert(
                 header::CONTENT_TYPE,

@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use oz0_edge::client::OperatorClient;
 use oz0_edge::routing::{Isolation, JobKind, JobRequest, Origin};
-use oz0_edge::wire::{JobView, NodeView};
+use oz0_edge::wire::{JobView, NodeView, ShellJob};
 use oz0_plugin::job::{CallArgs, ToolJob};
 
 #[derive(Parser, Debug)]
@@ -62,6 +62,81 @@ enum Cmd {
 
 #[derive(Subcommand, Debug)]
 enum JobCmd {
+    /// Submit a shell job: one command in a node's tier-1 sandbox.
+    ///
+    /// The edge checks it (its variables, hosts and limits, as `oz0-node
+    /// sandbox run` would) and queues it at the tier its origin needs
+    /// (outside events: tier 1), or refuses it with the reason when no live
+    /// node can take it. --env NAME takes the value from this environment
+    /// (no secret on a command line). With --wait, prints how it ended and
+    /// the end of its output.
+    ///
+    /// Example:
+    ///   oz0 job submit --tenant acme --origin webhook --env TOKEN --timeout 60 --wait 120 -- make test
+    #[command(verbatim_doc_comment)]
+    Submit {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// Where the work came from: internal, webhook, event or chat.
+        #[arg(long, default_value = "internal")]
+        origin: String,
+        /// NAME=VALUE, or NAME for the value of NAME here (repeatable).
+        #[arg(long, value_name = "NAME[=VALUE]")]
+        env: Vec<String>,
+        /// HOST[:PORT] it may reach through the node's egress proxy (repeatable).
+        #[arg(long, value_name = "HOST[:PORT]")]
+        allow: Vec<String>,
+        /// Wall time, seconds.
+        #[arg(long, value_name = "S")]
+        timeout: Option<u64>,
+        /// Memory of all its processes, MiB.
+        #[arg(long, value_name = "MiB")]
+        memory: Option<u64>,
+        /// Processes at once.
+        #[arg(long, value_name = "N")]
+        processes: Option<u32>,
+        /// A key of yours for this job: submitting again with it returns the
+        /// same job, never a second one.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+        /// Wait up to S seconds for the job to end, then print how it ended.
+        #[arg(long, value_name = "S")]
+        wait: Option<u64>,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// The command and its arguments.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// A tenant's jobs, newest first.
+    List {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// Only jobs in this state: queued, leased, succeeded, failed, cancelled.
+        #[arg(long)]
+        state: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The end of a job's stdout and stderr (the edge keeps the last 64 KiB
+    /// of each).
+    Logs {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// The job's id.
+        job: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Submit one tools/call of an installed plugin's tool.
     ///
     /// Reads DIR/oz0-plugin.yaml (never through a symbolic link), checks
@@ -104,6 +179,10 @@ enum JobCmd {
         /// (outside events need tier 1).
         #[arg(long, default_value = "internal")]
         origin: String,
+        /// A key of yours for this job: submitting again with it returns the
+        /// same job, never a second one.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
         /// Wait up to S seconds for the job to end, then print its result.
         #[arg(long, value_name = "S")]
         wait: Option<u64>,
@@ -302,6 +381,7 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
             file,
             timeout,
             origin: o,
+            idempotency_key,
             wait,
             json,
         } => {
@@ -321,21 +401,109 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
                 isolation: Isolation::None,
                 arch: None,
                 payload: serde_json::to_value(&job)?,
+                idempotency_key: idempotency_key.clone(),
             };
-            let a = client.submit_job(tenant, &req).await?;
-            match wait {
-                None if *json => println!("{}", serde_json::to_string_pretty(&a)?),
-                None => println!(
-                    "job {} queued at tier {} ({} eligible node(s)): oz0 job show --tenant {tenant} {}",
-                    a.job_id, a.tier, a.eligible_nodes, a.job_id
-                ),
-                Some(secs) => {
-                    let j = wait_job(client, tenant, &a.job_id, *secs).await?;
-                    print_job(&j, *json)?;
-                    match j.state.as_str() {
-                        "succeeded" => {}
-                        "queued" | "leased" => bail!("job {} did not end within {secs} s (it goes on: oz0 job show --tenant {tenant} {})", j.job_id, j.job_id),
-                        s => bail!("job {} {s}", j.job_id),
+            submitted(client, tenant, &req, *wait, *json).await?;
+        }
+        JobCmd::Submit {
+            tenant,
+            origin: o,
+            env,
+            allow,
+            timeout,
+            memory,
+            processes,
+            idempotency_key,
+            wait,
+            json,
+            command,
+        } => {
+            let mut vars = std::collections::BTreeMap::new();
+            for e in env {
+                let (k, v) = match e.split_once('=') {
+                    Some((k, v)) => (k.to_string(), v.to_string()),
+                    None => (
+                        e.clone(),
+                        std::env::var(e).with_context(|| format!("--env {e}: {e} is not set here: export it, or give --env {e}=VALUE"))?,
+                    ),
+                };
+                vars.insert(k, v);
+            }
+            let shell = ShellJob {
+                command: command.clone(),
+                env: vars,
+                allow: allow.clone(),
+                timeout: *timeout,
+                memory: *memory,
+                processes: *processes,
+                ..ShellJob::default()
+            };
+            shell.check().map_err(anyhow::Error::msg)?;
+            let req = JobRequest {
+                origin: origin(o)?,
+                kind: JobKind::Shell,
+                tier: 0,
+                isolation: Isolation::None,
+                arch: None,
+                payload: serde_json::to_value(&shell)?,
+                idempotency_key: idempotency_key.clone(),
+            };
+            submitted(client, tenant, &req, *wait, *json).await?;
+        }
+        JobCmd::List {
+            tenant,
+            state,
+            limit,
+            json,
+        } => {
+            let page = client
+                .jobs(tenant, state.as_deref(), None, Some((*limit).clamp(1, 500)))
+                .await?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&page)?);
+            } else {
+                for j in &page.jobs {
+                    println!(
+                        "{}  {:<6} {:<9} tier {}  {:<10} attempts {}/{}  submitted {}{}",
+                        j.job_id,
+                        j.kind,
+                        j.origin,
+                        j.tier,
+                        j.state,
+                        j.attempts,
+                        j.max_attempts,
+                        oz0_edge::time::format_utc(j.submitted_ms),
+                        j.exit_code
+                            .map(|c| format!("  exit {c}"))
+                            .unwrap_or_default()
+                    );
+                }
+            }
+        }
+        JobCmd::Logs { tenant, job, json } => {
+            let l = client.job_logs(tenant, job).await?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&l)?);
+            } else {
+                for (name, tail, total) in [
+                    ("stdout", &l.stdout_tail, l.stdout_bytes),
+                    ("stderr", &l.stderr_tail, l.stderr_bytes),
+                ] {
+                    let total = total.unwrap_or(0);
+                    let kept = tail.as_ref().map_or(0, |t| t.len());
+                    println!(
+                        "== {name}: {total} byte(s){}",
+                        if usize::try_from(total).unwrap_or(usize::MAX) > kept {
+                            format!(", the last {kept} kept")
+                        } else {
+                            String::new()
+                        }
+                    );
+                    if let Some(t) = tail {
+                        print!("{t}");
+                        if !t.is_empty() && !t.ends_with('\n') {
+                            println!();
+                        }
                     }
                 }
             }
@@ -345,6 +513,49 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
         }
         JobCmd::Cancel { tenant, job, json } => {
             print_job(&client.cancel_job(tenant, job).await?, *json)?;
+        }
+    }
+    Ok(())
+}
+
+/// Submits `req`; with `wait`, waits for its end and says how it went.
+async fn submitted(
+    client: &OperatorClient,
+    tenant: &str,
+    req: &JobRequest,
+    wait: Option<u64>,
+    json: bool,
+) -> Result<()> {
+    let a = client.submit_job(tenant, req).await?;
+    match wait {
+        None if json => println!("{}", serde_json::to_string_pretty(&a)?),
+        None => println!(
+            "job {} {} at tier {} ({} eligible node(s)): oz0 job show --tenant {tenant} {}",
+            a.job_id,
+            if a.existing {
+                "was queued before (the same idempotency key)"
+            } else {
+                "queued"
+            },
+            a.tier,
+            a.eligible_nodes,
+            a.job_id
+        ),
+        Some(secs) => {
+            let j = wait_job(client, tenant, &a.job_id, secs).await?;
+            print_job(&j, json)?;
+            if !json && j.kind == "shell" {
+                if let Ok(l) = client.job_logs(tenant, &j.job_id).await {
+                    for t in [&l.stdout_tail, &l.stderr_tail].into_iter().flatten() {
+                        print!("{t}");
+                    }
+                }
+            }
+            match j.state.as_str() {
+                        "succeeded" => {}
+                        "queued" | "leased" => bail!("job {} did not end within {secs} s (it goes on: oz0 job show --tenant {tenant} {})", j.job_id, j.job_id),
+                        s => bail!("job {} {s}", j.job_id),
+                    }
         }
     }
     Ok(())

@@ -5,40 +5,120 @@ use super::value::{int, opt_int, opt_text, text, tier_col};
 use super::{JobEnd, JobRow, LeasedJob, NodeRow, Store, StoreError};
 use crate::routing::Needs;
 
+/// A job to queue.
+#[derive(Debug, Clone)]
+pub struct NewJob<'a> {
+    /// Its id.
+    pub id: &'a str,
+    /// Its tenant.
+    pub tenant: &'a str,
+    /// `internal`, `webhook`, …
+    pub origin: &'a str,
+    /// `shell`, `tool`, …
+    pub kind: &'a str,
+    /// What it needs of a node.
+    pub needs: &'a Needs,
+    /// What the node runs (JSON text).
+    pub payload: &'a str,
+    /// The submitter's idempotency key, if any.
+    pub idem_key: Option<&'a str>,
+    /// A digest of the request, to tell a retry from another job.
+    pub request_hash: &'a str,
+    /// Times it may be handed out before it fails.
+    pub max_attempts: i64,
+}
+
+/// What queueing did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Queued {
+    /// Queued now.
+    New,
+    /// The idempotency key names a job queued before: its id, and whether
+    /// the request was the same.
+    Existing {
+        /// That job.
+        id: String,
+        /// Same request (a retry) or another one.
+        same: bool,
+    },
+}
+
+/// What a sweep of expired leases did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Jobs back in their queue.
+    pub requeued: u64,
+    /// Jobs failed: their attempts were used up.
+    pub failed: u64,
+}
+
+const JOB_COLS: &str = "id, tenant, state, tier_need, node_id, lease_until_ms, attempts, exit_code, kind, result, error, enqueued_ms, leased_ms, done_ms, origin, max_attempts, stdout_bytes, stderr_bytes";
+
+fn job_row(r: &super::Row) -> Result<JobRow, StoreError> {
+    Ok(JobRow {
+        id: text(r, 0)?,
+        tenant: text(r, 1)?,
+        state: text(r, 2)?,
+        tier: tier_col(r, 3)?,
+        node_id: opt_text(r, 4)?,
+        lease_until_ms: opt_int(r, 5)?,
+        attempts: int(r, 6)?,
+        exit_code: opt_int(r, 7)?,
+        kind: text(r, 8)?,
+        result: opt_text(r, 9)?,
+        error: opt_text(r, 10)?,
+        enqueued_ms: int(r, 11)?,
+        leased_ms: opt_int(r, 12)?,
+        done_ms: opt_int(r, 13)?,
+        origin: text(r, 14)?,
+        max_attempts: int(r, 15)?,
+        stdout_bytes: opt_int(r, 16)?,
+        stderr_bytes: opt_int(r, 17)?,
+    })
+}
+
 impl Store {
-    /// Queues a job.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn insert_job(
-        &self,
-        id: &str,
-        tenant: &str,
-        origin: &str,
-        kind: &str,
-        needs: &Needs,
-        payload: &str,
-        now_ms: i64,
-    ) -> Result<(), StoreError> {
-        self.exec(
-            "INSERT INTO jobs (id, tenant, origin, kind, tier_need, need_microvm, need_oci, need_arch, payload, state, enqueued_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10)",
+    /// Queues a job, or finds the one its idempotency key names.
+    pub async fn insert_job(&self, j: &NewJob<'_>, now_ms: i64) -> Result<Queued, StoreError> {
+        let inserted = self.exec(
+            "INSERT INTO jobs (id, tenant, origin, kind, tier_need, need_microvm, need_oci, need_arch, payload, state, enqueued_ms, idem_key, request_hash, max_attempts) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10, $11, $12, $13) ON CONFLICT DO NOTHING",
             vec![
-                id.into(),
-                tenant.into(),
-                origin.into(),
-                kind.into(),
-                i64::from(needs.tier).into(),
-                needs.microvm.into(),
-                needs.oci.into(),
-                needs.arch.clone().into(),
-                payload.into(),
+                j.id.into(),
+                j.tenant.into(),
+                j.origin.into(),
+                j.kind.into(),
+                i64::from(j.needs.tier).into(),
+                j.needs.microvm.into(),
+                j.needs.oci.into(),
+                j.needs.arch.clone().into(),
+                j.payload.into(),
                 now_ms.into(),
+                j.idem_key.into(),
+                j.request_hash.into(),
+                j.max_attempts.into(),
             ],
         )
         .await?;
-        Ok(())
+        if inserted == 1 {
+            return Ok(Queued::New);
+        }
+        let key = j.idem_key.ok_or(StoreError::Column(0))?;
+        let rows = self
+            .query(
+                "SELECT id, request_hash FROM jobs WHERE tenant = $1 AND idem_key = $2",
+                vec![j.tenant.into(), key.into()],
+            )
+            .await?;
+        let r = rows.first().ok_or(StoreError::Column(0))?;
+        Ok(Queued::Existing {
+            id: text(r, 0)?,
+            same: opt_text(r, 1)?.as_deref() == Some(j.request_hash),
+        })
     }
 
-    /// Hands the oldest job of one tier's queue that this node may take to
-    /// it, under a new lease. A job whose lease expired is free again.
+    /// Hands the oldest queued job of one tier's queue that this node may
+    /// take to it, under a new lease (expired leases come back to the
+    /// queue through [`Store::sweep_leases`]).
     pub async fn lease(
         &self,
         node: &NodeRow,
@@ -50,12 +130,11 @@ impl Store {
         let sql = format!(
             "UPDATE jobs SET state = 'leased', node_id = $1, lease_id = $2, lease_until_ms = $3, attempts = attempts + 1, leased_ms = $6
              WHERE id = (SELECT id FROM jobs
-                         WHERE tenant = $4 AND tier_need = $5
-                           AND (state = 'queued' OR (state = 'leased' AND lease_until_ms < $6))
+                         WHERE tenant = $4 AND tier_need = $5 AND state = 'queued'
                            AND need_microvm <= $7 AND need_oci <= $8
                            AND (need_arch IS NULL OR need_arch = $9)
                          ORDER BY enqueued_ms, id LIMIT 1 {})
-               AND (state = 'queued' OR (state = 'leased' AND lease_until_ms < $6))
+               AND state = 'queued'
              RETURNING id, origin, kind, tier_need, payload, attempts",
             self.lock_clause()
         );
@@ -75,9 +154,10 @@ impl Store {
                 ],
             )
             .await?;
-        rows.first()
+        let leased = rows
+            .first()
             .map(|r| {
-                Ok(LeasedJob {
+                Ok::<_, StoreError>(LeasedJob {
                     id: text(r, 0)?,
                     origin: text(r, 1)?,
                     kind: text(r, 2)?,
@@ -86,7 +166,93 @@ impl Store {
                     attempts: int(r, 5)?,
                 })
             })
+            .transpose()?;
+        if leased.is_some() {
+            self.count(LEASES_GRANTED, 1).await?;
+        }
+        Ok(leased)
+    }
+
+    /// Jobs whose lease expired go back to their queue, or fail once they
+    /// were handed out as often as they may be.
+    pub async fn sweep_leases(&self, now_ms: i64) -> Result<Swept, StoreError> {
+        let failed = self.exec(
+            "UPDATE jobs SET state = 'failed', done_ms = $1, lease_id = NULL, lease_until_ms = NULL, error = 'handed out ' || CAST(attempts AS TEXT) || ' time(s), the most it may be, and its lease lapsed each time (its node died or lost the edge): not handed out again' WHERE state = 'leased' AND lease_until_ms < $1 AND attempts >= max_attempts",
+            vec![now_ms.into()],
+        )
+        .await?;
+        let requeued = self
+            .exec(
+                "UPDATE jobs SET state = 'queued', lease_id = NULL, lease_until_ms = NULL WHERE state = 'leased' AND lease_until_ms < $1",
+                vec![now_ms.into()],
+            )
+            .await?;
+        let expired = i64::try_from(failed + requeued).unwrap_or(i64::MAX);
+        if expired > 0 {
+            self.count(LEASES_EXPIRED, expired).await?;
+        }
+        Ok(Swept { requeued, failed })
+    }
+
+    /// Removes finished jobs that ended before `older_than_ms`, and the
+    /// oldest finished ones beyond the `keep` newest; at most `batch` a
+    /// call. Returns how many went.
+    pub async fn sweep_finished(
+        &self,
+        older_than_ms: i64,
+        keep: i64,
+        batch: i64,
+    ) -> Result<u64, StoreError> {
+        // The newest finished job past the `keep` newest: it and older go.
+        let beyond = self
+            .query(
+                "SELECT done_ms FROM jobs WHERE done_ms IS NOT NULL ORDER BY done_ms DESC LIMIT 1 OFFSET $1",
+                vec![keep.into()],
+            )
+            .await?
+            .first()
+            .map(|r| int(r, 0))
+            .transpose()?;
+        let cutoff = beyond.map_or(older_than_ms, |c| older_than_ms.max(c.saturating_add(1)));
+        self.exec(
+            "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE done_ms IS NOT NULL AND done_ms < $1 LIMIT $2)",
+            vec![cutoff.into(), batch.into()],
+        )
+        .await
+    }
+
+    /// The job an idempotency key names: its id and request digest.
+    pub async fn job_by_key(
+        &self,
+        tenant: &str,
+        key: &str,
+    ) -> Result<Option<(String, Option<String>)>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT id, request_hash FROM jobs WHERE tenant = $1 AND idem_key = $2",
+                vec![tenant.into(), key.into()],
+            )
+            .await?;
+        rows.first()
+            .map(|r| Ok((text(r, 0)?, opt_text(r, 1)?)))
             .transpose()
+    }
+
+    /// Gives a job back to its queue at once: its node is stopping.
+    pub async fn release(
+        &self,
+        job: &str,
+        node: &str,
+        lease_id: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .exec(
+                "UPDATE jobs SET state = 'queued', lease_id = NULL, lease_until_ms = NULL WHERE id = $1 AND node_id = $2 AND lease_id = $3 AND state = 'leased' AND lease_until_ms >= $4",
+                vec![job.into(), node.into(), lease_id.into(), now_ms.into()],
+            )
+            .await?
+            == 1)
     }
 
     /// Extends a lease that is still this node's and not expired.
@@ -118,7 +284,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         Ok(self
             .exec(
-                "UPDATE jobs SET state = $1, exit_code = $2, done_ms = $3, lease_until_ms = NULL, result = $7, error = $8 WHERE id = $4 AND node_id = $5 AND lease_id = $6 AND state = 'leased' AND lease_until_ms >= $3",
+                "UPDATE jobs SET state = $1, exit_code = $2, done_ms = $3, lease_until_ms = NULL, result = $7, error = $8, stdout_tail = $9, stderr_tail = $10, stdout_bytes = $11, stderr_bytes = $12 WHERE id = $4 AND node_id = $5 AND lease_id = $6 AND state = 'leased' AND lease_until_ms >= $3",
                 vec![
                     if end.succeeded { "succeeded" } else { "failed" }.into(),
                     end.exit_code.into(),
@@ -126,8 +292,12 @@ impl Store {
                     job.into(),
                     node.into(),
                     lease_id.into(),
-                    end.result.map(str::to_string).into(),
-                    end.error.map(str::to_string).into(),
+                    end.result.into(),
+                    end.error.into(),
+                    end.stdout_tail.into(),
+                    end.stderr_tail.into(),
+                    end.stdout_bytes.into(),
+                    end.stderr_bytes.into(),
                 ],
             )
             .await?
@@ -152,29 +322,51 @@ impl Store {
     pub async fn job(&self, tenant: &str, id: &str) -> Result<Option<JobRow>, StoreError> {
         let rows = self
             .query(
-                "SELECT id, tenant, state, tier_need, node_id, lease_until_ms, attempts, exit_code, kind, result, error, enqueued_ms, leased_ms, done_ms FROM jobs WHERE tenant = $1 AND id = $2",
+                &format!("SELECT {JOB_COLS} FROM jobs WHERE tenant = $1 AND id = $2"),
+                vec![tenant.into(), id.into()],
+            )
+            .await?;
+        rows.first().map(job_row).transpose()
+    }
+
+    /// A job's output tails (stdout, stderr), as its node sent them.
+    pub async fn job_logs(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<(Option<String>, Option<String>)>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT stdout_tail, stderr_tail FROM jobs WHERE tenant = $1 AND id = $2",
                 vec![tenant.into(), id.into()],
             )
             .await?;
         rows.first()
-            .map(|r| {
-                Ok(JobRow {
-                    id: text(r, 0)?,
-                    tenant: text(r, 1)?,
-                    state: text(r, 2)?,
-                    tier: tier_col(r, 3)?,
-                    node_id: opt_text(r, 4)?,
-                    lease_until_ms: opt_int(r, 5)?,
-                    attempts: int(r, 6)?,
-                    exit_code: opt_int(r, 7)?,
-                    kind: text(r, 8)?,
-                    result: opt_text(r, 9)?,
-                    error: opt_text(r, 10)?,
-                    enqueued_ms: int(r, 11)?,
-                    leased_ms: opt_int(r, 12)?,
-                    done_ms: opt_int(r, 13)?,
-                })
-            })
+            .map(|r| Ok((opt_text(r, 0)?, opt_text(r, 1)?)))
             .transpose()
     }
+
+    /// A tenant's jobs, newest first, in one state or any: at most `limit`
+    /// submitted before the `(enqueued_ms, id)` cursor.
+    pub async fn jobs(
+        &self,
+        tenant: &str,
+        state: Option<&str>,
+        before: Option<(i64, &str)>,
+        limit: i64,
+    ) -> Result<Vec<JobRow>, StoreError> {
+        let (ms, id) = before.unwrap_or((i64::MAX, ""));
+        let rows = self
+            .query(
+                &format!("SELECT {JOB_COLS} FROM jobs WHERE tenant = $1 AND ($2 = '' OR state = $2) AND (enqueued_ms < $3 OR (enqueued_ms = $3 AND id < $4)) ORDER BY enqueued_ms DESC, id DESC LIMIT $5"),
+                vec![tenant.into(), state.unwrap_or("").into(), ms.into(), id.into(), limit.into()],
+            )
+            .await?;
+        rows.iter().map(job_row).collect()
+    }
 }
+
+/// Counter: leases handed out.
+pub const LEASES_GRANTED: &str = "leases_granted";
+/// Counter: leases that expired (their job requeued or failed).
+pub const LEASES_EXPIRED: &str = "leases_expired";

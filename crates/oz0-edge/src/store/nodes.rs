@@ -120,6 +120,24 @@ impl Store {
         }
     }
 
+    /// A page of nodes not removed, of one tenant or all, by tenant and id:
+    /// at most `limit` after the `(tenant, id)` cursor.
+    pub async fn nodes_page(
+        &self,
+        tenant: Option<&str>,
+        after: Option<(&str, &str)>,
+        limit: i64,
+    ) -> Result<Vec<NodeRow>, StoreError> {
+        let (t, id) = after.unwrap_or(("", ""));
+        let rows = self
+            .query(
+                &format!("SELECT {NODE_COLS} FROM nodes WHERE removed_ms IS NULL AND ($1 = '' OR tenant = $1) AND (tenant > $2 OR (tenant = $2 AND id > $3)) ORDER BY tenant, id LIMIT $4"),
+                vec![tenant.unwrap_or("").into(), t.into(), id.into(), limit.into()],
+            )
+            .await?;
+        rows.iter().map(node_row).collect()
+    }
+
     /// Nodes, of one tenant or all.
     pub async fn nodes(&self, tenant: Option<&str>) -> Result<Vec<NodeRow>, StoreError> {
         let rows = match tenant {

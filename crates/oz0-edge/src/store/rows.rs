@@ -130,6 +130,14 @@ pub struct JobRow {
     pub leased_ms: Option<i64>,
     /// Ended.
     pub done_ms: Option<i64>,
+    /// Where it came from.
+    pub origin: String,
+    /// Times it may be handed out.
+    pub max_attempts: i64,
+    /// Bytes its command wrote to stdout (the tail kept is bounded).
+    pub stdout_bytes: Option<i64>,
+    /// Bytes it wrote to stderr.
+    pub stderr_bytes: Option<i64>,
 }
 
 /// A job's end, as a node reports it (already checked against the bounds).
@@ -143,6 +151,14 @@ pub struct JobEnd<'a> {
     pub result: Option<&'a str>,
     /// Why it failed.
     pub error: Option<&'a str>,
+    /// The end of its stdout.
+    pub stdout_tail: Option<&'a str>,
+    /// The end of its stderr.
+    pub stderr_tail: Option<&'a str>,
+    /// Bytes written to stdout in all.
+    pub stdout_bytes: Option<i64>,
+    /// Bytes written to stderr in all.
+    pub stderr_bytes: Option<i64>,
 }
 
 /// A report to save.

@@ -81,6 +81,27 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
           AND (o.registered_ms < nodes.registered_ms OR (o.registered_ms = nodes.registered_ms AND o.id < nodes.id)));
     CREATE UNIQUE INDEX nodes_unique_name ON nodes (tenant, name) WHERE name IS NOT NULL AND removed_ms IS NULL;",
     ),
+    // Jobs operators follow: an idempotency key, a cap on attempts, the
+    // bounded tails of a job's output; and indexes that keep leasing and
+    // listing fast however much history there is (the queue index covers
+    // queued jobs only; expired leases are swept back into it).
+    (
+        4,
+        "ALTER TABLE jobs ADD COLUMN idem_key TEXT;
+    ALTER TABLE jobs ADD COLUMN request_hash TEXT;
+    ALTER TABLE jobs ADD COLUMN max_attempts BIGINT NOT NULL DEFAULT 3;
+    ALTER TABLE jobs ADD COLUMN stdout_tail TEXT;
+    ALTER TABLE jobs ADD COLUMN stderr_tail TEXT;
+    ALTER TABLE jobs ADD COLUMN stdout_bytes BIGINT;
+    ALTER TABLE jobs ADD COLUMN stderr_bytes BIGINT;
+    DROP INDEX jobs_queue;
+    CREATE UNIQUE INDEX jobs_idem ON jobs (tenant, idem_key) WHERE idem_key IS NOT NULL;
+    CREATE INDEX jobs_queued ON jobs (tenant, tier_need, enqueued_ms, id) WHERE state = 'queued';
+    CREATE INDEX jobs_leased ON jobs (lease_until_ms) WHERE state = 'leased';
+    CREATE INDEX jobs_done ON jobs (done_ms) WHERE done_ms IS NOT NULL;
+    CREATE INDEX jobs_by_tenant ON jobs (tenant, enqueued_ms, id);
+    CREATE INDEX nodes_by_tenant_id ON nodes (tenant, id);",
+    ),
 ];
 
 impl Store {

@@ -255,6 +255,7 @@ pub fn job(origin: Origin, isolation: Isolation) -> JobRequest {
             isolation,
             arch: None,
             payload: serde_json::json!({"command": ["true"]}),
+            idempotency_key: None,
         },
         _ => tool_job(origin, isolation == Isolation::Microvm, None),
     }
@@ -279,6 +280,7 @@ pub fn tool_job(origin: Origin, microvm: bool, arch: Option<&str>) -> JobRequest
         isolation: Isolation::None,
         arch: None,
         payload: serde_json::json!({"manifest": tool, "tool": "t"}),
+        idempotency_key: None,
     }
 }
 

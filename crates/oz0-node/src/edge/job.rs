@@ -2,7 +2,6 @@
 //! unknown is refused), its spec, its run through the node's sandbox, and
 //! its status record.
 
-use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -11,35 +10,12 @@ use std::path::Path;
 
 use oz0_core::exit::Exit;
 use oz0_core::{Cancel, Ended, Outcome, RunIo, Sandbox};
+use oz0_edge::wire::ShellJob;
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
-use serde::Deserialize;
 
 use super::log;
 
-/// What a job runs (the payload the edge carries opaquely).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct Payload {
-    pub(super) command: Vec<String>,
-    #[serde(default)]
-    pub(super) env: BTreeMap<String, String>,
-    #[serde(default)]
-    pub(super) allow: Vec<String>,
-    #[serde(default)]
-    pub(super) forward: Vec<u16>,
-    #[serde(default)]
-    pub(super) timeout: Option<u64>,
-    #[serde(default)]
-    pub(super) memory: Option<u64>,
-    #[serde(default)]
-    pub(super) processes: Option<u32>,
-    #[serde(default)]
-    pub(super) cpu_seconds: Option<u64>,
-    #[serde(default)]
-    pub(super) tmp_size: Option<u64>,
-}
-
-pub(super) fn spec_for(p: Payload, work: &Path, data_dir: &Path) -> Result<RunSpec, String> {
+pub(super) fn spec_for(p: ShellJob, work: &Path, data_dir: &Path) -> Result<RunSpec, String> {
     let env = p
         .env
         .iter()

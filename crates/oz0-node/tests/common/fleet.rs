@@ -39,6 +39,15 @@ pub fn edge_bin() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
+/// The operator's CLI: `OZ0_CLI_BIN`, else `oz0` next to the edge.
+pub fn oz0_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("OZ0_CLI_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let p = edge_bin()?.with_file_name("oz0");
+    p.exists().then_some(p)
+}
+
 pub fn write_secret(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -70,8 +79,14 @@ impl Edge {
         let mut child = Command::new(bin)
             .arg("--listen")
             .arg("127.0.0.1:0")
-            .arg("--store")
-            .arg(format!("sqlite:{}", dir.join("edge.db").display()))
+            .args(if extra.contains(&"--store") {
+                Vec::new()
+            } else {
+                vec![
+                    "--store".to_string(),
+                    format!("sqlite:{}", dir.join("edge.db").display()),
+                ]
+            })
             .arg("--tenant-tokens")
             .arg(dir.join("tenants"))
             .arg("--operator-tokens")
@@ -124,6 +139,25 @@ impl Edge {
         }
     }
 
+    /// Runs the operator's CLI against this edge: its status, stdout, stderr.
+    pub fn oz0(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let bin = oz0_bin().expect("the oz0 binary: set OZ0_CLI_BIN or build it beside oz0-edge");
+        let o = Command::new(bin)
+            .args(args)
+            .env("OZ0_EDGE", &self.url)
+            .env("OZ0_EDGE_CA", &self.ca)
+            .env("OZ0_OPERATOR_TOKEN", OPERATOR)
+            .env_remove("OZ0_OPERATOR_TOKEN_FILE")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    }
+
     /// Cancels a job.
     pub fn cancel(&self, id: &str) -> JobView {
         self.rt.block_on(self.op.cancel_job("acme", id)).unwrap()
@@ -147,6 +181,7 @@ impl Edge {
             isolation: Isolation::None,
             arch: None,
             payload,
+            idempotency_key: None,
         };
         self.rt
             .block_on(self.op.submit_job("acme", &req))

@@ -1,0 +1,345 @@
+//! One leased job on this node, from its lease to its completion: its
+//! record folder and fresh work folder, the check of its payload, its run
+//! under the lease (renewed a third of the way through, the run killed
+//! when the lease is lost or the job cancelled), and its end reported with
+//! the bounded tails of its output. Several run at once, each on its own
+//! task, lease, work folder and limits (`oz0-node run --jobs N`).
+//!
+//! A node told to stop kills its runs and gives their jobs back to the
+//! edge at once (`release`), so another node takes them without waiting
+//! for the leases to lapse.
+
+use std::fs::{self, File};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use oz0_core::Sandbox;
+use oz0_edge::client::{ClientError, Completion, Lease, NodeClient};
+use oz0_edge::wire::ShellJob;
+use oz0_plugin::job::ToolJob;
+use oz0_policy::RunSpec;
+use tokio::sync::watch;
+
+use super::job::{run_job, safe_id, spec_for, write_status, JobEnd};
+use super::{log, private_dir, Settings, MAX_BACKOFF};
+
+/// A job's work, run on a blocking thread with its cancel descriptor.
+type Task = Box<dyn FnOnce(OwnedFd) -> Result<JobEnd, String> + Send>;
+
+/// What every job of this node runs with.
+pub(super) struct Runner {
+    pub(super) s: Arc<Settings>,
+    /// The wall every job runs behind: the node's host context (tier 1,
+    /// one egress proxy for all jobs), or none (`--sandbox none`).
+    pub(super) sandbox: Arc<dyn Sandbox>,
+    /// The same host context, for tool servers (none at tier 0).
+    pub(super) host: Option<Arc<oz0_linux::Host>>,
+    pub(super) client: Arc<NodeClient>,
+    /// Turns true when the node is told to stop.
+    pub(super) stop: watch::Receiver<bool>,
+}
+
+/// What the node knows of itself when it takes a job.
+#[derive(Debug, Clone)]
+pub(super) struct Taking {
+    /// The tier it takes work at.
+    pub(super) tier: u8,
+    /// Whether it offers microVMs: why not, when not.
+    pub(super) microvms: Result<(), String>,
+}
+
+/// Waits until `stop` turns true.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// The last [`oz0_edge::MAX_TAIL_BYTES`] of a job's output file (as text,
+/// cut at a character boundary) and its size.
+fn tail(path: &Path) -> (Option<String>, Option<u64>) {
+    let Ok(mut f) = File::open(path) else {
+        return (None, None);
+    };
+    let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let bound = oz0_edge::MAX_TAIL_BYTES as u64;
+    if size > bound && f.seek(SeekFrom::Start(size - bound)).is_err() {
+        return (None, Some(size));
+    }
+    let mut bytes = Vec::new();
+    if f.take(bound).read_to_end(&mut bytes).is_err() {
+        return (None, Some(size));
+    }
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    // Replacement characters can make the text longer than the bytes.
+    while text.len() > oz0_edge::MAX_TAIL_BYTES {
+        let cut = text.char_indices().nth(1).map_or(text.len(), |(i, _)| i);
+        text.drain(..cut);
+    }
+    (Some(text), Some(size))
+}
+
+impl Runner {
+    /// Runs one leased job and reports its end.
+    pub(super) async fn take(self: Arc<Self>, mut lease: Lease, at: Taking) {
+        let job = lease.job.clone();
+        if !safe_id(&job.job_id) {
+            log("the edge handed out a job whose id is not plain letters and digits: not run");
+            return;
+        }
+        let id = job.job_id.clone();
+        if job.tier > at.tier {
+            // The edge should never do this; the node refuses too. The lease
+            // lapses and the edge can hand the job to an eligible node.
+            log(&format!(
+                "refused job {id}: it needs tier {} and this node is routed at tier {}; not run, its lease lapses",
+                job.tier, at.tier
+            ));
+            return;
+        }
+        log(&format!(
+            "took job {id} (tier {}, {} from {}, attempt {})",
+            job.tier, job.kind, job.origin, job.attempt
+        ));
+        let record = self.s.data_dir.join("jobs").join(&id);
+        let prepared = private_dir(&record, "the job record folder").and_then(|_| {
+            let open = |n: &str| {
+                fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(record.join(n))
+                    .map_err(|e| format!("cannot create {}: {e}", record.join(n).display()))
+            };
+            Ok((open("stdout")?, open("stderr")?))
+        });
+        let (out, err) = match prepared {
+            Ok(f) => f,
+            Err(e) => {
+                log(&format!(
+                    "cannot keep job {id}'s output: {e}; not run, its lease lapses"
+                ));
+                return;
+            }
+        };
+        let work = self.s.work_root.join(format!("job-{id}-{}", job.attempt));
+        let fresh = private_dir(&self.s.work_root, "--work-root").and_then(|_| {
+            let _ = fs::remove_dir_all(&work);
+            private_dir(&work, "the job's work directory")
+        });
+        let task = fresh.and_then(|_| self.task(&job, &work, out, err, &at));
+        let end = match task {
+            Err(e) => {
+                log(&format!("job {id} refused: {e}"));
+                JobEnd::refused(e)
+            }
+            Ok(task) => match self.run_under_lease(&mut lease, task).await {
+                Some(end) => end,
+                None => {
+                    let _ = fs::remove_dir_all(&work);
+                    return;
+                }
+            },
+        };
+        let _ = fs::remove_dir_all(&work);
+        write_status(&record, &job, &end);
+        log(&format!(
+            "job {id} ended: {} with status {} after {}ms",
+            end.outcome, end.exit_code, end.duration_ms
+        ));
+        self.complete(&lease, &end, &record).await;
+    }
+
+    /// What a job runs, checked: a shell command's spec, or a tool call.
+    fn task(
+        &self,
+        job: &oz0_edge::wire::LeasedJobView,
+        work: &Path,
+        out: File,
+        err: File,
+        at: &Taking,
+    ) -> Result<Task, String> {
+        if job.kind == "tool" {
+            drop(out);
+            let checked = ToolJob::from_value(&job.payload)
+                .and_then(|t| t.check())
+                .map_err(|e| e.to_string())?;
+            let host = self
+                .host
+                .clone()
+                .ok_or("a tool's server runs only behind a wall, and this node runs with --sandbox none (tier 0)")?;
+            let microvms = at.microvms.clone();
+            let (work, data_dir) = (work.to_path_buf(), self.s.data_dir.clone());
+            let tool_env = self.s.tool_env.clone();
+            return Ok(Box::new(move |cancel| {
+                let ctx = crate::tool::Ctx {
+                    host: &host,
+                    work: &work,
+                    data_dir: &data_dir,
+                    microvms,
+                    env_allowed: Some(&tool_env),
+                    errors: err,
+                    cancel,
+                };
+                crate::tool::run(ctx, &checked).map(JobEnd::from_tool)
+            }));
+        }
+        if job.tier >= 2 {
+            return Err(format!(
+                "a {} job at tier 2: only a tool job runs there (a microVM per tool server); not run",
+                job.kind
+            ));
+        }
+        let p = ShellJob::from_value(&job.payload)?;
+        let spec: RunSpec = spec_for(p, work, &self.s.data_dir)?;
+        let sandbox = self.sandbox.clone();
+        Ok(Box::new(move |cancel| {
+            run_job(&*sandbox, &spec, out, err, cancel)
+        }))
+    }
+
+    /// Runs the job while the lease holds. None: the job was stopped (its
+    /// lease lost, or the node told to stop, which gives the job back) and
+    /// is not reported.
+    async fn run_under_lease(&self, lease: &mut Lease, task: Task) -> Option<JobEnd> {
+        let id = lease.job.job_id.clone();
+        let (cancel_r, cancel_w) = match UnixStream::pair() {
+            Ok(p) => p,
+            Err(e) => {
+                log(&format!(
+                    "cannot make job {id}'s cancel pipe: {e}; not run, its lease lapses"
+                ));
+                return None;
+            }
+        };
+        let mut handle = tokio::task::spawn_blocking(move || task(OwnedFd::from(cancel_r)));
+        let mut stop = self.stop.clone();
+        let work = async {
+            tokio::select! {
+                biased;
+                r = &mut handle => Some(r),
+                _ = stopped(&mut stop) => None,
+            }
+        };
+        let r = self.client.run_leased(lease, work).await;
+        // Closing the pipe's other end cancels the run (its whole tree).
+        drop(cancel_w);
+        match r {
+            Ok(Some(joined)) => Some(match joined {
+                Ok(Ok(end)) => end,
+                Ok(Err(e)) => {
+                    log(&format!("job {id}: the sandbox refused or failed: {e}"));
+                    JobEnd::refused(e)
+                }
+                Err(e) => {
+                    log(&format!("job {id}: the run's thread failed: {e}"));
+                    JobEnd::refused(format!("the run's thread failed: {e}"))
+                }
+            }),
+            Ok(None) => {
+                let _ = handle.await;
+                let given =
+                    tokio::time::timeout(Duration::from_secs(5), self.client.release_job(lease))
+                        .await;
+                log(&match given {
+                    Ok(Ok(())) => format!("job {id} stopped with the node; given back to the edge, which hands it to another node"),
+                    Ok(Err(e)) => format!("job {id} stopped with the node; it could not be given back ({e}): the edge hands it out again when its lease lapses"),
+                    Err(_) => format!("job {id} stopped with the node; the edge did not answer in time to take it back: it hands it out again when its lease lapses"),
+                });
+                None
+            }
+            Err(e) => {
+                let _ = handle.await;
+                log(&format!("job {id} killed: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Reports the job's end, retrying while the edge cannot be reached
+    /// and the lease holds.
+    async fn complete(&self, lease: &Lease, end: &JobEnd, record: &Path) {
+        let id = &lease.job.job_id;
+        let (stdout_tail, stdout_bytes) = tail(&record.join("stdout"));
+        let (stderr_tail, stderr_bytes) = tail(&record.join("stderr"));
+        let completion = Completion {
+            succeeded: end.succeeded(),
+            exit_code: Some(end.exit_code),
+            result: end.result.clone(),
+            error: end.reason.clone(),
+            stdout_tail,
+            stderr_tail,
+            stdout_bytes,
+            stderr_bytes,
+        };
+        let mut backoff = Duration::from_secs(1);
+        let mut stop = self.stop.clone();
+        loop {
+            let r = tokio::select! {
+                biased;
+                _ = stopped(&mut stop) => None,
+                r = self.client.finish_job(lease, &completion) => Some(r),
+            };
+            match r {
+                None => {
+                    log(&format!("stopping before job {id}'s end reached the edge; the edge hands it out again when its lease lapses"));
+                    return;
+                }
+                Some(Ok(())) => return,
+                Some(Err(e @ ClientError::LeaseLost { .. }))
+                | Some(Err(e @ ClientError::Refused { .. })) => {
+                    log(&format!("the edge did not take job {id}'s end: {e}"));
+                    return;
+                }
+                Some(Err(e)) => {
+                    if lease.expired() {
+                        log(&format!("job {id}'s end could not reach the edge before its lease lapsed ({e}); the edge hands it out again"));
+                        return;
+                    }
+                    log(&format!(
+                        "cannot report job {id}'s end: {e}; retrying in {}s",
+                        backoff.as_secs()
+                    ));
+                    tokio::select! {
+                        _ = stopped(&mut stop) => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tail_is_the_end_and_bounded() {
+        let d = std::env::temp_dir().join(format!("oz0-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let f = d.join("out");
+        std::fs::write(&f, "short\n").unwrap();
+        assert_eq!(tail(&f), (Some("short\n".into()), Some(6)));
+        let mut big = "a".repeat(100_000).into_bytes();
+        big.extend_from_slice(b"THE END");
+        // Invalid UTF-8 near the end becomes replacement characters.
+        big.splice(99_990..99_992, [0xff, 0xfe]);
+        std::fs::write(&f, &big).unwrap();
+        let (t, n) = tail(&f);
+        let t = t.unwrap();
+        assert_eq!(n, Some(100_007));
+        assert!(
+            t.ends_with("THE END") && t.len() <= oz0_edge::MAX_TAIL_BYTES,
+            "{}",
+            t.len()
+        );
+        assert_eq!(tail(&d.join("missing")), (None, None));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
