@@ -84,6 +84,7 @@ pub struct Edge {
     last_sweep: AtomicI64,
     last_lease_sweep: AtomicI64,
     last_retention: AtomicI64,
+    requests: crate::metrics::Requests,
 }
 
 impl Edge {
@@ -95,6 +96,7 @@ impl Edge {
             last_sweep: AtomicI64::new(0),
             last_lease_sweep: AtomicI64::new(0),
             last_retention: AtomicI64::new(0),
+            requests: Default::default(),
         })
     }
 
@@ -197,6 +199,7 @@ impl Routes {
         .add("GET", "/v1/nodes/{node}", get(show_node))
         .add("POST", "/v1/nodes/{node}/{action}", post(change_node))
         .add("GET", "/nodes", get(nodes_page))
+        .add("GET", "/metrics", get(metrics))
     }
 
     /// The recorded routes.
@@ -207,6 +210,7 @@ impl Routes {
     /// The router, with its state and body limit.
     pub fn into_router(self, edge: Arc<Edge>) -> Router {
         self.router
+            .route_layer(axum::middleware::from_fn_with_state(edge.clone(), timed))
             .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
             .with_state(edge)
     }
@@ -229,6 +233,62 @@ pub async fn serve_with(
     crate::serve::serve(listener, Routes::build().into_router(edge), tls, limits).await
 }
 
-async fn health(State(edge): State<Arc<Edge>>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({"ok": true, "store": edge.store.kind()}))
+/// Whether this replica can serve: its store answers.
+async fn health(
+    State(edge): State<Arc<Edge>>,
+) -> (axum::http::StatusCode, Json<serde_json::Value>) {
+    match edge.store.ping().await {
+        Ok(()) => (
+            axum::http::StatusCode::OK,
+            Json(serde_json::json!({"ok": true, "store": edge.store.kind()})),
+        ),
+        Err(e) => {
+            crate::log::error(&format!("health: the store does not answer: {e}"), None);
+            (
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                Json(
+                    serde_json::json!({"ok": false, "store": edge.store.kind(), "reason": "the store does not answer"}),
+                ),
+            )
+        }
+    }
+}
+
+/// `GET /metrics`, behind the operator token.
+async fn metrics(
+    State(edge): State<Arc<Edge>>,
+    h: axum::http::HeaderMap,
+) -> Result<axum::response::Response, crate::wire::ApiError> {
+    use axum::response::IntoResponse;
+    edge.operator(&h)?;
+    let f = edge
+        .store
+        .figures(crate::time::now_ms() - edge.cfg.node_live_ms)
+        .await?;
+    let text = crate::metrics::render(&f, &edge.requests);
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
+}
+
+/// Times every request, by its route's pattern.
+async fn timed(
+    State(edge): State<Arc<Edge>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let t = std::time::Instant::now();
+    let r = next.run(req).await;
+    edge.requests
+        .record(&route, r.status().as_u16(), t.elapsed());
+    r
 }

@@ -49,6 +49,8 @@ mod http;
 #[cfg(feature = "server")]
 pub mod log;
 #[cfg(feature = "server")]
+pub mod metrics;
+#[cfg(feature = "server")]
 pub mod page;
 pub mod routing;
 pub mod sanitize;

@@ -259,6 +259,53 @@ impl Store {
         rows.first().map_or(Ok(0), |r| int(r, 0))
     }
 
+    /// Figures for `/metrics`: nodes by tier and state, queue depth,
+    /// jobs by state, the lease counters.
+    pub async fn figures(
+        &self,
+        live_since_ms: i64,
+    ) -> Result<crate::metrics::StoreFigures, StoreError> {
+        let mut f = crate::metrics::StoreFigures::default();
+        for r in self
+            .query(
+                "SELECT CASE WHEN approved = 1 THEN tier_routed ELSE 0 END, approved, drained, CASE WHEN last_seen_ms >= $1 THEN 1 ELSE 0 END, COUNT(*) FROM nodes WHERE removed_ms IS NULL GROUP BY 1, 2, 3, 4",
+                vec![live_since_ms.into()],
+            )
+            .await?
+        {
+            let state = match (int(&r, 1)? != 0, int(&r, 2)? != 0, int(&r, 3)? != 0) {
+                (false, _, _) => "pending approval",
+                (true, true, _) => "draining",
+                (true, false, true) => "up",
+                (true, false, false) => "down",
+            };
+            *f.nodes.entry((tier_col(&r, 0)?, state)).or_default() += int(&r, 4)?;
+        }
+        for r in self
+            .query(
+                "SELECT tier_need, COUNT(*) FROM jobs WHERE state = 'queued' GROUP BY tier_need",
+                vec![],
+            )
+            .await?
+        {
+            f.queued.insert(tier_col(&r, 0)?, int(&r, 1)?);
+        }
+        for r in self
+            .query("SELECT state, COUNT(*) FROM jobs GROUP BY state", vec![])
+            .await?
+        {
+            f.jobs.insert(text(&r, 0)?, int(&r, 1)?);
+        }
+        f.leases_granted = self.counter(super::LEASES_GRANTED).await?;
+        f.leases_expired = self.counter(super::LEASES_EXPIRED).await?;
+        Ok(f)
+    }
+
+    /// Whether the store answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.query("SELECT 1", vec![]).await.map(|_| ())
+    }
+
     /// What a tenant's live nodes offer: (routed tier, microvm, oci, arch).
     pub async fn live_offers(
         &self,

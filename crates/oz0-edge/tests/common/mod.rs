@@ -112,7 +112,7 @@ pub async fn store_urls() -> Vec<(&'static str, String)> {
 }
 
 /// Creates a database of its own for one test; returns its URL.
-async fn fresh_postgres(base: &str) -> String {
+pub async fn fresh_postgres(base: &str) -> String {
     let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
         .await
         .expect("connect to OZ0_EDGE_TEST_POSTGRES");
