@@ -105,6 +105,20 @@ impl Edge {
         &self.store
     }
 
+    /// Records that `node` was heard from: at most once a second a node
+    /// (its liveness is judged in seconds), so a busy node's polls cost one
+    /// statement less.
+    pub(crate) async fn heard_from(
+        &self,
+        node: &crate::store::NodeRow,
+        now: i64,
+    ) -> Result<(), crate::store::StoreError> {
+        if now - node.last_seen_ms >= 1_000 {
+            self.store.touch(&node.id, now).await?;
+        }
+        Ok(())
+    }
+
     /// At most once a second, puts jobs whose lease lapsed back in their
     /// queue (or fails them past their attempts); at most once a minute,
     /// removes finished jobs past the retention (a batch at a time).

@@ -150,7 +150,7 @@ pub(super) async fn whoami(
     body: Bytes,
 ) -> ApiResult<Json<Registered>> {
     let (node, now) = edge.node_request(&method, &uri, &h, &body).await?;
-    edge.store.touch(&node.id, now).await?;
+    edge.heard_from(&node, now).await?;
     Ok(Json(Registered {
         node_id: node.id,
         tenant: node.tenant,
@@ -273,7 +273,7 @@ pub(super) async fn poll(
         ));
     }
     if node.drained {
-        edge.store.touch(&node.id, now).await?;
+        edge.heard_from(&node, now).await?;
         return Ok(Json(PollResponse {
             job: None,
             tier_routed: Some(node.tier_taken()),
@@ -297,7 +297,7 @@ pub(super) async fn poll(
         .store
         .lease(&node, req.tier, &lease_id, now + edge.cfg.lease_ms, now)
         .await?;
-    edge.store.touch(&node.id, now).await?;
+    edge.heard_from(&node, now).await?;
     let job = leased.map(|j| LeasedJobView {
         job_id: j.id,
         lease_id,
@@ -375,7 +375,7 @@ pub(super) async fn renew(
     {
         return Err(lease_lost(&job));
     }
-    edge.store.touch(&node.id, now).await?;
+    edge.heard_from(&node, now).await?;
     Ok(Json(Renewed {
         lease_ms: edge.cfg.lease_ms,
     }))
@@ -459,6 +459,6 @@ pub(super) async fn complete(
     {
         return Err(lease_lost(&job));
     }
-    edge.store.touch(&node.id, now).await?;
+    edge.heard_from(&node, now).await?;
     Ok(Json(serde_json::json!({"ok": true})))
 }

@@ -1,0 +1,305 @@
+//! The edge as history grows, against the real `oz0-edge` binary over
+//! loopback, on SQLite and (with `OZ0_EDGE_TEST_POSTGRES`, e.g. under
+//! `scripts/with-postgres.sh`) PostgreSQL:
+//!
+//! - poll latency (p50, p99) of 1,000 nodes polling empty queues, first
+//!   with an empty history, then with 100,000 finished jobs in the store —
+//!   the baseline is the same edge in the same run before the history;
+//! - lease + complete throughput with 10,000 queued jobs;
+//! - the edge process's memory (resident now, and its peak).
+//!
+//! Nothing here asserts a time. `cargo bench -p oz0-edge --bench history`
+//! (`OZ0_EDGE_BENCH_NODES`, `OZ0_EDGE_BENCH_HISTORY`, `OZ0_EDGE_BENCH_QUEUED`
+//! change the sizes).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use oz0_edge::client::{NodeClient, NodeKey};
+use oz0_edge::Store;
+use oz0_policy::facts::{Mechanism, Microvm, NodeFacts, Os, Platform, SelfTest, FACTS_SCHEMA};
+
+const CONCURRENCY: usize = 32;
+const TOKEN: &str = "bench-enrolment-0123456789";
+const OPERATOR: &str = "bench-operator-0123456789";
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn facts() -> NodeFacts {
+    let mut f = NodeFacts {
+        schema: FACTS_SCHEMA,
+        node_version: "0.1.0".into(),
+        platform: Platform {
+            os: Os::Linux,
+            arch: "x86_64".into(),
+            build_raw: "6.1.0-28-amd64".into(),
+        },
+        tier_proven: 1,
+        tier_routed: 1,
+        mechanism: Mechanism {
+            kind: "bubblewrap".into(),
+            bwrap_version: Some("0.8.0".into()),
+            landlock_abi: Some(7),
+            seccomp: true,
+            cgroup_mode: Some("cgroup_v2".into()),
+            ..Default::default()
+        },
+        self_test: SelfTest::Passed,
+        fix: None,
+        microvm: Microvm {
+            ready: false,
+            reason: None,
+            pinned: None,
+            backend: None,
+        },
+        labels: BTreeMap::new(),
+    };
+    f.derive_labels(false);
+    f
+}
+
+/// The edge binary on a store; killed on drop.
+struct EdgeProcess {
+    child: Child,
+    url: String,
+    _dir: std::path::PathBuf,
+}
+
+impl Drop for EdgeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_edge(store: &str, dir: &std::path::Path) -> EdgeProcess {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(dir.join("tenants"), format!("bench={TOKEN}\n")).unwrap();
+    std::fs::write(dir.join("operators"), format!("{OPERATOR}\n")).unwrap();
+    for f in ["tenants", "operators"] {
+        std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oz0-edge"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            store,
+            "--lease-secs",
+            "300",
+        ])
+        .arg("--tenant-tokens")
+        .arg(dir.join("tenants"))
+        .arg("--operator-tokens")
+        .arg(dir.join("operators"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_string();
+    EdgeProcess {
+        child,
+        url,
+        _dir: dir.to_path_buf(),
+    }
+}
+
+/// The edge's resident and peak memory, MiB.
+fn memory(pid: u32) -> (f64, f64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = |k: &str| {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
+}
+
+/// Runs `f(i)` for `0..n` on CONCURRENCY tasks; each call's time.
+async fn timed<F, Fut>(n: usize, f: F) -> (Vec<Duration>, Duration)
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let f = Arc::new(f);
+    let next = Arc::new(AtomicUsize::new(0));
+    let times = Arc::new(Mutex::new(Vec::with_capacity(n)));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..CONCURRENCY {
+        let (f, next, times) = (f.clone(), next.clone(), times.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let t = Instant::now();
+                f(i).await;
+                times.lock().unwrap().push(t.elapsed());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let all = Arc::try_unwrap(times).unwrap().into_inner().unwrap();
+    (all, start.elapsed())
+}
+
+fn pct(v: &mut [Duration], p: f64) -> f64 {
+    v.sort();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i].as_secs_f64() * 1000.0
+}
+
+/// Inserts `n` jobs in `state` straight into the store, 500 a statement.
+async fn bulk(store: &Store, n: usize, state: &str) {
+    let now = oz0_edge::time::now_ms();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        let rows: Vec<String> = chunk
+            .iter()
+            .map(|i| {
+                let done = if state == "queued" { "NULL".to_string() } else { (now - 1000).to_string() };
+                format!("('{}', 'bench', 'internal', 'shell', 0, 0, 0, NULL, '{{\"command\":[\"true\"]}}', '{state}', {}, {done}, 1)", oz0_edge::auth::random_id(), now - 2000 + (*i as i64 % 1000))
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO jobs (id, tenant, origin, kind, tier_need, need_microvm, need_oci, need_arch, payload, state, enqueued_ms, done_ms, attempts) VALUES {}",
+            rows.join(", ")
+        );
+        store.exec(&sql, vec![]).await.unwrap();
+    }
+}
+
+async fn polls(clients: &Arc<Vec<NodeClient>>, rounds: usize) -> (f64, f64, f64) {
+    let c = clients.clone();
+    let n = c.len() * rounds;
+    let (mut t, all) = timed(n, move |i| {
+        let c = c.clone();
+        async move {
+            assert!(c[i % c.len()].poll_job(0).await.unwrap().is_none());
+        }
+    })
+    .await;
+    (
+        pct(&mut t, 0.5),
+        pct(&mut t, 0.99),
+        n as f64 / all.as_secs_f64(),
+    )
+}
+
+async fn run(kind: &str, store_url: &str, dir: &std::path::Path) {
+    let nodes = env_usize("OZ0_EDGE_BENCH_NODES", 1000);
+    let history = env_usize("OZ0_EDGE_BENCH_HISTORY", 100_000);
+    let queued = env_usize("OZ0_EDGE_BENCH_QUEUED", 10_000);
+    let edge = start_edge(store_url, dir);
+    let store = Store::open(store_url).await.unwrap();
+    let clients: Arc<Vec<NodeClient>> = Arc::new(
+        (0..nodes)
+            .map(|_| NodeClient::new(&edge.url, "bench", NodeKey::generate()).unwrap())
+            .collect(),
+    );
+    let c = clients.clone();
+    timed(nodes, move |i| {
+        let c = c.clone();
+        async move {
+            c[i].register(TOKEN, Some(&format!("node-{i}")))
+                .await
+                .unwrap();
+            c[i].report_facts(&facts()).await.unwrap();
+        }
+    })
+    .await;
+    // The ceiling: a request with one store round trip and no signature
+    // (the health check), as many at once.
+    let url = edge.url.clone();
+    let (mut ht, hall) = timed(nodes * 5, move |_| {
+        let url = url.clone();
+        async move {
+            let (s, _) = oz0_edge::client::raw_request(&url, "GET", "/v1/health", &[], vec![])
+                .await
+                .unwrap();
+            assert_eq!(s, 200);
+        }
+    })
+    .await;
+    println!(
+        "{kind:>8}: ceiling (health checks, one store round trip, no signature): p50 {:.2} ms, p99 {:.2} ms, {:.0}/s",
+        pct(&mut ht, 0.5),
+        pct(&mut ht, 0.99),
+        (nodes * 5) as f64 / hall.as_secs_f64()
+    );
+    let (p50a, p99a, ra) = polls(&clients, 5).await;
+    let t = Instant::now();
+    bulk(&store, history, "succeeded").await;
+    let loaded = t.elapsed();
+    let (p50b, p99b, rb) = polls(&clients, 5).await;
+    println!("{kind:>8}: {nodes} nodes polling empty queues: p50 {p50a:.2} ms, p99 {p99a:.2} ms, {ra:.0} polls/s with an empty history");
+    println!(
+        "{kind:>8}: the same with {history} finished jobs (loaded in {:.1} s): p50 {p50b:.2} ms, p99 {p99b:.2} ms, {rb:.0} polls/s (p99 ratio {:.2})",
+        loaded.as_secs_f64(),
+        p99b / p99a
+    );
+    bulk(&store, queued, "queued").await;
+    let c = clients.clone();
+    let handed = Arc::new(AtomicUsize::new(0));
+    let h = handed.clone();
+    let (_, all) = timed(queued, move |i| {
+        let (c, h) = (c.clone(), h.clone());
+        async move {
+            let n = &c[i % c.len()];
+            if let Some(l) = n.poll_job(0).await.unwrap() {
+                n.complete_job(&l, true, Some(0)).await.unwrap();
+                h.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+    .await;
+    let done = handed.load(Ordering::Relaxed);
+    let (rss, hwm) = memory(edge.child.id());
+    println!(
+        "{kind:>8}: lease + complete with {queued} queued: {:.0}/s ({done} done); the edge's memory: {rss:.1} MiB resident, {hwm:.1} MiB at its peak",
+        done as f64 / all.as_secs_f64()
+    );
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = std::env::temp_dir().join(format!("oz0-edge-history-{}", oz0_edge::auth::random_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        run("sqlite", &format!("sqlite:{}", dir.join("edge.db").display()), &dir).await;
+        match std::env::var("OZ0_EDGE_TEST_POSTGRES") {
+            Ok(url) => {
+                let d2 = dir.join("pg");
+                std::fs::create_dir_all(&d2).unwrap();
+                run("postgres", &url, &d2).await;
+            }
+            Err(_) => println!("SKIPPED postgres: OZ0_EDGE_TEST_POSTGRES is unset (run under crates/oz0-edge/scripts/with-postgres.sh)"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
