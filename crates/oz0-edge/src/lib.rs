@@ -37,9 +37,19 @@
 //!   it is handed again only after that lease expired, and the old holder's
 //!   renewals and completion are refused from then on. The client computes a
 //!   local deadline that is never later than the edge's.
-//! - **Out of scope here:** transport confidentiality (run the edge behind a
-//!   TLS terminator; node requests are signed, but the edge's answers are
-//!   not), and a malicious database.
+//! - **The network is hostile.** Off loopback the edge speaks only HTTPS
+//!   (rustls) and its clients verify its certificate (the system's CAs or
+//!   the operator's); plain HTTP is refused off loopback on both sides. A
+//!   connection may hold the edge only so long: its headers within a
+//!   deadline, its whole request within another, a bounded header block,
+//!   and a cap on connections open at once ([`serve`]).
+//! - **A node is admitted, not just enrolled.** A tenant can keep new nodes
+//!   at tier 0 until an operator approves them; a removed node's key is
+//!   refused for good; a key is replaced only on the old one's signature and
+//!   the new one's proof; a name belongs to one node of a tenant.
+//! - **Out of scope here:** a malicious database, and the confidentiality of
+//!   the store's files from the edge's own user (the store is made 0600 and
+//!   the edge runs with umask 077).
 
 #[cfg(feature = "server")]
 pub mod api;

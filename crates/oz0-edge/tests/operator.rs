@@ -195,13 +195,21 @@ fn openapi_describes_exactly_the_routes() {
     assert_eq!(described, routed, "openapi.json and the router disagree");
 }
 
-/// Writes `docs/nodes-page.png` with Debian's chromium:
-/// `cargo test -p oz0-edge --test operator -- --ignored nodes_page_screenshot`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs chromium; run by hand to refresh docs/nodes-page.png"]
-async fn nodes_page_screenshot() {
+/// An edge with a node in each state the page shows: up, down (not heard
+/// from for an hour), draining, pending approval (tenant `solo` asks for
+/// it), a Windows node routed at tier 0, and one whose report was hostile.
+async fn fleet_of_states() -> common::TestEdge {
     let (_, url) = store_urls().await.remove(0);
-    let e = start_on(Store::open(&url).await.unwrap(), 30_000).await;
+    let e = common::start_configured(
+        Store::open(&url).await.unwrap(),
+        |c| {
+            c.approval_tenants.insert("solo".into());
+        },
+        None,
+        oz0_edge::serve::Limits::default(),
+        oz0_edge::client::Trust::System,
+    )
+    .await;
     node(&e, "acme", ACME, "build-01", &linux_facts(true, true)).await;
     node(&e, "acme", ACME, "build-02", &linux_facts(false, true)).await;
     node(&e, "acme", ACME, "ci-files", &failing_facts()).await;
@@ -223,6 +231,45 @@ async fn nodes_page_screenshot() {
     hostile.tier_proven = 0;
     hostile.self_test = SelfTest::NotRun;
     node(&e, "acme", ACME, "hostile", &hostile).await;
+    node(&e, "solo", common::SOLO, "new-node", &linux_facts(false, true)).await;
+    e.op.node_action("build-02", "drain").await.unwrap();
+    let hour_ago = oz0_edge::time::now_ms() - 3_600_000;
+    e.edge
+        .store()
+        .exec(
+            "UPDATE nodes SET last_seen_ms = $1 WHERE name = 'ci-files'",
+            vec![hour_ago.into()],
+        )
+        .await
+        .unwrap();
+    e
+}
+
+/// The Nodes page shows each node's state and when it was last seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nodes_page_shows_liveness_draining_and_approval() {
+    let e = fleet_of_states().await;
+    let html = e.op.nodes_page().await.unwrap();
+    for want in [
+        "<td class=\"s-up\">up<br><small>last seen",
+        "<td class=\"s-down\">down<br>",
+        "<td class=\"s-wait\">draining<br>",
+        "<td class=\"s-wait\">pending approval<br>",
+        "waits for an operator&#39;s approval (oz0 node approve",
+        "7 node(s), 4 up",
+        "tier 1 proven, routed at 0 until an operator approves it",
+    ] {
+        assert!(html.contains(want), "no {want:?} in the page:\n{html}");
+    }
+    assert!(!html.contains("<script>"));
+}
+
+/// Writes `docs/nodes-page.png` with Debian's chromium:
+/// `cargo test -p oz0-edge --test operator -- --ignored nodes_page_screenshot`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium; run by hand to refresh docs/nodes-page.png"]
+async fn nodes_page_screenshot() {
+    let e = fleet_of_states().await;
     let out = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/nodes-page.png");
     let profile = std::env::temp_dir().join(format!("oz0-chromium-{}", auth::random_id()));
     let page = format!(
@@ -239,7 +286,7 @@ async fn nodes_page_screenshot() {
             "--disable-component-update",
             "--disable-sync",
             "--hide-scrollbars",
-            "--window-size=1400,700",
+            "--window-size=1400,1120",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(format!("--screenshot={out}"))

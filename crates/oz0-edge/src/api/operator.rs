@@ -69,6 +69,11 @@ pub fn node_view(n: &NodeRow, live_since_ms: i64) -> NodeView {
         } else {
             "down"
         };
+        let tier_line = if n.approved || facts.is_none() {
+            tier_line
+        } else {
+            format!("tier {tier_proven} proven, routed at 0 until an operator approves it")
+        };
         let routed_note = if n.approved {
             routed_note
         } else {
