@@ -231,7 +231,14 @@ async fn fleet_of_states() -> common::TestEdge {
     hostile.tier_proven = 0;
     hostile.self_test = SelfTest::NotRun;
     node(&e, "acme", ACME, "hostile", &hostile).await;
-    node(&e, "solo", common::SOLO, "new-node", &linux_facts(false, true)).await;
+    node(
+        &e,
+        "solo",
+        common::SOLO,
+        "new-node",
+        &linux_facts(false, true),
+    )
+    .await;
     e.op.node_action("build-02", "drain").await.unwrap();
     let hour_ago = oz0_edge::time::now_ms() - 3_600_000;
     e.edge

@@ -394,15 +394,12 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
             };
             // The edge checks it again; checking here names the fix first.
             let (job, _) = ToolJob::from_plugin(plugin, &args).map_err(anyhow::Error::msg)?;
-            let req = JobRequest {
-                origin: origin(o)?,
-                kind: JobKind::Tool,
-                tier: 0,
-                isolation: Isolation::None,
-                arch: None,
-                payload: serde_json::to_value(&job)?,
-                idempotency_key: idempotency_key.clone(),
-            };
+            let req = request(
+                o,
+                JobKind::Tool,
+                serde_json::to_value(&job)?,
+                idempotency_key,
+            )?;
             submitted(client, tenant, &req, *wait, *json).await?;
         }
         JobCmd::Submit {
@@ -439,15 +436,12 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
                 ..ShellJob::default()
             };
             shell.check().map_err(anyhow::Error::msg)?;
-            let req = JobRequest {
-                origin: origin(o)?,
-                kind: JobKind::Shell,
-                tier: 0,
-                isolation: Isolation::None,
-                arch: None,
-                payload: serde_json::to_value(&shell)?,
-                idempotency_key: idempotency_key.clone(),
-            };
+            let req = request(
+                o,
+                JobKind::Shell,
+                serde_json::to_value(&shell)?,
+                idempotency_key,
+            )?;
             submitted(client, tenant, &req, *wait, *json).await?;
         }
         JobCmd::List {
@@ -516,6 +510,24 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A job request: its tier and isolation are the edge's to decide.
+fn request(
+    o: &str,
+    kind: JobKind,
+    payload: serde_json::Value,
+    key: &Option<String>,
+) -> Result<JobRequest> {
+    Ok(JobRequest {
+        origin: origin(o)?,
+        kind,
+        tier: 0,
+        isolation: Isolation::None,
+        arch: None,
+        payload,
+        idempotency_key: key.clone(),
+    })
 }
 
 /// Submits `req`; with `wait`, waits for its end and says how it went.
