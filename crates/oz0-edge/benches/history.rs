@@ -166,9 +166,10 @@ where
     (all, start.elapsed())
 }
 
-fn pct(v: &mut [Duration], p: f64) -> f64 {
+/// The `p`th percentile (`per_mille` / 1000), ms.
+fn pct(v: &mut [Duration], per_mille: usize) -> f64 {
     v.sort();
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    let i = (v.len().saturating_sub(1) * per_mille + 500) / 1000;
     v[i].as_secs_f64() * 1000.0
 }
 
@@ -180,7 +181,7 @@ async fn bulk(store: &Store, n: usize, state: &str) {
             .iter()
             .map(|i| {
                 let done = if state == "queued" { "NULL".to_string() } else { (now - 1000).to_string() };
-                format!("('{}', 'bench', 'internal', 'shell', 0, 0, 0, NULL, '{{\"command\":[\"true\"]}}', '{state}', {}, {done}, 1)", oz0_edge::auth::random_id(), now - 2000 + (*i as i64 % 1000))
+                format!("('{}', 'bench', 'internal', 'shell', 0, 0, 0, NULL, '{{\"command\":[\"true\"]}}', '{state}', {}, {done}, 1)", oz0_edge::auth::random_id(), now - 2000 + i64::try_from(*i % 1000).unwrap_or(0))
             })
             .collect();
         let sql = format!(
@@ -202,8 +203,8 @@ async fn polls(clients: &Arc<Vec<NodeClient>>, rounds: usize) -> (f64, f64, f64)
     })
     .await;
     (
-        pct(&mut t, 0.5),
-        pct(&mut t, 0.99),
+        pct(&mut t, 500),
+        pct(&mut t, 990),
         n as f64 / all.as_secs_f64(),
     )
 }
@@ -245,8 +246,8 @@ async fn run(kind: &str, store_url: &str, dir: &std::path::Path) {
     .await;
     println!(
         "{kind:>8}: ceiling (health checks, one store round trip, no signature): p50 {:.2} ms, p99 {:.2} ms, {:.0}/s",
-        pct(&mut ht, 0.5),
-        pct(&mut ht, 0.99),
+        pct(&mut ht, 500),
+        pct(&mut ht, 990),
         (nodes * 5) as f64 / hall.as_secs_f64()
     );
     let (p50a, p99a, ra) = polls(&clients, 5).await;
