@@ -42,7 +42,7 @@
 //!   the operator's); plain HTTP is refused off loopback on both sides. A
 //!   connection may hold the edge only so long: its headers within a
 //!   deadline, its whole request within another, a bounded header block,
-//!   and a cap on connections open at once ([`serve`]).
+//!   and a cap on connections open at once ([`mod@serve`]).
 //! - **A node is admitted, not just enrolled.** A tenant can keep new nodes
 //!   at tier 0 until an operator approves them; a removed node's key is
 //!   refused for good; a key is replaced only on the old one's signature and
