@@ -51,6 +51,14 @@ pub enum JobError {
         /// How long we waited.
         waited: Duration,
     },
+    /// `setup cgroups --remove` found processes in what it was to remove.
+    #[error("processes are still inside {user}'s cgroups: {procs} — stop {user}'s node (and its runs), then run this again")]
+    InUse {
+        /// The user whose folders they are.
+        user: String,
+        /// The folders with their process ids.
+        procs: String,
+    },
     /// Setup was run without root.
     #[error(
         "`oz0-node setup cgroups` must run as root (effective uid is {0}) — run it once with sudo"

@@ -373,6 +373,24 @@ impl FakeFs {
         self.st().chowned.clone()
     }
 
+    /// Continues as `uid` (what a setup made, seen by its user): what was
+    /// chowned to `uid` becomes writable, what was chowned to anyone else
+    /// not (the last `chown` of a path counts).
+    pub fn become_user(&self, uid: u32) {
+        let mut st = self.st();
+        st.euid = uid;
+        let owners: BTreeMap<PathBuf, u32> =
+            st.chowned.iter().map(|(p, u, _)| (p.clone(), *u)).collect();
+        for (p, u) in owners {
+            if let Some(d) = st.dirs.get_mut(&p) {
+                d.writable = u == uid;
+            }
+            if let Some(f) = st.files.get_mut(&p) {
+                f.writable = u == uid;
+            }
+        }
+    }
+
     /// Folders at or under `prefix`.
     pub fn dirs_under(&self, prefix: &str) -> Vec<PathBuf> {
         self.st()

@@ -10,7 +10,7 @@
 //!   subtree made by [`setup_delegation`]): `memory.max`, `memory.swap.max`,
 //!   `memory.oom.group`, `pids.max`, `cgroup.kill`, `cpu.stat`;
 //! - **cgroup v1** memory + pids (+ cpuacct, + freezer) hierarchies with a
-//!   delegated `oz0` folder: `memory.limit_in_bytes`,
+//!   delegated `oz0/<user>` folder: `memory.limit_in_bytes`,
 //!   `memory.memsw.limit_in_bytes`, `pids.max`, `cpuacct.usage`.
 //!
 //! The flow is *probe → create → place → supervise → kill → remove*:
@@ -70,7 +70,8 @@ pub use probe::{
     probe_mode, probe_mode_with, CgroupVersion, JobMode, ProbeFacts, ProbeOptions, ProbeResult,
 };
 pub use setup::{
-    setup_delegation, setup_delegation_in, setup_delegation_with, SetupMode, SetupReport,
+    remove_delegation, remove_delegation_in, setup_delegation, setup_delegation_in,
+    setup_delegation_with, Kept, RemoveReport, SetupMode, SetupReport,
 };
 pub use supervisor::{Supervisor, Verdict, CPU_POLL_MAX};
 
@@ -78,7 +79,8 @@ pub use supervisor::{Supervisor, Verdict, CPU_POLL_MAX};
 /// its pid-namespace init. See "What `--processes N` counts" above.
 pub const SANDBOX_TASKS: u32 = 2;
 
-/// The folder name of the delegated subtree under each cgroup hierarchy.
+/// The root-owned folder under each cgroup hierarchy that holds each
+/// user's delegated subtree (`oz0/<user>`).
 pub const DELEGATED_DIR: &str = "oz0";
 
 #[cfg(test)]

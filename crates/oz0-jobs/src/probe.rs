@@ -433,7 +433,7 @@ fn v2_fix(user: &str, mount: &Path) -> String {
         "start the node in a delegated cgroup (systemd: a service with `Delegate=yes`, or \
          `systemd-run --user --scope -p Delegate=yes oz0-node …`), or run \
          `oz0-node setup cgroups --user {user}` once as root and start the node inside {}",
-        mount.join(DELEGATED_DIR).display()
+        mount.join(DELEGATED_DIR).join(user).display()
     )
 }
 
@@ -470,7 +470,14 @@ fn probe_v2(
         // session's scope that is not ours to reorganise: it uses `oz0`
         // (made on demand) first.
         None if fs.euid() == 0 => vec![h.point.join(DELEGATED_DIR), h.own.clone()],
-        None => vec![h.own.clone(), h.point.join(DELEGATED_DIR)],
+        // The node's own cgroup (systemd `Delegate=yes`, or started inside
+        // its folder), then its user's folder from `setup cgroups`, then the
+        // one shared folder an earlier setup handed to a single user.
+        None => vec![
+            h.own.clone(),
+            h.point.join(DELEGATED_DIR).join(user),
+            h.point.join(DELEGATED_DIR),
+        ],
     };
     let mut reasons = Vec::new();
     for c in &candidates {
@@ -610,7 +617,9 @@ fn probe_v1(
         let cands: Vec<PathBuf> = match &over_rel {
             Some(r) => vec![join_rel(&h.point, r)],
             None => {
-                let mut v = Vec::new();
+                // The user's folder from `setup cgroups` first, then the
+                // shared folder an earlier setup handed to a single user.
+                let mut v = vec![h.point.join(DELEGATED_DIR).join(user)];
                 if h.own != h.point {
                     v.push(h.own.join(DELEGATED_DIR));
                 }

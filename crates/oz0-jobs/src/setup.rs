@@ -1,5 +1,11 @@
-//! The one-time, root-only delegation of a cgroup subtree to the node's user
-//! (`oz0-node setup cgroups --user NAME`). The node never does this itself.
+//! The one-time, root-only delegation of a cgroup subtree to a node's user
+//! (`oz0-node setup cgroups --user NAME`), and its undoing (`--remove`). The
+//! node never does this itself.
+//!
+//! Each user gets a folder of their own, `<hierarchy>/oz0/<user>`, under an
+//! `oz0` folder that stays root's: several node users (or a node and a test
+//! user) coexist on one machine, none can remove, limit or enter another's
+//! subtree, and none owns the limits of its own parent.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -8,7 +14,7 @@ use serde::Serialize;
 
 use crate::error::JobError;
 use crate::fs::{CgroupFs, RealFs};
-use crate::probe::{controllers_of, CgroupVersion, Layout, V2_REQUIRED};
+use crate::probe::{controllers_of, procs_of, CgroupVersion, Layout, V2_REQUIRED};
 use crate::DELEGATED_DIR;
 
 /// Which layout to set up.
@@ -34,14 +40,38 @@ pub struct SetupReport {
     pub uid: u32,
     /// Their primary gid.
     pub gid: u32,
-    /// The delegated folders (created now or already there).
+    /// The delegated folders (created now or already there), one per hierarchy.
     pub delegated: Vec<PathBuf>,
-    /// Files and folders whose owner was set.
+    /// Files and folders whose owner was set to the user.
     pub chowned: Vec<PathBuf>,
+    /// The shared parents, kept root's (an earlier setup that handed a whole
+    /// `oz0` folder to one user is taken back here).
+    pub parents: Vec<PathBuf>,
     /// Controllers available to jobs under it.
     pub controllers: Vec<String>,
     /// What the operator does next, if anything.
     pub next: String,
+}
+
+/// What `--remove` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RemoveReport {
+    /// The user whose folders were removed.
+    pub user: String,
+    /// Folders removed (the user's jobs, their folder, and an `oz0` parent
+    /// left empty), deepest first.
+    pub removed: Vec<PathBuf>,
+    /// Shared parents kept, each with why.
+    pub kept: Vec<Kept>,
+}
+
+/// A folder `--remove` left in place.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Kept {
+    /// The folder.
+    pub path: PathBuf,
+    /// Why it stays (who else is in it).
+    pub why: String,
 }
 
 /// Delegates a cgroup subtree to `user` on the real system (root only).
@@ -49,12 +79,13 @@ pub fn setup_delegation(user: &str, mode: SetupMode) -> Result<SetupReport, JobE
     setup_delegation_with(&RealFs, user, mode)
 }
 
-/// Delegates through `fs`. v1: `<hierarchy>/oz0` in the memory, pids,
+/// Delegates through `fs`. v1: `<hierarchy>/oz0/<user>` in the memory, pids,
 /// cpuacct and freezer hierarchies, owned by the user together with its
-/// `cgroup.procs` and `tasks`. v2: `<mount>/oz0` with memory and pids (and cpu
-/// when offered) enabled for it, owned by the user together with
+/// `cgroup.procs` and `tasks`. v2: `<mount>/oz0/<user>` with memory and pids
+/// (and cpu when offered) enabled for it, owned by the user together with
 /// `cgroup.procs`, `cgroup.subtree_control` and `cgroup.threads` (the files
-/// the kernel's delegation model hands over). Idempotent.
+/// the kernel's delegation model hands over). `oz0` itself is root's.
+/// Idempotent.
 pub fn setup_delegation_with(
     fs: &dyn CgroupFs,
     user: &str,
@@ -63,30 +94,16 @@ pub fn setup_delegation_with(
     setup_delegation_in(fs, user, mode, DELEGATED_DIR)
 }
 
-/// As [`setup_delegation_with`], with another folder name than `oz0` (tests,
-/// or a node whose `--cgroup-root` names another folder).
+/// As [`setup_delegation_with`], with another parent folder than `oz0`
+/// (tests, or a node whose `--cgroup-root` names another folder).
 pub fn setup_delegation_in(
     fs: &dyn CgroupFs,
     user: &str,
     mode: SetupMode,
     dir_name: &str,
 ) -> Result<SetupReport, JobError> {
-    if dir_name.is_empty() || dir_name.contains('/') || dir_name.starts_with('.') {
-        return Err(JobError::Unavailable {
-            reason: format!("{dir_name:?} is not a folder name"),
-            fix: "name one folder, e.g. `oz0`".into(),
-        });
-    }
-    let euid = fs.euid();
-    if euid != 0 {
-        return Err(JobError::NotRoot(euid));
-    }
-    let (uid, gid, name) =
-        lookup_user(fs, user).ok_or_else(|| JobError::UnknownUser(user.to_string()))?;
-    let layout = Layout::read(fs).map_err(|reason| JobError::Unavailable {
-        reason,
-        fix: "mount /proc".into(),
-    })?;
+    let (uid, gid, name) = root_and_user(fs, user, dir_name)?;
+    let layout = read_layout(fs)?;
     let v2_ok = layout.v2.as_ref().is_some_and(|h| {
         let c = controllers_of(fs, &h.point);
         V2_REQUIRED.iter().all(|w| c.iter().any(|x| x == w))
@@ -104,10 +121,17 @@ pub fn setup_delegation_in(
         gid,
         delegated: Vec::new(),
         chowned: Vec::new(),
+        parents: Vec::new(),
         controllers: Vec::new(),
         next: String::new(),
     };
-    match version {
+    // v2: the files the kernel's delegation model hands over; v1: the
+    // folder and the two files that place processes.
+    let handed: &[&str] = match version {
+        CgroupVersion::V2 => &["cgroup.procs", "cgroup.subtree_control", "cgroup.threads"],
+        CgroupVersion::V1 => &["cgroup.procs", "tasks"],
+    };
+    let points: Vec<PathBuf> = match version {
         CgroupVersion::V2 => {
             let Some(h) = &layout.v2 else {
                 return Err(JobError::Unavailable {
@@ -115,55 +139,17 @@ pub fn setup_delegation_in(
                     fix: "mount cgroup2 (e.g. at /sys/fs/cgroup) or use `--mode v1`".into(),
                 });
             };
-            let offered = controllers_of(fs, &h.point);
             if !v2_ok {
                 return Err(JobError::Unavailable {
                     reason: format!(
                         "the cgroup v2 root {} offers [{}]: memory and pids are bound to cgroup v1 hierarchies",
                         h.point.display(),
-                        offered.join(" ")
+                        controllers_of(fs, &h.point).join(" ")
                     ),
                     fix: format!("run `oz0-node setup cgroups --user {name}` without forcing v2 (v1 is used)"),
                 });
             }
-            let mut enable: Vec<&str> = V2_REQUIRED.to_vec();
-            if offered.iter().any(|c| c == "cpu") {
-                enable.push("cpu");
-            }
-            let sc = h.point.join("cgroup.subtree_control");
-            let value = enable
-                .iter()
-                .map(|c| format!("+{c}"))
-                .collect::<Vec<_>>()
-                .join(" ");
-            fs.write(&sc, &value).map_err(|e| io("write", &sc, e))?;
-            let dir = h.point.join(dir_name);
-            mkdir_ok(fs, &dir)?;
-            // The delegatee must not own the limits of its own parent, so only
-            // these three files and the folder are handed over.
-            for f in [
-                "",
-                "cgroup.procs",
-                "cgroup.subtree_control",
-                "cgroup.threads",
-            ] {
-                let p = if f.is_empty() {
-                    dir.clone()
-                } else {
-                    dir.join(f)
-                };
-                if fs.exists(&p) {
-                    fs.chown(&p, uid, gid).map_err(|e| io("chown", &p, e))?;
-                    rep.chowned.push(p);
-                }
-            }
-            rep.controllers = controllers_of(fs, &dir);
-            rep.next = format!(
-                "start the node inside {d}: as root, write its pid to {d}/cgroup.procs before \
-                 it drops to {name} (or under systemd use `Delegate=yes` instead, which needs no setup)",
-                d = dir.display()
-            );
-            rep.delegated.push(dir);
+            vec![h.point.clone()]
         }
         CgroupVersion::V1 => {
             for need in ["memory", "pids"] {
@@ -178,36 +164,224 @@ pub fn setup_delegation_in(
             }
             let mut seen: Vec<PathBuf> = Vec::new();
             for ctl in ["memory", "pids", "cpuacct", "freezer"] {
-                let Some(h) = layout.v1.get(ctl) else {
-                    continue;
-                };
-                if seen.contains(&h.point) {
-                    continue;
-                }
-                seen.push(h.point.clone());
-                let dir = h.point.join(dir_name);
-                mkdir_ok(fs, &dir)?;
-                for f in ["", "cgroup.procs", "tasks"] {
-                    let p = if f.is_empty() {
-                        dir.clone()
-                    } else {
-                        dir.join(f)
-                    };
-                    if fs.exists(&p) {
-                        fs.chown(&p, uid, gid).map_err(|e| io("chown", &p, e))?;
-                        rep.chowned.push(p);
+                if let Some(h) = layout.v1.get(ctl) {
+                    if !seen.contains(&h.point) {
+                        seen.push(h.point.clone());
+                        rep.controllers.extend(h.controllers.iter().cloned());
                     }
                 }
-                rep.controllers.extend(h.controllers.iter().cloned());
-                rep.delegated.push(dir);
             }
-            rep.controllers.sort();
-            rep.controllers.dedup();
-            rep.next =
-                format!("nothing: the node, running as {name}, finds these folders by itself");
+            seen
+        }
+    };
+    let enable = match version {
+        CgroupVersion::V2 => {
+            let mut e: Vec<&str> = V2_REQUIRED.to_vec();
+            if controllers_of(fs, &points[0]).iter().any(|c| c == "cpu") {
+                e.push("cpu");
+            }
+            Some(
+                e.iter()
+                    .map(|c| format!("+{c}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            )
+        }
+        CgroupVersion::V1 => None,
+    };
+    for point in &points {
+        let parent = point.join(dir_name);
+        let mine = parent.join(&name);
+        if let Some(value) = &enable {
+            write(fs, &point.join("cgroup.subtree_control"), value)?;
+        }
+        mkdir_ok(fs, &parent)?;
+        // Root's, also when an earlier setup handed the whole folder to a user.
+        for p in with_files(&parent, handed) {
+            if fs.exists(&p) {
+                fs.chown(&p, 0, 0).map_err(|e| io("chown", &p, e))?;
+            }
+        }
+        if let Some(value) = &enable {
+            let sc = parent.join("cgroup.subtree_control");
+            write(fs, &sc, value).map_err(|e| match e {
+                JobError::Io { op, path, err, .. }
+                    if err.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) =>
+                {
+                    JobError::Io {
+                        op,
+                        path,
+                        err,
+                        fix: format!(
+                            "{} holds processes of its own (a node started inside it by an earlier setup): stop that node, then run this again",
+                            parent.display()
+                        ),
+                    }
+                }
+                other => other,
+            })?;
+        }
+        rep.parents.push(parent);
+        mkdir_ok(fs, &mine)?;
+        for p in with_files(&mine, handed) {
+            if fs.exists(&p) {
+                fs.chown(&p, uid, gid).map_err(|e| io("chown", &p, e))?;
+                rep.chowned.push(p);
+            }
+        }
+        if version == CgroupVersion::V2 {
+            rep.controllers = controllers_of(fs, &mine);
+        }
+        rep.delegated.push(mine);
+    }
+    rep.controllers.sort();
+    rep.controllers.dedup();
+    rep.next = match version {
+        CgroupVersion::V2 => format!(
+            "start the node inside {d}: as root, write its pid to {d}/cgroup.procs before \
+             it drops to {name} (or under systemd use `Delegate=yes` instead, which needs no setup)",
+            d = rep.delegated[0].display()
+        ),
+        CgroupVersion::V1 => {
+            format!("nothing: the node, running as {name}, finds these folders by itself")
+        }
+    };
+    Ok(rep)
+}
+
+/// Removes what [`setup_delegation`] made for `user` on the real system
+/// (root only).
+pub fn remove_delegation(user: &str) -> Result<RemoveReport, JobError> {
+    remove_delegation_in(&RealFs, user, DELEGATED_DIR)
+}
+
+/// Removes `<hierarchy>/<dir_name>/<user>` with the jobs under it in every
+/// hierarchy (v2 and v1), then each `<dir_name>` left empty. Refuses, and
+/// removes nothing, while any process is inside the user's folders: a
+/// running node's jobs are its own to end.
+pub fn remove_delegation_in(
+    fs: &dyn CgroupFs,
+    user: &str,
+    dir_name: &str,
+) -> Result<RemoveReport, JobError> {
+    // A user deleted since setup is named by the folder it left.
+    let name = match root_and_user(fs, user, dir_name) {
+        Ok((_, _, n)) => n,
+        Err(JobError::UnknownUser(_)) if is_folder_name(user) => user.to_string(),
+        Err(e) => return Err(e),
+    };
+    let layout = read_layout(fs)?;
+    let mut points: Vec<PathBuf> = layout.v2.iter().map(|h| h.point.clone()).collect();
+    for h in layout.v1.values() {
+        if !points.contains(&h.point) {
+            points.push(h.point.clone());
+        }
+    }
+    // Every folder to remove, deepest first; nothing is removed while any
+    // holds a process.
+    let mut plan: Vec<PathBuf> = Vec::new();
+    let mut busy: Vec<String> = Vec::new();
+    for point in &points {
+        let mine = point.join(dir_name).join(&name);
+        if fs.exists(&mine) {
+            subtree(fs, &mine, &mut plan)?;
+        }
+    }
+    for d in &plan {
+        let p = procs_of(fs, d);
+        if !p.is_empty() {
+            busy.push(format!(
+                "{} ({})",
+                d.display(),
+                p.iter().map(i32::to_string).collect::<Vec<_>>().join(" ")
+            ));
+        }
+    }
+    if !busy.is_empty() {
+        return Err(JobError::InUse {
+            user: name,
+            procs: busy.join(", "),
+        });
+    }
+    let mut rep = RemoveReport {
+        user: name,
+        removed: Vec::new(),
+        kept: Vec::new(),
+    };
+    for d in plan {
+        fs.rmdir(&d).map_err(|e| io("remove", &d, e))?;
+        rep.removed.push(d);
+    }
+    for point in &points {
+        let parent = point.join(dir_name);
+        if !fs.exists(&parent) {
+            continue;
+        }
+        let left = fs.list_dirs(&parent).map_err(|e| io("list", &parent, e))?;
+        if left.is_empty() && procs_of(fs, &parent).is_empty() {
+            fs.rmdir(&parent).map_err(|e| io("remove", &parent, e))?;
+            rep.removed.push(parent);
+        } else {
+            rep.kept.push(Kept {
+                path: parent,
+                why: format!("still holds {}", left.join(", ")),
+            });
         }
     }
     Ok(rep)
+}
+
+/// `dir` and everything under it, deepest first.
+fn subtree(fs: &dyn CgroupFs, dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), JobError> {
+    for c in fs.list_dirs(dir).map_err(|e| io("list", dir, e))? {
+        subtree(fs, &dir.join(c), out)?;
+    }
+    out.push(dir.to_path_buf());
+    Ok(())
+}
+
+fn is_folder_name(s: &str) -> bool {
+    !s.is_empty() && !s.contains('/') && !s.starts_with('.')
+}
+
+/// Checks the folder name and root, and looks the user up.
+fn root_and_user(
+    fs: &dyn CgroupFs,
+    user: &str,
+    dir_name: &str,
+) -> Result<(u32, u32, String), JobError> {
+    if !is_folder_name(dir_name) {
+        return Err(JobError::Unavailable {
+            reason: format!("{dir_name:?} is not a folder name"),
+            fix: "name one folder, e.g. `oz0`".into(),
+        });
+    }
+    let euid = fs.euid();
+    if euid != 0 {
+        return Err(JobError::NotRoot(euid));
+    }
+    let found = lookup_user(fs, user).ok_or_else(|| JobError::UnknownUser(user.to_string()))?;
+    if !is_folder_name(&found.2) {
+        return Err(JobError::UnknownUser(user.to_string()));
+    }
+    Ok(found)
+}
+
+fn read_layout(fs: &dyn CgroupFs) -> Result<Layout, JobError> {
+    Layout::read(fs).map_err(|reason| JobError::Unavailable {
+        reason,
+        fix: "mount /proc".into(),
+    })
+}
+
+fn with_files(dir: &Path, files: &[&str]) -> Vec<PathBuf> {
+    std::iter::once(dir.to_path_buf())
+        .chain(files.iter().map(|f| dir.join(f)))
+        .collect()
+}
+
+fn write(fs: &dyn CgroupFs, path: &Path, value: &str) -> Result<(), JobError> {
+    fs.write(path, value).map_err(|e| io("write", path, e))
 }
 
 fn io(op: &'static str, path: &Path, err: io::Error) -> JobError {

@@ -177,48 +177,63 @@ fn root_v1_drop_removes_a_job_with_processes() {
     }
 }
 
-/// Root part: delegate a temporary subtree to `oz0test`, check ownership,
-/// then run the unprivileged part of this binary as that user.
+/// Root part: delegate a temporary subtree to `oz0test` and to `oz0test2`
+/// side by side, check ownership, run the unprivileged part of this binary
+/// as each user, then undo one user's setup and show the other's still
+/// works, then the other's, and nothing is left.
 #[test]
-fn root_delegated_user_creates_limits_and_removes_a_job() {
-    const T: &str = "root_delegated_user";
+fn root_two_delegated_users_create_limits_and_remove_jobs() {
+    const T: &str = "root_two_delegated_users";
     if !is_root() {
         skip(T, "needs root");
         return;
     }
-    if Command::new("id")
-        .arg(USER)
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
-        skip(T, &format!("needs the user {USER} (useradd {USER})"));
-        return;
+    for u in [USER, USER2] {
+        if Command::new("id")
+            .arg(u)
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+        {
+            skip(
+                T,
+                &format!("needs the user {u} (useradd {u}; scripts/test makes it)"),
+            );
+            return;
+        }
     }
     if !Path::new("/usr/bin/setpriv").exists() || !Path::new(PY).exists() {
         skip(T, "needs /usr/bin/setpriv and /usr/bin/python3");
         return;
     }
     let name = format!("oz0-itest-{}-deleg", std::process::id());
-    let rep = match setup_delegation_in(&RealFs, USER, SetupMode::V1, &name) {
+    let reps: Vec<_> = match [USER, USER2]
+        .iter()
+        .map(|u| setup_delegation_in(&RealFs, u, SetupMode::V1, &name))
+        .collect::<Result<Vec<_>, _>>()
+    {
         Ok(r) => r,
         Err(e) => {
             skip(T, &format!("setup: {e}"));
             return;
         }
     };
-    // Removed on drop, whatever happens below.
+    // Removed on drop, whatever happens below (children first).
     let _guard = TempTree {
-        dirs: rep.delegated.clone(),
+        dirs: reps
+            .iter()
+            .flat_map(|r| r.delegated.clone())
+            .chain(reps[0].parents.clone())
+            .collect(),
         mode: JobMode::Unavailable {
             reason: String::new(),
             fix: String::new(),
         },
     };
-    // A root-owned sibling the user may not use.
+    // A root-owned folder beside the shared parent that no user may use.
     let denied = format!("oz0-itest-{}-denied", std::process::id());
-    let denied_dirs: Vec<PathBuf> = rep
-        .delegated
+    let denied_dirs: Vec<PathBuf> = reps[0]
+        .parents
         .iter()
         .map(|d| d.parent().unwrap().join(&denied))
         .collect();
@@ -232,47 +247,76 @@ fn root_delegated_user_creates_limits_and_removes_a_job() {
             fix: String::new(),
         },
     };
-    for p in &rep.chowned {
-        let m = std::fs::metadata(p).unwrap();
-        assert_eq!((m.uid(), m.gid()), (rep.uid, rep.gid), "{}", p.display());
+    for rep in &reps {
+        for p in &rep.chowned {
+            let m = std::fs::metadata(p).unwrap();
+            assert_eq!((m.uid(), m.gid()), (rep.uid, rep.gid), "{}", p.display());
+        }
+        for p in &rep.parents {
+            assert_eq!(std::fs::metadata(p).unwrap().uid(), 0, "{}", p.display());
+        }
+        assert!(rep.controllers.contains(&"memory".to_string()));
     }
-    assert!(rep.controllers.contains(&"memory".to_string()));
+    let as_user = |rep: &oz0_jobs::SetupReport, other: &str| {
+        let exe = std::env::current_exe().unwrap();
+        let out = Command::new("/usr/bin/setpriv")
+            .args([
+                &format!("--reuid={}", rep.uid),
+                &format!("--regid={}", rep.gid),
+                "--clear-groups",
+                "--",
+            ])
+            .arg(&exe)
+            .args([
+                "--exact",
+                "unprivileged_part_as_delegated_user",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(
+                CHILD_ENV,
+                format!("{name}/{}:{denied}:{name}/{other}", rep.user),
+            )
+            .current_dir("/")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "unprivileged part as {} failed:\n{text}",
+            rep.user
+        );
+        for l in text
+            .lines()
+            .filter(|l| l.contains("fail-closed message") || l.contains("unprivileged part:"))
+        {
+            eprintln!("as {}: {l}", rep.user);
+        }
+        assert!(
+            text.contains("unprivileged part: ok"),
+            "did not run:\n{text}"
+        );
+    };
+    as_user(&reps[0], USER2);
+    as_user(&reps[1], USER);
 
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new("/usr/bin/setpriv")
-        .args([
-            &format!("--reuid={}", rep.uid),
-            &format!("--regid={}", rep.gid),
-            "--clear-groups",
-            "--",
-        ])
-        .arg(&exe)
-        .args([
-            "--exact",
-            "unprivileged_part_as_delegated_user",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, format!("{name}:{denied}"))
-        .current_dir("/")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "unprivileged part failed:\n{text}");
-    for l in text
-        .lines()
-        .filter(|l| l.contains("fail-closed message") || l.contains("unprivileged part:"))
-    {
-        eprintln!("as {USER}: {l}");
+    // Undo the first user's: theirs goes, the second's stays and works.
+    let gone = oz0_jobs::remove_delegation_in(&RealFs, USER, &name).unwrap();
+    for d in &reps[0].delegated {
+        assert!(!d.exists(), "{} left", d.display());
+        assert!(gone.removed.contains(d));
     }
-    assert!(
-        text.contains("unprivileged part: ok"),
-        "did not run:\n{text}"
-    );
+    assert_eq!(gone.kept.len(), reps[0].parents.len(), "{gone:?}");
+    as_user(&reps[1], USER);
+    let gone = oz0_jobs::remove_delegation_in(&RealFs, USER2, &name).unwrap();
+    assert!(gone.kept.is_empty(), "{gone:?}");
+    for d in reps[1].delegated.iter().chain(&reps[0].parents) {
+        assert!(!d.exists(), "{} left", d.display());
+    }
 }
 
 /// The unprivileged part (runs only when started by the test above).
@@ -281,8 +325,23 @@ fn unprivileged_part_as_delegated_user() {
     let Ok(v) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let (name, denied) = v.split_once(':').unwrap();
+    let mut parts = v.split(':');
+    let (name, denied, other) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
     assert!(!is_root());
+    // Another user's folder, beside this one's, is not this user's.
+    let theirs = probe_mode(&ProbeOptions {
+        cgroup_root: Some(PathBuf::from(other)),
+        version: Some(CgroupVersion::V1),
+    });
+    assert!(
+        matches!(theirs.mode, JobMode::Unavailable { .. }),
+        "another user's folder was usable: {:?}",
+        theirs.mode
+    );
     let probe = probe_mode(&ProbeOptions {
         cgroup_root: Some(PathBuf::from(name)),
         version: None,
@@ -316,7 +375,7 @@ fn unprivileged_part_as_delegated_user() {
     else {
         unreachable!()
     };
-    let swap = |d: &PathBuf| d.parent().unwrap().join(denied);
+    let swap = |d: &PathBuf| d.parent().unwrap().parent().unwrap().join(denied);
     let forced = JobMode::V1 {
         memory: swap(memory),
         pids: swap(pids),

@@ -65,16 +65,23 @@ enum SetupCmd {
     /// --memory, --processes and --cpu-seconds limits. Run once, as root.
     ///
     /// cgroup v2 hosts with systemd need no setup when the node runs in a
-    /// unit with Delegate=yes. Elsewhere this makes an `oz0` folder in each
-    /// hierarchy (v1: memory, pids, cpuacct, freezer; v2: the unified one with
-    /// memory, pids and cpu enabled) owned by USER.
+    /// unit with Delegate=yes. Elsewhere this gives USER a folder of its own,
+    /// `oz0/USER`, in each hierarchy (v1: memory, pids, cpuacct, freezer; v2:
+    /// the unified one with memory, pids and cpu enabled), under an `oz0`
+    /// folder that stays root's: several node users coexist, none can touch
+    /// another's. --remove undoes it for USER (refused while USER's node has
+    /// processes there), and removes `oz0` once no user is left in it.
     Cgroups {
-        /// The node's user.
+        /// The node's user (a name, or a uid).
         #[arg(long)]
         user: String,
         /// Which layout: auto (v2 when it has memory and pids, else v1), v1, v2.
-        #[arg(long, default_value = "auto")]
+        #[arg(long, default_value = "auto", conflicts_with = "remove")]
         mode: String,
+        /// Undo the setup for USER: remove its folders (and its leftover
+        /// jobs) from every hierarchy.
+        #[arg(long)]
+        remove: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -279,7 +286,15 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
         Top::Facts(a) => crate::node::facts(a),
         Top::Plugin(c) => crate::plugin::main(c),
         Top::Key(KeyCmd::Rotate(a)) => crate::key::rotate(a),
-        Top::Setup(SetupCmd::Cgroups { user, mode, json }) => setup_cgroups(&user, &mode, json),
+        Top::Setup(SetupCmd::Cgroups {
+            user,
+            remove: true,
+            json,
+            ..
+        }) => remove_cgroups(&user, json),
+        Top::Setup(SetupCmd::Cgroups {
+            user, mode, json, ..
+        }) => setup_cgroups(&user, &mode, json),
     }
 }
 
@@ -313,6 +328,39 @@ fn refuse_root(cmd: &Top) -> Option<i32> {
         "oz0-node: {prefix}: `oz0-node {what}` runs as an unprivileged user, never as root (a root node's host-side work would act with root's rights on what its runs control): run it as the node's user, e.g. `runuser -u oz0node -- oz0-node {what} …`, after `oz0-node setup cgroups --user oz0node` once as root"
     );
     Some(code.code())
+}
+
+fn remove_cgroups(user: &str, json: bool) -> i32 {
+    match oz0_jobs::remove_delegation(user) {
+        Ok(r) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r).expect("report serialises")
+                );
+            } else if r.removed.is_empty() {
+                println!(
+                    "Nothing to remove: no cgroup folder of {} was found",
+                    r.user
+                );
+            } else {
+                println!("Removed {}'s cgroup folders:", r.user);
+                for p in &r.removed {
+                    println!("  {}", p.display());
+                }
+            }
+            if !json {
+                for k in &r.kept {
+                    println!("Kept {} ({})", k.path.display(), k.why);
+                }
+            }
+            Exit::Ok.code()
+        }
+        Err(e) => {
+            eprintln!("oz0-node: setup cgroups --remove: {e}");
+            Exit::CheckFailed.code()
+        }
+    }
 }
 
 fn setup_cgroups(user: &str, mode: &str, json: bool) -> i32 {

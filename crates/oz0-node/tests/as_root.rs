@@ -96,3 +96,125 @@ fn nodes_never_run_as_root() {
         .unwrap();
     assert!(o.status.success());
 }
+
+/// Runs a fork-heavy command as `user` under `--processes 8`; returns the
+/// job's mechanism line and what limit it hit.
+fn limited_run_as(user: &str, d: &TempDir) -> (String, String) {
+    let root = d.join(user);
+    std::fs::create_dir(&root).unwrap();
+    std::fs::create_dir(root.join("work")).unwrap();
+    let chown = Command::new("chown")
+        .args(["-R", user])
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let o = Command::new("/usr/sbin/runuser")
+        .args([
+            "-u",
+            user,
+            "--",
+            "env",
+            "-i",
+            "PATH=/usr/bin:/bin",
+            "HOME=/",
+        ])
+        .arg(node())
+        .args(["sandbox", "run", "--processes", "8", "--work"])
+        .arg(root.join("work"))
+        .arg("--data-dir")
+        .arg(root.join("data"))
+        .arg("--json-status")
+        .arg(root.join("status.json"))
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "for i in $(seq 20); do sleep 1 & done; wait",
+        ])
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(root.join("status.json"))
+        .unwrap_or_else(|e| panic!("{user}: no status ({e}): {}", stderr(&o)));
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let job = &doc["enforced"]["limits"]["job"];
+    (
+        job["enforced"][0]["mechanism"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        job["limit_hit"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+fn user_exists(u: &str) -> bool {
+    Command::new("id")
+        .arg(u)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `setup cgroups --user` for a second user leaves the first user's
+/// folder alone; each user's runs get their limits in their own folder;
+/// `--remove` takes one user's away and leaves the other's working.
+#[test]
+fn setup_cgroups_per_user_coexist_and_remove() {
+    if !is_root() {
+        skip("this test is root's (scripts/test runs it as root)");
+        return;
+    }
+    let (first, second) = ("oz0test", "oz0test2");
+    if !user_exists(first) || !user_exists(second) {
+        skip("needs the users oz0test and oz0test2 (scripts/test makes them)");
+        return;
+    }
+    let setup = |args: &[&str]| {
+        let o = Command::new(node())
+            .args(["setup", "cgroups"])
+            .args(args)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "setup {args:?}: {}", stderr(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let a = setup(&["--user", first]);
+    let b = setup(&["--user", second]);
+    let dirs = |r: &serde_json::Value| -> Vec<String> {
+        r["delegated"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap().to_string())
+            .collect()
+    };
+    for (r, u) in [(&a, first), (&b, second)] {
+        for p in dirs(r) {
+            assert!(p.ends_with(&format!("/oz0/{u}")), "{p}");
+            assert!(std::path::Path::new(&p).is_dir(), "{p} missing");
+        }
+    }
+    let d = TempDir::new("percg");
+    for u in [first, second] {
+        let (mechanism, hit) = limited_run_as(u, &d);
+        assert!(
+            mechanism.contains(&format!("/oz0/{u}/oz0-job-")),
+            "{u}'s job is not in its folder: {mechanism:?}"
+        );
+        assert_eq!(hit, "processes", "{u}: {mechanism}");
+    }
+    // The second user's setup undone: theirs is gone, the first's works.
+    let gone = setup(&["--user", second, "--remove"]);
+    for p in dirs(&b) {
+        assert!(!std::path::Path::new(&p).exists(), "{p} left");
+        assert!(gone["removed"].as_array().unwrap().iter().any(|x| x == &p));
+    }
+    let (mechanism, hit) = limited_run_as(first, &TempDir::new("percg2"));
+    assert!(mechanism.contains(&format!("/oz0/{first}/")), "{mechanism}");
+    assert_eq!(hit, "processes");
+    // Nothing of theirs is left to remove, and saying so is not an error.
+    let again = setup(&["--user", second, "--remove"]);
+    assert_eq!(again["removed"], serde_json::json!([]));
+}

@@ -11,6 +11,8 @@ use oz0_policy::Limits;
 
 pub const PY: &str = "/usr/bin/python3";
 pub const USER: &str = "oz0test";
+/// A second unprivileged user, beside the first (scripts/test makes it).
+pub const USER2: &str = "oz0test2";
 /// Set (to the delegated folder's name) when this binary runs as `oz0test`.
 pub const CHILD_ENV: &str = "OZ0_JOBS_ITEST_DELEGATED";
 
