@@ -11,8 +11,8 @@
 //! result not reported; on SIGTERM or SIGINT every running job is killed
 //! and given back to the edge at once, so another node takes it. A job's
 //! output is kept in `<data-dir>/jobs/<job>/` (stdout, stderr,
-//! status.json); the edge gets its exit status, its reason and the last 64
-//! KiB of each stream.
+//! status.json), within the limits of `edge/retention.rs`; the edge gets
+//! its exit status, its reason and the last 64 KiB of each stream.
 //!
 //! A shell job's payload is `oz0_edge::wire::ShellJob` (the edge checks it
 //! at submit with the same type):
@@ -47,6 +47,7 @@ use oz0_policy::facts::NodeFacts;
 use crate::node::NodeArgs;
 
 mod job;
+pub(crate) mod retention;
 mod run;
 
 use oz0_core::exit::Exit;
@@ -83,6 +84,8 @@ pub struct Settings {
     trust: oz0_edge::client::Trust,
     /// Jobs run at once.
     jobs: usize,
+    /// How long job records are kept.
+    keep: retention::Retention,
 }
 
 impl Settings {
@@ -152,6 +155,7 @@ impl Settings {
                 Some(n) => n,
                 None => std::thread::available_parallelism().map_or(1, |n| n.get()),
             },
+            keep: retention::Retention::new(a.keep_jobs_days, a.keep_jobs_mib),
         })
     }
 }
@@ -473,7 +477,9 @@ pub fn serve(
             host,
             client: client.clone(),
             stop: stop_rx,
+            running: Default::default(),
         });
+        runner.clone().sweep().await;
         let mut d = Daemon {
             s,
             client,

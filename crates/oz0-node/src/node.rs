@@ -62,6 +62,15 @@ pub struct NodeArgs {
     /// manifest never reaches a variable the operator did not list.
     #[arg(long = "tool-env", value_name = "NAME", requires = "edge")]
     pub tool_env: Vec<String>,
+    /// Job records (<data-dir>/jobs/<job>/: output, status, result) older
+    /// than this many days are removed, at the node's start and after each
+    /// job.
+    #[arg(long = "keep-jobs-days", value_name = "DAYS", default_value_t = crate::edge::retention::DEFAULT_DAYS, requires = "edge")]
+    pub keep_jobs_days: u64,
+    /// The job records together stay under this many MiB: beyond it the
+    /// oldest go (a running job's record is never removed).
+    #[arg(long = "keep-jobs-mib", value_name = "MIB", default_value_t = crate::edge::retention::DEFAULT_MIB, requires = "edge")]
+    pub keep_jobs_mib: u64,
     /// Weaken the self-test's own sandboxes at PROPERTY, to show that the
     /// check fails (the node is then tier 0).
     #[arg(long = "inject-fault", value_name = "PROPERTY", hide = true)]

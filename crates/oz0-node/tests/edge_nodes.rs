@@ -247,3 +247,68 @@ fn the_enrolment_token_file_must_be_private() {
     assert!(err.contains("chmod 600"), "{err}");
     assert!(!err.contains(TOKEN), "{err}");
 }
+
+/// `<data-dir>/jobs/` is kept under `--keep-jobs-mib` after each job (the
+/// oldest records go) and under `--keep-jobs-days` at the node's start;
+/// what is not a job record stays.
+#[test]
+fn job_records_are_kept_by_size_after_each_job_and_by_age_at_start() {
+    let Some(bin) = ready() else { return };
+    let edge = Edge::start(&bin, 30);
+    let flags = ["--keep-jobs-mib", "1", "--keep-jobs-days", "7"];
+    let mut n = Node::start(&edge, "keep", &flags);
+    n.wait_log("facts reported: the edge routes this node at tier 1", 120);
+    let jobs = n.dir.join("data/jobs");
+    let mut ids = Vec::new();
+    // Three records of 700 kB each: never more than 1 MiB together.
+    for _ in 0..3 {
+        let id = edge
+            .submit(
+                Origin::Internal,
+                serde_json::json!({"command": ["sh", "-c", "head -c 700000 /dev/zero | tr '\\0' x"]}),
+            )
+            .unwrap();
+        let j = edge.wait_job(&id, 60);
+        assert_eq!(j.state, "succeeded", "{j:?}");
+        ids.push(id);
+        // The sweep follows the report of the end.
+        let until = Instant::now() + Duration::from_secs(10);
+        while ids.len() > 1 && jobs.join(&ids[ids.len() - 2]).exists() {
+            assert!(Instant::now() < until, "{}", n.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let total: u64 = std::fs::read_dir(&jobs)
+            .unwrap()
+            .flatten()
+            .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten())
+            .map(|f| f.metadata().unwrap().len())
+            .sum();
+        assert!(total <= 1 << 20, "{total} bytes of records: {}", n.log());
+    }
+    assert!(
+        jobs.join(&ids[2]).join("stdout").is_file(),
+        "the newest went"
+    );
+    assert_eq!(
+        std::fs::metadata(jobs.join(&ids[2]).join("stdout"))
+            .unwrap()
+            .len(),
+        700_000
+    );
+    assert!(n.log().contains("and 1 beyond 1 MiB in all"), "{}", n.log());
+
+    // A record from 10 days ago and a file of the operator's, then a restart.
+    let old = jobs.join("job-from-long-ago");
+    std::fs::create_dir(&old).unwrap();
+    std::fs::write(old.join("stdout"), "old").unwrap();
+    let then = std::time::SystemTime::now() - Duration::from_secs(10 * 86_400);
+    for p in [old.join("stdout"), old.clone()] {
+        std::fs::File::open(&p).unwrap().set_modified(then).unwrap();
+    }
+    std::fs::write(jobs.join("NOTES"), "mine").unwrap();
+    n.restart(&node(), &edge, "keep", &flags, &[("OZ0_MICROVM", "off")]);
+    n.wait_log("removed 1 older than 7 day(s)", 120);
+    assert!(!old.exists());
+    assert!(jobs.join("NOTES").is_file());
+    assert!(jobs.join(&ids[2]).is_dir());
+}

@@ -9,13 +9,14 @@
 //! edge at once (`release`), so another node takes them without waiting
 //! for the leases to lapse.
 
+use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use oz0_core::Sandbox;
@@ -42,6 +43,21 @@ pub(super) struct Runner {
     pub(super) client: Arc<NodeClient>,
     /// Turns true when the node is told to stop.
     pub(super) stop: watch::Receiver<bool>,
+    /// The jobs running now, whose records retention never removes.
+    pub(super) running: Mutex<BTreeSet<String>>,
+}
+
+/// Takes a job off [`Runner::running`] when its task ends, however it ends.
+struct Running<'a>(&'a Runner, String);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.1);
+    }
 }
 
 /// What the node knows of itself when it takes a job.
@@ -83,8 +99,43 @@ fn tail(path: &Path) -> (Option<String>, Option<u64>) {
 }
 
 impl Runner {
-    /// Runs one leased job and reports its end.
-    pub(super) async fn take(self: Arc<Self>, mut lease: Lease, at: Taking) {
+    /// Applies the job records' retention (`--keep-jobs-days`,
+    /// `--keep-jobs-mib`) and logs what it removed.
+    pub(super) async fn sweep(self: Arc<Self>) {
+        let me = self.clone();
+        let keep = self.s.keep;
+        let swept = tokio::task::spawn_blocking(move || {
+            super::retention::sweep(&me.s.data_dir.join("jobs"), keep, &me.running)
+        })
+        .await;
+        if let Some(line) = swept
+            .ok()
+            .and_then(|s| super::retention::describe(&s, keep))
+        {
+            log(&line);
+        }
+    }
+
+    /// Runs one leased job, reports its end, and applies the records'
+    /// retention.
+    pub(super) async fn take(self: Arc<Self>, lease: Lease, at: Taking) {
+        let id = lease.job.job_id.clone();
+        {
+            let _running = if safe_id(&id) {
+                self.running
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id.clone());
+                Some(Running(&self, id))
+            } else {
+                None
+            };
+            self.run_one(lease, at).await;
+        }
+        self.sweep().await;
+    }
+
+    async fn run_one(&self, mut lease: Lease, at: Taking) {
         let job = lease.job.clone();
         if !safe_id(&job.job_id) {
             log("the edge handed out a job whose id is not plain letters and digits: not run");
