@@ -230,3 +230,123 @@ async fn the_edge_binary_serves_https_reloads_on_sighup_and_keeps_its_store_priv
     assert!(matches!(e, ClientError::PlainOffLoopback(_)), "{e:?}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// `oz0-edge --config FILE` (or OZ0_EDGE_CONFIG) starts from the file
+/// alone; a flag overrides a key; `--show-config` says where each value
+/// came from and hides a store's password; a wrong file is refused with
+/// its line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_edge_binary_reads_its_config_file_and_flags_override_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = temp("config");
+    secrets(&d);
+    let f = d.join("edge.toml");
+    let write = |text: &str, mode: u32| {
+        std::fs::write(&f, text).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    write(
+        &format!(
+            "# the edge\nlisten = \"127.0.0.1:0\"\nstore = \"sqlite:{db}\"\ntenant-tokens = \"{t}\"\noperator-tokens = \"{o}\"\nlease-secs = 7\nrequire-approval = [\"acme\"]\n",
+            db = d.join("edge.db").display(),
+            t = d.join("tenants").display(),
+            o = d.join("operators").display()
+        ),
+        0o644,
+    );
+    let bin = env!("CARGO_BIN_EXE_oz0-edge");
+    let show = |args: &[&str], env: Option<&Path>| {
+        let mut c = Command::new(bin);
+        c.args(args)
+            .arg("--show-config")
+            .env_remove("OZ0_EDGE_STORE");
+        match env {
+            Some(p) => c.env("OZ0_EDGE_CONFIG", p),
+            None => c.env_remove("OZ0_EDGE_CONFIG"),
+        };
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let fp = f.display().to_string();
+    let out = show(&["--config", &fp, "--lease-secs", "9"], None);
+    assert!(
+        out.contains(&format!("listen = \"127.0.0.1:0\"    # {fp}:2")),
+        "{out}"
+    );
+    assert!(out.contains("lease-secs = \"9\"    # flag"), "{out}");
+    assert!(
+        out.contains(&format!("require-approval = \"acme\"    # {fp}:7")),
+        "{out}"
+    );
+    assert!(
+        out.contains("node-live-secs = \"30\"    # default"),
+        "{out}"
+    );
+    let out = show(&[], Some(&f));
+    assert!(
+        out.contains(&format!("lease-secs = \"7\"    # {fp}:6")),
+        "{out}"
+    );
+
+    // Started from the file alone, it serves.
+    let mut child = Command::new(bin)
+        .args(["--config", &fp])
+        .env_remove("OZ0_EDGE_STORE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_string();
+    let e = EdgeProcess { child, url };
+    let op = OperatorClient::new(&e.url, OPERATOR).unwrap();
+    assert!(op.nodes(None).await.is_ok());
+    drop(e);
+
+    // Refused, each with the file, the line and the fix (a usage error).
+    let refused = |text: &str, mode: u32| {
+        write(text, mode);
+        let o = Command::new(bin).args(["--config", &fp]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        String::from_utf8_lossy(&o.stderr).replace(&fp, "F")
+    };
+    let err = refused("listen = \"127.0.0.1:0\"\nlisten-on = 1\n", 0o600);
+    assert!(
+        err.starts_with("oz0-edge: F:2: unknown key `listen-on` — the keys are"),
+        "{err}"
+    );
+    let err = refused("lease-secs = -1\n", 0o600);
+    assert!(
+        err.starts_with("oz0-edge: F:1: `lease-secs = \"-1\"`: invalid value"),
+        "{err}"
+    );
+    let err = refused("store = \"postgres://edge:hunter22@db/edge\"\n", 0o644);
+    assert!(
+        err.starts_with(
+            "oz0-edge: F:1: `store` holds a password and the file is readable by everyone"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("hunter22"), "{err}");
+    let err = refused("lease-secs = 1\n", 0o666);
+    assert!(err.contains("others may change it — chmod go-w F"), "{err}");
+    // The password is never shown.
+    write("store = \"postgres://edge:hunter22@db/edge\"\n", 0o600);
+    let out = show(&["--config", &fp], None);
+    assert!(
+        out.contains("store = \"postgres://edge:***@db/edge\""),
+        "{out}"
+    );
+    assert!(!out.contains("hunter22"), "{out}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -12,12 +12,59 @@ use oz0_core::exit::Exit;
 /// Tier 1 on Linux puts each run in bubblewrap namespaces with a seccomp
 /// filter and Landlock: it sees the system read-only, its work directory and
 /// the paths you name, and nothing else — not your home, not the node's data.
+///
+/// The node's settings may live in /etc/oz0/node.toml (another file with
+/// --config or OZ0_NODE_CONFIG): keys named like the flags of `run`
+/// (`data-dir = "/var/lib/oz0-node"`, `jobs = 4`, `tool-env = ["A"]`), read
+/// by `run`, `sandbox check`, `facts` and `key rotate` for the flags they
+/// have; a flag given overrides the file. `oz0-node config show` prints
+/// what `run` would use and where each value came from.
 #[derive(Debug, Parser)]
 #[command(name = "oz0-node", version, propagate_version = true)]
 pub struct Cli {
+    /// The config file [default: /etc/oz0/node.toml when it exists; also
+    /// OZ0_NODE_CONFIG].
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Read no config file.
+    #[arg(long = "no-config", global = true, conflicts_with = "config")]
+    no_config: bool,
     #[command(subcommand)]
     cmd: Top,
 }
+
+/// Which commands read the config file, and which of its keys.
+pub const CONFIG: oz0_config::Spec = oz0_config::Spec {
+    program: "oz0-node",
+    default_path: "/etc/oz0/node.toml",
+    env: "OZ0_NODE_CONFIG",
+    commands: &[
+        (&["run"], RUN_KEYS),
+        (&["sandbox", "check"], &["data-dir", "cgroup-root", "bwrap"]),
+        (&["facts"], &["data-dir"]),
+        (&["key", "rotate"], &["edge", "edge-ca", "data-dir"]),
+        // Applies the file to `run` itself; its own keys are none.
+        (&["config", "show"], &[]),
+    ],
+};
+
+/// The keys of `run` (every key the file may hold).
+const RUN_KEYS: &[&str] = &[
+    "sandbox",
+    "data-dir",
+    "cgroup-root",
+    "bwrap",
+    "edge",
+    "tenant",
+    "edge-ca",
+    "enrolment-token-file",
+    "work-root",
+    "name",
+    "jobs",
+    "tool-env",
+    "keep-jobs-days",
+    "keep-jobs-mib",
+];
 
 #[derive(Debug, Subcommand)]
 // Parsed once per process; boxing the larger variants would buy nothing.
@@ -43,11 +90,27 @@ enum Top {
     /// A plugin's tools on this node: which it offers, and one call.
     #[command(subcommand)]
     Plugin(crate::plugin::PluginCmd),
+    /// The config file: what `run` would use.
+    #[command(subcommand)]
+    Config(ConfigCmd),
     /// Print this node's facts (from <data-dir>/facts.json, written by `run`).
     ///
     /// --format nfd prints a Kubernetes Node Feature Discovery local feature
     /// file (features.d); --format kv plain key=value lines.
     Facts(crate::node::FactsArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCmd {
+    /// Print the settings `oz0-node run` would start with: each key, its
+    /// value and where it came from (the file and line, or the default).
+    /// The file is checked as `run` checks it. No key holds a secret: the
+    /// enrolment token is named by its file, never shown.
+    Show {
+        /// Print them as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -262,7 +325,15 @@ impl HostArgs {
 /// Parses the command line `args` (the program name first) and runs it;
 /// returns the exit status.
 pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
-    let cli = match Cli::try_parse_from(args) {
+    use clap::CommandFactory;
+    let applied = match oz0_config::apply(&Cli::command(), args, &CONFIG) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("oz0-node: {e}");
+            return Exit::Usage.code();
+        }
+    };
+    let cli = match Cli::try_parse_from(&applied.argv) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -284,6 +355,7 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
         Top::Sandbox(SandboxCmd::Vm(a)) => crate::vm::main(a),
         Top::Run(a) => crate::node::run(a),
         Top::Facts(a) => crate::node::facts(a),
+        Top::Config(ConfigCmd::Show { json }) => config_show(cli.config, cli.no_config, json),
         Top::Plugin(c) => crate::plugin::main(c),
         Top::Key(KeyCmd::Rotate(a)) => crate::key::rotate(a),
         Top::Setup(SetupCmd::Cgroups {
@@ -328,6 +400,63 @@ fn refuse_root(cmd: &Top) -> Option<i32> {
         "oz0-node: {prefix}: `oz0-node {what}` runs as an unprivileged user, never as root (a root node's host-side work would act with root's rights on what its runs control): run it as the node's user, e.g. `runuser -u oz0node -- oz0-node {what} …`, after `oz0-node setup cgroups --user oz0node` once as root"
     );
     Some(code.code())
+}
+
+/// `config show`: the file applied to a bare `oz0-node run`, checked the
+/// same way, and each of run's settings with its source.
+fn config_show(config: Option<PathBuf>, no_config: bool, json: bool) -> i32 {
+    use clap::CommandFactory;
+    let mut argv: Vec<std::ffi::OsString> = vec!["oz0-node".into()];
+    if let Some(c) = config {
+        argv.push("--config".into());
+        argv.push(c.into());
+    }
+    if no_config {
+        argv.push("--no-config".into());
+    }
+    argv.push("run".into());
+    let cmd = Cli::command();
+    let applied = match oz0_config::apply(&cmd, argv, &CONFIG) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("oz0-node: {e}");
+            return Exit::Usage.code();
+        }
+    };
+    // Shown even when `run` would still want a flag (say --tenant with
+    // --edge): `run` says so itself.
+    let m = cmd
+        .clone()
+        .ignore_errors(true)
+        .get_matches_from(&applied.argv);
+    let run = cmd.find_subcommand("run").expect("run exists");
+    let Some(rm) = m.subcommand_matches("run") else {
+        eprintln!("oz0-node: config show: cannot read run's settings");
+        return Exit::Usage.code();
+    };
+    let settings = oz0_config::effective(rm, &applied, RUN_KEYS, run, &|_, v| v.to_string());
+    let file = applied.file.as_ref().map(|f| f.path.display().to_string());
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "file": file,
+                "settings": settings,
+            }))
+            .expect("settings serialise")
+        );
+    } else {
+        match &file {
+            Some(f) => println!("# oz0-node run, with {f}"),
+            None if no_config => println!("# oz0-node run, with no config file (--no-config)"),
+            None => println!(
+                "# oz0-node run, with no config file ({} does not exist)",
+                CONFIG.default_path
+            ),
+        }
+        print!("{}", oz0_config::render(&settings));
+    }
+    Exit::Ok.code()
 }
 
 fn remove_cgroups(user: &str, json: bool) -> i32 {

@@ -150,11 +150,10 @@ impl Settings {
                 })
                 .collect::<Result<_, _>>()?,
             trust,
-            jobs: match a.jobs {
-                Some(0) => return Err("--jobs 0: give at least 1".into()),
-                Some(n) => n,
-                None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            },
+            // --jobs is at least 1 (its parser).
+            jobs: a
+                .jobs
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
             keep: retention::Retention::new(a.keep_jobs_days, a.keep_jobs_mib),
         })
     }

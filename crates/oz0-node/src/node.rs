@@ -36,7 +36,7 @@ pub struct NodeArgs {
     #[arg(long, value_name = "URL", requires_all = ["tenant", "enrolment_token_file"])]
     pub edge: Option<String>,
     /// The tenant this node works for (with --edge).
-    #[arg(long, value_name = "TENANT", requires = "edge")]
+    #[arg(long, value_name = "TENANT", requires = "edge", value_parser = tenant_name)]
     pub tenant: Option<String>,
     /// The CA certificate(s) the edge's HTTPS certificate must be signed by
     /// (PEM) [default: the system's CAs].
@@ -54,13 +54,13 @@ pub struct NodeArgs {
     pub name: Option<String>,
     /// Jobs run at once, each under its own lease, work folder and limits
     /// [default: this machine's processors].
-    #[arg(long, value_name = "N", requires = "edge")]
+    #[arg(long, value_name = "N", requires = "edge", value_parser = at_least_one)]
     pub jobs: Option<usize>,
     /// A variable of this node's environment that tool jobs may be given,
     /// by the name a plugin's manifest lists under settings or secrets
     /// (repeatable). A tool job naming any other is refused: a job's
     /// manifest never reaches a variable the operator did not list.
-    #[arg(long = "tool-env", value_name = "NAME", requires = "edge")]
+    #[arg(long = "tool-env", value_name = "NAME", requires = "edge", value_parser = env_name)]
     pub tool_env: Vec<String>,
     /// Job records (<data-dir>/jobs/<job>/: output, status, result) older
     /// than this many days are removed, at the node's start and after each
@@ -91,6 +91,31 @@ pub struct NodeArgs {
         hide = true
     )]
     pub recheck_secs: u64,
+}
+
+/// `--tenant`: a tenant's name as the edge spells it.
+fn tenant_name(s: &str) -> Result<String, String> {
+    if oz0_edge::routing::is_tenant(s) {
+        Ok(s.to_string())
+    } else {
+        Err("not a tenant name: lower-case letters, digits, - and _ (at most 63)".into())
+    }
+}
+
+/// `--jobs`: one or more.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("give at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `--tool-env`: a variable's name.
+fn env_name(s: &str) -> Result<String, String> {
+    oz0_policy::env::EnvName::new(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// `--sandbox`.

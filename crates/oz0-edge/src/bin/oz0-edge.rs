@@ -6,6 +6,11 @@
 //!          --tenant-tokens /etc/oz0-edge/tenants --operator-tokens /etc/oz0-edge/operators
 //! ```
 //!
+//! Every flag may live in `/etc/oz0/edge.toml` instead (another file with
+//! `--config` or `OZ0_EDGE_CONFIG`), under its long name
+//! (`listen = "0.0.0.0:8440"`); a flag given overrides the file, and
+//! `--show-config` prints the effective settings and where each came from.
+//!
 //! Secrets never go on the command line (other users can read it): the
 //! tenant file holds `TENANT=ENROLMENT_TOKEN` lines, the operator file one
 //! token a line; both must be mode 0600. `#` starts a comment. Off
@@ -29,6 +34,18 @@ use oz0_edge::{Edge, EdgeConfig, Store};
     about = "The OZ0 edge: node registry, routing by proven tier, the Nodes page"
 )]
 struct Args {
+    /// The config file [default: /etc/oz0/edge.toml when it exists; also
+    /// OZ0_EDGE_CONFIG]: keys named like these flags.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Read no config file.
+    #[arg(long = "no-config", conflicts_with = "config")]
+    no_config: bool,
+    /// Print the effective settings (each with the file and line, the
+    /// flag, the environment or the default it came from; a store's
+    /// password hidden) and exit.
+    #[arg(long = "show-config")]
+    show_config: bool,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8440")]
     listen: String,
@@ -72,6 +89,101 @@ struct Args {
     log_format: String,
 }
 
+/// The keys of /etc/oz0/edge.toml.
+const KEYS: &[&str] = &[
+    "listen",
+    "store",
+    "tenant-tokens",
+    "operator-tokens",
+    "lease-secs",
+    "node-live-secs",
+    "tls-cert",
+    "tls-key",
+    "require-approval",
+    "max-connections",
+    "log-format",
+];
+
+const CONFIG: oz0_config::Spec = oz0_config::Spec {
+    program: "oz0-edge",
+    default_path: "/etc/oz0/edge.toml",
+    env: "OZ0_EDGE_CONFIG",
+    commands: &[(&[], KEYS)],
+};
+
+/// A store URL with its password hidden (`postgres://u:***@h/db`).
+fn hide_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (auth, host) = match rest.rsplit_once('@') {
+        Some(x) => x,
+        None => return url.to_string(),
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+/// Reads the command line and the config file; `None` when the program
+/// ends here (help, version, --show-config, an error already printed).
+fn args() -> Result<Option<Args>> {
+    use clap::{CommandFactory, FromArgMatches};
+    let applied = match oz0_config::apply(&Args::command(), std::env::args_os().collect(), &CONFIG)
+    {
+        Ok(a) => a,
+        Err(e) => {
+            // A usage error, as a wrong flag is.
+            eprintln!("oz0-edge: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Some(f) = &applied.file {
+        #[cfg(unix)]
+        if let Some(e) = f.entries.iter().find(|e| e.key == "store") {
+            use std::os::unix::fs::PermissionsExt;
+            let url = e.values[0].to_string_lossy();
+            let mode = std::fs::metadata(&f.path)?.permissions().mode() & 0o777;
+            if hide_password(&url) != url && mode & 0o004 != 0 {
+                eprintln!(
+                    "oz0-edge: {}:{}: `store` holds a password and the file is readable by everyone (mode {mode:o}) — chmod o-r {} (or keep the URL in OZ0_EDGE_STORE)",
+                    f.path.display(),
+                    e.line,
+                    f.path.display()
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+    let cmd = Args::command();
+    let lenient = cmd
+        .clone()
+        .ignore_errors(true)
+        .try_get_matches_from(&applied.argv);
+    if let Ok(m) = &lenient {
+        if m.get_flag("show_config") {
+            let s = oz0_config::effective(m, &applied, KEYS, &cmd, &|k, v| {
+                if k == "store" {
+                    hide_password(v)
+                } else {
+                    v.to_string()
+                }
+            });
+            match &applied.file {
+                Some(f) => println!("# oz0-edge, with {}", f.path.display()),
+                None => println!("# oz0-edge, with no config file"),
+            }
+            print!("{}", oz0_config::render(&s));
+            return Ok(None);
+        }
+    }
+    match cmd.try_get_matches_from(&applied.argv) {
+        Ok(m) => Ok(Some(Args::from_arg_matches(&m)?)),
+        Err(e) => e.exit(),
+    }
+}
+
 fn read_secret_file(path: &Path) -> Result<Vec<String>> {
     #[cfg(unix)]
     {
@@ -109,7 +221,9 @@ fn check_token(t: &str, path: &Path, line: usize) -> Result<()> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args = Args::parse();
+    let Some(args) = args()? else {
+        return Ok(());
+    };
     // The store, its journal and anything else the edge writes are its
     // user's alone: the store holds job payloads and their secrets.
     #[cfg(unix)]
