@@ -152,6 +152,9 @@ impl BwrapInfo {
     }
 }
 
+/// The fix when a new /proc is refused inside the user namespace.
+pub const PROC_FIX: &str = "the kernel refuses a new /proc while parts of this one are mounted over or read-only: under systemd drop ProtectKernelTunables=, ProtectKernelLogs=, ProtectProc= and ProcSubset= from the node's unit; in a container, give it an unmasked /proc (e.g. Docker's --security-opt systempaths=unconfined)";
+
 /// Turns bubblewrap's own error output into a one-line reason with the fix.
 pub fn explain_failure(stderr: &str) -> String {
     let line = stderr
@@ -163,6 +166,10 @@ pub fn explain_failure(stderr: &str) -> String {
     let l = line.to_ascii_lowercase();
     let fix = if l.contains("unknown option") || l.contains("unrecognized option") {
         Some(INSTALL_FIX.to_string())
+    } else if l.contains("can't mount proc") {
+        // The user namespace was made; the kernel refuses a fresh procfs
+        // while parts of this one are covered (mount_too_revealing).
+        Some(PROC_FIX.to_string())
     } else if l.contains("no permissions to create")
         || l.contains("new namespace")
         || l.contains("uid map")
@@ -194,6 +201,10 @@ mod tests {
     fn explains_userns_and_old_versions() {
         let e = explain_failure("bwrap: No permissions to creating new namespace, likely because the kernel does not allow non-privileged user namespaces.\n");
         assert!(e.contains("apparmor_restrict_unprivileged_userns"), "{e}");
+        let e =
+            explain_failure("bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n");
+        assert!(e.contains("ProtectKernelTunables"), "{e}");
+        assert!(!e.contains("apparmor"), "{e}");
         let e = explain_failure("bwrap: Unknown option --as-pid-1\n");
         assert!(e.contains("apt-get install bubblewrap"), "{e}");
         let e = explain_failure("");
