@@ -228,6 +228,26 @@ impl State {
     }
 }
 
+/// The controllers the kernel lets a cgroup enable beside its own
+/// processes (cgroup v2's threaded controllers).
+const THREADED: [&str; 4] = ["cpu", "cpuset", "pids", "perf_event"];
+
+impl State {
+    /// A v2 cgroup (not a mount's root) with processes and a threaded
+    /// controller enabled for its children: the kernel's thread root.
+    fn is_thread_root(&self, dir: &Path) -> bool {
+        let Some((m, FakeMount::V2)) = self.mount_of(dir) else {
+            return false;
+        };
+        if m == dir || self.procs(dir).is_empty() {
+            return false;
+        }
+        self.files
+            .get(&dir.join("cgroup.subtree_control"))
+            .is_some_and(|f| f.content.split_whitespace().any(|c| THREADED.contains(&c)))
+    }
+}
+
 impl FakeFs {
     /// An empty system run as `euid` whose own pid is 4242 (started at tick 1000).
     pub fn new(euid: u32) -> Self {
@@ -471,6 +491,10 @@ impl CgroupFs for FakeFs {
                 if v2 && !is_root && !sc.is_empty() {
                     return Err(errno(rustix::io::Errno::BUSY));
                 }
+                // Under a thread root no domain cgroup may hold a process.
+                if v2 && dir.ancestors().skip(1).any(|a| st.is_thread_root(a)) {
+                    return Err(errno(rustix::io::Errno::OPNOTSUPP));
+                }
                 let within = mount.map(|(m, _)| m);
                 st.remove_pid_everywhere(pid, within.as_deref());
                 let mut p = st.procs(&dir);
@@ -503,8 +527,19 @@ impl CgroupFs for FakeFs {
                         cur.remove(c);
                     }
                 }
-                if !is_root && !cur.is_empty() && !st.procs(&dir).is_empty() {
-                    return Err(errno(rustix::io::Errno::BUSY));
+                // As the kernel: beside processes, threaded controllers
+                // may be enabled (the cgroup becomes a thread root) and
+                // domain controllers may not (EBUSY, or EOPNOTSUPP in a
+                // thread root).
+                let adds_domain = data
+                    .split_whitespace()
+                    .any(|t| t.starts_with('+') && !THREADED.contains(&&t[1..]));
+                if !is_root && adds_domain && !st.procs(&dir).is_empty() {
+                    return Err(errno(if st.is_thread_root(&dir) {
+                        rustix::io::Errno::OPNOTSUPP
+                    } else {
+                        rustix::io::Errno::BUSY
+                    }));
                 }
                 let v: Vec<String> = cur.into_iter().collect();
                 st.files.get_mut(path).expect("checked").content = v.join(" ");

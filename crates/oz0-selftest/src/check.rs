@@ -166,6 +166,12 @@ fn userns_fix(u: &Userns) -> (FixKind, String) {
         Some(Block::AppArmor) => (FixKind::UsernsAppArmor, format!("AppArmor blocks unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1): {}", Block::AppArmor.fix())),
         Some(Block::MaxZero) => (FixKind::UsernsMaxZero, format!("user namespaces are disabled (user.max_user_namespaces=0): {}", Block::MaxZero.fix())),
         Some(Block::DebianClone) => (FixKind::UsernsDebianClone, format!("unprivileged user namespaces are off (kernel.unprivileged_userns_clone=0): {}", Block::DebianClone.fix())),
+        // The namespace was made; / is the initramfs, which pivot_root
+        // cannot leave.
+        None if u.error.as_deref().is_some_and(|e| e.contains("pivot_root: Invalid argument")) => (FixKind::UsernsOther, format!(
+            "bubblewrap could not start a sandbox ({}): / is the initramfs (rootfs), which a sandbox cannot pivot away from: run the node on a system booted into a mounted root file system (from an initramfs, switch_root into a tmpfs first)",
+            u.error.clone().unwrap_or_default()
+        )),
         None => (FixKind::UsernsOther, format!(
             "bubblewrap could not create a user namespace ({}); if this node runs in a container, its seccomp profile or missing CAP_SYS_ADMIN on the host may block them: run the node on the host or allow unshare(CLONE_NEWUSER) for it",
             u.error.clone().unwrap_or_default()

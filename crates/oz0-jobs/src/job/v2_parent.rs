@@ -17,6 +17,11 @@ use crate::probe::{controllers_of, procs_of, Layout};
 /// children may hold no process. When the parent is the node's own cgroup,
 /// the node's processes move into the leaf `oz0-node` first. CPU usage
 /// (`cpu.stat`) and `cgroup.kill` need no controller. Idempotent.
+///
+/// Found on a real kernel (`tests/machines.rs`), not in the fake: enabling
+/// `pids` alone beside the node's process succeeded and made the node's
+/// cgroup a thread root, and every job under it then failed with
+/// EOPNOTSUPP.
 pub(super) fn prepare_v2_root(
     fs: &dyn CgroupFs,
     root: &Path,
@@ -59,15 +64,19 @@ pub(super) fn prepare_v2_root(
         .map(|c| format!("+{c}"))
         .collect::<Vec<_>>()
         .join(" ");
-    match fs.write(&sc, &value) {
-        Ok(()) => return Ok(()),
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) => {}
-        Err(e) => {
+    // A cgroup with processes may not enable controllers for children (no
+    // internal processes): the node's own processes move into a leaf first.
+    // Not by trying and waiting for EBUSY: the kernel lets the threaded
+    // controllers (pids, cpu) be enabled beside processes, and the cgroup
+    // then becomes a thread root, under which no job (a domain) can be made
+    // or hold a process (EOPNOTSUPP).
+    if procs_of(fs, root).is_empty() {
+        return fs.write(&sc, &value).map_err(|e| {
             let fix = fix_for(fs, &Version::V2, &e, "cgroup.subtree_control");
-            return Err(io_err("write", &sc, e, fix));
-        }
+            io_err("write", &sc, e, fix)
+        });
     }
-    // EBUSY: the parent holds processes. Only our own cgroup may be emptied by us.
+    // Only our own cgroup may be emptied by us.
     let own = Layout::read(fs)
         .ok()
         .and_then(|l| l.v2)

@@ -90,6 +90,61 @@ fn v2_probe_reports_missing_controllers() {
     assert!(reason.contains("lacks [memory pids]"), "{reason}");
 }
 
+/// The kernel lets `pids` (a threaded controller) be enabled beside the
+/// node's processes, and the node's cgroup then becomes a thread root under
+/// which no job can hold a process. A first job with only `--processes`
+/// must still move the node to its leaf first, and then a later job with
+/// `--memory` too. (Seen on a real kernel by `tests/machines.rs`.)
+#[test]
+fn v2_a_first_job_with_only_processes_still_empties_the_node_cgroup() {
+    let fs = v2_host(true);
+    let mode = JobMode::V2 { root: OWN.into() };
+    let only_pids = Limits {
+        processes: Some(8),
+        ..Default::default()
+    };
+    let job = Job::create_with(fs.clone(), &mode, &run("p"), &only_pids).unwrap();
+    assert_eq!(
+        fs.content(&format!("{OWN}/oz0-node/cgroup.procs")).unwrap(),
+        "4242\n4243\n"
+    );
+    assert_eq!(fs.content(&format!("{OWN}/cgroup.procs")).unwrap(), "");
+    fs.set_process(5000, 2000);
+    fs.add_process(&format!("{OWN}/oz0-node"), 5000);
+    job.place_pid(5000).expect("a process can join the job");
+    let job2 = Job::create_with(fs.clone(), &mode, &run("m"), &limits()).unwrap();
+    assert_eq!(
+        fs.content(&format!("{OWN}/cgroup.subtree_control"))
+            .unwrap(),
+        "memory pids"
+    );
+    job2.remove().unwrap();
+    fs.end_process(5000);
+    job.remove().unwrap();
+}
+
+/// The fake holds the kernel to the same rule: a job under a thread root
+/// cannot take a process.
+#[test]
+fn v2_fake_models_the_thread_root_the_kernel_makes() {
+    let fs = v2_host(true);
+    let sc = PathBuf::from(OWN).join("cgroup.subtree_control");
+    fs.write(&sc, "+pids")
+        .expect("threaded controllers beside processes");
+    let e = fs.write(&sc, "+memory").unwrap_err();
+    assert_eq!(
+        e.raw_os_error(),
+        Some(rustix::io::Errno::OPNOTSUPP.raw_os_error())
+    );
+    let job = PathBuf::from(OWN).join("j");
+    fs.mkdir(&job).unwrap();
+    let e = fs.write(&job.join("cgroup.procs"), "4243").unwrap_err();
+    assert_eq!(
+        e.raw_os_error(),
+        Some(rustix::io::Errno::OPNOTSUPP.raw_os_error())
+    );
+}
+
 #[test]
 fn v2_create_moves_the_node_to_a_leaf_and_writes_every_limit() {
     let fs = v2_host(true);
