@@ -473,11 +473,27 @@ fn probe_v2(
         // The node's own cgroup (systemd `Delegate=yes`, or started inside
         // its folder), then its user's folder from `setup cgroups`, then the
         // one shared folder an earlier setup handed to a single user.
-        None => vec![
-            h.own.clone(),
-            h.point.join(DELEGATED_DIR).join(user),
-            h.point.join(DELEGATED_DIR),
-        ],
+        None => {
+            let mut v = Vec::new();
+            // A process started from the leaf an earlier run of the node moved
+            // its cgroup's processes into makes its jobs beside that leaf,
+            // not in a new one under it (which would offer only the
+            // controllers the earlier run enabled).
+            if h.own
+                .file_name()
+                .is_some_and(|n| n == crate::job::NODE_LEAF)
+            {
+                if let Some(parent) = h.own.parent().filter(|p| *p != h.point) {
+                    v.push(parent.to_path_buf());
+                }
+            }
+            v.extend([
+                h.own.clone(),
+                h.point.join(DELEGATED_DIR).join(user),
+                h.point.join(DELEGATED_DIR),
+            ]);
+            v
+        }
     };
     let mut reasons = Vec::new();
     for c in &candidates {

@@ -407,7 +407,11 @@ fn execute(
     let _ = File::from(capture_r).read_to_string(&mut captured);
 
     let report = StageReport::parse(&status_buf);
-    if !report.started {
+    // A run its limit killed while the sandbox was still being made (the
+    // start counts toward --cpu-seconds and --timeout) ended at that limit,
+    // not in a failure of bubblewrap: it is reported as the limit.
+    let limit_before_start = matches!(killed, Some(Ended::Timeout | Ended::CpuTime));
+    if !report.started && !limit_before_start {
         if killed == Some(Ended::Cancelled) {
             return Err(SandboxError::CancelledBeforeStart);
         }

@@ -49,6 +49,19 @@ macro_rules! ready {
     };
 }
 
+/// `n` seconds of a time limit, times `OZ0_TEST_TIME_SCALE` (default 1):
+/// where a machine runs slower than this one (`tests/machines.rs` runs
+/// these tests in an emulated guest, where starting a sandbox alone takes
+/// seconds) the limits the tests set grow with it.
+fn secs(n: u64) -> String {
+    let scale: u64 = std::env::var("OZ0_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|s| *s >= 1)
+        .unwrap_or(1);
+    (n * scale).to_string()
+}
+
 /// Runs `cmd` with `extra` flags and `--json-status`; returns the output
 /// and the status document.
 fn run_with_status(env: &Env, extra: &[&str], cmd: &[&str]) -> (Output, Value) {
@@ -266,9 +279,10 @@ fn cpu_spinner_is_stopped_at_its_cpu_seconds() {
     );
     // The wall-time limit is far above the CPU one: if CPU time were not
     // enforced the run would end by timeout, not by cpu_time.
+    let (cpu, wall) = (secs(1), secs(60));
     let (out, doc) = run_with_status(
         &env,
-        &["--cpu-seconds", "1", "--timeout", "60"],
+        &["--cpu-seconds", &cpu, "--timeout", &wall],
         &["/bin/sh", &script],
     );
     assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -278,7 +292,7 @@ fn cpu_spinner_is_stopped_at_its_cpu_seconds() {
     assert_eq!(j["limit_hit"], "cpu_time", "{j:#}");
     let used = j["stats"]["cpu_usec"].as_u64().unwrap_or(0);
     assert!(
-        used >= 1_000_000,
+        used >= cpu.parse::<u64>().unwrap() * 1_000_000,
         "stopped after only {used} µs of CPU: {j:#}"
     );
     assert!(stderr(&out).contains("--cpu-seconds"), "{}", stderr(&out));
@@ -302,7 +316,14 @@ fn timeout_kills_the_whole_tree_of_a_run_with_limits() {
     );
     let (out, doc) = run_with_status(
         &env,
-        &["--timeout", "2", "--memory", "256", "--processes", "64"],
+        &[
+            "--timeout",
+            &secs(2),
+            "--memory",
+            "256",
+            "--processes",
+            "64",
+        ],
         &["/bin/bash", &script],
     );
     assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
@@ -356,7 +377,7 @@ fn fork_bomb_is_contained_and_the_host_stays_responsive() {
     let start = Instant::now();
     let (out, doc) = run_with_status(
         &env,
-        &["--processes", "32", "--timeout", "5"],
+        &["--processes", "32", "--timeout", &secs(5)],
         &["/bin/sh", &script],
     );
     let took = start.elapsed();

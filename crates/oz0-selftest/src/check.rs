@@ -76,10 +76,10 @@ pub fn probe(bwrap_flag: Option<&Path>, cgroup_root: Option<PathBuf>) -> Probe {
         .and_then(|i| i.check().map(|_| i))
         .map_err(|e| e.to_string());
     let userns = bwrap.as_ref().ok().map(|b| try_userns(&b.path));
-    let seccomp = Path::new("/proc/sys/kernel/seccomp/actions_avail").exists()
-        && std::fs::read_to_string("/proc/self/status")
-            .map(|s| s.contains("\nSeccomp:"))
-            .unwrap_or(false);
+    // Asked of the kernel with the call the filter is installed with, so a
+    // kernel without filters and a profile that refuses seccomp(2) to the
+    // node both read "no" here, not as a launch failure later.
+    let seccomp = oz0_sys::probe::seccomp_filters().is_ok();
     let landlock_abi = oz0_sys::probe::landlock_abi();
     let jobs = oz0_jobs::probe_mode(&oz0_jobs::ProbeOptions {
         cgroup_root,
@@ -219,8 +219,8 @@ pub fn report(p: &Probe) -> Report {
         }
         _ if !p.seccomp => Some((
             FixKind::NoSeccomp,
-            "the kernel has no seccomp filters".into(),
-            "use a kernel built with CONFIG_SECCOMP_FILTER=y (every major distribution's is)"
+            "the kernel refuses this process a seccomp filter".into(),
+            "use a kernel built with CONFIG_SECCOMP_FILTER=y (every major distribution's is); in a container, allow seccomp(2) in its seccomp profile, or run the node on the host"
                 .into(),
         )),
         _ => match &p.jobs.fix {

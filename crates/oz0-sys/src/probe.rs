@@ -200,6 +200,32 @@ pub fn landlock_abi() -> u32 {
     }
 }
 
+/// Whether this process may install a seccomp filter, as the kernel answers
+/// `seccomp(SECCOMP_GET_ACTION_AVAIL, 0, &SECCOMP_RET_ERRNO)`: the call the
+/// sandbox's filter is installed with, so an answer of "no" (a kernel
+/// without `CONFIG_SECCOMP_FILTER`, or a container's profile that refuses
+/// seccomp(2) to the node) is seen here, before any run. The error when
+/// not.
+pub fn seccomp_filters() -> io::Result<()> {
+    const SECCOMP_GET_ACTION_AVAIL: libc::c_uint = 2;
+    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+    let action: u32 = SECCOMP_RET_ERRNO;
+    // SAFETY: a valid pointer to a u32 the kernel only reads.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            SECCOMP_GET_ACTION_AVAIL,
+            0 as libc::c_uint,
+            &action as *const u32,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// `prctl(PR_CAPBSET_READ, cap)`: whether a capability is in the bounding set.
 pub fn capbset_read(cap: i32) -> io::Result<bool> {
     // SAFETY: integer arguments only.
@@ -221,6 +247,47 @@ pub fn raw_syscall0(nr: libc::c_long) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    /// The answer agrees with the kernel: a filter installs exactly when
+    /// the probe says one may (in a child, which the filter then confines).
+    #[test]
+    fn seccomp_filters_agrees_with_the_kernel() {
+        let said = super::seccomp_filters();
+        // SAFETY: fork in a test; the child only makes system calls and
+        // exits without returning into the test harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // One instruction: SECCOMP_RET_ALLOW.
+            let insn = libc::sock_filter {
+                code: 0x06,
+                jt: 0,
+                jf: 0,
+                k: 0x7fff_0000,
+            };
+            let prog = libc::sock_fprog {
+                len: 1,
+                filter: &insn as *const libc::sock_filter as *mut libc::sock_filter,
+            };
+            // SAFETY: integer arguments, then a valid program the kernel reads.
+            let ok = unsafe {
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                    && libc::syscall(
+                        libc::SYS_seccomp,
+                        1 as libc::c_uint,
+                        0 as libc::c_uint,
+                        &prog as *const libc::sock_fprog,
+                    ) == 0
+            };
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(i32::from(!ok)) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just made.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        let installed = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+        assert_eq!(said.is_ok(), installed, "the probe said {said:?}");
+    }
+
     /// The ABI the kernel reports agrees with what it does: with an ABI,
     /// a ruleset can be made; without, the kernel refuses to make one.
     #[test]

@@ -79,7 +79,7 @@ impl Sanitized {
             FixKind::UsernsMaxZero => "User namespaces are turned off: set the sysctl user.max_user_namespaces to a positive value (for example 15000), then restart the node.".to_string(),
             FixKind::UsernsDebianClone => "Unprivileged user namespaces are turned off: set the sysctl kernel.unprivileged_userns_clone=1, then restart the node.".to_string(),
             FixKind::UsernsOther => "User namespaces cannot be created here (a container's seccomp profile, for example, refuses them): run the node on the host or allow it to create user namespaces; oz0-node sandbox check on the node names the call that failed.".to_string(),
-            FixKind::NoSeccomp => "The kernel has no seccomp filters: run the node on a kernel built with CONFIG_SECCOMP_FILTER.".to_string(),
+            FixKind::NoSeccomp => "The kernel refuses the node a seccomp filter: run it on a kernel built with CONFIG_SECCOMP_FILTER, and in a container allow seccomp(2).".to_string(),
             FixKind::DelegateCgroups => "No cgroup this user can drive: delegate one with oz0-node setup cgroups, then restart the node.".to_string(),
             FixKind::SelfTestFailed => {
                 let cmd = if windows { "sandbox check --psec" } else { "sandbox check --self-test" };

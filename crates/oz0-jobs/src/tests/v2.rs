@@ -123,6 +123,35 @@ fn v2_a_first_job_with_only_processes_still_empties_the_node_cgroup() {
     job.remove().unwrap();
 }
 
+/// A second `sandbox run` started from the leaf the first one moved the
+/// cgroup's processes into makes its job beside the leaf, in the delegated
+/// cgroup, which offers every controller (the leaf offers only what the
+/// first run enabled). Seen on a real kernel by `tests/machines.rs`.
+#[test]
+fn v2_a_process_in_the_node_leaf_makes_jobs_beside_it() {
+    let fs = v2_host(true);
+    let mode = JobMode::V2 { root: OWN.into() };
+    let memory_only = Limits {
+        memory_mib: Some(64),
+        ..Default::default()
+    };
+    let first = Job::create_with(fs.clone(), &mode, &run("a"), &memory_only).unwrap();
+    first.remove().unwrap();
+    // The next node process lives in the leaf.
+    fs.set_self(
+        "0::/user.slice/user-1001.slice/user@1001.service/app.slice/oz0.service/oz0-node\n",
+        "30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n",
+    );
+    let p = probe_mode_with(fs.as_ref(), &ProbeOptions::default());
+    assert_eq!(p.mode, JobMode::V2 { root: OWN.into() }, "{:?}", p.facts);
+    let job = Job::create_with(fs.clone(), &p.mode, &run("b"), &limits()).unwrap();
+    assert_eq!(
+        job.paths(),
+        vec![PathBuf::from(format!("{OWN}/{}", job.name()))]
+    );
+    job.remove().unwrap();
+}
+
 /// The fake holds the kernel to the same rule: a job under a thread root
 /// cannot take a process.
 #[test]
