@@ -27,13 +27,8 @@ cache=$(cd "$cache" && pwd)
 pkgs="busybox-static bubblewrap libcap2 libselinux1 libpcre2-8-0 bash libtinfo6 python3.11-minimal libpython3.11-minimal zlib1g libexpat1 coreutils"
 . "$(dirname "$0")/guest-debs.sh"
 candidates build-machine-guest $pkgs
-self=$(cat "$0" "$(dirname "$0")/guest-debs.sh" | sha256sum | cut -d' ' -f1)
-base=$(sha256sum "$out/initrd.cpio" | cut -d' ' -f1)
-key=$(printf '%s %s %s\n' "$self" "$base" "$versions" | sha256sum | cut -d' ' -f1)
-if [ -f "$out/stamp-machine" ] && [ "$(cat "$out/stamp-machine")" = "$key" ] && [ -f "$out/initrd-machine.cpio" ]; then
-  echo "build-machine-guest: up to date ($out)"
-  exit 0
-fi
+key=$(build_key "$(sha256sum "$out/initrd.cpio" | cut -d' ' -f1)")
+up_to_date build-machine-guest "$out/stamp-machine" "$key" "$out/initrd-machine.cpio" && exit 0
 download_debs "$cache/debs"
 
 work=$(mktemp -d "$cache/build-machine.XXXXXX")

@@ -32,13 +32,8 @@ cache=$(cd "$cache" && pwd)
 pkgs="python3.11-minimal libpython3.11-minimal libpython3.11-stdlib zlib1g libexpat1 libffi8 libssl3 libbz2-1.0 liblzma5 libuuid1"
 . "$(dirname "$0")/guest-debs.sh"
 candidates build-test-guest-python $pkgs
-self=$(cat "$0" "$(dirname "$0")/guest-debs.sh" | sha256sum | cut -d' ' -f1)
-base=$(sha256sum "$out/initrd.cpio" | cut -d' ' -f1)
-key=$(printf '%s %s %s mcp==%s\n' "$self" "$base" "$versions" "$mcp_version" | sha256sum | cut -d' ' -f1)
-if [ -f "$out/stamp-python" ] && [ "$(cat "$out/stamp-python")" = "$key" ] && [ -f "$out/initrd-python.cpio" ]; then
-  echo "build-test-guest-python: up to date ($out)"
-  exit 0
-fi
+key=$(build_key "$(sha256sum "$out/initrd.cpio" | cut -d' ' -f1)" "mcp==$mcp_version")
+up_to_date build-test-guest-python "$out/stamp-python" "$key" "$out/initrd-python.cpio" && exit 0
 
 download_debs "$cache/debs"
 

@@ -30,12 +30,8 @@ pkgs="$kpkg busybox-static libc6 libgcc-s1"
 
 . "$(dirname "$0")/guest-debs.sh"
 candidates build-test-guest $pkgs
-self=$(cat "$0" "$(dirname "$0")/guest-debs.sh" | sha256sum | cut -d' ' -f1)
-key=$(printf '%s %s\n' "$self" "$versions" | sha256sum | cut -d' ' -f1)
-if [ -f "$out/stamp" ] && [ "$(cat "$out/stamp")" = "$key" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.cpio" ]; then
-  echo "build-test-guest: up to date ($out)"
-  exit 0
-fi
+key=$(build_key)
+up_to_date build-test-guest "$out/stamp" "$key" "$out/vmlinuz" "$out/initrd.cpio" && exit 0
 
 download_debs "$cache/debs"
 

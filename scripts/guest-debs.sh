@@ -1,6 +1,8 @@
-# Shared by build-test-guest.sh and build-test-guest-python.sh (sourced):
-# Debian packages for the QEMU test guest, from the system's configured
-# archive through `apt-get download` (signatures checked by apt).
+# Shared by build-test-guest.sh, build-test-guest-python.sh and
+# build-machine-guest.sh (sourced): Debian packages for the QEMU test
+# guests, from the system's configured archive through `apt-get download`
+# (signatures checked by apt), and the stamps that make the builds
+# idempotent.
 
 # candidates WHO PKG…: sets $versions to "pkg=version …" (the candidates),
 # or stops naming the package without one.
@@ -36,3 +38,17 @@ unpack_debs() {
   done
 }
 
+# build_key PART…: what a build is made from, hashed: the building script,
+# this file, $versions (from `candidates`) and each PART.
+build_key() {
+  { cat "$0" "$(dirname "$0")/guest-debs.sh"; printf '%s\n' "$versions" "$@"; } | sha256sum | cut -d' ' -f1
+}
+
+# up_to_date WHO STAMP KEY FILE…: true, saying so, when STAMP holds KEY and
+# every FILE exists: the build has nothing to do.
+up_to_date() {
+  who=$1; stamp=$2; want=$3; shift 3
+  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] || return 1
+  for f in "$@"; do [ -f "$f" ] || return 1; done
+  echo "$who: up to date ($(dirname "$stamp"))"
+}
