@@ -1,5 +1,7 @@
 //! Egress benchmark: bulk transfer and per-connection latency through
-//! bridge + proxy against direct loopback, measured in the same run.
+//! bridge + proxy (unix), the proxy on a run's socket file (unix) and on a
+//! run's loopback TCP listener (everywhere), against direct loopback,
+//! measured in the same run.
 //!
 //! `cargo bench -p oz0-egress --bench egress [-- MiB]`. Prints ratios; asserts
 //! nothing. Every connection is to a listener this program opens on
@@ -7,13 +9,17 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+#[cfg(unix)]
 use std::os::unix::net::UnixStream;
+#[cfg(unix)]
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use oz0_egress::{AuditRecord, Proxy, ProxyConfig, RunEgress, Token};
+#[cfg(unix)]
+use oz0_egress::RunEgress;
+use oz0_egress::{AuditRecord, Proxy, ProxyConfig, Token};
 use oz0_policy::net::Egress;
 
 const CHUNK: usize = 256 * 1024;
@@ -95,6 +101,7 @@ impl Stream for TcpStream {
         let _ = self.shutdown(Shutdown::Write);
     }
 }
+#[cfg(unix)]
 impl Stream for UnixStream {
     fn half_close(&self) {
         let _ = self.shutdown(Shutdown::Write);
@@ -104,12 +111,19 @@ impl Stream for UnixStream {
 #[derive(Clone, Copy)]
 enum Path_ {
     Direct,
+    /// The in-sandbox bridge on this port, then the run's socket file.
+    #[cfg(unix)]
     Bridge(u16),
+    /// The run's socket file.
+    #[cfg(unix)]
     Socket,
+    /// A run's loopback TCP listener on this port.
+    Tcp(u16),
 }
 
 struct Setup {
     token: Token,
+    #[cfg(unix)]
     socket: PathBuf,
 }
 
@@ -120,12 +134,19 @@ fn open(setup: &Setup, how: Path_, port: u16) -> io::Result<Box<dyn Stream>> {
             s.set_nodelay(true)?;
             return Ok(Box::new(s));
         }
+        #[cfg(unix)]
         Path_::Bridge(b) => {
             let s = TcpStream::connect(("127.0.0.1", b))?;
             s.set_nodelay(true)?;
             Box::new(s)
         }
+        #[cfg(unix)]
         Path_::Socket => Box::new(UnixStream::connect(&setup.socket)?),
+        Path_::Tcp(p) => {
+            let s = TcpStream::connect(("127.0.0.1", p))?;
+            s.set_nodelay(true)?;
+            Box::new(s)
+        }
     };
     write!(
         s,
@@ -212,9 +233,6 @@ fn main() {
     let source = source_server();
     let echo = echo_server();
 
-    let dir = std::env::temp_dir().join(format!("oz0-egress-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
     let proxy = Proxy::start(ProxyConfig {
         audit: Arc::new(|_: &AuditRecord| {}),
         ..ProxyConfig::default()
@@ -225,50 +243,74 @@ fn main() {
         .iter()
         .map(|p| format!("127.0.0.1:{p}"))
         .collect();
-    let socket = dir.join("bench.sock");
-    let guard = proxy
-        .add_run(RunEgress {
-            run_id: "bench".into(),
-            token: token.clone(),
-            egress: Egress::parse(&allow, &[]).unwrap(),
-            socket_path: socket.clone(),
-        })
+    let egress = Egress::parse(&allow, &[]).unwrap();
+    let tcp_guard = proxy
+        .add_run_tcp(
+            "bench-tcp".into(),
+            token.clone(),
+            egress.clone(),
+            "127.0.0.1:0".parse().unwrap(),
+        )
         .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let bridge_port = listener.local_addr().unwrap().port();
-    let sock2 = socket.clone();
-    thread::spawn(move || oz0_egress::bridge::serve(listener, &sock2));
-    let setup = Setup { token, socket };
+    let tcp_port = tcp_guard.tcp_addr().unwrap().port();
+    let mut paths = vec![("direct loopback", Path_::Direct)];
+
+    #[cfg(unix)]
+    let dir = std::env::temp_dir().join(format!("oz0-egress-bench-{}", std::process::id()));
+    #[cfg(unix)]
+    let (guard, setup) = {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("bench.sock");
+        let guard = proxy
+            .add_run(RunEgress {
+                run_id: "bench".into(),
+                token: token.clone(),
+                egress,
+                socket_path: socket.clone(),
+            })
+            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let bridge_port = listener.local_addr().unwrap().port();
+        let sock2 = socket.clone();
+        thread::spawn(move || oz0_egress::bridge::serve(listener, &sock2));
+        paths.push(("proxy (unix socket)", Path_::Socket));
+        paths.push(("bridge + proxy", Path_::Bridge(bridge_port)));
+        (guard, Setup { token, socket })
+    };
+    #[cfg(not(unix))]
+    let setup = {
+        drop(egress);
+        Setup { token }
+    };
+    paths.push(("proxy (tcp listener)", Path_::Tcp(tcp_port)));
 
     println!(
         "egress benchmark: {mib} MiB per transfer, best of 3; 400 new connections for latency"
     );
-    let paths = [
-        ("direct loopback", Path_::Direct),
-        ("proxy (unix socket)", Path_::Socket),
-        ("bridge + proxy", Path_::Bridge(bridge_port)),
-    ];
     let mut up = Vec::new();
     let mut down = Vec::new();
-    for (name, how) in paths {
+    for &(name, how) in &paths {
         let u = best(|| upload(&setup, how, sink, bytes), 3);
         let d = best(|| download(&setup, how, source, bytes), 3);
         println!("throughput {name:<20} up {u:>8.0} MiB/s   down {d:>8.0} MiB/s");
         up.push(u);
         down.push(d);
     }
-    println!(
-        "throughput ratio bridge+proxy / direct: up {:.2}, down {:.2} (target >= 0.80)",
-        up[2] / up[0],
-        down[2] / down[0]
-    );
-    println!(
-        "throughput ratio proxy only / direct:   up {:.2}, down {:.2}",
-        up[1] / up[0],
-        down[1] / down[0]
-    );
+    for (i, &(name, _)) in paths.iter().enumerate().skip(1) {
+        println!(
+            "throughput ratio {name:<20} / direct: up {:.2}, down {:.2}{}",
+            up[i] / up[0],
+            down[i] / down[0],
+            if name == "bridge + proxy" {
+                " (target >= 0.80)"
+            } else {
+                ""
+            }
+        );
+    }
     let mut med = Vec::new();
-    for (name, how) in paths {
+    for &(name, how) in &paths {
         let _ = latency(&setup, how, echo, 20);
         let v = latency(&setup, how, echo, 400);
         println!(
@@ -278,12 +320,17 @@ fn main() {
         );
         med.push((pct(&v, 0.5), pct(&v, 0.99)));
     }
-    println!(
-        "added latency per new connection (bridge + proxy - direct): median {:.1} us, p99 {:.1} us",
-        (med[2].0.as_secs_f64() - med[0].0.as_secs_f64()) * 1e6,
-        (med[2].1.as_secs_f64() - med[0].1.as_secs_f64()) * 1e6
-    );
+    for (i, &(name, _)) in paths.iter().enumerate().skip(1) {
+        println!(
+            "added latency per new connection ({name} - direct): median {:.1} us, p99 {:.1} us",
+            (med[i].0.as_secs_f64() - med[0].0.as_secs_f64()) * 1e6,
+            (med[i].1.as_secs_f64() - med[0].1.as_secs_f64()) * 1e6
+        );
+    }
+    drop(tcp_guard);
+    #[cfg(unix)]
     drop(guard);
     proxy.shutdown();
+    #[cfg(unix)]
     let _ = std::fs::remove_dir_all(&dir);
 }

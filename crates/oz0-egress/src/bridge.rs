@@ -11,9 +11,15 @@
 //! the kernel or a seccomp filter refuses `splice`, a plain read/write loop
 //! takes over. Each connection needs `socket(AF_UNIX)` + `connect` to the
 //! proxy socket, so the process running the bridge must be allowed those.
+//!
+//! Unix only. The descriptor hand-over ([`serve`]'s first choice,
+//! `serve_channel`) and `splice(2)` are Linux only: on other unixes
+//! [`serve`] carries every connection with the read/write loop, as
+//! [`serve_copying`] does.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+#[cfg(target_os = "linux")]
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -111,7 +117,8 @@ impl Drop for Slot {
 /// [`crate::ProxyHandle::add_run_channel`]), until accepting or handing
 /// over fails for good. One thread, no copy, no unix socket of its own: the
 /// bridge of a tier-1 run holds nothing its command may not have but the
-/// channel, whose far end takes only connections.
+/// channel, whose far end takes only connections. Linux only.
+#[cfg(target_os = "linux")]
 pub fn serve_channel(listener: TcpListener, channel: &UnixStream) -> io::Result<()> {
     loop {
         let Some(tcp) = accept(&listener)? else {
@@ -146,11 +153,20 @@ pub const HANDOFF_MARKER: u8 = 0;
 /// descriptor goes over the proxy's unix socket (`SCM_RIGHTS`) with one
 /// marker byte, and the proxy then reads and writes the run's socket directly,
 /// so no byte passes through the bridge.
+#[cfg(target_os = "linux")]
 fn hand_off(tcp: &TcpStream, target: &Path) -> io::Result<()> {
     send_handoff(&UnixStream::connect(target)?, tcp)
 }
 
+/// No hand-over off Linux (the proxy takes none there): the connection is
+/// carried instead.
+#[cfg(not(target_os = "linux"))]
+fn hand_off(_tcp: &TcpStream, _target: &Path) -> io::Result<()> {
+    Err(io::ErrorKind::Unsupported.into())
+}
+
 /// Sends `tcp`'s descriptor over `unix` with the marker byte.
+#[cfg(target_os = "linux")]
 fn send_handoff(unix: &UnixStream, tcp: &TcpStream) -> io::Result<()> {
     use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
     use std::mem::MaybeUninit;
@@ -216,6 +232,7 @@ fn copy_both(tcp: TcpStream, target: &Path) -> io::Result<()> {
 }
 
 /// Moves bytes `from` → `to` until EOF: by `splice(2)` when possible.
+#[cfg(target_os = "linux")]
 fn pump<R: Read + AsFd, W: Write + AsFd>(from: R, to: W) -> io::Result<()> {
     match splice_pump(&from, &to) {
         Ok(()) => Ok(()),
@@ -224,12 +241,20 @@ fn pump<R: Read + AsFd, W: Write + AsFd>(from: R, to: W) -> io::Result<()> {
     }
 }
 
+/// Moves bytes `from` → `to` until EOF (no `splice(2)` off Linux).
+#[cfg(not(target_os = "linux"))]
+fn pump<R: Read, W: Write>(from: R, to: W) -> io::Result<()> {
+    copy_pump(from, to)
+}
+
+#[cfg(target_os = "linux")]
 enum Spliced {
     /// Nothing was moved; fall back to copying.
     Unsupported,
     Io(io::Error),
 }
 
+#[cfg(target_os = "linux")]
 fn splice_pump(from: &impl AsFd, to: &impl AsFd) -> Result<(), Spliced> {
     use rustix::io::Errno;
     use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};

@@ -2,13 +2,17 @@
 //! egress never starts the proxy's runtime (its threads cost a run about a
 //! millisecond), and a daemon starts it once for all its runs.
 
+use std::net::SocketAddr;
+#[cfg(target_os = "linux")]
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 
 use oz0_policy::net::Egress;
 
 use crate::proxy::{Proxy, ProxyConfig, ProxyHandle};
-use crate::service::{EgressService, Lease, RunEgress};
+#[cfg(unix)]
+use crate::service::RunEgress;
+use crate::service::{EgressService, Lease};
 use crate::{EgressError, Token};
 
 /// Why the proxy's configuration could not be made (e.g. the audit log
@@ -81,6 +85,7 @@ impl LazyProxy {
 }
 
 impl EgressService for LazyProxy {
+    #[cfg(target_os = "linux")]
     fn open_channel(
         &self,
         run_id: String,
@@ -90,19 +95,31 @@ impl EgressService for LazyProxy {
         self.with(|p| p.open_channel(run_id, token, egress))
     }
 
+    #[cfg(unix)]
     fn open_socket(&self, run: RunEgress) -> Result<Lease, EgressError> {
         self.with(|p| p.open_socket(run))
+    }
+
+    fn open_tcp(
+        &self,
+        run_id: String,
+        token: Token,
+        egress: Egress,
+        bind: SocketAddr,
+    ) -> Result<(Lease, SocketAddr), EgressError> {
+        self.with(|p| p.open_tcp(run_id, token, egress, bind))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn starts_once_on_first_use_and_says_why_it_cannot() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
         let made = Arc::new(AtomicUsize::new(0));
         let counter = made.clone();
         let lazy = LazyProxy::new(Box::new(move || {
@@ -127,5 +144,25 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("audit log"), "{err}");
         assert!(!broken.started());
+    }
+
+    /// The portable door starts the proxy too, and hands back the bound
+    /// loopback address.
+    #[test]
+    fn a_tcp_run_starts_the_proxy_on_first_use() {
+        let lazy = LazyProxy::new(Box::new(|| Ok(ProxyConfig::default())));
+        assert!(!lazy.started());
+        let egress = Egress::parse(&["example.com:443".to_string()], &[]).unwrap();
+        let (lease, addr) = lazy
+            .open_tcp(
+                "t".into(),
+                Token::generate().unwrap(),
+                egress,
+                "127.0.0.1:0".parse().unwrap(),
+            )
+            .unwrap();
+        assert!(lazy.started());
+        assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
+        drop(lease);
     }
 }

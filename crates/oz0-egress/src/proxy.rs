@@ -1,12 +1,15 @@
-//! The proxy: one tokio runtime for the node, one unix socket per run.
+//! The proxy: one tokio runtime for the node, one unix socket, channel or
+//! loopback TCP listener per run.
 //!
 //! This module owns the proxy's configuration (its bounds and deadlines and
 //! the seams it is built with); the work is split by responsibility:
 //!
 //! - `handle`: starting the runtime, adding runs (a socket file or a
-//!   channel) and the guards that end them.
-//! - `accept`: a run's accept loops, the bridge's descriptor hand-over and
-//!   the connection limits.
+//!   channel on unix, a loopback TCP listener anywhere) and the guards that
+//!   end them.
+//! - `accept`: a run's accept loop (one, generic over the listener), the
+//!   loop over a channel, the bridge's descriptor hand-over and the
+//!   connection limits.
 //! - `request`: one client connection and each request on it: the token,
 //!   the policy, the lookup and address check, then a tunnel or a forward.
 //! - `message`: what the proxy reads from and rewrites in a request (head
@@ -86,14 +89,22 @@ impl Default for ProxyLimits {
 }
 
 /// How the proxy is built. `Default` is what the node uses: the system
-/// resolver, records on stderr, the node's interface addresses read per run.
+/// resolver, records on stderr, the node's interface addresses read per run
+/// (on Linux; see `own_addrs`).
 pub struct ProxyConfig {
     /// Resolves allowed names.
     pub resolver: Arc<dyn Resolver>,
     /// Receives every decision.
     pub audit: Arc<dyn AuditSink>,
     /// The node's own addresses, refused as targets of names; `None` reads
-    /// them from `/proc` when each run is added.
+    /// them from `/proc` when each run is added ([`own_addresses`]). Off
+    /// Linux `None` finds none: the address-class checks (loopback,
+    /// private, link-local, unique-local, CGNAT, metadata, multicast,
+    /// broadcast, reserved) still refuse those addresses, but a public
+    /// address on one of the node's interfaces is refused only if it is
+    /// listed here.
+    ///
+    /// [`own_addresses`]: crate::resolve::own_addresses
     pub own_addrs: Option<Vec<IpAddr>>,
     /// Bounds and deadlines.
     pub limits: ProxyLimits,

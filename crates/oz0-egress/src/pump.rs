@@ -1,6 +1,7 @@
 //! Socket-to-socket byte moving for the proxy's CONNECT tunnels whose client
-//! is the run's own TCP socket (handed over by the bridge): the bulk of a
-//! run's traffic (every HTTPS request).
+//! is a TCP socket (the run's own, handed over by the bridge, or a
+//! connection to the run's loopback listener): the bulk of a run's traffic
+//! (every HTTPS request).
 //!
 //! Bytes move through a buffer that starts small and grows once a read
 //! fills it, so a bulk transfer crosses the proxy in few large reads and
@@ -11,6 +12,7 @@
 //! tunnel that finds the budget spent keeps its small buffer.
 
 use std::io;
+#[cfg(unix)]
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -84,9 +86,19 @@ async fn write_all(to: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+#[cfg(unix)]
 fn shut_write(s: &TcpStream) {
     // The peer may be gone already; nothing to do about it then.
     let _ = rustix::net::shutdown(s.as_fd(), rustix::net::Shutdown::Write);
+}
+
+/// `shutdown(SD_SEND)` on the borrowed socket, as tokio's own
+/// `poll_shutdown` does (it needs `&mut`, and both directions share the
+/// sockets).
+#[cfg(not(unix))]
+fn shut_write(s: &TcpStream) {
+    // The peer may be gone already; nothing to do about it then.
+    let _ = socket2::SockRef::from(s).shutdown(std::net::Shutdown::Write);
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ impl Resolver for SystemResolver {
 /// unreadable file contributes nothing (loopback, private and link-local
 /// ranges are refused by class anyway; this catches a public address on a
 /// node interface).
+#[cfg(target_os = "linux")]
 pub fn own_addresses() -> Vec<IpAddr> {
     let mut out = Vec::new();
     if let Ok(text) = std::fs::read_to_string("/proc/net/fib_trie") {
@@ -45,6 +46,20 @@ pub fn own_addresses() -> Vec<IpAddr> {
     out
 }
 
+/// The node's own interface addresses: none off Linux, where there is no
+/// `/proc` to read them from and this crate makes no other system call
+/// for them. The address-class checks still refuse every loopback,
+/// private, link-local, unique-local, CGNAT, metadata, multicast,
+/// broadcast and reserved address a name resolves to; what is not caught
+/// is a *public* address on one of the node's own interfaces. A node that
+/// has one can list it in the proxy's configuration
+/// (`ProxyConfig::own_addrs`, feature `proxy`).
+#[cfg(not(target_os = "linux"))]
+pub fn own_addresses() -> Vec<IpAddr> {
+    Vec::new()
+}
+
+#[cfg(target_os = "linux")]
 fn parse_fib_trie(text: &str) -> Vec<IpAddr> {
     let mut out = Vec::new();
     let mut last: Option<IpAddr> = None;
@@ -59,6 +74,7 @@ fn parse_fib_trie(text: &str) -> Vec<IpAddr> {
     out
 }
 
+#[cfg(target_os = "linux")]
 fn parse_if_inet6(text: &str) -> Vec<IpAddr> {
     text.lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -71,6 +87,7 @@ fn parse_if_inet6(text: &str) -> Vec<IpAddr> {
 mod tests {
     use super::*;
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn parses_proc_files() {
         let fib = "Main:\n  +-- 0.0.0.0/0 3 0 5\n     |-- 0.0.0.0\n        /0 universe UNICAST\n     +-- 127.0.0.0/8 2 0 2\n        |-- 127.0.0.1\n           /32 host LOCAL\n     |-- 203.0.114.9\n        /32 host LOCAL\n     |-- 203.0.114.255\n        /32 link BROADCAST\n";

@@ -7,7 +7,12 @@
 //! runtime, and are built without it (this crate without its `proxy`
 //! feature). The node binary gives them the real proxy
 //! ([`crate::proxy::ProxyHandle`] or [`crate::LazyProxy`]).
+//!
+//! Channels are Linux only and socket files unix only; a loopback TCP
+//! listener ([`EgressService::open_tcp`]) is served everywhere.
 
+use std::net::SocketAddr;
+#[cfg(target_os = "linux")]
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
@@ -16,7 +21,9 @@ use oz0_policy::net::Egress;
 use crate::{EgressError, Token};
 
 /// One run's egress when it is served on a socket file (a VM's monitor
-/// mounts the file into its guest).
+/// mounts the file into its guest). Unix only in use: a run on a loopback
+/// TCP listener is given its id, token and policy alone
+/// ([`EgressService::open_tcp`]).
 #[derive(Debug, Clone)]
 pub struct RunEgress {
     /// The run's id (in every audit record).
@@ -29,8 +36,9 @@ pub struct RunEgress {
     pub socket_path: PathBuf,
 }
 
-/// A run's place at the proxy. Dropping it closes the run's socket or
-/// channel, ends its connections and tunnels, and removes its socket file.
+/// A run's place at the proxy. Dropping it closes the run's socket,
+/// channel or listener, ends its connections and tunnels, and removes its
+/// socket file.
 pub struct Lease(#[allow(dead_code)] Box<dyn Send>);
 
 impl Lease {
@@ -50,7 +58,8 @@ impl std::fmt::Debug for Lease {
 pub trait EgressService: Send + Sync {
     /// Serves a run over a channel: the lease, and the other end of a
     /// connected unix socket pair for the run's bridge (see
-    /// [`crate::bridge::serve_channel`]). No file is made.
+    /// [`crate::bridge::serve_channel`]). No file is made. Linux only.
+    #[cfg(target_os = "linux")]
     fn open_channel(
         &self,
         run_id: String,
@@ -58,6 +67,20 @@ pub trait EgressService: Send + Sync {
         egress: Egress,
     ) -> Result<(Lease, OwnedFd), EgressError>;
 
-    /// Serves a run on a new socket file at `run.socket_path`.
+    /// Serves a run on a new socket file at `run.socket_path`. Unix only.
+    #[cfg(unix)]
     fn open_socket(&self, run: RunEgress) -> Result<Lease, EgressError>;
+
+    /// Serves a run on a new TCP listener at `bind`, which must be a
+    /// loopback address (port 0 picks a free port): the lease, and the
+    /// address the listener is bound to (the run's proxy URL names it).
+    /// Any process on the node can connect to it; the token is what admits
+    /// only the run. Portable.
+    fn open_tcp(
+        &self,
+        run_id: String,
+        token: Token,
+        egress: Egress,
+        bind: SocketAddr,
+    ) -> Result<(Lease, SocketAddr), EgressError>;
 }

@@ -3,6 +3,10 @@
 //! socket file, the copying bridge) and real clients (`curl`, Python)
 //! through it. Real unix sockets, real listeners on 127.0.0.1.
 
+// Channels and the descriptor hand-over are Linux only; runs on TCP
+// listeners are in tcp.rs.
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::io::{self, Read, Write};

@@ -3,9 +3,12 @@
 
 mod common;
 
+#[cfg(unix)]
 use std::io::{Read, Write};
+#[cfg(unix)]
 use std::time::Duration;
 
+#[cfg(unix)]
 use common::*;
 use oz0_egress::Token;
 use oz0_policy::net::{parse_target, AllowRule, Egress, Host, Port};
@@ -45,6 +48,7 @@ proptest! {
     }
 }
 
+#[cfg(unix)]
 fn request_bytes() -> impl Strategy<Value = Vec<u8>> {
     let prefix = prop_oneof![
         Just(b"".to_vec()),
@@ -58,6 +62,7 @@ fn request_bytes() -> impl Strategy<Value = Vec<u8>> {
     })
 }
 
+#[cfg(unix)]
 #[test]
 fn live_proxy_survives_arbitrary_bytes() {
     let f = Fixture::new();

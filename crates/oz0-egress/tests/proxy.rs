@@ -3,6 +3,9 @@
 //! allowlist and the address checks, bad requests, audit records, and the
 //! end of a run. The bridge and channels are in `bridge.rs`.
 
+// Runs on unix sockets; runs on TCP listeners are in tcp.rs.
+#![cfg(unix)]
+
 mod common;
 
 use std::io::{self, Read, Write};

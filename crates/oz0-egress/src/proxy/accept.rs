@@ -1,28 +1,117 @@
-//! How connections reach a run: the accept loop on a run's socket file,
-//! the loop over a run's channel, the bridge's descriptor hand-over (one
-//! marker byte and the run's own TCP socket), and the per-run and global
-//! connection limits.
+//! How connections reach a run: one accept loop for every kind of run
+//! listener (a run's socket file on unix, a loopback TCP listener
+//! anywhere), the loop over a run's channel and the bridge's descriptor
+//! hand-over (one marker byte and the run's own TCP socket; Linux), and
+//! the per-run and global connection limits.
 
+use std::future::Future;
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, TcpStream};
+#[cfg(unix)]
+use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::handle::{wait_closed, RunCtx, Shared};
 use super::request::serve_conn;
 
-pub(super) async fn accept_loop(listener: UnixListener, ctx: Arc<RunCtx>, shared: Arc<Shared>) {
+/// A connection's places under the run's and the proxy's limits, held
+/// until it closes.
+pub(super) type Permits = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+
+/// What a run listens on: how it accepts a connection, and how a
+/// connection accepted on it reaches [`serve_conn`]. Every listener goes
+/// through the one [`accept_loop`], so the limits and the end of the run
+/// are the same for all.
+pub(super) trait RunListener: Send + Sync + 'static {
+    /// An accepted connection.
+    type Conn: Send + 'static;
+
+    /// The next connection.
+    fn accept(&self) -> impl Future<Output = io::Result<Self::Conn>> + Send;
+
+    /// Serves one connection, holding `permits` until it closes.
+    fn serve(
+        conn: Self::Conn,
+        ctx: Arc<RunCtx>,
+        shared: Arc<Shared>,
+        permits: Permits,
+    ) -> impl Future<Output = ()> + Send + 'static;
+}
+
+/// A run's socket file: on Linux each connection is either the bridge
+/// handing over the run's own TCP socket, or a client speaking HTTP on the
+/// unix socket itself (see [`receive`]); elsewhere always the latter (no
+/// descriptor is taken: a descriptor sent along is closed unread).
+#[cfg(unix)]
+impl RunListener for UnixListener {
+    type Conn = UnixStream;
+
+    async fn accept(&self) -> io::Result<UnixStream> {
+        UnixListener::accept(self).await.map(|(s, _)| s)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn serve(
+        conn: UnixStream,
+        ctx: Arc<RunCtx>,
+        shared: Arc<Shared>,
+        permits: Permits,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        receive(conn, ctx, shared, permits)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn serve(
+        conn: UnixStream,
+        ctx: Arc<RunCtx>,
+        shared: Arc<Shared>,
+        permits: Permits,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        serve_conn(conn, ctx, shared, permits)
+    }
+}
+
+/// A run's loopback TCP listener: every connection speaks HTTP to the
+/// proxy directly, and a `CONNECT` tunnel's client is a TCP socket as a
+/// handed-over one is.
+impl RunListener for TcpListener {
+    type Conn = TcpStream;
+
+    async fn accept(&self) -> io::Result<TcpStream> {
+        TcpListener::accept(self).await.map(|(s, _)| s)
+    }
+
+    fn serve(
+        conn: TcpStream,
+        ctx: Arc<RunCtx>,
+        shared: Arc<Shared>,
+        permits: Permits,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let _ = conn.set_nodelay(true);
+        serve_conn(conn, ctx, shared, permits)
+    }
+}
+
+/// Accepts a run's connections, each within the run's and the proxy's
+/// connection limits, until the run ends; the listener is closed then.
+pub(super) async fn accept_loop<L: RunListener>(
+    listener: L,
+    ctx: Arc<RunCtx>,
+    shared: Arc<Shared>,
+) {
     let mut closed = ctx.closed.clone();
     loop {
         let permits = tokio::select! {
             _ = wait_closed(&mut closed) => return,
             p = acquire(&ctx.conns, &shared.global) => p,
         };
-        let stream = tokio::select! {
+        let conn = tokio::select! {
             _ = wait_closed(&mut closed) => return,
             r = listener.accept() => match r {
-                Ok((s, _)) => s,
+                Ok(c) => c,
                 Err(_) => {
                     // EMFILE and friends: back off rather than spin.
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -30,7 +119,7 @@ pub(super) async fn accept_loop(listener: UnixListener, ctx: Arc<RunCtx>, shared
                 }
             },
         };
-        tokio::spawn(receive(stream, ctx.clone(), shared.clone(), permits));
+        tokio::spawn(L::serve(conn, ctx.clone(), shared.clone(), permits));
     }
 }
 
@@ -38,6 +127,7 @@ pub(super) async fn accept_loop(listener: UnixListener, ctx: Arc<RunCtx>, shared
 /// the run ends or the bridge closes its end. A message without a TCP
 /// socket, or with anything else, is refused and closed; a channel that
 /// speaks anything but hand-overs is closed.
+#[cfg(target_os = "linux")]
 pub(super) async fn channel_loop(channel: UnixStream, ctx: Arc<RunCtx>, shared: Arc<Shared>) {
     let mut closed = ctx.closed.clone();
     loop {
@@ -71,6 +161,7 @@ pub(super) async fn channel_loop(channel: UnixStream, ctx: Arc<RunCtx>, shared: 
 }
 
 /// How long a new connection on a run's socket may take to say what it is.
+#[cfg(target_os = "linux")]
 const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Reads a connection's first byte, with any descriptor sent along with it.
@@ -78,12 +169,8 @@ const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 /// bridge hands it over, so that bytes flow between it and the proxy
 /// directly); any other client speaks HTTP on the unix socket itself, and
 /// the byte read is the first of its request.
-async fn receive(
-    stream: UnixStream,
-    ctx: Arc<RunCtx>,
-    shared: Arc<Shared>,
-    permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
-) {
+#[cfg(target_os = "linux")]
+async fn receive(stream: UnixStream, ctx: Arc<RunCtx>, shared: Arc<Shared>, permits: Permits) {
     let first = tokio::time::timeout(FIRST_BYTE_TIMEOUT, async {
         loop {
             if stream.readable().await.is_err() {
@@ -117,6 +204,7 @@ async fn receive(
     }
 }
 
+#[cfg(target_os = "linux")]
 enum First {
     /// The run's TCP socket, handed over by the bridge.
     HandedOff(std::net::TcpStream),
@@ -128,6 +216,7 @@ enum First {
 /// accepted only when it is a connected TCP stream socket and came with the
 /// bridge's marker byte; anything else sent along is closed and the
 /// connection dropped.
+#[cfg(target_os = "linux")]
 fn recv_first(stream: &UnixStream) -> rustix::io::Result<First> {
     use rustix::net::{
         recvmsg, sockopt, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags,
@@ -173,11 +262,13 @@ fn recv_first(stream: &UnixStream) -> rustix::io::Result<First> {
 }
 
 /// A stream whose first byte was already read.
+#[cfg(target_os = "linux")]
 struct Prefixed<S> {
     first: Option<u8>,
     inner: S,
 }
 
+#[cfg(target_os = "linux")]
 impl<S> Prefixed<S> {
     fn new(first: u8, inner: S) -> Self {
         Prefixed {
@@ -187,6 +278,7 @@ impl<S> Prefixed<S> {
     }
 }
 
+#[cfg(target_os = "linux")]
 impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefixed<S> {
     fn poll_read(
         mut self: std::pin::Pin<&mut Self>,
@@ -204,6 +296,7 @@ impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefixed<S> {
     }
 }
 
+#[cfg(target_os = "linux")]
 impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefixed<S> {
     fn poll_write(
         mut self: std::pin::Pin<&mut Self>,
@@ -228,10 +321,7 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefixed<S> {
     }
 }
 
-async fn acquire(
-    run: &Arc<Semaphore>,
-    global: &Arc<Semaphore>,
-) -> (OwnedSemaphorePermit, OwnedSemaphorePermit) {
+async fn acquire(run: &Arc<Semaphore>, global: &Arc<Semaphore>) -> Permits {
     let a = run.clone().acquire_owned().await.expect("never closed");
     let b = global.clone().acquire_owned().await.expect("never closed");
     (a, b)

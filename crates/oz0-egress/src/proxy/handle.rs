@@ -3,22 +3,33 @@
 //! connections share.
 
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
+#[cfg(unix)]
 use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(unix)]
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::TcpListener;
+#[cfg(unix)]
+use tokio::net::UnixListener;
+#[cfg(target_os = "linux")]
+use tokio::net::UnixStream;
 use tokio::sync::{watch, Semaphore};
 
 use oz0_policy::net::Egress;
 
-use super::accept::{accept_loop, channel_loop};
+use super::accept::accept_loop;
+#[cfg(target_os = "linux")]
+use super::accept::channel_loop;
 use super::{ProxyConfig, ProxyLimits};
 use crate::audit::AuditSink;
 use crate::resolve::{own_addresses, Resolver};
-use crate::service::{EgressService, Lease, RunEgress};
+#[cfg(unix)]
+use crate::service::RunEgress;
+use crate::service::{EgressService, Lease};
 use crate::token::Token;
 use crate::EgressError;
 
@@ -28,7 +39,9 @@ pub struct Proxy;
 
 impl Proxy {
     /// Starts the proxy's runtime (its own threads; the caller stays
-    /// synchronous). Runs are added with [`ProxyHandle::add_run`].
+    /// synchronous). Runs are added with [`ProxyHandle::add_run_tcp`]
+    /// (anywhere), `ProxyHandle::add_run` (unix) or
+    /// `ProxyHandle::add_run_channel` (Linux).
     pub fn start(config: ProxyConfig) -> Result<ProxyHandle, EgressError> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.worker_threads.max(1))
@@ -78,7 +91,9 @@ impl fmt::Debug for ProxyHandle {
 impl ProxyHandle {
     /// Creates the run's socket and serves it until the returned guard is
     /// dropped. A request on it must carry `run.token`; it opens only
-    /// `run.egress`.
+    /// `run.egress`. Unix only; off Linux the socket takes HTTP only, never
+    /// a bridge's descriptor hand-over (the bridge copies there).
+    #[cfg(unix)]
     pub fn add_run(&self, run: RunEgress) -> Result<RunGuard, EgressError> {
         let rt = self.rt.as_ref().ok_or(EgressError::ShutDown)?;
         let path = run.socket_path.clone();
@@ -98,10 +113,60 @@ impl ProxyHandle {
         rt.spawn(accept_loop(listener, ctx, self.shared.clone()));
         Ok(RunGuard {
             run_id: run.run_id,
-            path: Some(path),
-            ino,
+            endpoint: Endpoint::Socket { path, ino },
             close,
         })
+    }
+
+    /// Listens for the run on a new TCP socket at `bind`, and serves it
+    /// until the returned guard is dropped, exactly as a run on a socket
+    /// file is served: a request must carry `token`; it opens only
+    /// `egress`. `bind` must be a loopback address (`127.0.0.1`, `[::1]`,
+    /// any of `127.0.0.0/8`), else [`EgressError::NotLoopback`]; port 0
+    /// picks a free port, which [`RunGuard::tcp_addr`] tells. This is the
+    /// portable way to serve a run (on Windows tokio serves no unix
+    /// sockets, and no descriptor can be handed over): any process on the
+    /// node can connect to the listener, and the token alone admits the run.
+    pub fn add_run_tcp(
+        &self,
+        run_id: String,
+        token: Token,
+        egress: Egress,
+        bind: SocketAddr,
+    ) -> Result<RunGuard, EgressError> {
+        self.listen_tcp(run_id, token, egress, bind)
+            .map(|(guard, _)| guard)
+    }
+
+    /// [`ProxyHandle::add_run_tcp`], and the address bound.
+    fn listen_tcp(
+        &self,
+        run_id: String,
+        token: Token,
+        egress: Egress,
+        bind: SocketAddr,
+    ) -> Result<(RunGuard, SocketAddr), EgressError> {
+        let rt = self.rt.as_ref().ok_or(EgressError::ShutDown)?;
+        if !bind.ip().is_loopback() {
+            return Err(EgressError::NotLoopback { addr: bind });
+        }
+        let bind_err = |source| EgressError::BindTcp { addr: bind, source };
+        let std_listener = std::net::TcpListener::bind(bind).map_err(bind_err)?;
+        let addr = std_listener.local_addr().map_err(bind_err)?;
+        std_listener.set_nonblocking(true).map_err(bind_err)?;
+        let listener = {
+            let _enter = rt.enter();
+            TcpListener::from_std(std_listener).map_err(bind_err)?
+        };
+        let (close, closed) = watch::channel(false);
+        let ctx = self.run_ctx(run_id.clone(), token, egress, closed);
+        rt.spawn(accept_loop(listener, ctx, self.shared.clone()));
+        let guard = RunGuard {
+            run_id,
+            endpoint: Endpoint::Tcp(addr),
+            close,
+        };
+        Ok((guard, addr))
     }
 
     /// Serves a run over a channel instead of a socket file: returns the
@@ -110,7 +175,9 @@ impl ProxyHandle {
     /// the channel (its TCP socket's descriptor, with one marker byte, see
     /// [`crate::bridge::serve_channel`]); nothing else is accepted on it. No
     /// file is made: nothing of the run names a path of the node's, and the
-    /// bridge needs no unix socket of its own.
+    /// bridge needs no unix socket of its own. Linux only (the hand-over
+    /// checks the descriptor with Linux socket options).
+    #[cfg(target_os = "linux")]
     pub fn add_run_channel(
         &self,
         run_id: String,
@@ -131,8 +198,7 @@ impl ProxyHandle {
         Ok((
             RunGuard {
                 run_id,
-                path: None,
-                ino: None,
+                endpoint: Endpoint::Channel,
                 close,
             },
             theirs.into(),
@@ -184,6 +250,7 @@ impl Drop for ProxyHandle {
 }
 
 impl EgressService for ProxyHandle {
+    #[cfg(target_os = "linux")]
     fn open_channel(
         &self,
         run_id: String,
@@ -194,20 +261,50 @@ impl EgressService for ProxyHandle {
         Ok((Lease::new(guard), theirs))
     }
 
+    #[cfg(unix)]
     fn open_socket(&self, run: RunEgress) -> Result<Lease, EgressError> {
         self.add_run(run).map(Lease::new)
     }
+
+    fn open_tcp(
+        &self,
+        run_id: String,
+        token: Token,
+        egress: Egress,
+        bind: SocketAddr,
+    ) -> Result<(Lease, SocketAddr), EgressError> {
+        let (guard, addr) = self.listen_tcp(run_id, token, egress, bind)?;
+        Ok((Lease::new(guard), addr))
+    }
 }
 
-/// A run's socket. Dropping it closes the socket, ends the run's open
-/// connections and tunnels, and removes the socket file.
+/// A run's socket, channel or listener. Dropping it closes the socket or
+/// listener, ends the run's open connections and tunnels, and removes the
+/// socket file. The proxy's runtime closes a listener moments after the
+/// drop, not within it: a connection that arrives meanwhile is closed
+/// unserved, the run having ended.
 #[derive(Debug)]
 pub struct RunGuard {
     run_id: String,
-    /// The run's socket file; none for a run served over a channel.
-    path: Option<PathBuf>,
-    ino: Option<(u64, u64)>,
+    endpoint: Endpoint,
     close: watch::Sender<bool>,
+}
+
+/// Where a run is served.
+#[derive(Debug)]
+enum Endpoint {
+    /// A socket file, and its device and inode (removed on drop only if
+    /// the file is still the one made).
+    #[cfg(unix)]
+    Socket {
+        path: PathBuf,
+        ino: Option<(u64, u64)>,
+    },
+    /// A channel: nothing to remove.
+    #[cfg(target_os = "linux")]
+    Channel,
+    /// A TCP listener on loopback, at this address.
+    Tcp(SocketAddr),
 }
 
 impl RunGuard {
@@ -217,24 +314,43 @@ impl RunGuard {
     }
 
     /// The run's socket (bind-mount it into the run, and only that run);
-    /// none for a run served over a channel.
+    /// none for a run served over a channel or a TCP listener.
     pub fn socket_path(&self) -> Option<&Path> {
-        self.path.as_deref()
+        match &self.endpoint {
+            #[cfg(unix)]
+            Endpoint::Socket { path, .. } => Some(path),
+            #[cfg(target_os = "linux")]
+            Endpoint::Channel => None,
+            Endpoint::Tcp(_) => None,
+        }
+    }
+
+    /// The address of the run's TCP listener (the bound port, when it was
+    /// asked for with port 0); none for a run on a socket file or a
+    /// channel.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        match self.endpoint {
+            Endpoint::Tcp(addr) => Some(addr),
+            #[cfg(unix)]
+            Endpoint::Socket { .. } => None,
+            #[cfg(target_os = "linux")]
+            Endpoint::Channel => None,
+        }
     }
 }
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
         let _ = self.close.send(true);
-        let Some(path) = &self.path else {
-            return;
-        };
-        // Remove the file only if it is still ours.
-        let same = std::fs::symlink_metadata(path)
-            .map(|m| Some((m.dev(), m.ino())) == self.ino)
-            .unwrap_or(false);
-        if same {
-            let _ = std::fs::remove_file(path);
+        #[cfg(unix)]
+        if let Endpoint::Socket { path, ino } = &self.endpoint {
+            // Remove the file only if it is still ours.
+            let same = std::fs::symlink_metadata(path)
+                .map(|m| Some((m.dev(), m.ino())) == *ino)
+                .unwrap_or(false);
+            if same {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
 }

@@ -54,8 +54,9 @@ pub(super) async fn dial(
 /// early).
 ///
 /// When the client is a TCP socket (the run's own, handed over by the
-/// bridge) the bytes move through buffers that grow for bulk transfers
-/// (`pump`); otherwise through tokio's copy.
+/// bridge, or a connection to the run's loopback listener) the bytes move
+/// through buffers that grow for bulk transfers (`pump`); otherwise
+/// through tokio's copy.
 pub(super) async fn tunnel(
     client: hyper::upgrade::Upgraded,
     mut server: TcpStream,

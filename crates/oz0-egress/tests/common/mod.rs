@@ -1,21 +1,25 @@
-//! Shared fixtures: a proxy on temp unix sockets, a test resolver, and
-//! upstream servers on 127.0.0.1 only.
+//! Shared fixtures: a proxy with runs on temp unix sockets (unix) or
+//! loopback TCP listeners, a test resolver, and upstream servers on
+//! 127.0.0.1 only.
 
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+#[cfg(unix)]
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+#[cfg(unix)]
+use std::path::Path;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use oz0_egress::{
-    AuditRecord, Proxy, ProxyConfig, ProxyHandle, Resolver, RunEgress, RunGuard, Token,
-};
+#[cfg(unix)]
+use oz0_egress::RunEgress;
+use oz0_egress::{AuditRecord, Proxy, ProxyConfig, ProxyHandle, Resolver, RunGuard, Token};
 use oz0_policy::net::{Egress, HostName};
 
 /// Maps test names to addresses and counts every call.
@@ -87,6 +91,7 @@ impl Fixture {
     }
 
     /// Adds a run; returns its guard and token.
+    #[cfg(unix)]
     pub fn run(&self, id: &str, allow: &[String], forward: &[u16]) -> (RunGuard, Token) {
         let token = Token::generate().unwrap();
         let egress = Egress::parse(allow, forward).unwrap();
@@ -104,8 +109,28 @@ impl Fixture {
         (guard, token)
     }
 
+    /// Adds a run on a loopback TCP listener at 127.0.0.1:0; returns its
+    /// guard and token (the guard tells the bound address).
+    pub fn tcp_run(&self, id: &str, allow: &[String], forward: &[u16]) -> (RunGuard, Token) {
+        let token = Token::generate().unwrap();
+        let egress = Egress::parse(allow, forward).unwrap();
+        let guard = self
+            .proxy
+            .as_ref()
+            .unwrap()
+            .add_run_tcp(
+                id.into(),
+                token.clone(),
+                egress,
+                "127.0.0.1:0".parse().unwrap(),
+            )
+            .unwrap();
+        (guard, token)
+    }
+
     /// Adds a run served over a channel, with its bridge listening on a
     /// loopback port; returns the guard, the token and the port.
+    #[cfg(target_os = "linux")]
     pub fn channel_run(&self, id: &str, allow: &[String]) -> (RunGuard, Token, u16) {
         let token = Token::generate().unwrap();
         let egress = Egress::parse(allow, &[]).unwrap();
@@ -290,6 +315,7 @@ pub fn read_resp(s: &mut dyn Conn, connect: bool) -> io::Result<Resp> {
     })
 }
 
+#[cfg(unix)]
 pub fn unix(path: &Path) -> UnixStream {
     let s = UnixStream::connect(path).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -302,7 +328,24 @@ pub fn tcp(port: u16) -> TcpStream {
     s
 }
 
+/// Connects to `addr` (a run's TCP listener), with a read deadline.
+pub fn tcp_to(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Sends `req` on a fresh connection to the run's TCP listener and reads
+/// the answer.
+pub fn ask_tcp(addr: SocketAddr, req: &str) -> Resp {
+    let mut s = tcp_to(addr);
+    // The proxy may answer and close before a huge request is all sent.
+    let _ = s.write_all(req.as_bytes());
+    read_resp(&mut s, req.starts_with("CONNECT")).unwrap()
+}
+
 /// Sends `req` on a fresh connection to the run's socket and reads the answer.
+#[cfg(unix)]
 pub fn ask(path: &Path, req: &str) -> Resp {
     let mut s = unix(path);
     // The proxy may answer and close before a huge request is all sent.
@@ -311,6 +354,7 @@ pub fn ask(path: &Path, req: &str) -> Resp {
 }
 
 /// Starts the bridge on 127.0.0.1:0 for `sock`; returns its port.
+#[cfg(unix)]
 pub fn bridge(sock: &Path) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
