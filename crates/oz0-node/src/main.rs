@@ -22,7 +22,11 @@
 //! and features with `cpuid`, which traps to the hypervisor in a virtual
 //! machine, about 0.4 ms of every start on the machines we measure.
 
-#![cfg_attr(not(test), no_main)]
+//!
+//! On Windows the binary is `oz0-node.exe`, the node of `src/win/mod.rs`
+//! (std's own start-up; none of the Linux roles above exist there).
+
+#![cfg_attr(all(not(test), target_os = "linux"), no_main)]
 
 /// On musl (the shipped Linux binary), dlmalloc instead of musl's allocator
 /// (see the dependency's note in Cargo.toml).
@@ -30,21 +34,40 @@
 #[global_allocator]
 static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
+#[cfg(target_os = "linux")]
 mod check;
+#[cfg(target_os = "linux")]
 mod cli;
+#[cfg(target_os = "linux")]
 mod edge;
+#[cfg(target_os = "linux")]
 mod key;
+#[cfg(target_os = "linux")]
 mod node;
+#[cfg(target_os = "linux")]
 mod plugin;
+#[cfg(target_os = "linux")]
 mod probe;
+#[cfg(target_os = "linux")]
 mod run;
+#[cfg(target_os = "linux")]
 mod tool;
+#[cfg(target_os = "linux")]
 mod vm;
+#[cfg(windows)]
+mod win;
+
+/// The Windows node's entry: std's `main`, the command line as Windows
+/// passed it.
+#[cfg(windows)]
+fn main() {
+    std::process::exit(win::main(std::env::args_os().collect()));
+}
 
 /// The process entry (see the module documentation). `unsafe_code` is
 /// allowed here for `no_mangle`, which names the C entry point, and for
 /// keeping the command line the C library passed to it.
-#[cfg(not(test))]
+#[cfg(all(not(test), target_os = "linux"))]
 #[allow(unsafe_code)]
 #[no_mangle]
 extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
@@ -57,6 +80,7 @@ extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc:
 }
 
 // In unit tests the harness is the entry; `run` stays compiled and checked.
+#[cfg(target_os = "linux")]
 #[cfg_attr(test, allow(dead_code))]
 fn run() -> i32 {
     // The hidden roles of this binary (the in-sandbox stage, the bridges,

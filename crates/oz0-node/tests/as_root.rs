@@ -3,6 +3,9 @@
 //! `scripts/test` runs this file as root (the others as the unprivileged
 //! user); as anyone else it skips, or fails under `OZ0_MUST_WORK=1`.
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::process::{Command, Stdio};

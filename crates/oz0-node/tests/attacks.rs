@@ -5,6 +5,9 @@
 //! git. Each test fails on a node that breaks the promise it names; a race
 //! is run hundreds of times and its count printed.
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 #[macro_use]
 mod common;
 

@@ -4,6 +4,9 @@
 //! from, and every wrong file is refused before anything starts, with the
 //! file, the line and the fix.
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::os::unix::fs::PermissionsExt;

@@ -4,6 +4,9 @@
 //!
 //! The edge binary: see `common/fleet.rs`.
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::collections::BTreeMap;

@@ -6,6 +6,9 @@
 //! name-lookup test, inside a network namespace of its own): no other
 //! address is ever dialled.
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 #[macro_use]
 mod common;
 

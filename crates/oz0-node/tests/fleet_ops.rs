@@ -10,6 +10,9 @@
 //! `OZ0_EDGE_TEST_POSTGRES` names one (scripts/test runs it under
 //! `with-postgres.sh`).
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::path::PathBuf;

@@ -5,6 +5,9 @@
 //! Every target is a listener this test opens on 127.0.0.1: no other
 //! address is ever dialled.
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 #[macro_use]
 mod common;
 

@@ -10,6 +10,9 @@
 //! run (so a run without limits cannot pass), and checks that the job's
 //! cgroup folders are gone afterwards.
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::path::{Path, PathBuf};

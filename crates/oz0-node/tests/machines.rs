@@ -23,6 +23,9 @@
 //! `scripts/test` stages the test binaries). Missing any, it skips with the
 //! reason, or fails under `OZ0_MUST_WORK=1`.
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::io::Read;

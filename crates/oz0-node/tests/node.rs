@@ -1,5 +1,8 @@
 //! Black-box tests of `sandbox check`, the self-test, `run` and `facts`.
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 #[macro_use]
 mod common;
 

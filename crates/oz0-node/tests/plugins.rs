@@ -11,6 +11,9 @@
 //! @modelcontextprotocol/server-filesystem`); skips with the reason when one
 //! is missing, fails under `OZ0_MUST_WORK=1`.
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::os::unix::fs::PermissionsExt;

@@ -4,6 +4,9 @@
 //! requests refused before anything runs, and the placeholders it leaves
 //! behind for no one.
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 #[macro_use]
 mod common;
 

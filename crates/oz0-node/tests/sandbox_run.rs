@@ -1,6 +1,9 @@
 //! Black-box tests of `oz0-node sandbox run`: what a sandboxed process can
 //! and cannot do, seen through its own eyes (the probe) and from the host.
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 #[macro_use]
 mod common;
 

@@ -26,6 +26,9 @@
 //! folder in `OZ0_MICROVM_TEST_GUEST`) and `mcp-server-filesystem` on PATH.
 //! Skips with the reason when one is missing; fails under `OZ0_MUST_WORK=1`.
 
+// The Linux node's black-box tests (the Windows node's are windows.rs).
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -47,10 +47,13 @@
 //!   and each fail-closed path (a recording fake); the route decision; the
 //!   relay port allocator; the firewall check; the firewall rule text; the
 //!   bytes of the minimal PSEC spec.
-//! - **Only type-checked** (for `x86_64-pc-windows-msvc` and
-//!   `x86_64-pc-windows-gnu`): [`native`] — the probe's calls, job object
-//!   creation, and compile-time checks that our job constants equal the
-//!   system's.
+//! - **Run under Wine 8.0** (a Windows without PSEC, in CI through
+//!   `oz0-node.exe`'s tests): [`native::probe`] reading the edition and
+//!   build from the registry and finding the API set not implemented.
+//! - **Only type-checked** (for `x86_64-pc-windows-msvc`,
+//!   `aarch64-pc-windows-msvc` and `x86_64-pc-windows-gnu`): the rest of
+//!   [`native`] — the probe's calls past the API set, job object creation,
+//!   and compile-time checks that our job constants equal the system's.
 //! - **Needs a real Windows 11 25H2 machine**: that the probe's answers match
 //!   the OS, that the minimal spec creates, that the PSEC request as encoded
 //!   by a launcher is enforced as listed (files, deny paths, protected

@@ -126,8 +126,15 @@ mod imp {
 
     const CURRENT_VERSION: &str = "SOFTWARE\\Microsoft\\Windows NT\\CurrentVersion";
 
+    /// Where `ProductType` is (`WinNT`, `ServerNT`, `LanmanNT`).
+    const PRODUCT_OPTIONS: &str = "SYSTEM\\CurrentControlSet\\Control\\ProductOptions";
+
     fn reg_string(value: &str) -> Option<String> {
-        let (key, name) = (wide(CURRENT_VERSION), wide(value));
+        reg_string_in(CURRENT_VERSION, value)
+    }
+
+    fn reg_string_in(key: &str, value: &str) -> Option<String> {
+        let (key, name) = (wide(key), wide(value));
         let mut buf = [0u16; 128];
         let mut bytes = u32::try_from(std::mem::size_of_val(&buf)).ok()?;
         // SAFETY: key and name are NUL-terminated and outlive the call; buf
@@ -178,16 +185,12 @@ mod imp {
 
     /// Probes PSEC the way MXC does; see the module documentation.
     pub fn probe() -> Result<PsecProbe, NativeError> {
-        let edition = match reg_string("InstallationType").as_deref() {
-            Some("Client") => Edition::Client,
-            // Server, Server Core, Nano Server — and anything unknown, which
-            // is not a client we know PSEC on.
-            _ => Edition::Server,
-        };
-        let build = match (reg_string("CurrentBuildNumber"), reg_dword("UBR")) {
-            (Some(b), Some(ubr)) => WindowsBuild::parse(&format!("{b}.{ubr}")).ok(),
-            _ => None,
-        };
+        let edition = Edition::from_registry(
+            reg_string("InstallationType").as_deref(),
+            reg_string_in(PRODUCT_OPTIONS, "ProductType").as_deref(),
+        );
+        let build = reg_string("CurrentBuildNumber")
+            .and_then(|b| WindowsBuild::from_registry(&b, reg_dword("UBR")));
         let mut p = PsecProbe {
             edition,
             build,

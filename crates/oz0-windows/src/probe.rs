@@ -30,7 +30,8 @@ pub const EXPORT_VERSION: &str = "IsProcessSecurityEnvironmentVersionSupported";
 /// reported as such.
 pub const REFERENCE_SDK: &str = "MXC v1.0.0";
 
-/// Windows edition, as the registry's `InstallationType` says.
+/// Windows edition, as the registry's `InstallationType` says (or, where
+/// it is absent, `ProductType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Edition {
@@ -40,7 +41,24 @@ pub enum Edition {
     Server,
 }
 
-/// A Windows build as `CurrentBuildNumber.UBR`, e.g. `26200.9457`. Only
+impl Edition {
+    /// The edition from the registry: `InstallationType` (`Client`,
+    /// `Server`, `Server Core`, `Nano Server`) where Windows sets it, else
+    /// `ProductType` (`WinNT` is a workstation; `ServerNT` and `LanmanNT`
+    /// are servers), as Windows before 8.1 and Wine have it. Anything else,
+    /// or neither, counts as a server: not a client PSEC is known on.
+    pub fn from_registry(installation_type: Option<&str>, product_type: Option<&str>) -> Edition {
+        match (installation_type, product_type) {
+            (Some("Client"), _) => Edition::Client,
+            (Some(_), _) => Edition::Server,
+            (None, Some(p)) if p.eq_ignore_ascii_case("WinNT") => Edition::Client,
+            _ => Edition::Server,
+        }
+    }
+}
+
+/// A Windows build as `CurrentBuildNumber.UBR`, e.g. `26200.9457`, or the
+/// build number alone where the registry has no `UBR` (`18362`). Only
 /// shown and matched against builds PSEC was seen on; never compared.
 #[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -48,21 +66,33 @@ pub struct WindowsBuild(String);
 
 /// A build string that is not `DIGITS.DIGITS`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a Windows build of the form 26200.9457 (CurrentBuildNumber.UBR)")]
+#[error("{0:?} is not a Windows build of the form 26200.9457 (CurrentBuildNumber.UBR) or 26200")]
 pub struct BuildError(String);
 
 impl WindowsBuild {
-    /// Parses `NNNNN.NNNN` strictly (the form the edge keeps).
+    /// Parses `NNNNN.NNNN` or `NNNNN` strictly (the forms the edge keeps).
     pub fn parse(s: &str) -> Result<Self, BuildError> {
-        let ok = s.split_once('.').is_some_and(|(a, b)| {
-            (4..=5).contains(&a.len())
-                && (1..=6).contains(&b.len())
-                && a.bytes().chain(b.bytes()).all(|c| c.is_ascii_digit())
-        });
+        let digits = |a: &str, n: std::ops::RangeInclusive<usize>| {
+            n.contains(&a.len()) && a.bytes().all(|c| c.is_ascii_digit())
+        };
+        let ok = match s.split_once('.') {
+            Some((a, b)) => digits(a, 4..=5) && digits(b, 1..=6),
+            None => digits(s, 4..=5),
+        };
         if ok {
             Ok(WindowsBuild(s.to_string()))
         } else {
             Err(BuildError(s.chars().take(40).collect()))
+        }
+    }
+
+    /// The build from the registry's `CurrentBuildNumber` and `UBR` (the
+    /// update revision, absent on some systems): None when the number is not
+    /// a build.
+    pub fn from_registry(number: &str, ubr: Option<u32>) -> Option<WindowsBuild> {
+        match ubr {
+            Some(u) => WindowsBuild::parse(&format!("{number}.{u}")).ok(),
+            None => WindowsBuild::parse(number).ok(),
         }
     }
 
@@ -517,15 +547,54 @@ pub(crate) mod tests {
     #[test]
     fn builds_are_strict_and_only_matched_by_release() {
         assert!(WindowsBuild::parse("26200.9457").is_ok());
-        for bad in ["26200", "x.1", "26200.", "262000000.1", "26200.9457 ", ""] {
+        // A registry without UBR (Wine's, older Windows): the number alone.
+        assert_eq!(WindowsBuild::parse("18362").unwrap().release(), "18362");
+        for bad in [
+            "x.1",
+            "26200.",
+            "262000000.1",
+            "26200.9457 ",
+            "",
+            "262",
+            "1.2.3",
+        ] {
             assert!(WindowsBuild::parse(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(
+            WindowsBuild::from_registry("26200", Some(9457))
+                .unwrap()
+                .as_str(),
+            "26200.9457"
+        );
+        assert_eq!(
+            WindowsBuild::from_registry("18362", None).unwrap().as_str(),
+            "18362"
+        );
+        assert_eq!(WindowsBuild::from_registry("Vista", None), None);
         let mut p = found("26200.7000", None, 0);
         assert_eq!(p.seen_on_same_release(), Some("26200.9457"));
         p.build = Some(WindowsBuild::parse("26100.4000").unwrap());
         assert_eq!(p.seen_on_same_release(), None);
         p.build = None;
         assert_eq!(p.seen_on_same_release(), None);
+    }
+
+    #[test]
+    fn edition_from_the_registry() {
+        use Edition::{Client, Server};
+        for (it, pt, want) in [
+            (Some("Client"), None, Client),
+            (Some("Client"), Some("ServerNT"), Client),
+            (Some("Server"), Some("WinNT"), Server),
+            (Some("Server Core"), None, Server),
+            (Some("Nano Server"), None, Server),
+            (None, Some("WinNT"), Client),
+            (None, Some("ServerNT"), Server),
+            (None, Some("LanmanNT"), Server),
+            (None, None, Server),
+        ] {
+            assert_eq!(Edition::from_registry(it, pt), want, "{it:?} {pt:?}");
+        }
     }
 
     #[test]

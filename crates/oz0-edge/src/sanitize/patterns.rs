@@ -11,9 +11,14 @@ fn digits(s: &str, min: usize, max: usize) -> bool {
     (min..=max).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// `^\d{5}\.\d{1,5}$`: a Windows build such as `26200.9457`.
+/// `^\d{4,5}(\.\d{1,5})?$`: a Windows build such as `26200.9457`, or the
+/// build number alone from a registry without an update revision (`18362`,
+/// Windows 7's `7601`).
 pub fn is_windows_build(s: &str) -> bool {
-    matches!(s.split_once('.'), Some((a, b)) if digits(a, 5, 5) && digits(b, 1, 5))
+    match s.split_once('.') {
+        Some((a, b)) => digits(a, 4, 5) && digits(b, 1, 5),
+        None => digits(s, 4, 5),
+    }
 }
 
 /// `^\d{1,4}\.\d{1,4}(\.\d{1,4})?$`: a version such as `0.8.0` or `1.0`.

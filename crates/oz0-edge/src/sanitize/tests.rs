@@ -40,9 +40,12 @@ fn linux() -> NodeFacts {
 #[test]
 fn patterns() {
     assert!(is_windows_build("26200.9457"));
+    assert!(is_windows_build("18362") && is_windows_build("7601"));
     for bad in [
         "26200.9457; rm -rf",
-        "2620.9457",
+        "262.9457",
+        "262000.1",
+        "762",
         "26200.",
         "26200.123456",
         "２6200.1",

@@ -1,0 +1,154 @@
+//! `oz0-node.exe`: the node on Windows.
+//!
+//! A Windows node runs at sandbox tier 0: the edge routes it at tier 0
+//! whatever it proves, so no work that needs tier 1 is sent to it. What it
+//! does here:
+//!
+//! - `sandbox check`: asks Windows what it has, as Microsoft's MXC does
+//!   (the API set, `processmodel.dll`'s exports, the PSEC contract and its
+//!   features; never the build number), and prints the three lines of
+//!   `oz0_windows::check::report`.
+//! - `sandbox check --psec`: the same, then the eight-property self-test in
+//!   PSEC containers where PSEC is here (see [`wall`] for what this build
+//!   can run of it).
+//! - `sandbox run`: the PSEC preview, refused without
+//!   `OZ0_SANDBOX_PSEC_PREVIEW=1` as on any node without tier 1.
+//! - `sandbox proxy`: one run's egress proxy on a loopback port.
+//! - `run`: the node daemon: probe, facts, and with `--edge` registration
+//!   and reports.
+//! - `facts`: what the last `run` wrote.
+//!
+//! The portable decisions (the probe's facts → lines, tier and fix; the
+//! route variable; the relay's ports) are `oz0-windows`' and tested on
+//! Linux; this module is the command line around them, run under Wine in
+//! CI (`crates/oz0-node/tests/windows.rs`).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+use oz0_core::exit::Exit;
+
+mod node;
+mod proxy;
+mod sandbox;
+mod wall;
+
+/// The variable that turns on `sandbox run`'s PSEC preview.
+pub const PREVIEW_ENV: &str = "OZ0_SANDBOX_PSEC_PREVIEW";
+
+/// OZ0 node for Windows: probes Windows' process security environment
+/// (PSEC), reports what it found, and registers with an edge.
+///
+/// Windows nodes are routed at sandbox tier 0: work that needs tier 1
+/// (every job an outside event starts) goes to Linux or macOS nodes.
+/// `sandbox check` shows what this machine has; `run --sandbox psec` tests
+/// PSEC on this node at start. No command needs an administrator.
+#[derive(Debug, Parser)]
+#[command(name = "oz0-node", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Top,
+}
+
+#[derive(Debug, Subcommand)]
+enum Top {
+    /// Check this machine's sandbox, and the PSEC preview.
+    #[command(subcommand)]
+    Sandbox(SandboxCmd),
+    /// The node daemon: probe, publish the facts, stay up.
+    ///
+    /// Creates its data directory and node key on first start, probes
+    /// PSEC, writes <data-dir>\facts.json, and with --edge registers with
+    /// the edge and reports the facts. The edge routes a Windows node at
+    /// tier 0. Ctrl-C stops it.
+    Run(node::RunArgs),
+    /// Print this node's facts (from <data-dir>\facts.json, written by `run`).
+    Facts(node::FactsArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum SandboxCmd {
+    /// Probe this machine: the tier it can have, the facts, and the fix.
+    ///
+    /// Asks Windows whether the API set
+    /// api-win-appmodel-processmodel~securityenvironment is implemented,
+    /// whether processmodel.dll (from System32 only) has its exports, which
+    /// PSEC contract it supports and which features it reports, and creates
+    /// and closes a minimal environment. Never decides by build number,
+    /// changes nothing, needs no administrator. With --psec, runs the
+    /// node's self-test of PSEC (exit 0 only when all eight checks hold).
+    Check(wall::CheckArgs),
+    /// Run one command in a PSEC container (a preview: set
+    /// OZ0_SANDBOX_PSEC_PREVIEW=1; without it this is refused, as on any
+    /// node without tier 1).
+    ///
+    /// Exit status: the command's own; 124 on --timeout; 125 if the
+    /// sandbox refused or could not start the run (the command never ran;
+    /// the reason is on stderr).
+    Run(sandbox::RunArgs),
+    /// Serve one run's egress proxy on a loopback port, until Ctrl-C.
+    ///
+    /// What a PSEC run reaches through its bridge or relay: every request
+    /// needs the run's token (407 without it), a host --allow does not name
+    /// gets 403, names under .invalid are refused before any lookup, and
+    /// each decision is one JSON line in the audit log. Prints the address
+    /// it listens on. Use it to check a machine's proxy and firewall.
+    Proxy(proxy::ProxyArgs),
+}
+
+/// Parses the command line `args` (the program name first) and runs it;
+/// returns the exit status.
+pub fn main(args: Vec<OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    Exit::Ok.code()
+                }
+                _ => Exit::Usage.code(),
+            };
+        }
+    };
+    match cli.cmd {
+        Top::Sandbox(SandboxCmd::Check(a)) => wall::main(a),
+        Top::Sandbox(SandboxCmd::Run(a)) => sandbox::main(a),
+        Top::Sandbox(SandboxCmd::Proxy(a)) => proxy::main(a),
+        Top::Run(a) => node::run(a),
+        Top::Facts(a) => node::facts(a),
+    }
+}
+
+/// The node's data directory: one flag for every command that uses it.
+#[derive(Debug, Clone, Args)]
+pub struct DataDirArg {
+    /// The node's data directory, which no run may see
+    /// [default: %LOCALAPPDATA%\oz0-node].
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl DataDirArg {
+    /// The folder named, or the default; an absolute path.
+    pub fn resolve(&self) -> Result<PathBuf, String> {
+        let d = match &self.data_dir {
+            Some(d) => d.clone(),
+            None => match std::env::var_os("LOCALAPPDATA") {
+                Some(base) if !base.is_empty() => Path::new(&base).join("oz0-node"),
+                _ => {
+                    return Err(
+                        "LOCALAPPDATA is not set, so the node has no default data directory: name one with --data-dir".into(),
+                    )
+                }
+            },
+        };
+        std::path::absolute(&d).map_err(|e| format!("--data-dir {}: {e}", d.display()))
+    }
+}
+
+/// Writes one line to the node's log (its stderr).
+pub fn log(msg: &str) {
+    eprintln!("oz0-node: {msg}");
+}

@@ -1,0 +1,347 @@
+//! `run` and `facts` on Windows: the node daemon.
+//!
+//! At start the node probes PSEC (with `--sandbox psec` it also runs the
+//! self-test, once, and logs each check), writes `<data-dir>\facts.json`,
+//! and with `--edge` registers and reports the facts. The edge routes a
+//! Windows node at tier 0 whatever it proved. This build takes no jobs on
+//! Windows: it polls no queue, and stays known to the edge as live by
+//! asking it who it is at each poll interval, until Ctrl-C.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use oz0_core::exit::Exit;
+use oz0_core::Wall;
+use oz0_edge::client::{ClientError, NodeClient, NodeKey, Trust};
+use oz0_policy::facts::NodeFacts;
+
+use super::wall::{self, WindowsWall};
+use super::{log, DataDirArg};
+
+/// `run` flags.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// auto: probe PSEC and report what it found (tier 0); psec: also run
+    /// the self-test of PSEC at start, reporting tier 1 (routed as tier 0)
+    /// when every check holds; none: no sandbox, no probe of PSEC's use.
+    #[arg(long, value_enum, default_value_t = Sandbox::Auto)]
+    pub sandbox: Sandbox,
+    #[command(flatten)]
+    pub data: DataDirArg,
+    /// Start, publish the facts, and exit instead of staying up (with
+    /// --edge: register and report the facts, then exit).
+    #[arg(long)]
+    pub once: bool,
+    /// The edge to register with: https://HOST:PORT (or http:// on loopback).
+    #[arg(long, value_name = "URL", requires_all = ["tenant", "enrolment_token_file"])]
+    pub edge: Option<String>,
+    /// The tenant this node works for (with --edge).
+    #[arg(long, value_name = "TENANT", requires = "edge")]
+    pub tenant: Option<String>,
+    /// The CA certificate(s) the edge's HTTPS certificate must be signed by
+    /// (PEM) [default: the system's CAs].
+    #[arg(long = "edge-ca", value_name = "FILE", requires = "edge")]
+    pub edge_ca: Option<PathBuf>,
+    /// A file holding the tenant's enrolment token (with --edge); only the
+    /// node's user should be able to read it.
+    #[arg(long = "enrolment-token-file", value_name = "FILE", requires = "edge")]
+    pub enrolment_token_file: Option<PathBuf>,
+    /// The name shown on the edge's Nodes page [default: the computer name].
+    #[arg(long, value_name = "NAME", requires = "edge")]
+    pub name: Option<String>,
+    /// How often the node tells the edge it is up, in milliseconds.
+    #[arg(
+        long = "poll-ms",
+        value_name = "MS",
+        default_value_t = 2000,
+        hide = true
+    )]
+    pub poll_ms: u64,
+}
+
+/// `--sandbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Sandbox {
+    /// Probe PSEC and report it; work is tier 0.
+    Auto,
+    /// No sandbox (tier 0).
+    None,
+    /// Windows 11's PSEC: self-test it at start.
+    Psec,
+}
+
+/// `facts` flags.
+#[derive(Debug, Args)]
+pub struct FactsArgs {
+    #[command(flatten)]
+    pub data: DataDirArg,
+}
+
+fn fail(msg: impl std::fmt::Display, code: Exit) -> i32 {
+    log(&msg.to_string());
+    code.code()
+}
+
+/// What `--edge` needs, checked before anything starts.
+struct Edge {
+    url: String,
+    tenant: String,
+    token: String,
+    name: Option<String>,
+    trust: Trust,
+}
+
+fn edge_settings(a: &RunArgs) -> Result<Option<Edge>, String> {
+    let Some(url) = &a.edge else { return Ok(None) };
+    let tenant = a.tenant.clone().unwrap_or_default();
+    if !oz0_edge::routing::is_tenant(&tenant) {
+        return Err(format!("--tenant {tenant:?} is not a tenant name: lower-case letters, digits, - and _ (at most 63)"));
+    }
+    let trust = match &a.edge_ca {
+        Some(f) => Trust::CaFile(
+            std::path::absolute(f).map_err(|e| format!("--edge-ca {}: {e}", f.display()))?,
+        ),
+        None => Trust::System,
+    };
+    NodeClient::with_trust(url, "probe", NodeKey::generate(), &trust)
+        .map_err(|e| format!("--edge: {e}"))?;
+    let file = a
+        .enrolment_token_file
+        .as_deref()
+        .ok_or("--edge needs --enrolment-token-file FILE")?;
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("--enrolment-token-file {}: {e}", file.display()))?;
+    let token = text.trim().to_string();
+    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "--enrolment-token-file {} must hold one token (no spaces): the tenant's enrolment token the edge was started with",
+            file.display()
+        ));
+    }
+    let name = match &a.name {
+        Some(n) => Some(n.clone()),
+        None => std::env::var("COMPUTERNAME")
+            .ok()
+            .map(|h| h.trim().to_ascii_lowercase()),
+    };
+    Ok(Some(Edge {
+        url: url.clone(),
+        tenant,
+        token,
+        name,
+        trust,
+    }))
+}
+
+/// Probes, self-tests when asked, and assembles the facts, logging each step.
+fn assess(sandbox: Sandbox) -> NodeFacts {
+    let wall = WindowsWall::probe(sandbox == Sandbox::Psec);
+    let check = wall.check();
+    log(&check.headline);
+    log(&check.facts_line);
+    let outcome = if sandbox == Sandbox::Psec {
+        wall.self_test(&check, &mut |l| log(&l.text()))
+    } else {
+        None
+    };
+    if let (Some(_), Some(r)) = (&outcome, wall.report(outcome.as_ref())) {
+        log(&r.tier_line);
+        log(&r.fix_line);
+    } else if let Some(f) = &check.fix {
+        log(f);
+    }
+    wall::facts(&check, outcome.as_ref(), sandbox == Sandbox::None)
+}
+
+fn write_facts(dir: &Path, f: &NodeFacts) -> Result<PathBuf, String> {
+    let path = dir.join("facts.json");
+    let tmp = dir.join(".facts.json.tmp");
+    let text = serde_json::to_string_pretty(f).expect("facts serialise") + "\n";
+    std::fs::write(&tmp, text)
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// Runs the node daemon.
+pub fn run(a: RunArgs) -> i32 {
+    let data_dir = match a.data.resolve() {
+        Ok(d) => d,
+        Err(e) => return fail(e, Exit::Usage),
+    };
+    let edge = match edge_settings(&a) {
+        Ok(e) => e,
+        Err(e) => return fail(e, Exit::Usage),
+    };
+    if let Err(e) = std::fs::create_dir_all(&data_dir) {
+        return fail(
+            format!(
+                "cannot create the data directory {}: {e}",
+                data_dir.display()
+            ),
+            Exit::CheckFailed,
+        );
+    }
+    let key = match NodeKey::load_or_create(&data_dir.join("identity").join("node.key")) {
+        Ok(k) => k,
+        Err(e) => return fail(e, Exit::CheckFailed),
+    };
+    let facts = assess(a.sandbox);
+    match write_facts(&data_dir, &facts) {
+        Ok(p) => log(&format!(
+            "facts written to {}: tier proven {}, routed {}",
+            p.display(),
+            facts.tier_proven,
+            facts.tier_routed
+        )),
+        Err(e) => return fail(e, Exit::CheckFailed),
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return fail(
+                format!("cannot start the event loop: {e}"),
+                Exit::CheckFailed,
+            )
+        }
+    };
+    rt.block_on(async move {
+        let Some(edge) = edge else {
+            if a.once {
+                return Exit::Ok.code();
+            }
+            log("ready; Ctrl-C stops the node");
+            let _ = tokio::signal::ctrl_c().await;
+            log("stopping");
+            return Exit::Ok.code();
+        };
+        tokio::select! {
+            biased;
+            _ = tokio::signal::ctrl_c() => {
+                log("stopping");
+                Exit::Ok.code()
+            }
+            code = serve(edge, key, facts, a.once, Duration::from_millis(a.poll_ms.clamp(50, 60_000))) => code,
+        }
+    })
+}
+
+/// Registers, reports the facts, and keeps the node known as live.
+async fn serve(e: Edge, key: NodeKey, facts: NodeFacts, once: bool, every: Duration) -> i32 {
+    let client = match NodeClient::with_trust(&e.url, &e.tenant, key, &e.trust) {
+        Ok(c) => c,
+        Err(err) => return fail(format!("--edge: {err}"), Exit::Usage),
+    };
+    log(&format!(
+        "node {}: connecting to the edge at {} as tenant {}; this Windows node takes no jobs",
+        client.node_id(),
+        e.url,
+        e.tenant
+    ));
+    let mut backoff = Duration::from_secs(1);
+    let mut registered = false;
+    let mut reported = false;
+    loop {
+        let step: Result<(), (&str, ClientError)> = if !registered {
+            match client.register(&e.token, e.name.as_deref()).await {
+                Ok(r) => {
+                    log(&format!(
+                        "registered with the edge at {} as node {} of tenant {}",
+                        e.url, r.node_id, r.tenant
+                    ));
+                    registered = true;
+                    Ok(())
+                }
+                Err(err) => Err(("cannot register with the edge", err)),
+            }
+        } else if !reported {
+            match client.report_facts(&facts).await {
+                Ok(v) => {
+                    log(&format!(
+                        "facts reported: the edge routes this node at tier {} ({})",
+                        v.tier_routed, v.tier_line
+                    ));
+                    if v.dropped_last > 0 {
+                        log(&format!(
+                            "the edge dropped {} field(s) of this report",
+                            v.dropped_last
+                        ));
+                    }
+                    reported = true;
+                    if once {
+                        return Exit::Ok.code();
+                    }
+                    Ok(())
+                }
+                Err(err) => Err(("cannot report the facts to the edge", err)),
+            }
+        } else {
+            match client.whoami().await {
+                Ok(_) => {
+                    tokio::time::sleep(every).await;
+                    Ok(())
+                }
+                Err(err) => Err(("cannot reach the edge", err)),
+            }
+        };
+        match step {
+            Ok(()) => backoff = Duration::from_secs(1),
+            Err((what, err @ ClientError::Refused { .. })) => match err.refusal_code() {
+                Some("unauthenticated") if registered => {
+                    log(&format!(
+                        "the edge no longer knows this node ({err}): registering again"
+                    ));
+                    registered = false;
+                    reported = false;
+                }
+                _ => return fail(format!("{what}: {err}"), Exit::CheckFailed),
+            },
+            Err((what, err)) => {
+                log(&format!(
+                    "{what}: {err}; retrying in {}s",
+                    backoff.as_secs()
+                ));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// Prints the facts `run` wrote.
+pub fn facts(a: FactsArgs) -> i32 {
+    let data_dir = match a.data.resolve() {
+        Ok(d) => d,
+        Err(e) => return fail(e, Exit::Usage),
+    };
+    let path = data_dir.join("facts.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            return fail(
+                format!(
+                "cannot read {}: {e}: start the node once (`oz0-node run --once`) to write them",
+                path.display()
+            ),
+                Exit::CheckFailed,
+            )
+        }
+    };
+    match serde_json::from_str::<NodeFacts>(&text) {
+        Ok(f) => {
+            println!("{}", serde_json::to_string_pretty(&f).expect("serialises"));
+            Exit::Ok.code()
+        }
+        Err(e) => fail(
+            format!(
+                "{} is not a facts document of this version: {e}",
+                path.display()
+            ),
+            Exit::CheckFailed,
+        ),
+    }
+}

@@ -1,0 +1,153 @@
+//! `sandbox run` on Windows: the PSEC preview.
+//!
+//! Refused without `OZ0_SANDBOX_PSEC_PREVIEW=1`, as on any node without
+//! tier 1. With it, the flags and the route variable are checked, then
+//! Windows is probed: where the probes find no PSEC the run is refused with
+//! their reason; where they find it, this build has no launcher for PSEC
+//! containers yet and says so. In every refusal nothing is started.
+
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
+
+use clap::Args;
+use oz0_core::exit::Exit;
+use oz0_windows::route::{parse_route_env, ROUTE_ENV};
+
+use super::wall::{WindowsWall, NO_LAUNCHER};
+use super::PREVIEW_ENV;
+
+/// `sandbox run` flags.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The work folder: writable, and the command's current folder.
+    #[arg(long, value_name = "DIR")]
+    pub work: PathBuf,
+    /// Also let the command read this path (repeatable).
+    #[arg(long = "read", value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// Also let the command write this path (repeatable).
+    #[arg(long = "write", value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// Give the command NAME=VALUE, or NAME with the value of NAME from this
+    /// process's environment. Nothing else from this environment reaches it.
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    pub env: Vec<OsString>,
+    /// Let the command reach HOST[:PORT] through the node's egress proxy.
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    pub allow: Vec<String>,
+    /// Let the command reach the node-local 127.0.0.1:PORT through the proxy.
+    #[arg(long = "forward", value_name = "PORT")]
+    pub forward: Vec<u16>,
+    /// Kill the run after S seconds of wall time (exit status 124).
+    #[arg(long, value_name = "S")]
+    pub timeout: Option<u64>,
+    /// Memory of all the run's processes together, in MiB.
+    #[arg(long, value_name = "MiB")]
+    pub memory: Option<u64>,
+    /// Processes of the run at once.
+    #[arg(long, value_name = "N")]
+    pub processes: Option<u32>,
+    /// CPU time of all the run's processes together, in seconds.
+    #[arg(long = "cpu-seconds", value_name = "S")]
+    pub cpu_seconds: Option<u64>,
+    /// The host network: refused on Windows (a PSEC run reaches the network
+    /// only through the egress proxy).
+    #[arg(long = "share-net", hide = true)]
+    pub share_net: bool,
+    /// The command (its full path) and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+fn refuse(msg: impl std::fmt::Display) -> i32 {
+    eprintln!("oz0-node: sandbox refused: {msg}");
+    Exit::Sandbox.code()
+}
+
+/// Whether the preview is on: Err with the refusal when it is not.
+pub fn preview(value: Option<&OsStr>) -> Result<(), String> {
+    match value.map(|v| v.to_str()) {
+        None => Err(format!(
+            "this node has no tier 1 (a Windows node runs work at tier 0; Windows' process security environment, PSEC, is a preview): set {PREVIEW_ENV}=1 to evaluate PSEC on this machine, or run the command on a Linux or macOS node"
+        )),
+        Some(Some("1")) => Ok(()),
+        Some(_) => Err(format!(
+            "{PREVIEW_ENV} must be 1 to turn on the PSEC preview (or unset)"
+        )),
+    }
+}
+
+/// The flags' values that Windows would get: Unicode only, each named.
+fn unicode_args(a: &RunArgs) -> Result<(), String> {
+    let paths = std::iter::once(("--work", &a.work))
+        .chain(a.read.iter().map(|p| ("--read", p)))
+        .chain(a.write.iter().map(|p| ("--write", p)));
+    for (flag, p) in paths {
+        if p.to_str().is_none() {
+            return Err(format!(
+                "{flag} {} is not valid Unicode, which a PSEC container's paths must be: rename it",
+                p.display()
+            ));
+        }
+    }
+    for e in &a.env {
+        if e.to_str().is_none() {
+            return Err(format!(
+                "--env {} is not valid Unicode, which a Windows environment block must be",
+                e.to_string_lossy()
+            ));
+        }
+    }
+    for (i, c) in a.command.iter().enumerate() {
+        if c.to_str().is_none() {
+            return Err(format!(
+                "the command's argument {i} ({}) is not valid Unicode, which a Windows command line must be",
+                c.to_string_lossy()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `sandbox run`.
+pub fn main(a: RunArgs) -> i32 {
+    if let Err(e) = preview(std::env::var_os(PREVIEW_ENV).as_deref()) {
+        return refuse(e);
+    }
+    if a.share_net {
+        return refuse(
+            "--share-net (the host network) is refused on Windows: a PSEC run reaches the network only through the node's egress proxy (--allow, --forward)",
+        );
+    }
+    if let Err(e) = parse_route_env(std::env::var_os(ROUTE_ENV).as_deref()) {
+        return refuse(e);
+    }
+    if let Err(e) = unicode_args(&a) {
+        return refuse(e);
+    }
+    if let Err(e) = oz0_policy::net::Egress::parse(&a.allow, &a.forward) {
+        eprintln!("oz0-node: --allow/--forward: {e}");
+        return Exit::Usage.code();
+    }
+    if !a.work.is_dir() {
+        return refuse(format!(
+            "--work {} is not a folder: make it first",
+            a.work.display()
+        ));
+    }
+    let wall = WindowsWall::probe(true);
+    let probe = match &wall.probe {
+        Ok(p) => p,
+        Err(e) => return refuse(format!("the PSEC probe could not ask Windows: {e}")),
+    };
+    match probe.psec() {
+        Err(why) => {
+            let r = wall.report(None).expect("the probe answered");
+            refuse(format!(
+                "this machine has no PSEC, which the preview runs in ({why}); nothing was started. {}",
+                r.fix_line
+            ))
+        }
+        Ok(_) => refuse(format!("{NO_LAUNCHER}; nothing was started")),
+    }
+}

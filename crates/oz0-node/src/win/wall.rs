@@ -1,0 +1,278 @@
+//! Windows' wall: the PSEC probe as [`oz0_core::Wall`], and `sandbox check`.
+//!
+//! The check is `oz0_windows::check::report` of what `native::probe` found:
+//! the lines, the tier and the kind of fix of the seed's table, pure code
+//! tested on Linux. The self-test runs in PSEC containers; this build has
+//! no launcher for them yet, so on a machine whose probes find PSEC the
+//! self-test fails at its first property (`launch`) and says why: the node
+//! never reports a PSEC property it did not see hold. Where the probes
+//! find no PSEC there is nothing to test, and the check says the probes'
+//! reason and fix.
+
+use clap::Args;
+use oz0_core::exit::Exit;
+use oz0_core::{Check, Line, SelfTest, Wall};
+use oz0_policy::facts::{self as pf, Os, Platform, Property};
+use oz0_windows::check::{self as wcheck, CheckReport};
+use oz0_windows::native::NativeError;
+use oz0_windows::probe::{Feature, PsecProbe};
+
+/// Why the self-test stops at `launch` on a machine with PSEC.
+pub const NO_LAUNCHER: &str = "this build of oz0-node cannot start PSEC containers yet, so none of the eight properties can be shown on this machine";
+
+/// `sandbox check` flags.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Also run the node's self-test of PSEC (what `run --sandbox psec`
+    /// runs at start), in order, stopping at the first check that fails.
+    #[arg(long)]
+    pub psec: bool,
+    /// Linux's spelling of --psec; on Windows the self-test is --psec.
+    #[arg(long = "self-test", hide = true)]
+    pub self_test: bool,
+    /// Print one JSON document instead of lines.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub data: super::DataDirArg,
+}
+
+/// Windows' wall as this node has it.
+pub struct WindowsWall {
+    /// Started with `--sandbox psec` (or `sandbox check --psec`).
+    pub psec: bool,
+    /// What the probe found, or why it could not ask.
+    pub probe: Result<PsecProbe, NativeError>,
+}
+
+impl WindowsWall {
+    /// Probes Windows once.
+    pub fn probe(psec: bool) -> WindowsWall {
+        WindowsWall {
+            psec,
+            probe: oz0_windows::native::probe(),
+        }
+    }
+
+    /// The seed's report for these facts and this self-test.
+    pub fn report(&self, self_test: Option<&SelfTest>) -> Option<CheckReport> {
+        let probe = self.probe.as_ref().ok()?;
+        let st = self_test.map(|t| match t.lines.iter().find(|l| !l.ok) {
+            Some(l) => wcheck::SelfTest::Failed {
+                property: l.property,
+                how: l.detail.clone(),
+            },
+            None if t.tier() == 1 => wcheck::SelfTest::Passed,
+            None => wcheck::SelfTest::Failed {
+                property: Property::ALL[t.lines.len().min(Property::ALL.len() - 1)],
+                how: "the self-test stopped before its end".into(),
+            },
+        });
+        Some(wcheck::report(probe, self.psec, st.as_ref()))
+    }
+}
+
+/// The platform facts: Windows, this architecture, the build read.
+fn platform(probe: Option<&PsecProbe>) -> Platform {
+    Platform {
+        os: Os::Windows,
+        arch: std::env::consts::ARCH.to_string(),
+        build_raw: probe
+            .and_then(|p| p.build.as_ref())
+            .map_or_else(String::new, |b| b.to_string()),
+    }
+}
+
+/// A feature's wire name, as the edge keeps it.
+fn feature_name(f: Feature) -> &'static str {
+    match f {
+        Feature::DenyPaths => "deny_paths",
+        Feature::EnumeratePaths => "enumerate_paths",
+        Feature::IngressTable => "ingress_table",
+    }
+}
+
+/// The policy's kind of fix for the report's.
+fn fix_kind(f: &wcheck::FixKind) -> Option<pf::FixKind> {
+    match f {
+        wcheck::FixKind::StartWithPsec => Some(pf::FixKind::PsecStartWithFlag),
+        wcheck::FixKind::None => None,
+        wcheck::FixKind::SelfTestFailed { .. } | wcheck::FixKind::SelfTestNotRun => {
+            Some(pf::FixKind::SelfTestFailed)
+        }
+        wcheck::FixKind::NoPsec { .. } => Some(pf::FixKind::PsecMissing),
+        wcheck::FixKind::WindowsServer => Some(pf::FixKind::WindowsServer),
+    }
+}
+
+impl Wall for WindowsWall {
+    fn check(&self) -> Check {
+        let probe_json = match &self.probe {
+            Ok(p) => serde_json::to_value(p).expect("the probe serialises"),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        };
+        let Some(r) = self.report(None) else {
+            let e = self.probe.as_ref().err().map(ToString::to_string);
+            let why = e.unwrap_or_default();
+            return Check {
+                tier: 0,
+                headline: format!("Sandbox: tier 0: the PSEC probe could not ask Windows: {why}"),
+                facts_line: format!("Windows on {}: probe failed", std::env::consts::ARCH),
+                fix_kind: Some(pf::FixKind::PsecMissing),
+                fix: Some(format!(
+                    "Fix: the probe failed ({why}); run `oz0-node sandbox check --json` as the node's user to see the step"
+                )),
+                platform: platform(None),
+                mechanism: pf::Mechanism {
+                    kind: "none".into(),
+                    ..Default::default()
+                },
+                wall_name: "PSEC".into(),
+                probe: probe_json,
+            };
+        };
+        let probe = self.probe.as_ref().ok();
+        let facts = probe.and_then(|p| p.psec().ok());
+        let mechanism = pf::Mechanism {
+            kind: if facts.is_some() { "psec" } else { "none" }.into(),
+            psec_contract: facts.map(|f| f.contract.to_string()),
+            psec_features: facts
+                .map(|f| {
+                    Feature::ALL
+                        .into_iter()
+                        .filter(|x| f.supports(*x))
+                        .map(|x| feature_name(x).to_string())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            ..Default::default()
+        };
+        // Tier 1 is possible only with PSEC here and the node told to use
+        // it; the self-test proves it.
+        let tier = u8::from(facts.is_some() && self.psec);
+        Check {
+            tier,
+            headline: r.tier_line.clone(),
+            facts_line: r.facts_line.clone(),
+            fix_kind: if tier == 1 { None } else { fix_kind(&r.fix) },
+            fix: Some(r.fix_line.clone()),
+            platform: platform(probe),
+            mechanism,
+            wall_name: facts.map_or_else(
+                || "PSEC".to_string(),
+                |f| format!("PSEC contract {}", f.contract),
+            ),
+            probe: probe_json,
+        }
+    }
+
+    fn self_test(&self, check: &Check, on_line: &mut dyn FnMut(&Line)) -> Option<SelfTest> {
+        if check.tier == 0 {
+            return None;
+        }
+        // The first property, launch, needs a PSEC container: this build
+        // starts none, so the test stops there (see the module docs).
+        let line = Line {
+            property: Property::Launch,
+            ok: false,
+            ms: 0,
+            detail: NO_LAUNCHER.into(),
+        };
+        on_line(&line);
+        Some(SelfTest {
+            lines: vec![line],
+            failed: Some(Property::Launch),
+            fault_injected: false,
+            total_ms: 0,
+        })
+    }
+}
+
+/// The node's facts from the check and the self-test: the same assembly
+/// as every platform's, then routed at tier 0 (a Windows node always is).
+pub fn facts(
+    check: &Check,
+    self_test: Option<&SelfTest>,
+    none: bool,
+) -> oz0_policy::facts::NodeFacts {
+    let mode = if none {
+        oz0_core::facts::SandboxMode::None
+    } else {
+        oz0_core::facts::SandboxMode::Auto
+    };
+    let microvm = pf::Microvm {
+        ready: false,
+        reason: Some(pf::MicrovmReason::Unsupported),
+        pinned: None,
+        backend: None,
+    };
+    let mut f =
+        oz0_core::facts::assemble(check, self_test, mode, microvm, env!("CARGO_PKG_VERSION"));
+    f.tier_routed = 0;
+    f.derive_labels(false);
+    f
+}
+
+/// Runs `sandbox check`.
+pub fn main(a: CheckArgs) -> i32 {
+    if a.self_test {
+        eprintln!("oz0-node: --self-test is the Linux and macOS spelling; on Windows the self-test of PSEC is `sandbox check --psec`");
+        return Exit::Usage.code();
+    }
+    let wall = WindowsWall::probe(a.psec);
+    let check = wall.check();
+    let json = a.json;
+    if !json {
+        println!("{}", check.headline);
+        println!("{}", check.facts_line);
+        if let Some(f) = &check.fix {
+            println!("{f}");
+        }
+    }
+    let outcome = if a.psec {
+        wall.self_test(&check, &mut |l| {
+            if !json {
+                println!("{}", l.text());
+            }
+        })
+    } else {
+        None
+    };
+    let report = wall.report(outcome.as_ref());
+    let tier = outcome.as_ref().map_or(0, SelfTest::tier);
+    if json {
+        let doc = serde_json::json!({
+            "schema": 1,
+            "tier": tier,
+            "tier_routed": 0,
+            "proven": tier == 1,
+            "headline": report.as_ref().map_or(&check.headline, |r| &r.tier_line),
+            "facts_line": check.facts_line,
+            "fix_kind": report.as_ref().map(|r| &r.fix),
+            "fix": report.as_ref().map_or(check.fix.as_ref(), |r| Some(&r.fix_line)),
+            "probe": check.probe,
+            "self_test": outcome,
+            "microvm": { "ready": false, "reason": "unsupported", "detail": "no microVMs on Windows in this build" },
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("serialises")
+        );
+    } else if let (Some(_), Some(r)) = (&outcome, &report) {
+        // The closing lines: the report as the self-test left it.
+        println!("{}", r.tier_line);
+        println!("{}", r.fix_line);
+    } else if a.psec {
+        println!(
+            "Sandbox: tier 0: the self-test of PSEC cannot run: the probes found no PSEC (above)"
+        );
+    }
+    if !json {
+        println!("MicroVMs: none: not supported on Windows in this build");
+    }
+    if tier == 1 {
+        Exit::Ok.code()
+    } else {
+        Exit::CheckFailed.code()
+    }
+}
