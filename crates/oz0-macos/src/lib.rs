@@ -1,4 +1,5 @@
-//! `oz0-macos` owns macOS tier 1 and tier 2 as data: the Seatbelt profile
+//! `oz0-macos` owns macOS tier 1 and tier 2 as data: `sandbox check`'s
+//! lines and fix from what the probes found ([`check`]), the Seatbelt profile
 //! and `sandbox-exec` argument list generated from a run's spec
 //! ([`seatbelt`]), and Apple's `container` availability decision and
 //! argument list for one microVM tool server ([`container`]).
@@ -37,5 +38,6 @@
 //!   `--mount … readonly`) and that a proxy socket in a shared folder is
 //!   reachable from the guest. None of that is claimed here.
 
+pub mod check;
 pub mod container;
 pub mod seatbelt;

@@ -23,8 +23,9 @@
 //! machine, about 0.4 ms of every start on the machines we measure.
 
 //!
-//! On Windows the binary is `oz0-node.exe`, the node of `src/win/mod.rs`
-//! (std's own start-up; none of the Linux roles above exist there).
+//! On Windows the binary is `oz0-node.exe`, the node of `src/win/mod.rs`,
+//! and on macOS the check of `src/mac/mod.rs` (std's own start-up; none of
+//! the Linux roles above exist there).
 
 #![cfg_attr(all(not(test), target_os = "linux"), no_main)]
 
@@ -42,6 +43,8 @@ mod cli;
 mod edge;
 #[cfg(target_os = "linux")]
 mod key;
+#[cfg(target_os = "macos")]
+mod mac;
 #[cfg(target_os = "linux")]
 mod node;
 #[cfg(target_os = "linux")]
@@ -57,11 +60,16 @@ mod vm;
 #[cfg(windows)]
 mod win;
 
-/// The Windows node's entry: std's `main`, the command line as Windows
-/// passed it.
-#[cfg(windows)]
+/// The Windows and macOS nodes' entry: std's `main`, with the command line
+/// as the system passed it.
+#[cfg(not(target_os = "linux"))]
 fn main() {
-    std::process::exit(win::main(std::env::args_os().collect()));
+    let args = std::env::args_os().collect();
+    #[cfg(windows)]
+    let code = win::main(args);
+    #[cfg(target_os = "macos")]
+    let code = mac::main(args);
+    std::process::exit(code);
 }
 
 /// The process entry (see the module documentation). `unsafe_code` is
