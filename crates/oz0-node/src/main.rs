@@ -53,6 +53,8 @@ mod plugin;
 mod probe;
 #[cfg(target_os = "linux")]
 mod run;
+#[cfg(any(target_os = "linux", windows))]
+mod tail;
 #[cfg(target_os = "linux")]
 mod tool;
 #[cfg(target_os = "linux")]

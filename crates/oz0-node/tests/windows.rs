@@ -554,7 +554,7 @@ fn a_windows_node_under_wine_registers_with_a_linux_edge_at_tier_0() {
                 "--poll-ms",
                 "500",
             ],
-            &[],
+            &[("NODE_SECRET", "node-only")],
         )
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -612,6 +612,111 @@ fn a_windows_node_under_wine_registers_with_a_linux_edge_at_tier_0() {
     assert!(
         page.contains("no PSEC, which Windows tier 1 runs in"),
         "{page}"
+    );
+
+    // It takes tier-0 shell jobs: exactly the job's variables (the node's
+    // own variable does not reach it), its output and status.
+    use oz0_edge::routing::Origin;
+    let logs = |id: &str| {
+        let l = edge.rt.block_on(edge.op.job_logs("acme", id)).unwrap();
+        (
+            l.stdout_tail.unwrap_or_default(),
+            l.stderr_tail.unwrap_or_default(),
+        )
+    };
+    let cmd = "C:\\windows\\system32\\cmd.exe";
+    let id = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({
+                "command": [cmd, "/c", "echo hello %GREETING%-%NODE_SECRET%& echo to-stderr 1>&2& exit 3"],
+                "env": {"GREETING": "from-windows"},
+            }),
+        )
+        .unwrap();
+    let j = edge.wait_job(&id, 60);
+    assert_eq!(
+        (j.state.as_str(), j.exit_code),
+        ("failed", Some(3)),
+        "{j:?}"
+    );
+    let (out, err) = logs(&id);
+    assert!(
+        out.contains("hello from-windows-%NODE_SECRET%"),
+        "the job's variable, and not the node's: {out:?}"
+    );
+    assert!(err.contains("to-stderr"), "{err:?}");
+    // What tier 0 cannot enforce is refused, and the job never runs.
+    let id = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({"command": [cmd, "/c", "echo ran"], "allow": ["example.com"]}),
+        )
+        .unwrap();
+    let j = edge.wait_job(&id, 60);
+    assert_eq!(j.state, "failed", "{j:?}");
+    assert!(
+        j.error
+            .clone()
+            .unwrap_or_default()
+            .contains("tier 0 has no wall"),
+        "{j:?}"
+    );
+    assert!(!logs(&id).0.contains("ran"), "a refused job never runs");
+    // A timeout ends the job and every process it started: cmd starts a
+    // program in the background and waits on another; both end.
+    let left = |pat: &str| {
+        Command::new("pgrep")
+            .args(["-f", pat])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    let gone = |pats: &[&str], what: &str| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while pats.iter().any(|p| !left(p).is_empty()) {
+            assert!(std::time::Instant::now() < until, "{what}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    let ping = "C:\\windows\\system32\\ping.exe";
+    let id = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({
+                "command": [cmd, "/c", format!("start /b {ping} -n 61 127.0.0.1 >nul & {ping} -n 62 127.0.0.1 >nul")],
+                "timeout": 3,
+            }),
+        )
+        .unwrap();
+    let j = edge.wait_job(&id, 60);
+    assert_eq!(j.exit_code, Some(124), "{j:?}");
+    assert!(
+        j.error.clone().unwrap_or_default().contains("timeout"),
+        "{j:?}"
+    );
+    gone(
+        &["ping.exe -n 61", "ping.exe -n 62"],
+        "a process of the timed-out job outlived it",
+    );
+    // When the first process ends, so does what it left running.
+    let id = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({
+                "command": [cmd, "/c", format!("start /b {ping} -n 63 127.0.0.1 >nul & exit 0")],
+            }),
+        )
+        .unwrap();
+    let j = edge.wait_job(&id, 60);
+    assert_eq!(
+        (j.state.as_str(), j.exit_code),
+        ("succeeded", Some(0)),
+        "{j:?}"
+    );
+    gone(
+        &["ping.exe -n 63"],
+        "a process the job left running outlived it",
     );
     let _ = node.kill();
     let _ = node.wait();

@@ -5,7 +5,10 @@
 //!   resolves its exports with `GetProcAddress`, asks the contract version
 //!   and the feature bits, and creates and closes the minimal spec of
 //!   [`crate::psec_wire`]. It needs no administrator and changes nothing.
-//! - [`Job`]: a job object with a plan's limits, kill-on-close and UI limits.
+//! - [`Job`]: a job object with a plan's limits, kill-on-close and UI limits;
+//!   a process started suspended is placed in it before it runs a single
+//!   instruction ([`Job::place_and_resume`]), and the job's processes end
+//!   together ([`Job::terminate`]).
 //!
 //! On other systems [`probe`] and [`Job::create`] return
 //! [`NativeError::NotWindows`]. This module is type-checked for
@@ -53,6 +56,21 @@ impl Job {
     pub fn create(_limits: &JobLimits) -> Result<Job, NativeError> {
         Err(NativeError::NotWindows)
     }
+
+    /// Places a suspended process in the job and resumes it. Not Windows here.
+    pub fn place_and_resume(&self, _pid: u32) -> Result<(), NativeError> {
+        Err(NativeError::NotWindows)
+    }
+
+    /// Ends every process in the job. Not Windows here.
+    pub fn terminate(&self) -> Result<(), NativeError> {
+        Err(NativeError::NotWindows)
+    }
+
+    /// Processes still in the job. Not Windows here.
+    pub fn active_processes(&self) -> Result<u32, NativeError> {
+        Err(NativeError::NotWindows)
+    }
 }
 
 #[cfg(windows)]
@@ -65,16 +83,24 @@ mod imp {
     use windows_sys::Win32::Foundation::{
         CloseHandle, GetLastError, ERROR_SUCCESS, HANDLE, HMODULE,
     };
+    use windows_sys::Win32::System::Diagnostics::ToolHelp::{
+        CreateToolhelp32Snapshot, Thread32First, Thread32Next, TH32CS_SNAPTHREAD, THREADENTRY32,
+    };
     use windows_sys::Win32::System::JobObjects::{
-        CreateJobObjectW, JobObjectBasicUIRestrictions, JobObjectExtendedLimitInformation,
-        SetInformationJobObject, JOBOBJECT_BASIC_UI_RESTRICTIONS,
-        JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+        AssignProcessToJobObject, CreateJobObjectW, JobObjectBasicAccountingInformation,
+        JobObjectBasicUIRestrictions, JobObjectExtendedLimitInformation, QueryInformationJobObject,
+        SetInformationJobObject, TerminateJobObject, JOBOBJECT_BASIC_ACCOUNTING_INFORMATION,
+        JOBOBJECT_BASIC_UI_RESTRICTIONS, JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
     };
     use windows_sys::Win32::System::LibraryLoader::{
         GetProcAddress, LoadLibraryExW, LOAD_LIBRARY_SEARCH_SYSTEM32,
     };
     use windows_sys::Win32::System::Registry::{
         RegGetValueW, HKEY_LOCAL_MACHINE, RRF_RT_REG_DWORD, RRF_RT_REG_SZ,
+    };
+    use windows_sys::Win32::System::Threading::{
+        OpenProcess, OpenThread, ResumeThread, PROCESS_SET_QUOTA, PROCESS_TERMINATE,
+        THREAD_SUSPEND_RESUME,
     };
     use windows_sys::Win32::System::WindowsProgramming::IsApiSetImplemented;
 
@@ -371,7 +397,127 @@ mod imp {
         pub fn handle(&self) -> HANDLE {
             self.0
         }
+
+        /// Places process `pid`, started suspended (`CREATE_SUSPENDED`), in
+        /// this job, then resumes its threads: it runs nothing outside the
+        /// job, so every process it starts is in the job too. On any
+        /// failure the process is left suspended and the caller kills it:
+        /// not placed ⇒ never runs.
+        pub fn place_and_resume(&self, pid: u32) -> Result<(), NativeError> {
+            // SAFETY: plain call; a null handle is checked below.
+            let process = unsafe { OpenProcess(PROCESS_SET_QUOTA | PROCESS_TERMINATE, 0, pid) };
+            if process.is_null() {
+                return Err(NativeError::Win32 {
+                    call: "OpenProcess",
+                    code: last_error(),
+                });
+            }
+            // SAFETY: both handles are live; the process handle is closed once.
+            let placed = unsafe { AssignProcessToJobObject(self.0, process) };
+            let code = last_error();
+            // SAFETY: ours, closed once.
+            unsafe { CloseHandle(process) };
+            if placed == 0 {
+                return Err(NativeError::Win32 {
+                    call: "AssignProcessToJobObject",
+                    code,
+                });
+            }
+            // SAFETY: plain call; the snapshot handle is checked and closed once.
+            let snap = unsafe { CreateToolhelp32Snapshot(TH32CS_SNAPTHREAD, 0) };
+            if snap.is_null() || snap == windows_sys::Win32::Foundation::INVALID_HANDLE_VALUE {
+                return Err(NativeError::Win32 {
+                    call: "CreateToolhelp32Snapshot",
+                    code: last_error(),
+                });
+            }
+            let mut entry = THREADENTRY32 {
+                // A struct of 28 bytes: its size fits a DWORD.
+                #[allow(clippy::cast_possible_truncation)]
+                dwSize: std::mem::size_of::<THREADENTRY32>() as u32,
+                ..Default::default()
+            };
+            let mut resumed = 0u32;
+            let mut failed = None;
+            // SAFETY: `entry` is a valid THREADENTRY32 with its size set.
+            let mut more = unsafe { Thread32First(snap, &mut entry) } != 0;
+            while more {
+                if entry.th32OwnerProcessID == pid {
+                    // SAFETY: plain call; a null handle is checked.
+                    let t = unsafe { OpenThread(THREAD_SUSPEND_RESUME, 0, entry.th32ThreadID) };
+                    if t.is_null() {
+                        failed = Some(("OpenThread", last_error()));
+                    } else {
+                        // SAFETY: a live thread handle, closed once after.
+                        if unsafe { ResumeThread(t) } == u32::MAX {
+                            failed = Some(("ResumeThread", last_error()));
+                        } else {
+                            resumed += 1;
+                        }
+                        // SAFETY: ours, closed once.
+                        unsafe { CloseHandle(t) };
+                    }
+                }
+                // SAFETY: as for Thread32First.
+                more = unsafe { Thread32Next(snap, &mut entry) } != 0;
+            }
+            // SAFETY: ours, closed once.
+            unsafe { CloseHandle(snap) };
+            match (failed, resumed) {
+                (Some((call, code)), _) => Err(NativeError::Win32 { call, code }),
+                (None, 0) => Err(NativeError::Win32 {
+                    call: "Thread32First (no thread of the process found)",
+                    code: 0,
+                }),
+                (None, _) => Ok(()),
+            }
+        }
+
+        /// Ends every process in the job.
+        pub fn terminate(&self) -> Result<(), NativeError> {
+            // SAFETY: the handle is ours.
+            if unsafe { TerminateJobObject(self.0, 1) } == 0 {
+                return Err(NativeError::Win32 {
+                    call: "TerminateJobObject",
+                    code: last_error(),
+                });
+            }
+            Ok(())
+        }
+
+        /// How many processes are in the job now.
+        pub fn active_processes(&self) -> Result<u32, NativeError> {
+            // SAFETY: all-zero is a valid value of this plain struct.
+            let mut info: JOBOBJECT_BASIC_ACCOUNTING_INFORMATION = unsafe { std::mem::zeroed() };
+            // A struct of a few dozen bytes: its size fits a DWORD.
+            #[allow(clippy::cast_possible_truncation)]
+            let size = std::mem::size_of::<JOBOBJECT_BASIC_ACCOUNTING_INFORMATION>() as u32;
+            // SAFETY: `info` is writable for `size` bytes, of the class's type.
+            let ok = unsafe {
+                QueryInformationJobObject(
+                    self.0,
+                    JobObjectBasicAccountingInformation,
+                    (&mut info as *mut JOBOBJECT_BASIC_ACCOUNTING_INFORMATION).cast(),
+                    size,
+                    std::ptr::null_mut(),
+                )
+            };
+            if ok == 0 {
+                return Err(NativeError::Win32 {
+                    call: "QueryInformationJobObject(BasicAccountingInformation)",
+                    code: last_error(),
+                });
+            }
+            Ok(info.ActiveProcesses)
+        }
     }
+
+    // SAFETY: a job object's handle may be used and closed from any
+    // thread; `Job` owns it alone and closes it once.
+    unsafe impl Send for Job {}
+    // SAFETY: every method takes `&self` and makes one system call on the
+    // handle, which Windows serialises.
+    unsafe impl Sync for Job {}
 
     impl Drop for Job {
         fn drop(&mut self) {

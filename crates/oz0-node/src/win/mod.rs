@@ -14,8 +14,8 @@
 //! - `sandbox run`: the PSEC preview, refused without
 //!   `OZ0_SANDBOX_PSEC_PREVIEW=1` as on any node without tier 1.
 //! - `sandbox proxy`: one run's egress proxy on a loopback port.
-//! - `run`: the node daemon: probe, facts, and with `--edge` registration
-//!   and reports.
+//! - `run`: the node daemon: probe, facts, and with `--edge` registration,
+//!   reports and tier-0 shell jobs ([`jobs`]).
 //! - `facts`: what the last `run` wrote.
 //!
 //! The portable decisions (the probe's facts → lines, tier and fix; the
@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Parser, Subcommand};
 use oz0_core::exit::Exit;
 
+mod jobs;
 mod node;
 mod proxy;
 mod sandbox;
@@ -60,8 +61,9 @@ enum Top {
     ///
     /// Creates its data directory and node key on first start, probes
     /// PSEC, writes <data-dir>\facts.json, and with --edge registers with
-    /// the edge and reports the facts. The edge routes a Windows node at
-    /// tier 0. Ctrl-C stops it.
+    /// the edge, reports the facts and takes tier-0 shell jobs, one at a
+    /// time, with no wall (a job that asks for egress or limits is
+    /// refused). The edge routes a Windows node at tier 0. Ctrl-C stops it.
     Run(node::RunArgs),
     /// Print this node's facts (from <data-dir>\facts.json, written by `run`).
     Facts(node::FactsArgs),

@@ -3,9 +3,9 @@
 //! At start the node probes PSEC (with `--sandbox psec` it also runs the
 //! self-test, once, and logs each check), writes `<data-dir>\facts.json`,
 //! and with `--edge` registers and reports the facts. The edge routes a
-//! Windows node at tier 0 whatever it proved. This build takes no jobs on
-//! Windows: it polls no queue, and stays known to the edge as live by
-//! asking it who it is at each poll interval, until Ctrl-C.
+//! Windows node at tier 0 whatever it proved; the node polls the tier-0
+//! queue and runs its shell jobs one at a time with no wall (`jobs.rs`),
+//! until Ctrl-C.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -47,10 +47,14 @@ pub struct RunArgs {
     /// node's user should be able to read it.
     #[arg(long = "enrolment-token-file", value_name = "FILE", requires = "edge")]
     pub enrolment_token_file: Option<PathBuf>,
+    /// Where each job's fresh work folder is made (never under the data
+    /// directory) [default: %TEMP%\oz0-node-work].
+    #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
+    pub work_root: Option<PathBuf>,
     /// The name shown on the edge's Nodes page [default: the computer name].
     #[arg(long, value_name = "NAME", requires = "edge")]
     pub name: Option<String>,
-    /// How often the node tells the edge it is up, in milliseconds.
+    /// How long to wait between polls of an empty queue, in milliseconds.
     #[arg(
         long = "poll-ms",
         value_name = "MS",
@@ -90,9 +94,10 @@ struct Edge {
     token: String,
     name: Option<String>,
     trust: Trust,
+    jobs: super::jobs::Jobs,
 }
 
-fn edge_settings(a: &RunArgs) -> Result<Option<Edge>, String> {
+fn edge_settings(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
     let Some(url) = &a.edge else { return Ok(None) };
     let tenant = a.tenant.clone().unwrap_or_default();
     if !oz0_edge::routing::is_tenant(&tenant) {
@@ -125,12 +130,31 @@ fn edge_settings(a: &RunArgs) -> Result<Option<Edge>, String> {
             .ok()
             .map(|h| h.trim().to_ascii_lowercase()),
     };
+    let work_root = match &a.work_root {
+        Some(w) => {
+            std::path::absolute(w).map_err(|e| format!("--work-root {}: {e}", w.display()))?
+        }
+        None => std::env::temp_dir().join("oz0-node-work"),
+    };
+    let lower = |p: &Path| p.to_string_lossy().to_lowercase();
+    let (w, d) = (lower(&work_root), lower(data_dir));
+    if Path::new(&w).starts_with(&d) || Path::new(&d).starts_with(&w) {
+        return Err(format!(
+            "--work-root {} overlaps the data directory {}, which no job may see: name a folder outside it",
+            work_root.display(),
+            data_dir.display()
+        ));
+    }
     Ok(Some(Edge {
         url: url.clone(),
         tenant,
         token,
         name,
         trust,
+        jobs: super::jobs::Jobs {
+            records: data_dir.join("jobs"),
+            work_root,
+        },
     }))
 }
 
@@ -170,7 +194,7 @@ pub fn run(a: RunArgs) -> i32 {
         Ok(d) => d,
         Err(e) => return fail(e, Exit::Usage),
     };
-    let edge = match edge_settings(&a) {
+    let edge = match edge_settings(&a, &data_dir) {
         Ok(e) => e,
         Err(e) => return fail(e, Exit::Usage),
     };
@@ -237,7 +261,7 @@ async fn serve(e: Edge, key: NodeKey, facts: NodeFacts, once: bool, every: Durat
         Err(err) => return fail(format!("--edge: {err}"), Exit::Usage),
     };
     log(&format!(
-        "node {}: connecting to the edge at {} as tenant {}; this Windows node takes no jobs",
+        "node {}: connecting to the edge at {} as tenant {}, tier-0 jobs one at a time",
         client.node_id(),
         e.url,
         e.tenant
@@ -280,12 +304,16 @@ async fn serve(e: Edge, key: NodeKey, facts: NodeFacts, once: bool, every: Durat
                 Err(err) => Err(("cannot report the facts to the edge", err)),
             }
         } else {
-            match client.whoami().await {
-                Ok(_) => {
+            match client.poll(0).await {
+                Ok((Some(lease), _)) => {
+                    e.jobs.take(&client, lease).await;
+                    Ok(())
+                }
+                Ok((None, _)) => {
                     tokio::time::sleep(every).await;
                     Ok(())
                 }
-                Err(err) => Err(("cannot reach the edge", err)),
+                Err(err) => Err(("cannot poll the edge for work", err)),
             }
         };
         match step {
@@ -296,6 +324,10 @@ async fn serve(e: Edge, key: NodeKey, facts: NodeFacts, once: bool, every: Durat
                         "the edge no longer knows this node ({err}): registering again"
                     ));
                     registered = false;
+                    reported = false;
+                }
+                Some("tier_not_routed") => {
+                    log(&format!("{err}: reporting the facts again"));
                     reported = false;
                 }
                 _ => return fail(format!("{what}: {err}"), Exit::CheckFailed),
