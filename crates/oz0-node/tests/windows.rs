@@ -721,3 +721,98 @@ fn a_windows_node_under_wine_registers_with_a_linux_edge_at_tier_0() {
     let _ = node.kill();
     let _ = node.wait();
 }
+
+#[test]
+fn the_relay_carries_a_run_to_its_proxy_and_refuses_a_33rd() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let Some(w) = wine() else { return };
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = upstream.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in upstream.incoming() {
+            let Ok(mut s) = s else { break };
+            std::thread::spawn(move || {
+                let mut b = [0u8; 64];
+                while let Ok(n) = s.read(&mut b) {
+                    if n == 0 || s.write_all(&b[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let p = start_proxy(w, port);
+    // Every relay port taken (here by this test, as 32 running relays
+    // would): the 33rd relay is refused with the reason, and listens on
+    // nothing.
+    let held: Vec<_> = (47330..=47361)
+        .filter_map(|p| std::net::TcpListener::bind(("127.0.0.1", p)).ok())
+        .collect();
+    let o = w.run(&["sandbox", "relay", "--to", &p.addr], &[]);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("all 32 relay ports (127.0.0.1:47330-47361) are in use"),
+        "{}",
+        stderr(&o)
+    );
+    drop(held);
+    // With ports free it takes the first and carries a client to the
+    // proxy, which still wants the run's token.
+    let mut relay = w
+        .cmd(&["sandbox", "relay", "--to", &p.addr], &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(relay.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split_whitespace()
+        .find(|w| w.starts_with("127.0.0.1:"))
+        .unwrap_or_else(|| panic!("the relay did not say its port: {line:?}"))
+        .trim_end_matches(',')
+        .to_string();
+    let relay_port: u16 = addr["127.0.0.1:".len()..].parse().unwrap();
+    assert!((47330..=47361).contains(&relay_port), "{addr}");
+    let (st, _) = ask(
+        &addr,
+        &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"),
+    );
+    assert!(
+        st.contains(" 407 "),
+        "through the relay, still the token: {st}"
+    );
+    let (st, mut s) = ask(
+        &addr,
+        &format!(
+            "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nProxy-Authorization: Basic {}\r\n\r\n",
+            basic(&p.token)
+        ),
+    );
+    assert!(st.contains(" 200 "), "{st}");
+    s.write_all(b"via the relay").unwrap();
+    let mut back = [0u8; 13];
+    s.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"via the relay");
+    let _ = relay.kill();
+    let _ = relay.wait();
+    // A target off loopback is refused.
+    let o = w.run(&["sandbox", "relay", "--to", "192.0.2.1:8080"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("only to the node's egress proxy on loopback"));
+}
+
+#[test]
+fn relay_remove_profile_says_what_this_windows_has() {
+    let Some(w) = wine() else { return };
+    // Wine's userenv.dll has no AppContainer profiles at all.
+    let o = w.run(&["sandbox", "relay", "--remove-profile"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("This Windows has no AppContainer profiles (userenv.dll exports no DeleteAppContainerProfile), so there is no oz0.egress-relay profile to remove"),
+        "{}",
+        stdout(&o)
+    );
+}

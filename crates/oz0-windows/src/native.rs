@@ -73,8 +73,26 @@ impl Job {
     }
 }
 
+/// What removing the relay's AppContainer profile did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfileRemoval {
+    /// Windows removed it, or there was none (`S_OK`).
+    Removed,
+    /// There was none (`ERROR_NOT_FOUND`).
+    NotFound,
+    /// This Windows has no AppContainer profiles: `userenv.dll` exports no
+    /// `DeleteAppContainerProfile`, so no profile can exist.
+    Unsupported,
+}
+
+#[cfg(not(windows))]
+/// Removes an AppContainer profile of this user. Not Windows here.
+pub fn delete_appcontainer_profile(_name: &str) -> Result<ProfileRemoval, NativeError> {
+    Err(NativeError::NotWindows)
+}
+
 #[cfg(windows)]
-pub use imp::{probe, Job};
+pub use imp::{delete_appcontainer_profile, probe, Job};
 
 #[cfg(windows)]
 mod imp {
@@ -319,6 +337,49 @@ mod imp {
             CreateClose::Passed
         };
         Ok(p)
+    }
+
+    type PfnDeleteProfile = unsafe extern "system" fn(*const u16) -> i32;
+
+    /// `HRESULT_FROM_WIN32(ERROR_NOT_FOUND)`: an HRESULT is these bits.
+    #[allow(clippy::cast_possible_wrap)]
+    const HR_NOT_FOUND: i32 = 0x8007_0490_u32 as i32;
+
+    /// Removes the AppContainer profile `name` of this user
+    /// (`DeleteAppContainerProfile`, from `userenv.dll` in System32 only,
+    /// looked up at run time: a Windows without it still runs the node).
+    pub fn delete_appcontainer_profile(name: &str) -> Result<super::ProfileRemoval, NativeError> {
+        let dll = wide("userenv.dll");
+        // SAFETY: `dll` is NUL-terminated; System32 only; never freed.
+        let module = unsafe {
+            LoadLibraryExW(
+                dll.as_ptr(),
+                std::ptr::null_mut(),
+                LOAD_LIBRARY_SEARCH_SYSTEM32,
+            )
+        };
+        if module.is_null() {
+            return Ok(super::ProfileRemoval::Unsupported);
+        }
+        let Some(delete) = resolve(module, c"DeleteAppContainerProfile") else {
+            return Ok(super::ProfileRemoval::Unsupported);
+        };
+        // SAFETY: the export has this signature (HRESULT(PCWSTR)).
+        let delete: PfnDeleteProfile =
+            unsafe { std::mem::transmute::<RawProc, PfnDeleteProfile>(delete) };
+        let name = wide(name);
+        // SAFETY: `name` is NUL-terminated and outlives the call.
+        let hr = unsafe { delete(name.as_ptr()) };
+        match hr {
+            0 => Ok(super::ProfileRemoval::Removed),
+            HR_NOT_FOUND => Ok(super::ProfileRemoval::NotFound),
+            // The HRESULT's bits as Windows writes them.
+            #[allow(clippy::cast_sign_loss)]
+            _ => Err(NativeError::Win32 {
+                call: "DeleteAppContainerProfile",
+                code: hr as u32,
+            }),
+        }
     }
 
     /// A job object; closing it (drop) ends every process in it.

@@ -14,6 +14,8 @@
 //! - `sandbox run`: the PSEC preview, refused without
 //!   `OZ0_SANDBOX_PSEC_PREVIEW=1` as on any node without tier 1.
 //! - `sandbox proxy`: one run's egress proxy on a loopback port.
+//! - `sandbox relay [--remove-profile]`: the relay route's forwarder, and
+//!   the removal of its AppContainer profile.
 //! - `run`: the node daemon: probe, facts, and with `--edge` registration,
 //!   reports and tier-0 shell jobs ([`jobs`]).
 //! - `facts`: what the last `run` wrote.
@@ -32,6 +34,7 @@ use oz0_core::exit::Exit;
 mod jobs;
 mod node;
 mod proxy;
+mod relay;
 mod sandbox;
 mod wall;
 
@@ -97,6 +100,15 @@ enum SandboxCmd {
     /// each decision is one JSON line in the audit log. Prints the address
     /// it listens on. Use it to check a machine's proxy and firewall.
     Proxy(proxy::ProxyArgs),
+    /// The egress relay of one PSEC run, or --remove-profile.
+    ///
+    /// Listens on the first free port of 127.0.0.1:47330-47361 (at most 32
+    /// relays on a machine) and carries each connection to the run's egress
+    /// proxy (--to), which still wants the run's token. The node would start
+    /// it in the AppContainer profile oz0.egress-relay; this build starts
+    /// no PSEC run, so it runs only by hand. --remove-profile removes that
+    /// profile of this user, as an uninstall does.
+    Relay(relay::RelayArgs),
 }
 
 /// Parses the command line `args` (the program name first) and runs it;
@@ -118,6 +130,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Top::Sandbox(SandboxCmd::Check(a)) => wall::main(a),
         Top::Sandbox(SandboxCmd::Run(a)) => sandbox::main(a),
         Top::Sandbox(SandboxCmd::Proxy(a)) => proxy::main(a),
+        Top::Sandbox(SandboxCmd::Relay(a)) => relay::main(a),
         Top::Run(a) => node::run(a),
         Top::Facts(a) => node::facts(a),
     }
