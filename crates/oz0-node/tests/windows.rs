@@ -100,9 +100,15 @@ fn win(p: &Path) -> String {
 
 impl Wine {
     /// `oz0-node.exe ARGS` with `env`, the environment otherwise Wine's own.
+    /// Wine gives a file no access list of its own and answers from its
+    /// Unix mode, so the umask 077 makes what the node creates private, as
+    /// a user's own folders are on Windows.
     fn cmd(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
-        let mut c = Command::new(&self.wine);
-        c.arg(&self.exe)
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(r#"umask 077 && exec "$0" "$@""#)
+            .arg(&self.wine)
+            .arg(&self.exe)
             .args(args)
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
@@ -325,6 +331,61 @@ fn run_sandbox_psec_reports_tier_0_with_the_reason_and_starts() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let printed: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(printed, facts);
+}
+
+#[test]
+fn a_data_directory_others_can_read_stops_the_node_with_the_fix() {
+    let Some(w) = wine() else { return };
+    let dir = TempDir::new("winacl");
+    // Made by someone else, readable by everyone: Wine answers with an
+    // access list granting Everyone read, which the node cannot replace
+    // there (Wine keeps no list of its own for it), so it stops.
+    let data = dir.join("open");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let o = w.run(&["run", "--once", "--data-dir", &win(&data)], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("the data directory") && e.contains("can still be read by Everyone"),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!("icacls \"{}\" /inheritance:r", win(&data))),
+        "the fix names the command: {e}"
+    );
+    assert!(
+        std::fs::read_dir(&data).unwrap().next().is_none(),
+        "nothing is made in it: no key, no facts"
+    );
+    // An enrolment token others can read is refused before anything starts.
+    let token = dir.join("enrol");
+    std::fs::write(&token, "acme-token").unwrap();
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let data = dir.join("data");
+    let o = w.run(
+        &[
+            "run",
+            "--once",
+            "--data-dir",
+            &win(&data),
+            "--edge",
+            "http://127.0.0.1:9",
+            "--tenant",
+            "acme",
+            "--enrolment-token-file",
+            &win(&token),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--enrolment-token-file")
+            && stderr(&o).contains("can be read by Everyone: let only this user read it"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!data.exists(), "nothing started");
 }
 
 #[test]

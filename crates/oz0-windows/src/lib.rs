@@ -15,8 +15,10 @@
 //! - [`route`] and [`relay`]: bridge or relay, decided once and handed on as
 //!   `OZ0_SANDBOX_PSEC_ROUTE`; the relay's ports; the firewall facts the
 //!   relay route relies on and the scoped rule the node prints.
-//! - [`native`]: the only system calls (and the only `unsafe`): the probe
-//!   and job objects, through `windows-sys`.
+//! - [`acl`]: who besides the node may read its data directory, from the
+//!   access list, and the private list the node gives it.
+//! - [`native`]: the only system calls (and the only `unsafe`): the probe,
+//!   job objects and access lists, through `windows-sys`.
 //!
 //! Paths reach this crate through `oz0-policy` as `/X:/folder`
 //! ([`winpath::WinPath::to_abs`]) and are parsed back strictly.
@@ -60,6 +62,7 @@
 //!   entries, network through bridge or relay, ingress), that job limits
 //!   hold, and the eight self-test properties. None of that is claimed here.
 
+pub mod acl;
 pub mod check;
 pub mod cmdline;
 pub mod env;

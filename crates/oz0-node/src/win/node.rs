@@ -117,6 +117,7 @@ fn edge_settings(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
         .ok_or("--edge needs --enrolment-token-file FILE")?;
     let text = std::fs::read_to_string(file)
         .map_err(|e| format!("--enrolment-token-file {}: {e}", file.display()))?;
+    readable_only_by_me(file, "--enrolment-token-file")?;
     let token = text.trim().to_string();
     if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(format!(
@@ -178,6 +179,75 @@ fn assess(sandbox: Sandbox) -> NodeFacts {
     wall::facts(&check, outcome.as_ref(), sandbox == Sandbox::None)
 }
 
+/// Refuses a secret's file others can read (Linux refuses its mode), with
+/// the fix.
+fn readable_only_by_me(path: &Path, flag: &str) -> Result<(), String> {
+    use oz0_windows::{acl, native};
+    let user = native::current_user_sid()
+        .map_err(|e| format!("cannot read this user's SID to check {flag}: {e}"))?;
+    let list = native::access_list(path).map_err(|e| {
+        format!(
+            "{flag} {}: cannot read its access list: {e}",
+            path.display()
+        )
+    })?;
+    let readers = acl::readers_besides(list.as_deref(), &user);
+    if readers.is_empty() {
+        return Ok(());
+    }
+    let shown = path.display().to_string();
+    Err(format!(
+        "{flag} {shown} can be read by {}: let only this user read it (`icacls \"{shown}\" /inheritance:r /grant:r \"%USERNAME%:F\"`)",
+        readers.join(", ")
+    ))
+}
+
+/// Makes `path` readable by no one but this user, `SYSTEM` and
+/// Administrators (Linux's 0700 and 0600): a folder or file whose access
+/// list lets anyone else read it — Everyone, Users, ALL APPLICATION
+/// PACKAGES (every container) — is given the node's private list again,
+/// with a warning; when that fails the node stops, with the fix.
+fn private(path: &Path, what: &str) -> Result<(), String> {
+    use oz0_windows::acl;
+    use oz0_windows::native;
+    let user = native::current_user_sid()
+        .map_err(|e| format!("cannot read this user's SID to check {what}: {e}"))?;
+    let list = native::access_list(path).map_err(|e| {
+        format!(
+            "cannot read the access list of {what} {}: {e}",
+            path.display()
+        )
+    })?;
+    let readers = acl::readers_besides(list.as_deref(), &user);
+    if readers.is_empty() {
+        return Ok(());
+    }
+    let shown = path.display().to_string();
+    native::set_access_list(path, &acl::private_sddl(&user)).map_err(|e| {
+        format!(
+            "{what} {shown} can be read by {}, and the node could not make it private ({e}): run `{}`, then start the node again",
+            readers.join(", "),
+            acl::icacls_fix(&shown)
+        )
+    })?;
+    // Read back: the list Windows keeps is what counts.
+    let again = native::access_list(path)
+        .map_err(|e| format!("cannot read the access list of {what} {shown}: {e}"))?;
+    let still = acl::readers_besides(again.as_deref(), &user);
+    if !still.is_empty() {
+        return Err(format!(
+            "{what} {shown} can still be read by {} after the node set its private access list: run `{}`, then start the node again",
+            still.join(", "),
+            acl::icacls_fix(&shown)
+        ));
+    }
+    log(&format!(
+        "warning: {what} {shown} could be read by {}: made private again (only this user and SYSTEM)",
+        readers.join(", ")
+    ));
+    Ok(())
+}
+
 fn write_facts(dir: &Path, f: &NodeFacts) -> Result<PathBuf, String> {
     let path = dir.join("facts.json");
     let tmp = dir.join(".facts.json.tmp");
@@ -198,16 +268,19 @@ pub fn run(a: RunArgs) -> i32 {
         Ok(e) => e,
         Err(e) => return fail(e, Exit::Usage),
     };
-    if let Err(e) = std::fs::create_dir_all(&data_dir) {
-        return fail(
-            format!(
-                "cannot create the data directory {}: {e}",
-                data_dir.display()
-            ),
-            Exit::CheckFailed,
-        );
+    if let Err(e) = std::fs::create_dir_all(&data_dir).map_err(|e| {
+        format!(
+            "cannot create the data directory {}: {e}",
+            data_dir.display()
+        )
+    }) {
+        return fail(e, Exit::CheckFailed);
     }
-    let key = match NodeKey::load_or_create(&data_dir.join("identity").join("node.key")) {
+    let key_path = data_dir.join("identity").join("node.key");
+    let key = match private(&data_dir, "the data directory")
+        .and_then(|_| NodeKey::load_or_create(&key_path).map_err(|e| e.to_string()))
+        .and_then(|k| private(&key_path, "the node key").map(|_| k))
+    {
         Ok(k) => k,
         Err(e) => return fail(e, Exit::CheckFailed),
     };
