@@ -170,6 +170,18 @@ pub fn random_id() -> String {
     B64.encode(b)
 }
 
+/// A new job's id: a [`random_id`] that does not begin with `-`, so that
+/// no command line reads it as a flag (`oz0 job show -x…` would be one in
+/// 64 ids).
+pub fn job_id() -> String {
+    loop {
+        let id = random_id();
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +225,10 @@ mod tests {
         assert!(!t.matches("a-long-enough-secreT"));
         assert_eq!(format!("{t:?}"), "TokenDigest(…)");
         assert!(is_nonce(&random_id()));
+        // Job ids are nonces that never begin with '-'.
+        for _ in 0..2000 {
+            let id = job_id();
+            assert!(is_nonce(&id) && !id.starts_with('-'), "{id}");
+        }
     }
 }

@@ -138,6 +138,13 @@ async fn oz0_job_tool_show_and_cancel() {
     let (st, _, err) = oz0(&["job", "cancel", "--tenant", "acme", &id]);
     assert_eq!(st, Some(1));
     assert!(err.contains("already ended"), "{err}");
+    // An id may begin with '-' (ids of earlier versions did, one in 64):
+    // it is an id, never a flag.
+    for verb in ["show", "logs", "cancel"] {
+        let (st, _, err) = oz0(&["job", verb, "--tenant", "acme", "-AAAAAAAAAAAAAAAAAAAAA"]);
+        assert_eq!(st, Some(1), "{verb}: {err}");
+        assert!(err.contains("no such job"), "{verb}: {err}");
+    }
     // --wait on a job nobody takes: it says so, and cancel stops it.
     let mut a: Vec<&str> = tool.to_vec();
     a.extend(["fs", "--wait", "1"]);

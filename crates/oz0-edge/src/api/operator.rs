@@ -202,7 +202,7 @@ pub(super) async fn submit_job(
             reason,
         ));
     }
-    let id = auth::random_id();
+    let id = auth::job_id();
     let queued = edge
         .store
         .insert_job(

@@ -131,7 +131,8 @@ enum JobCmd {
         /// The tenant.
         #[arg(long)]
         tenant: String,
-        /// The job's id.
+        /// The job's id (one that begins with `-` is taken as an id, not a flag).
+        #[arg(allow_hyphen_values = true)]
         job: String,
         /// JSON instead of text.
         #[arg(long)]
@@ -195,7 +196,8 @@ enum JobCmd {
         /// The tenant.
         #[arg(long)]
         tenant: String,
-        /// The job's id.
+        /// The job's id (one that begins with `-` is taken as an id, not a flag).
+        #[arg(allow_hyphen_values = true)]
         job: String,
         /// JSON instead of text.
         #[arg(long)]
@@ -208,7 +210,8 @@ enum JobCmd {
         /// The tenant.
         #[arg(long)]
         tenant: String,
-        /// The job's id.
+        /// The job's id (one that begins with `-` is taken as an id, not a flag).
+        #[arg(allow_hyphen_values = true)]
         job: String,
         /// JSON instead of text.
         #[arg(long)]
