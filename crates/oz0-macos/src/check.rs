@@ -82,25 +82,25 @@ fn one_line(s: &str) -> String {
         .join("; ")
 }
 
-/// The report for these facts. Pure: the same facts give the same lines.
-pub fn report(p: &MacProbe) -> CheckReport {
-    let version = p.macos_version.as_deref().unwrap_or("(version unknown)");
-    let build = p
-        .macos_build
-        .as_deref()
-        .map_or_else(String::new, |b| format!(" ({b})"));
-    let container = match p.mac.container_version {
-        None => "no Apple container".to_string(),
-        Some((a, b, c)) => format!(
-            "Apple container {a}.{b}.{c}, services {}",
-            if p.mac.services_answer {
-                "answering"
-            } else {
-                "not answering"
-            }
-        ),
-    };
-    let (tier, seatbelt, tier_line, fix_line, fix_kind) = match &p.seatbelt {
+/// What the Seatbelt probe's answer means: the tier, the facts' word, the
+/// tier line, the fix and its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeatbeltLines {
+    /// 1 only when the profile refused the read.
+    pub tier: u8,
+    /// For the facts line.
+    pub seatbelt: String,
+    /// `Sandbox: tier N: …`.
+    pub tier_line: String,
+    /// `Fix: …`.
+    pub fix_line: Option<String>,
+    /// The kind of fix.
+    pub fix_kind: Option<FixKind>,
+}
+
+/// The lines of one Seatbelt answer (also what `sandbox run` refuses with).
+pub fn seatbelt_lines(answer: &SeatbeltAnswer) -> SeatbeltLines {
+    let (tier, seatbelt, tier_line, fix_line, fix_kind) = match answer {
         SeatbeltAnswer::Denies => (
             1,
             "Seatbelt enforces profiles".to_string(),
@@ -133,6 +133,40 @@ pub fn report(p: &MacProbe) -> CheckReport {
             Some(FixKind::UnsupportedPlatform),
         ),
     };
+    SeatbeltLines {
+        tier,
+        seatbelt,
+        tier_line,
+        fix_line,
+        fix_kind,
+    }
+}
+
+/// The report for these facts. Pure: the same facts give the same lines.
+pub fn report(p: &MacProbe) -> CheckReport {
+    let version = p.macos_version.as_deref().unwrap_or("(version unknown)");
+    let build = p
+        .macos_build
+        .as_deref()
+        .map_or_else(String::new, |b| format!(" ({b})"));
+    let container = match p.mac.container_version {
+        None => "no Apple container".to_string(),
+        Some((a, b, c)) => format!(
+            "Apple container {a}.{b}.{c}, services {}",
+            if p.mac.services_answer {
+                "answering"
+            } else {
+                "not answering"
+            }
+        ),
+    };
+    let SeatbeltLines {
+        tier,
+        seatbelt,
+        tier_line,
+        fix_line,
+        fix_kind,
+    } = seatbelt_lines(&p.seatbelt);
     let microvm = availability(&p.mac).err();
     let microvm_line = match microvm {
         None => {

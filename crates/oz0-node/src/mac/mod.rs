@@ -1,4 +1,4 @@
-//! `oz0-node` on macOS: `sandbox check`.
+//! `oz0-node` on macOS: `sandbox check` and `sandbox run` ([`run`]).
 //!
 //! The probes ([`probe`]) ask the Mac: `sandbox-exec` running a profile of
 //! the node's that must refuse one read, the processor, the macOS version,
@@ -14,11 +14,13 @@ use clap::{Args, Parser, Subcommand};
 use oz0_core::exit::Exit;
 
 mod probe;
+mod run;
 
 /// OZ0 node for macOS: probes this Mac's sandbox (Seatbelt) and microVMs
 /// (Apple's container) and says what is missing and how to fix it.
 ///
-/// This build checks a Mac; it runs no work on macOS yet.
+/// This build checks a Mac and runs single commands in Seatbelt
+/// (`sandbox run`); it proves no tier on macOS yet.
 #[derive(Debug, Parser)]
 #[command(name = "oz0-node", version, propagate_version = true)]
 struct Cli {
@@ -34,6 +36,8 @@ enum Top {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once per process; boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum SandboxCmd {
     /// Probe this Mac: which tier it can have, the facts, and the fix.
     ///
@@ -44,6 +48,24 @@ enum SandboxCmd {
     /// system status`). Never decides by version whether Seatbelt holds.
     /// Changes nothing, needs no administrator.
     Check(CheckArgs),
+    /// Run one command through sandbox-exec with the node's Seatbelt profile.
+    ///
+    /// The command sees the system read-only, its work folder, the --write
+    /// folders and a TEMP of its own (also HOME) writable, the --read paths
+    /// and the node binary readable, never the node's data directory; .git's
+    /// hooks and config and agents' settings are read-only and .git and the
+    /// writable folders cannot be renamed aside. Its network is only the
+    /// node's egress proxy on a loopback port (with --allow or --forward).
+    /// It gets only the variables named. When its first process ends, or
+    /// --timeout passes, its whole process group is killed. --memory,
+    /// --processes and --cpu-seconds are refused (Seatbelt has no limits for
+    /// a whole run). Each run first checks that Seatbelt refuses a probe
+    /// profile's read; this build has no self-test of the profile on macOS,
+    /// so the run's confinement is not proven, and the command says so.
+    ///
+    /// Exit status: the command's own; 128+N if it died of signal N; 124 on
+    /// --timeout; 125 if the sandbox refused the run (the command never ran).
+    Run(run::RunArgs),
 }
 
 /// `sandbox check` flags.
@@ -74,6 +96,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     };
     match cli.cmd {
         Top::Sandbox(SandboxCmd::Check(a)) => check(&a),
+        Top::Sandbox(SandboxCmd::Run(a)) => run::main(a),
     }
 }
 
