@@ -207,15 +207,8 @@ enum SandboxCmd {
 /// `sandbox run` flags.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The work directory: writable, and the command's current directory.
-    #[arg(long, value_name = "DIR")]
-    pub work: PathBuf,
-    /// Also let the command read this path (repeatable).
-    #[arg(long = "read", value_name = "PATH")]
-    pub read: Vec<PathBuf>,
-    /// Also let the command write this path (repeatable).
-    #[arg(long = "write", value_name = "PATH")]
-    pub write: Vec<PathBuf>,
+    #[command(flatten)]
+    pub wall: crate::flags::RunFlags,
     /// Give the command NAME=VALUE, or NAME with the value of NAME from this
     /// process's environment (keeps secrets off command lines). Nothing else
     /// from this environment reaches the command.
@@ -227,29 +220,11 @@ pub struct RunArgs {
     /// of yours such as `<(vault read ...)`.
     #[arg(long = "env-file", value_name = "FILE")]
     pub env_file: Vec<PathBuf>,
-    /// Kill the run after S seconds of wall time (exit status 124).
-    #[arg(long, value_name = "S")]
-    pub timeout: Option<u64>,
-    /// Memory of all the run's processes together, in MiB.
-    #[arg(long, value_name = "MiB")]
-    pub memory: Option<u64>,
-    /// Processes of the run at once.
-    #[arg(long, value_name = "N")]
-    pub processes: Option<u32>,
-    /// CPU time of all the run's processes together, in seconds.
-    #[arg(long = "cpu-seconds", value_name = "S")]
-    pub cpu_seconds: Option<u64>,
     /// Size of each of the run's memory file systems, its /tmp (also HOME)
     /// and its /dev (with /dev/shm), in MiB; each holds at most 128 files
     /// per MiB. Their files are memory, and count towards --memory too.
     #[arg(long = "tmp-size", value_name = "MiB", default_value_t = oz0_policy::limits::DEFAULT_TMP_MIB)]
     pub tmp_size: u64,
-    /// Let the command reach HOST[:PORT] through the node's egress proxy.
-    #[arg(long = "allow", value_name = "HOST[:PORT]")]
-    pub allow: Vec<String>,
-    /// Let the command reach the node-local 127.0.0.1:PORT through the proxy.
-    #[arg(long = "forward", value_name = "PORT")]
-    pub forward: Vec<u16>,
     /// Let the command create unix sockets. By default it cannot (socket
     /// pairs still work), so that it cannot reach a host service's socket in
     /// a folder it was given.
@@ -333,17 +308,9 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
             return Exit::Usage.code();
         }
     };
-    let cli = match Cli::try_parse_from(&applied.argv) {
+    let cli: Cli = match crate::flags::parse(applied.argv.iter().cloned()) {
         Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return match e.kind() {
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
-                    Exit::Ok.code()
-                }
-                _ => Exit::Usage.code(),
-            };
-        }
+        Err(code) => return code,
     };
     if let Some(code) = refuse_root(&cli.cmd) {
         return code;

@@ -91,7 +91,7 @@ pub struct Settings {
 impl Settings {
     /// Checks the flags and reads the enrolment token.
     pub fn from_args(url: &str, a: &NodeArgs, data_dir: &Path) -> Result<Settings, String> {
-        let trust = match &a.edge_ca {
+        let trust = match &a.link.edge_ca {
             Some(f) => oz0_edge::client::Trust::CaFile(absolute(f, "--edge-ca")?),
             None => oz0_edge::client::Trust::System,
         };
@@ -99,11 +99,12 @@ impl Settings {
         // self-test runs.
         NodeClient::with_trust(url, "probe", NodeKey::generate(), &trust)
             .map_err(|e| format!("--edge: {e}"))?;
-        let tenant = a.tenant.clone().unwrap_or_default();
+        let tenant = a.link.tenant.clone().unwrap_or_default();
         if !oz0_edge::routing::is_tenant(&tenant) {
             return Err(format!("--tenant {tenant:?} is not a tenant name: lower-case letters, digits, - and _ (at most 63)"));
         }
         let token_file = a
+            .link
             .enrolment_token_file
             .as_deref()
             .ok_or("--edge needs --enrolment-token-file FILE (mode 0600)")?;
@@ -177,14 +178,7 @@ fn read_token(path: &Path) -> Result<String, String> {
     }
     let text = fs::read_to_string(path)
         .map_err(|e| format!("--enrolment-token-file {}: {e}", path.display()))?;
-    let token = text.trim().to_string();
-    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "--enrolment-token-file {} must hold one token (no spaces): the tenant's enrolment token the edge was started with",
-            path.display()
-        ));
-    }
-    Ok(token)
+    crate::flags::enrolment_token(&text, path)
 }
 
 /// Makes `dir` a private folder of this user (0700), refusing a symbolic

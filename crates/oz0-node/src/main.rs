@@ -41,6 +41,7 @@ mod check;
 mod cli;
 #[cfg(target_os = "linux")]
 mod edge;
+mod flags;
 #[cfg(target_os = "linux")]
 mod key;
 #[cfg(target_os = "macos")]

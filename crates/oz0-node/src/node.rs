@@ -31,20 +31,8 @@ pub struct NodeArgs {
     /// --edge: register and report the facts, then exit).
     #[arg(long)]
     pub once: bool,
-    /// The edge to register with and take work from: https://HOST:PORT (or
-    /// http:// on loopback).
-    #[arg(long, value_name = "URL", requires_all = ["tenant", "enrolment_token_file"])]
-    pub edge: Option<String>,
-    /// The tenant this node works for (with --edge).
-    #[arg(long, value_name = "TENANT", requires = "edge", value_parser = tenant_name)]
-    pub tenant: Option<String>,
-    /// The CA certificate(s) the edge's HTTPS certificate must be signed by
-    /// (PEM) [default: the system's CAs].
-    #[arg(long = "edge-ca", value_name = "FILE", requires = "edge")]
-    pub edge_ca: Option<PathBuf>,
-    /// A file (mode 0600) holding the tenant's enrolment token (with --edge).
-    #[arg(long = "enrolment-token-file", value_name = "FILE", requires = "edge")]
-    pub enrolment_token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub link: crate::flags::EdgeFlags,
     /// Where each job's fresh work directory is made (never under the data
     /// directory) [default: a private 0700 folder under the temp dir].
     #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
@@ -91,15 +79,6 @@ pub struct NodeArgs {
         hide = true
     )]
     pub recheck_secs: u64,
-}
-
-/// `--tenant`: a tenant's name as the edge spells it.
-fn tenant_name(s: &str) -> Result<String, String> {
-    if oz0_edge::routing::is_tenant(s) {
-        Ok(s.to_string())
-    } else {
-        Err("not a tenant name: lower-case letters, digits, - and _ (at most 63)".into())
-    }
 }
 
 /// `--jobs`: one or more.
@@ -365,7 +344,7 @@ pub fn run(a: NodeArgs) -> i32 {
     };
     // Everything the edge connection needs is checked before the (slow)
     // self-test, so a wrong flag is said at once.
-    let edge = match &a.edge {
+    let edge = match &a.link.edge {
         Some(url) => match crate::edge::Settings::from_args(url, &a, &data_dir) {
             Ok(s) => Some(s),
             Err(e) => {

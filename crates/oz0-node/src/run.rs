@@ -9,7 +9,7 @@ use oz0_core::exit::Exit;
 use oz0_core::{Cancel, Ended, LimitHit, Outcome, RunIo, Sandbox};
 use oz0_linux::hostfs::OutFile;
 use oz0_linux::{Host, SandboxError};
-use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
+use oz0_policy::{EnvVar, RunRequest, RunSpec};
 use serde_json::json;
 
 use crate::cli::{HostArgs, RunArgs};
@@ -33,11 +33,7 @@ fn refuse(json_status: Option<&OutFile>, msg: impl std::fmt::Display) -> i32 {
     Exit::Sandbox.code()
 }
 
-fn utf8(what: &str, p: &Path) -> Result<String, String> {
-    p.to_str()
-        .map(str::to_string)
-        .ok_or_else(|| format!("{what} {:?} is not valid UTF-8", p))
-}
+use crate::flags::utf8;
 
 fn parse_env(args: &RunArgs) -> Result<Vec<EnvVar>, String> {
     let mut out = Vec::new();
@@ -84,28 +80,15 @@ fn request(args: &RunArgs) -> Result<RunRequest, String> {
                 .ok_or_else(|| format!("argument {i} of the command is not valid UTF-8"))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let (work, read, write) = args.wall.paths()?;
     Ok(RunRequest {
-        work: utf8("--work", &args.work)?,
-        read: args
-            .read
-            .iter()
-            .map(|p| utf8("--read", p))
-            .collect::<Result<_, _>>()?,
-        write: args
-            .write
-            .iter()
-            .map(|p| utf8("--write", p))
-            .collect::<Result<_, _>>()?,
+        work,
+        read,
+        write,
         env: parse_env(args)?,
-        allow: args.allow.clone(),
-        forward: args.forward.clone(),
-        limits: Limits {
-            memory_mib: args.memory,
-            processes: args.processes,
-            cpu_seconds: args.cpu_seconds,
-            timeout_seconds: args.timeout,
-            tmp_mib: Some(args.tmp_size),
-        },
+        allow: args.wall.allow.clone(),
+        forward: args.wall.forward.clone(),
+        limits: args.wall.limits(Some(args.tmp_size)),
         data_dir: utf8("--data-dir", &data_dir)?,
         allow_unix_sockets: args.allow_unix_sockets,
         command,

@@ -489,16 +489,9 @@ fn ask(addr: &str, head: &str) -> (String, std::net::TcpStream) {
     (text.lines().next().unwrap_or("").to_string(), s)
 }
 
-fn basic(token: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(format!("oz0:{token}"))
-}
-
-#[test]
-fn the_egress_proxy_under_wine_answers_a_linux_client_as_on_linux() {
+/// A loopback server that sends back what it gets; its port.
+fn echo_server() -> u16 {
     use std::io::{Read, Write};
-    let Some(w) = wine() else { return };
-    // The node-local service a run may reach on a forwarded port.
     let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = upstream.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -514,6 +507,20 @@ fn the_egress_proxy_under_wine_answers_a_linux_client_as_on_linux() {
             });
         }
     });
+    port
+}
+
+fn basic(token: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(format!("oz0:{token}"))
+}
+
+#[test]
+fn the_egress_proxy_under_wine_answers_a_linux_client_as_on_linux() {
+    use std::io::{Read, Write};
+    let Some(w) = wine() else { return };
+    // The node-local service a run may reach on a forwarded port.
+    let port = echo_server();
     let p = start_proxy(w, port);
     let auth = basic(&p.token);
     // No token: 407, whatever is asked.
@@ -787,21 +794,7 @@ fn a_windows_node_under_wine_registers_with_a_linux_edge_at_tier_0() {
 fn the_relay_carries_a_run_to_its_proxy_and_refuses_a_33rd() {
     use std::io::{BufRead, BufReader, Read, Write};
     let Some(w) = wine() else { return };
-    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = upstream.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for s in upstream.incoming() {
-            let Ok(mut s) = s else { break };
-            std::thread::spawn(move || {
-                let mut b = [0u8; 64];
-                while let Ok(n) = s.read(&mut b) {
-                    if n == 0 || s.write_all(&b[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
+    let port = echo_server();
     let p = start_proxy(w, port);
     // Every relay port taken (here by this test, as 32 running relays
     // would): the 33rd relay is refused with the reason, and listens on

@@ -241,6 +241,22 @@ mod imp {
         (rc == ERROR_SUCCESS).then_some(v)
     }
 
+    /// Loads `dll` from System32 only (LOAD_LIBRARY_SEARCH_SYSTEM32), so no
+    /// planted copy elsewhere is loaded; it stays loaded for the process's
+    /// life (never freed). None when it is not there.
+    fn system32(dll: &str) -> Option<HMODULE> {
+        let dll = wide(dll);
+        // SAFETY: `dll` is NUL-terminated and outlives the call.
+        let module = unsafe {
+            LoadLibraryExW(
+                dll.as_ptr(),
+                std::ptr::null_mut(),
+                LOAD_LIBRARY_SEARCH_SYSTEM32,
+            )
+        };
+        (!module.is_null()).then_some(module)
+    }
+
     fn resolve(module: HMODULE, name: &std::ffi::CStr) -> Option<RawProc> {
         // SAFETY: `module` is a loaded module handle that is never freed;
         // `name` is NUL-terminated.
@@ -271,20 +287,9 @@ mod imp {
         if !p.api_set_implemented {
             return Ok(p);
         }
-        let dll = wide(probe::DLL);
-        // SAFETY: `dll` is NUL-terminated; LOAD_LIBRARY_SEARCH_SYSTEM32 looks
-        // in System32 only, so no planted copy elsewhere is loaded. The module
-        // stays loaded for the process's life (never freed).
-        let module = unsafe {
-            LoadLibraryExW(
-                dll.as_ptr(),
-                std::ptr::null_mut(),
-                LOAD_LIBRARY_SEARCH_SYSTEM32,
-            )
-        };
-        if module.is_null() {
+        let Some(module) = system32(probe::DLL) else {
             return Ok(p);
-        }
+        };
         let create = resolve(module, c"CreateProcessSecurityEnvironment");
         let query = resolve(module, c"QueryProcessSecurityEnvironmentSupport");
         let close = resolve(module, c"CloseProcessSecurityEnvironment");
@@ -577,18 +582,9 @@ mod imp {
     /// (`DeleteAppContainerProfile`, from `userenv.dll` in System32 only,
     /// looked up at run time: a Windows without it still runs the node).
     pub fn delete_appcontainer_profile(name: &str) -> Result<super::ProfileRemoval, NativeError> {
-        let dll = wide("userenv.dll");
-        // SAFETY: `dll` is NUL-terminated; System32 only; never freed.
-        let module = unsafe {
-            LoadLibraryExW(
-                dll.as_ptr(),
-                std::ptr::null_mut(),
-                LOAD_LIBRARY_SEARCH_SYSTEM32,
-            )
-        };
-        if module.is_null() {
+        let Some(module) = system32("userenv.dll") else {
             return Ok(super::ProfileRemoval::Unsupported);
-        }
+        };
         let Some(delete) = resolve(module, c"DeleteAppContainerProfile") else {
             return Ok(super::ProfileRemoval::Unsupported);
         };

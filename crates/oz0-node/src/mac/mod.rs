@@ -82,17 +82,9 @@ struct CheckArgs {
 /// Parses the command line `args` (the program name first) and runs it;
 /// returns the exit status.
 pub fn main(args: Vec<OsString>) -> i32 {
-    let cli = match Cli::try_parse_from(args) {
+    let cli: Cli = match crate::flags::parse(args) {
         Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return match e.kind() {
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
-                    Exit::Ok.code()
-                }
-                _ => Exit::Usage.code(),
-            };
-        }
+        Err(code) => return code,
     };
     match cli.cmd {
         Top::Sandbox(SandboxCmd::Check(a)) => check(&a),

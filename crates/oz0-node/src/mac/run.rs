@@ -25,43 +25,20 @@ use clap::Args;
 use oz0_core::exit::Exit;
 use oz0_macos::check::SeatbeltAnswer;
 use oz0_macos::seatbelt::{plan, MacHost, ProxyPort};
-use oz0_policy::{AbsPath, EnvVar, Limits, RunRequest, RunSpec};
+use oz0_policy::{AbsPath, EnvVar, RunRequest, RunSpec};
 
 /// `sandbox run` flags.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The work folder: writable, and the command's current folder (its
-    /// real path: /tmp, /var and /etc are links on macOS; name /private/…).
-    #[arg(long, value_name = "DIR")]
-    pub work: PathBuf,
-    /// Also let the command read this path (repeatable).
-    #[arg(long = "read", value_name = "PATH")]
-    pub read: Vec<PathBuf>,
-    /// Also let the command write this path (repeatable).
-    #[arg(long = "write", value_name = "PATH")]
-    pub write: Vec<PathBuf>,
+    /// --work names a real path: /tmp, /var and /etc are links on macOS
+    /// (name /private/…); --memory, --processes and --cpu-seconds are
+    /// refused (Seatbelt has no limits for a whole run).
+    #[command(flatten)]
+    pub wall: crate::flags::RunFlags,
     /// Give the command NAME=VALUE, or NAME with the value of NAME from this
     /// process's environment. Nothing else from this environment reaches it.
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,
-    /// Let the command reach HOST[:PORT] through the node's egress proxy.
-    #[arg(long = "allow", value_name = "HOST[:PORT]")]
-    pub allow: Vec<String>,
-    /// Let the command reach the node-local 127.0.0.1:PORT through the proxy.
-    #[arg(long = "forward", value_name = "PORT")]
-    pub forward: Vec<u16>,
-    /// Kill the run after S seconds of wall time (exit status 124).
-    #[arg(long, value_name = "S")]
-    pub timeout: Option<u64>,
-    /// Refused on macOS: Seatbelt has no limit for a whole run's memory.
-    #[arg(long, value_name = "MiB")]
-    pub memory: Option<u64>,
-    /// Refused on macOS: Seatbelt has no limit for a whole run's processes.
-    #[arg(long, value_name = "N")]
-    pub processes: Option<u32>,
-    /// Refused on macOS: Seatbelt has no limit for a whole run's CPU time.
-    #[arg(long = "cpu-seconds", value_name = "S")]
-    pub cpu_seconds: Option<u64>,
     /// The node's data directory, which no run may see
     /// [default: ~/Library/Application Support/oz0-node].
     #[arg(long = "data-dir", value_name = "DIR")]
@@ -74,13 +51,6 @@ pub struct RunArgs {
 fn refuse(msg: impl std::fmt::Display) -> i32 {
     eprintln!("oz0-node: sandbox refused: {msg}");
     Exit::Sandbox.code()
-}
-
-fn utf8(p: &Path, flag: &str) -> Result<String, String> {
-    let abs = std::path::absolute(p).map_err(|e| format!("{flag} {}: {e}", p.display()))?;
-    abs.to_str()
-        .map(str::to_string)
-        .ok_or_else(|| format!("{flag} {} is not valid UTF-8", p.display()))
 }
 
 fn env_vars(names: &[String]) -> Result<Vec<EnvVar>, String> {
@@ -102,29 +72,37 @@ fn env_vars(names: &[String]) -> Result<Vec<EnvVar>, String> {
 
 /// The spec, checked by the same code as every platform's.
 fn spec(a: &RunArgs, data_dir: &Path) -> Result<RunSpec, String> {
-    let req = RunRequest {
-        work: utf8(&a.work, "--work")?,
+    let abs = |p: &Path, flag: &str| {
+        std::path::absolute(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
+    };
+    let flags = crate::flags::RunFlags {
+        work: abs(&a.wall.work, "--work")?,
         read: a
+            .wall
             .read
             .iter()
-            .map(|p| utf8(p, "--read"))
+            .map(|p| abs(p, "--read"))
             .collect::<Result<_, _>>()?,
         write: a
+            .wall
             .write
             .iter()
-            .map(|p| utf8(p, "--write"))
+            .map(|p| abs(p, "--write"))
             .collect::<Result<_, _>>()?,
+        allow: a.wall.allow.clone(),
+        forward: a.wall.forward.clone(),
+        ..a.wall.clone()
+    };
+    let (work, read, write) = flags.paths()?;
+    let req = RunRequest {
+        work,
+        read,
+        write,
         env: env_vars(&a.env)?,
-        allow: a.allow.clone(),
-        forward: a.forward.clone(),
-        limits: Limits {
-            memory_mib: a.memory,
-            processes: a.processes,
-            cpu_seconds: a.cpu_seconds,
-            timeout_seconds: a.timeout,
-            tmp_mib: None,
-        },
-        data_dir: utf8(data_dir, "--data-dir")?,
+        allow: flags.allow,
+        forward: flags.forward,
+        limits: a.wall.limits(None),
+        data_dir: crate::flags::utf8("--data-dir", &abs(data_dir, "--data-dir")?)?,
         allow_unix_sockets: false,
         command: a.command.clone(),
     };

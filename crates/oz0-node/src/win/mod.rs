@@ -29,7 +29,6 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
-use oz0_core::exit::Exit;
 
 mod jobs;
 mod node;
@@ -114,17 +113,9 @@ enum SandboxCmd {
 /// Parses the command line `args` (the program name first) and runs it;
 /// returns the exit status.
 pub fn main(args: Vec<OsString>) -> i32 {
-    let cli = match Cli::try_parse_from(args) {
+    let cli: Cli = match crate::flags::parse(args) {
         Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return match e.kind() {
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
-                    Exit::Ok.code()
-                }
-                _ => Exit::Usage.code(),
-            };
-        }
+        Err(code) => return code,
     };
     match cli.cmd {
         Top::Sandbox(SandboxCmd::Check(a)) => wall::main(a),

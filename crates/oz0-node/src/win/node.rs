@@ -33,20 +33,8 @@ pub struct RunArgs {
     /// --edge: register and report the facts, then exit).
     #[arg(long)]
     pub once: bool,
-    /// The edge to register with: https://HOST:PORT (or http:// on loopback).
-    #[arg(long, value_name = "URL", requires_all = ["tenant", "enrolment_token_file"])]
-    pub edge: Option<String>,
-    /// The tenant this node works for (with --edge).
-    #[arg(long, value_name = "TENANT", requires = "edge")]
-    pub tenant: Option<String>,
-    /// The CA certificate(s) the edge's HTTPS certificate must be signed by
-    /// (PEM) [default: the system's CAs].
-    #[arg(long = "edge-ca", value_name = "FILE", requires = "edge")]
-    pub edge_ca: Option<PathBuf>,
-    /// A file holding the tenant's enrolment token (with --edge); only the
-    /// node's user should be able to read it.
-    #[arg(long = "enrolment-token-file", value_name = "FILE", requires = "edge")]
-    pub enrolment_token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub link: crate::flags::EdgeFlags,
     /// Where each job's fresh work folder is made (never under the data
     /// directory) [default: %TEMP%\oz0-node-work].
     #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
@@ -98,12 +86,12 @@ struct Edge {
 }
 
 fn edge_settings(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
-    let Some(url) = &a.edge else { return Ok(None) };
-    let tenant = a.tenant.clone().unwrap_or_default();
-    if !oz0_edge::routing::is_tenant(&tenant) {
-        return Err(format!("--tenant {tenant:?} is not a tenant name: lower-case letters, digits, - and _ (at most 63)"));
-    }
-    let trust = match &a.edge_ca {
+    let Some(url) = &a.link.edge else {
+        return Ok(None);
+    };
+    // --tenant is required with --edge and checked by its parser.
+    let tenant = a.link.tenant.clone().unwrap_or_default();
+    let trust = match &a.link.edge_ca {
         Some(f) => Trust::CaFile(
             std::path::absolute(f).map_err(|e| format!("--edge-ca {}: {e}", f.display()))?,
         ),
@@ -112,19 +100,14 @@ fn edge_settings(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
     NodeClient::with_trust(url, "probe", NodeKey::generate(), &trust)
         .map_err(|e| format!("--edge: {e}"))?;
     let file = a
+        .link
         .enrolment_token_file
         .as_deref()
         .ok_or("--edge needs --enrolment-token-file FILE")?;
     let text = std::fs::read_to_string(file)
         .map_err(|e| format!("--enrolment-token-file {}: {e}", file.display()))?;
     readable_only_by_me(file, "--enrolment-token-file")?;
-    let token = text.trim().to_string();
-    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "--enrolment-token-file {} must hold one token (no spaces): the tenant's enrolment token the edge was started with",
-            file.display()
-        ));
-    }
+    let token = crate::flags::enrolment_token(&text, file)?;
     let name = match &a.name {
         Some(n) => Some(n.clone()),
         None => std::env::var("COMPUTERNAME")
@@ -179,19 +162,26 @@ fn assess(sandbox: Sandbox) -> NodeFacts {
     wall::facts(&check, outcome.as_ref(), sandbox == Sandbox::None)
 }
 
-/// Refuses a secret's file others can read (Linux refuses its mode), with
-/// the fix.
-fn readable_only_by_me(path: &Path, flag: &str) -> Result<(), String> {
+/// This user's SID, and who else may read `path` (by name; empty when
+/// only this user, SYSTEM and Administrators may).
+fn others_reading(path: &Path, what: &str) -> Result<(String, Vec<String>), String> {
     use oz0_windows::{acl, native};
     let user = native::current_user_sid()
-        .map_err(|e| format!("cannot read this user's SID to check {flag}: {e}"))?;
+        .map_err(|e| format!("cannot read this user's SID to check {what}: {e}"))?;
     let list = native::access_list(path).map_err(|e| {
         format!(
-            "{flag} {}: cannot read its access list: {e}",
+            "{what} {}: cannot read its access list: {e}",
             path.display()
         )
     })?;
     let readers = acl::readers_besides(list.as_deref(), &user);
+    Ok((user, readers))
+}
+
+/// Refuses a secret's file others can read (Linux refuses its mode), with
+/// the fix.
+fn readable_only_by_me(path: &Path, flag: &str) -> Result<(), String> {
+    let (_, readers) = others_reading(path, flag)?;
     if readers.is_empty() {
         return Ok(());
     }
@@ -206,39 +196,28 @@ fn readable_only_by_me(path: &Path, flag: &str) -> Result<(), String> {
 /// Administrators (Linux's 0700 and 0600): a folder or file whose access
 /// list lets anyone else read it — Everyone, Users, ALL APPLICATION
 /// PACKAGES (every container) — is given the node's private list again,
-/// with a warning; when that fails the node stops, with the fix.
+/// with a warning, and read back; when that does not take the node stops,
+/// with the fix.
 fn private(path: &Path, what: &str) -> Result<(), String> {
-    use oz0_windows::acl;
-    use oz0_windows::native;
-    let user = native::current_user_sid()
-        .map_err(|e| format!("cannot read this user's SID to check {what}: {e}"))?;
-    let list = native::access_list(path).map_err(|e| {
-        format!(
-            "cannot read the access list of {what} {}: {e}",
-            path.display()
-        )
-    })?;
-    let readers = acl::readers_besides(list.as_deref(), &user);
+    use oz0_windows::{acl, native};
+    let (user, readers) = others_reading(path, what)?;
     if readers.is_empty() {
         return Ok(());
     }
     let shown = path.display().to_string();
+    let fix = acl::icacls_fix(&shown);
     native::set_access_list(path, &acl::private_sddl(&user)).map_err(|e| {
         format!(
-            "{what} {shown} can be read by {}, and the node could not make it private ({e}): run `{}`, then start the node again",
-            readers.join(", "),
-            acl::icacls_fix(&shown)
+            "{what} {shown} can be read by {}, and the node could not make it private ({e}): run `{fix}`, then start the node again",
+            readers.join(", ")
         )
     })?;
     // Read back: the list Windows keeps is what counts.
-    let again = native::access_list(path)
-        .map_err(|e| format!("cannot read the access list of {what} {shown}: {e}"))?;
-    let still = acl::readers_besides(again.as_deref(), &user);
+    let (_, still) = others_reading(path, what)?;
     if !still.is_empty() {
         return Err(format!(
-            "{what} {shown} can still be read by {} after the node set its private access list: run `{}`, then start the node again",
-            still.join(", "),
-            acl::icacls_fix(&shown)
+            "{what} {shown} can still be read by {} after the node set its private access list: run `{fix}`, then start the node again",
+            still.join(", ")
         ));
     }
     log(&format!(

@@ -7,7 +7,6 @@
 //! containers yet and says so. In every refusal nothing is started.
 
 use std::ffi::{OsStr, OsString};
-use std::path::PathBuf;
 
 use clap::Args;
 use oz0_core::exit::Exit;
@@ -19,37 +18,12 @@ use super::PREVIEW_ENV;
 /// `sandbox run` flags.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The work folder: writable, and the command's current folder.
-    #[arg(long, value_name = "DIR")]
-    pub work: PathBuf,
-    /// Also let the command read this path (repeatable).
-    #[arg(long = "read", value_name = "PATH")]
-    pub read: Vec<PathBuf>,
-    /// Also let the command write this path (repeatable).
-    #[arg(long = "write", value_name = "PATH")]
-    pub write: Vec<PathBuf>,
+    #[command(flatten)]
+    pub wall: crate::flags::RunFlags,
     /// Give the command NAME=VALUE, or NAME with the value of NAME from this
     /// process's environment. Nothing else from this environment reaches it.
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub env: Vec<OsString>,
-    /// Let the command reach HOST[:PORT] through the node's egress proxy.
-    #[arg(long = "allow", value_name = "HOST[:PORT]")]
-    pub allow: Vec<String>,
-    /// Let the command reach the node-local 127.0.0.1:PORT through the proxy.
-    #[arg(long = "forward", value_name = "PORT")]
-    pub forward: Vec<u16>,
-    /// Kill the run after S seconds of wall time (exit status 124).
-    #[arg(long, value_name = "S")]
-    pub timeout: Option<u64>,
-    /// Memory of all the run's processes together, in MiB.
-    #[arg(long, value_name = "MiB")]
-    pub memory: Option<u64>,
-    /// Processes of the run at once.
-    #[arg(long, value_name = "N")]
-    pub processes: Option<u32>,
-    /// CPU time of all the run's processes together, in seconds.
-    #[arg(long = "cpu-seconds", value_name = "S")]
-    pub cpu_seconds: Option<u64>,
     /// The host network: refused on Windows (a PSEC run reaches the network
     /// only through the egress proxy).
     #[arg(long = "share-net", hide = true)]
@@ -79,17 +53,9 @@ pub fn preview(value: Option<&OsStr>) -> Result<(), String> {
 
 /// The flags' values that Windows would get: Unicode only, each named.
 fn unicode_args(a: &RunArgs) -> Result<(), String> {
-    let paths = std::iter::once(("--work", &a.work))
-        .chain(a.read.iter().map(|p| ("--read", p)))
-        .chain(a.write.iter().map(|p| ("--write", p)));
-    for (flag, p) in paths {
-        if p.to_str().is_none() {
-            return Err(format!(
-                "{flag} {} is not valid Unicode, which a PSEC container's paths must be: rename it",
-                p.display()
-            ));
-        }
-    }
+    a.wall
+        .paths()
+        .map_err(|e| format!("{e}, which a PSEC container's paths must be: rename it"))?;
     for e in &a.env {
         if e.to_str().is_none() {
             return Err(format!(
@@ -125,14 +91,14 @@ pub fn main(a: RunArgs) -> i32 {
     if let Err(e) = unicode_args(&a) {
         return refuse(e);
     }
-    if let Err(e) = oz0_policy::net::Egress::parse(&a.allow, &a.forward) {
+    if let Err(e) = oz0_policy::net::Egress::parse(&a.wall.allow, &a.wall.forward) {
         eprintln!("oz0-node: --allow/--forward: {e}");
         return Exit::Usage.code();
     }
-    if !a.work.is_dir() {
+    if !a.wall.work.is_dir() {
         return refuse(format!(
             "--work {} is not a folder: make it first",
-            a.work.display()
+            a.wall.work.display()
         ));
     }
     let wall = WindowsWall::probe(true);

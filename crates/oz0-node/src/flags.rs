@@ -1,0 +1,137 @@
+//! What the Linux, Windows and macOS nodes' command lines share: the flags
+//! of `sandbox run` that name what a run may touch and its limits, and
+//! parsing with clap's exit statuses.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser};
+use oz0_core::exit::Exit;
+use oz0_policy::Limits;
+
+/// `sandbox run`'s paths, egress and limits, the same on every platform.
+#[derive(Debug, Clone, Args)]
+pub struct RunFlags {
+    /// The work directory: writable, and the command's current directory.
+    #[arg(long, value_name = "DIR")]
+    pub work: PathBuf,
+    /// Also let the command read this path (repeatable).
+    #[arg(long = "read", value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// Also let the command write this path (repeatable).
+    #[arg(long = "write", value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// Let the command reach HOST[:PORT] through the node's egress proxy.
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    pub allow: Vec<String>,
+    /// Let the command reach the node-local 127.0.0.1:PORT through the proxy.
+    #[arg(long = "forward", value_name = "PORT")]
+    pub forward: Vec<u16>,
+    /// Kill the run after S seconds of wall time (exit status 124).
+    #[arg(long, value_name = "S")]
+    pub timeout: Option<u64>,
+    /// Memory of all the run's processes together, in MiB.
+    #[arg(long, value_name = "MiB")]
+    pub memory: Option<u64>,
+    /// Processes of the run at once.
+    #[arg(long, value_name = "N")]
+    pub processes: Option<u32>,
+    /// CPU time of all the run's processes together, in seconds.
+    #[arg(long = "cpu-seconds", value_name = "S")]
+    pub cpu_seconds: Option<u64>,
+}
+
+/// A path as the run's spec takes it: UTF-8, or the error naming the flag.
+pub fn utf8(what: &str, p: &Path) -> Result<String, String> {
+    p.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("{what} {p:?} is not valid UTF-8"))
+}
+
+impl RunFlags {
+    /// The work folder, the --read and the --write paths, in UTF-8.
+    pub fn paths(&self) -> Result<(String, Vec<String>, Vec<String>), String> {
+        let list = |flag: &str, ps: &[PathBuf]| {
+            ps.iter()
+                .map(|p| utf8(flag, p))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok((
+            utf8("--work", &self.work)?,
+            list("--read", &self.read)?,
+            list("--write", &self.write)?,
+        ))
+    }
+
+    /// The limits asked for, with the run's memory file systems' size.
+    // Windows' preview plans no run in this build.
+    #[cfg_attr(windows, allow(dead_code))]
+    pub fn limits(&self, tmp_mib: Option<u64>) -> Limits {
+        Limits {
+            memory_mib: self.memory,
+            processes: self.processes,
+            cpu_seconds: self.cpu_seconds,
+            timeout_seconds: self.timeout,
+            tmp_mib,
+        }
+    }
+}
+
+/// Parses `args` (the program name first): the command, or the exit status
+/// (0 after `--help` or `--version`, 2 for a usage error, said on stderr).
+pub fn parse<C: Parser>(args: impl IntoIterator<Item = OsString>) -> Result<C, i32> {
+    C::try_parse_from(args).map_err(|e| {
+        let _ = e.print();
+        match e.kind() {
+            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                Exit::Ok.code()
+            }
+            _ => Exit::Usage.code(),
+        }
+    })
+}
+
+/// How a node joins an edge: the same flags on every platform.
+#[derive(Debug, Clone, Args)]
+// The macOS node joins no edge in this build.
+#[cfg_attr(target_os = "macos", allow(dead_code))]
+pub struct EdgeFlags {
+    /// The edge to register with and take work from: https://HOST:PORT (or
+    /// http:// on loopback).
+    #[arg(long, value_name = "URL", requires_all = ["tenant", "enrolment_token_file"])]
+    pub edge: Option<String>,
+    /// The tenant this node works for (with --edge).
+    #[arg(long, value_name = "TENANT", requires = "edge", value_parser = tenant_name)]
+    pub tenant: Option<String>,
+    /// The CA certificate(s) the edge's HTTPS certificate must be signed by
+    /// (PEM) [default: the system's CAs].
+    #[arg(long = "edge-ca", value_name = "FILE", requires = "edge")]
+    pub edge_ca: Option<PathBuf>,
+    /// A file only the node's user can read (mode 0600 on Linux) holding
+    /// the tenant's enrolment token (with --edge).
+    #[arg(long = "enrolment-token-file", value_name = "FILE", requires = "edge")]
+    pub enrolment_token_file: Option<PathBuf>,
+}
+
+/// `--tenant`: a tenant's name as the edge spells it.
+fn tenant_name(s: &str) -> Result<String, String> {
+    if oz0_edge::routing::is_tenant(s) {
+        Ok(s.to_string())
+    } else {
+        Err("not a tenant name: lower-case letters, digits, - and _ (at most 63)".into())
+    }
+}
+
+/// The enrolment token in a token file's `text`: one word, or the error.
+// The macOS node joins no edge in this build.
+#[cfg_attr(target_os = "macos", allow(dead_code))]
+pub fn enrolment_token(text: &str, file: &Path) -> Result<String, String> {
+    let token = text.trim().to_string();
+    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "--enrolment-token-file {} must hold one token (no spaces): the tenant's enrolment token the edge was started with",
+            file.display()
+        ));
+    }
+    Ok(token)
+}
