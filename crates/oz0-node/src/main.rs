@@ -52,10 +52,10 @@ mod node;
 mod plugin;
 #[cfg(target_os = "linux")]
 mod probe;
+#[cfg(any(target_os = "linux", windows))]
+mod record;
 #[cfg(target_os = "linux")]
 mod run;
-#[cfg(any(target_os = "linux", windows))]
-mod tail;
 #[cfg(target_os = "linux")]
 mod tool;
 #[cfg(target_os = "linux")]

@@ -48,12 +48,7 @@ pub(super) fn spec_for(p: ShellJob, work: &Path, data_dir: &Path) -> Result<RunS
     RunSpec::new(req).map_err(|e| e.to_string())
 }
 
-/// A job id the edge made: used in file names only when it is plainly one.
-pub(super) fn safe_id(s: &str) -> bool {
-    (1..=80).contains(&s.len())
-        && s.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
-}
+pub(super) use crate::record::safe_id;
 
 /// How a job ended, on this node.
 #[derive(Debug)]

@@ -27,7 +27,7 @@ use tokio::sync::watch;
 
 use super::job::{run_job, safe_id, spec_for, write_status, JobEnd};
 use super::{log, private_dir, Settings, MAX_BACKOFF};
-use crate::tail::tail;
+use crate::record::tail;
 
 /// A job's work, run on a blocking thread with its cancel descriptor.
 type Task = Box<dyn FnOnce(OwnedFd) -> Result<JobEnd, String> + Send>;

@@ -31,7 +31,7 @@ use oz0_windows::native::Job;
 use oz0_windows::plan::{JobLimits, JOB_LIMIT_KILL_ON_JOB_CLOSE};
 
 use super::log;
-use crate::tail::tail;
+use crate::record::{safe_id, tail};
 
 /// `CREATE_SUSPENDED`: the child runs nothing until it is in its job.
 const CREATE_SUSPENDED: u32 = 0x0000_0004;
@@ -59,13 +59,6 @@ impl End {
             error: Some(why),
         }
     }
-}
-
-/// A job id the edge made: used in file names only when it is plainly one.
-fn safe_id(s: &str) -> bool {
-    (1..=80).contains(&s.len())
-        && s.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
 }
 
 /// What tier 0 cannot give, named: Err with the refusal.

@@ -1,9 +1,17 @@
-//! The end of a job's output, as the edge keeps it: one function for the
-//! Linux and the Windows node.
+//! A job's record on a node, the same for the Linux and the Windows node:
+//! which ids may name its folder, and the end of its output as the edge
+//! keeps it.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
+
+/// A job id the edge made: used in file names only when it is plainly one.
+pub fn safe_id(s: &str) -> bool {
+    (1..=80).contains(&s.len())
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+}
 
 /// The last [`oz0_edge::MAX_TAIL_BYTES`] of a job's output file (as text,
 /// cut at a character boundary) and its size.
