@@ -9,6 +9,8 @@
 //!   a process started suspended is placed in it before it runs a single
 //!   instruction ([`Job::place_and_resume`]), and the job's processes end
 //!   together ([`Job::terminate`]).
+//! - `exclusive_listener` (Windows only): a loopback listener bound with
+//!   `SO_EXCLUSIVEADDRUSE`, which no other process can share.
 //!
 //! On other systems [`probe`] and [`Job::create`] return
 //! [`NativeError::NotWindows`]. This module is type-checked for
@@ -108,6 +110,11 @@ pub fn access_list(_path: &std::path::Path) -> Result<Option<Vec<crate::acl::Ace
 pub fn set_access_list(_path: &std::path::Path, _sddl: &str) -> Result<(), NativeError> {
     Err(NativeError::NotWindows)
 }
+
+#[cfg(windows)]
+mod listener;
+#[cfg(windows)]
+pub use listener::exclusive_listener;
 
 #[cfg(windows)]
 pub use imp::{

@@ -127,6 +127,8 @@ impl ProxyHandle {
     /// portable way to serve a run (on Windows tokio serves no unix
     /// sockets, and no descriptor can be handed over): any process on the
     /// node can connect to the listener, and the token alone admits the run.
+    /// On Windows the listener is bound with `SO_EXCLUSIVEADDRUSE`, so no
+    /// other process can bind the same port and take its connections.
     pub fn add_run_tcp(
         &self,
         run_id: String,
@@ -151,6 +153,11 @@ impl ProxyHandle {
             return Err(EgressError::NotLoopback { addr: bind });
         }
         let bind_err = |source| EgressError::BindTcp { addr: bind, source };
+        // On Windows, exclusive: no other process may bind the same port
+        // with SO_REUSEADDR and take the run's connections (and tokens).
+        #[cfg(windows)]
+        let std_listener = oz0_windows::native::exclusive_listener(bind).map_err(bind_err)?;
+        #[cfg(not(windows))]
         let std_listener = std::net::TcpListener::bind(bind).map_err(bind_err)?;
         let addr = std_listener.local_addr().map_err(bind_err)?;
         std_listener.set_nonblocking(true).map_err(bind_err)?;

@@ -14,19 +14,19 @@
 //! relay runs only by hand, as an ordinary process. `--remove-profile`
 //! removes the profile, as an uninstall does.
 //!
-//! Before a PSEC run uses the relay (or `sandbox proxy`'s listener), their
-//! sockets need `SO_EXCLUSIVEADDRUSE`: without it another process of the
-//! same user can bind the same port with `SO_REUSEADDR` and take some of
-//! its connections.
+//! The relay's listener (like `sandbox proxy`'s) is bound with
+//! `SO_EXCLUSIVEADDRUSE`: without it another process of the same user could
+//! bind the same port with `SO_REUSEADDR` and take some of its connections,
+//! and with them a run's token.
 
 use std::io;
-use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use clap::Args;
 use oz0_core::exit::Exit;
-use oz0_windows::native::{delete_appcontainer_profile, ProfileRemoval};
+use oz0_windows::native::{delete_appcontainer_profile, exclusive_listener, ProfileRemoval};
 use oz0_windows::relay::{RelayPorts, RELAY_PROFILE};
 
 use super::log;
@@ -59,16 +59,15 @@ pub fn main(a: RelayArgs) -> i32 {
         return Exit::Usage.code();
     }
     let mut listener = None;
-    let port =
-        RelayPorts::new().allocate(
-            |p| match TcpListener::bind((Ipv4Addr::LOCALHOST, p.get())) {
-                Ok(l) => {
-                    listener = Some(l);
-                    true
-                }
-                Err(_) => false,
-            },
-        );
+    let port = RelayPorts::new().allocate(|p| {
+        match exclusive_listener((Ipv4Addr::LOCALHOST, p.get()).into()) {
+            Ok(l) => {
+                listener = Some(l);
+                true
+            }
+            Err(_) => false,
+        }
+    });
     let (port, listener) = match (port, listener) {
         (Ok(p), Some(l)) => (p, l),
         (Err(e), _) => {
