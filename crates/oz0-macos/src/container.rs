@@ -121,6 +121,9 @@ pub struct VmTool {
     pub egress: Option<VmEgress>,
     /// The server's command inside the image (may be empty: the image's own).
     pub command: Vec<String>,
+    /// The VM's name (`oz0-<id>`), so that it can be stopped and deleted
+    /// by name whatever ends the tool.
+    pub name: String,
 }
 
 impl std::fmt::Debug for VmTool {
@@ -170,6 +173,9 @@ pub enum ContainerError {
     /// A value with NUL.
     #[error("the value of {0} contains a NUL byte")]
     Nul(String),
+    /// A name `container` would misread.
+    #[error("the VM's name {0:?} must be 1 to 64 of a-z 0-9 - and start with a letter")]
+    Name(String),
     /// A shared folder whose path the mount syntax cannot carry.
     #[error("{0} contains ':' or ',', which container's --volume/--mount syntax would misread: use a folder without them")]
     MountPath(String),
@@ -296,6 +302,21 @@ impl Drop for EnvFile {
     }
 }
 
+/// `container stop` and `container delete --force` for the VM `name`:
+/// what ends a tool's VM whatever ended the tool (`--rm` alone needs the
+/// CLI that started it to see the end).
+pub fn stop_argvs(name: &str) -> [Vec<String>; 2] {
+    [
+        vec![CONTAINER.into(), "stop".into(), name.into()],
+        vec![
+            CONTAINER.into(),
+            "delete".into(),
+            "--force".into(),
+            name.into(),
+        ],
+    ]
+}
+
 /// `container run …` for one tool server, with its env file.
 pub fn run_argv(tool: &VmTool, env_file: &AbsPath) -> Result<Vec<String>, ContainerError> {
     check_image(&tool.image)?;
@@ -305,6 +326,15 @@ pub fn run_argv(tool: &VmTool, env_file: &AbsPath) -> Result<Vec<String>, Contai
     }
     if tool.nproc == 0 {
         return Err(ContainerError::Nproc);
+    }
+    let name_ok = (1..=64).contains(&tool.name.len())
+        && tool.name.as_bytes()[0].is_ascii_lowercase()
+        && tool
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !name_ok {
+        return Err(ContainerError::Name(tool.name.chars().take(64).collect()));
     }
     let shared = std::iter::once(&tool.work).chain(
         tool.egress
@@ -333,6 +363,7 @@ pub fn run_argv(tool: &VmTool, env_file: &AbsPath) -> Result<Vec<String>, Contai
         a.push(k.to_string());
         a.push(v);
     };
+    push("--name", tool.name.clone());
     push("--user", format!("{}:{}", tool.uid, tool.gid));
     push("--cpus", cpus.to_string());
     push("--memory", format!("{}M", tool.memory_mib));
@@ -369,6 +400,7 @@ mod tests {
             work: AbsPath::new("/Users/me/oz0/jobs/j1").unwrap(),
             egress: None,
             command: vec![],
+            name: "oz0-j1".into(),
         }
     }
 
@@ -378,7 +410,7 @@ mod tests {
         let a = run_argv(&tool(), &env).unwrap();
         assert_eq!(
             a.join(" "),
-            "container run --rm --interactive --network none --read-only --cap-drop ALL --user 501:20 --cpus 2 --memory 512M --ulimit nproc=256:256 --env-file /private/var/folders/xy/T/oz0-env-j1 --env HOME=/tmp --tmpfs /tmp --volume /Users/me/oz0/jobs/j1:/work --workdir /work ghcr.io/acme/fetch-mcp@sha256:4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b"
+            "container run --rm --interactive --network none --read-only --cap-drop ALL --name oz0-j1 --user 501:20 --cpus 2 --memory 512M --ulimit nproc=256:256 --env-file /private/var/folders/xy/T/oz0-env-j1 --env HOME=/tmp --tmpfs /tmp --volume /Users/me/oz0/jobs/j1:/work --workdir /work ghcr.io/acme/fetch-mcp@sha256:4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b"
         );
         let mut t = tool();
         t.egress = Some(VmEgress {
@@ -434,6 +466,8 @@ mod tests {
             ),
             (|t| t.memory_mib = 0, "memory_mb"),
             (|t| t.nproc = 0, "process limit"),
+            (|t| t.name = "-rm".into(), "name"),
+            (|t| t.name = "Oz0".into(), "name"),
             (
                 |t| t.work = AbsPath::new("/Users/me/a:b").unwrap(),
                 "misread",

@@ -41,3 +41,9 @@
 pub mod check;
 pub mod container;
 pub mod seatbelt;
+#[cfg(unix)]
+pub mod selftest;
+pub mod tree;
+
+#[cfg(target_os = "macos")]
+pub mod native;

@@ -18,6 +18,8 @@ use oz0_policy::protected;
 use oz0_policy::{AbsPath, RunSpec};
 use serde::Serialize;
 
+use crate::tree::Membership;
+
 /// The program.
 pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
 
@@ -109,6 +111,11 @@ pub struct SeatbeltPlan {
     pub env: Vec<(String, String)>,
     /// Wall time, enforced by the launcher.
     pub timeout_seconds: Option<u64>,
+    /// How the launcher tells the run's processes from all others
+    /// ([`crate::tree`]): the profile denies the first path and allows the
+    /// second.
+    #[serde(skip)]
+    pub membership: Membership,
 }
 
 /// Why a run cannot be planned on macOS.
@@ -360,6 +367,14 @@ pub fn plan(
         .map(|k| format!("(literal {})", p(k)))
         .collect();
     line(&format!("(deny file-write-unlink {})", un.join(" ")));
+    // The run's mark: its processes, and theirs alone, are refused this
+    // one path of their own TEMP (crate::tree); never a file.
+    let membership = Membership::for_temp(host.run_temp.as_str());
+    let mark = params.add(
+        "RUN_MARK".into(),
+        &AbsPath::new(&membership.denied).expect("under the run's TEMP"),
+    );
+    line(&format!("(deny file-read* (literal {}))", p(&mark)));
     // The node's data directory, even if a rule above would reach it.
     line(&format!(
         "(deny file-read* file-write* (subpath {}))",
@@ -406,7 +421,30 @@ pub fn plan(
         argv,
         env,
         timeout_seconds: l.timeout_seconds,
+        membership,
     })
+}
+
+/// The profile of a run with no wall (tier 0): everything allowed but the
+/// run's mark, so that its processes can be told from all others and ended
+/// together ([`crate::tree`]), and nothing else changes.
+pub const TRACKING_PROFILE: &str =
+    "(version 1)\n(allow default)\n(deny file-read* (literal (param \"RUN_MARK\")))\n";
+
+/// `sandbox-exec` with [`TRACKING_PROFILE`] for `command`, whose TEMP is
+/// `run_temp`, and how to tell its processes.
+pub fn tracking_argv(run_temp: &AbsPath, command: &[String]) -> (Vec<String>, Membership) {
+    let m = Membership::for_temp(run_temp.as_str());
+    let mut argv = vec![
+        SANDBOX_EXEC.to_string(),
+        "-p".into(),
+        TRACKING_PROFILE.into(),
+        "-D".into(),
+        format!("RUN_MARK={}", m.denied),
+        "--".into(),
+    ];
+    argv.extend(command.iter().cloned());
+    (argv, m)
 }
 
 #[cfg(test)]
@@ -553,11 +591,33 @@ mod tests {
                 "{k} unmovable"
             );
         }
+        assert!(plan
+            .profile
+            .contains("(deny file-read* (literal (param \"RUN_MARK\")))"));
+        assert_eq!(
+            plan.membership.denied,
+            "/private/var/folders/xy/T/oz0-run-j1/.oz0-run-mark"
+        );
+        assert!(plan
+            .params
+            .contains(&("RUN_MARK".into(), plan.membership.denied.clone())));
         let last = plan.profile.lines().last().unwrap();
         assert_eq!(
             last,
             "(deny file-read* file-write* (subpath (param \"DATA_DIR\")))"
         );
+    }
+
+    #[test]
+    fn tracking_profile_allows_all_but_the_mark() {
+        let temp = AbsPath::new("/private/tmp/oz0-run-7").unwrap();
+        let (argv, m) = tracking_argv(&temp, &["/bin/sh".into(), "-c".into(), "true".into()]);
+        assert_eq!(argv[0], SANDBOX_EXEC);
+        assert_eq!(argv[2], TRACKING_PROFILE);
+        assert!(TRACKING_PROFILE.contains("(allow default)"));
+        assert_eq!(argv[4], format!("RUN_MARK={}", m.denied));
+        assert_eq!(&argv[5..], ["--", "/bin/sh", "-c", "true"]);
+        assert!(m.allowed.starts_with("/private/tmp/oz0-run-7/"));
     }
 
     #[test]

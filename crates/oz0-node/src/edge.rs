@@ -108,7 +108,7 @@ impl Settings {
             .enrolment_token_file
             .as_deref()
             .ok_or("--edge needs --enrolment-token-file FILE (mode 0600)")?;
-        let token = read_token(token_file)?;
+        let token = crate::private::read_token(token_file)?;
         let work_root = match &a.work_root {
             Some(w) => absolute(w, "--work-root")?,
             None => std::env::temp_dir().join(format!(
@@ -162,23 +162,6 @@ impl Settings {
 
 fn absolute(p: &Path, flag: &str) -> Result<PathBuf, String> {
     std::path::absolute(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
-}
-
-/// Reads the enrolment token from a file only its owner can read.
-fn read_token(path: &Path) -> Result<String, String> {
-    let meta = fs::metadata(path)
-        .map_err(|e| format!("--enrolment-token-file {}: {e}", path.display()))?;
-    let mode = meta.permissions().mode() & 0o7777;
-    if mode & 0o077 != 0 {
-        return Err(format!(
-            "--enrolment-token-file {} has mode {mode:o}, readable by others: chmod 600 {}",
-            path.display(),
-            path.display()
-        ));
-    }
-    let text = fs::read_to_string(path)
-        .map_err(|e| format!("--enrolment-token-file {}: {e}", path.display()))?;
-    crate::flags::enrolment_token(&text, path)
 }
 
 /// Makes `dir` a private folder of this user (0700), refusing a symbolic

@@ -39,6 +39,8 @@ static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 mod check;
 #[cfg(target_os = "linux")]
 mod cli;
+#[cfg(not(target_os = "linux"))]
+mod daemon;
 #[cfg(target_os = "linux")]
 mod edge;
 mod flags;
@@ -50,12 +52,15 @@ mod mac;
 mod node;
 #[cfg(target_os = "linux")]
 mod plugin;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
+mod private;
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 mod probe;
-#[cfg(any(target_os = "linux", windows))]
 mod record;
 #[cfg(target_os = "linux")]
 mod run;
+#[cfg(unix)]
+mod signals;
 #[cfg(target_os = "linux")]
 mod tool;
 #[cfg(target_os = "linux")]

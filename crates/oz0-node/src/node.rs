@@ -2,7 +2,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
@@ -134,50 +134,6 @@ pub const NFD_PREFIX: &str = "oz0.dev/";
 
 fn log(msg: &str) {
     crate::edge::log(msg);
-}
-
-/// Makes the data directory private, creating it if needed. A directory
-/// others can read is made private again, with a warning.
-pub fn prepare_data_dir(d: &Path) -> Result<(), String> {
-    match fs::symlink_metadata(d) {
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(format!(
-                "--data-dir {} is a symbolic link: name the real folder",
-                d.display()
-            ))
-        }
-        Ok(m) if !m.is_dir() => {
-            return Err(format!(
-                "--data-dir {} is not a folder: name a folder (it is created if missing)",
-                d.display()
-            ))
-        }
-        Ok(m) => {
-            if m.permissions().mode() & 0o077 != 0 {
-                fs::set_permissions(d, fs::Permissions::from_mode(0o700)).map_err(|e| {
-                    format!(
-                        "--data-dir {} is readable by others and cannot be made private: {e}",
-                        d.display()
-                    )
-                })?;
-                log(&format!(
-                    "warning: the data directory {} was readable by others (mode {:o}); it is now 0700",
-                    d.display(),
-                    m.permissions().mode() & 0o777
-                ));
-            }
-        }
-        Err(_) => fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(d)
-            .map_err(|e| format!("cannot create the data directory {}: {e}", d.display()))?,
-    }
-    let probe = d.join(".oz0-write-test");
-    fs::write(&probe, b"")
-        .and_then(|_| fs::remove_file(&probe))
-        .map_err(|e| format!("the data directory {} is not writable: {e}", d.display()))?;
-    Ok(())
 }
 
 /// Loads the node key, creating it on first start (an ed25519 key from the
@@ -354,7 +310,7 @@ pub fn run(a: NodeArgs) -> i32 {
         },
         None => None,
     };
-    let key = match prepare_data_dir(&data_dir).and_then(|_| node_key(&data_dir)) {
+    let key = match crate::private::prepare_data_dir(&data_dir).and_then(|_| node_key(&data_dir)) {
         Ok(k) => k,
         Err(e) => {
             eprintln!("oz0-node: {e}");

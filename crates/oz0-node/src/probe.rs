@@ -8,6 +8,7 @@ use std::io::{self, Read, Write};
 use std::path::PathBuf;
 
 use clap::Args;
+#[cfg(target_os = "linux")]
 use oz0_sys::probe as sys;
 use serde_json::{json, Value};
 
@@ -74,6 +75,17 @@ pub struct ProbeArgs {
     /// How long to stay alive after writing the report (e.g. with --listen).
     #[arg(long = "hold-ms", value_name = "MS", default_value_t = 0)]
     hold_ms: u64,
+    /// While holding (--hold-ms), rewrite FILE with a count every 50 ms:
+    /// a heartbeat the host can watch stop when the process is killed
+    /// (pids inside a sandbox may not be the host's).
+    #[arg(long = "beat", value_name = "FILE")]
+    beat: Option<PathBuf>,
+    /// Start a copy of this probe in a process group of its own, which
+    /// writes its report to FILE, beats in FILE.beat and stays alive for
+    /// --hold-ms, and do not wait for it: a process that tries to outlive
+    /// its run.
+    #[arg(long = "detach", value_name = "FILE")]
+    detach: Option<PathBuf>,
     /// A tag that marks this process's command line (ignored otherwise).
     #[arg(long = "tag", value_name = "TAG", hide = true)]
     _tag: Option<String>,
@@ -201,6 +213,7 @@ fn res(r: io::Result<()>) -> Value {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn status_field(status: &str, key: &str) -> Option<String> {
     status
         .lines()
@@ -236,15 +249,10 @@ fn open_rw(paths: &[PathBuf], repeat: std::time::Duration) -> (Value, Value) {
     }
 }
 
-/// Runs the probe and prints its JSON report.
-pub fn main(a: ProbeArgs) -> i32 {
-    // A race is tried first, before anything else of the probe.
-    let raced = (!a.open_rw.is_empty())
-        .then(|| open_rw(&a.open_rw, std::time::Duration::from_millis(a.repeat_ms)));
+/// What only Linux tells: capabilities, seccomp, Landlock, open descriptors.
+#[cfg(target_os = "linux")]
+fn linux_facts(report: &mut BTreeMap<&str, Value>) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let mut report = BTreeMap::<&str, Value>::new();
-    report.insert("uid", json!(rustix::process::getuid().as_raw()));
-    report.insert("pid", json!(std::process::id()));
     report.insert("cap_eff", json!(status_field(&status, "CapEff:")));
     report.insert("cap_prm", json!(status_field(&status, "CapPrm:")));
     report.insert("cap_bnd", json!(status_field(&status, "CapBnd:")));
@@ -261,6 +269,18 @@ pub fn main(a: ProbeArgs) -> i32 {
         })
         .unwrap_or_default();
     report.insert("open_fds", json!(fds));
+}
+
+/// Runs the probe and prints its JSON report.
+pub fn main(a: ProbeArgs) -> i32 {
+    // A race is tried first, before anything else of the probe.
+    let raced = (!a.open_rw.is_empty())
+        .then(|| open_rw(&a.open_rw, std::time::Duration::from_millis(a.repeat_ms)));
+    let mut report = BTreeMap::<&str, Value>::new();
+    report.insert("uid", json!(rustix::process::getuid().as_raw()));
+    report.insert("pid", json!(std::process::id()));
+    #[cfg(target_os = "linux")]
+    linux_facts(&mut report);
 
     let mut reads = BTreeMap::new();
     for p in &a.read {
@@ -305,10 +325,7 @@ pub fn main(a: ProbeArgs) -> i32 {
     let mut unixes = BTreeMap::new();
     for u in &a.unix {
         let r = if let Some(name) = u.strip_prefix('@') {
-            use std::os::linux::net::SocketAddrExt;
-            std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-                .and_then(|addr| std::os::unix::net::UnixStream::connect_addr(&addr))
-                .map(|_| ())
+            abstract_connect(name)
         } else {
             std::os::unix::net::UnixStream::connect(u).map(|_| ())
         };
@@ -394,53 +411,12 @@ pub fn main(a: ProbeArgs) -> i32 {
         );
     }
 
+    #[cfg(target_os = "linux")]
     if !a.no_syscalls {
-        let mut s = BTreeMap::new();
-        s.insert("ptrace", res(sys::ptrace_peek_pid1()));
-        s.insert("process_vm_readv", res(sys::process_vm_readv_pid1()));
-        s.insert("mount", res(sys::mount_tmpfs()));
-        s.insert("io_uring_setup", res(sys::io_uring_setup()));
-        s.insert("bpf", res(sys::bpf()));
-        s.insert("perf_event_open", res(sys::perf_event_open()));
-        s.insert("keyctl", res(sys::keyctl()));
-        s.insert("add_key", res(sys::add_key()));
-        s.insert("userfaultfd", res(sys::userfaultfd()));
-        s.insert("kexec_load", res(sys::kexec_load()));
-        s.insert("init_module", res(sys::init_module()));
-        s.insert("tiocsti", res(sys::tiocsti(0)));
-        s.insert(
-            "socket_netlink",
-            res(sys::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW,
-                libc::NETLINK_ROUTE,
-            )),
-        );
-        s.insert(
-            "socket_vsock",
-            res(sys::socket(libc::AF_VSOCK, libc::SOCK_STREAM, 0)),
-        );
-        s.insert(
-            "socket_packet",
-            res(sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)),
-        );
-        s.insert(
-            "socket_unix",
-            res(sys::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0)),
-        );
-        s.insert(
-            "socket_inet",
-            res(sys::socket(libc::AF_INET, libc::SOCK_STREAM, 0)),
-        );
-        #[cfg(target_arch = "x86_64")]
-        s.insert(
-            "x32_getpid",
-            res(sys::raw_syscall0(0x4000_0000 | libc::SYS_getpid)),
-        );
-        // Last: when allowed, these change this process's namespaces.
-        s.insert("unshare_mount_ns", res(sys::unshare_mount_ns()));
-        s.insert("unshare_user", res(sys::unshare_user()));
-        report.insert("syscalls", json!(s));
+        report.insert("syscalls", json!(syscalls()));
+    }
+    if let Some(out) = &a.detach {
+        report.insert("detached", res(detach(out, a.hold_ms)));
     }
     let text = match serde_json::to_string(&report) {
         Ok(s) => s,
@@ -463,8 +439,114 @@ pub fn main(a: ProbeArgs) -> i32 {
         None => println!("{text}"),
     }
     if a.hold_ms > 0 {
-        std::thread::sleep(std::time::Duration::from_millis(a.hold_ms));
+        hold(
+            std::time::Duration::from_millis(a.hold_ms),
+            a.beat.as_deref(),
+        );
     }
     drop(listener);
     Exit::Ok.code()
+}
+
+/// What the sandbox's seccomp filter, namespaces and capabilities answer
+/// to the calls it refuses.
+#[cfg(target_os = "linux")]
+fn syscalls() -> BTreeMap<&'static str, Value> {
+    let mut s = BTreeMap::new();
+    s.insert("ptrace", res(sys::ptrace_peek_pid1()));
+    s.insert("process_vm_readv", res(sys::process_vm_readv_pid1()));
+    s.insert("mount", res(sys::mount_tmpfs()));
+    s.insert("io_uring_setup", res(sys::io_uring_setup()));
+    s.insert("bpf", res(sys::bpf()));
+    s.insert("perf_event_open", res(sys::perf_event_open()));
+    s.insert("keyctl", res(sys::keyctl()));
+    s.insert("add_key", res(sys::add_key()));
+    s.insert("userfaultfd", res(sys::userfaultfd()));
+    s.insert("kexec_load", res(sys::kexec_load()));
+    s.insert("init_module", res(sys::init_module()));
+    s.insert("tiocsti", res(sys::tiocsti(0)));
+    s.insert(
+        "socket_netlink",
+        res(sys::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW,
+            libc::NETLINK_ROUTE,
+        )),
+    );
+    s.insert(
+        "socket_vsock",
+        res(sys::socket(libc::AF_VSOCK, libc::SOCK_STREAM, 0)),
+    );
+    s.insert(
+        "socket_packet",
+        res(sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)),
+    );
+    s.insert(
+        "socket_unix",
+        res(sys::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0)),
+    );
+    s.insert(
+        "socket_inet",
+        res(sys::socket(libc::AF_INET, libc::SOCK_STREAM, 0)),
+    );
+    #[cfg(target_arch = "x86_64")]
+    s.insert(
+        "x32_getpid",
+        res(sys::raw_syscall0(0x4000_0000 | libc::SYS_getpid)),
+    );
+    // Last: when allowed, these change this process's namespaces.
+    s.insert("unshare_mount_ns", res(sys::unshare_mount_ns()));
+    s.insert("unshare_user", res(sys::unshare_user()));
+    s
+}
+
+/// Connects to the abstract unix socket `name` (Linux only).
+fn abstract_connect(name: &str) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+            .and_then(|addr| std::os::unix::net::UnixStream::connect_addr(&addr))
+            .map(|_| ())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = name;
+        Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT))
+    }
+}
+
+/// Stays alive for `d`, rewriting `beat` (when named) every 50 ms.
+fn hold(d: std::time::Duration, beat: Option<&std::path::Path>) {
+    let until = std::time::Instant::now() + d;
+    let mut n: u64 = 0;
+    while std::time::Instant::now() < until {
+        if let Some(b) = beat {
+            n += 1;
+            let _ = std::fs::write(b, n.to_string());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50).min(d));
+    }
+}
+
+/// Starts a copy of this probe in a process group of its own that writes
+/// its report to `out`, beats in `out.beat` and holds for `hold_ms`; does
+/// not wait for it.
+fn detach(out: &std::path::Path, hold_ms: u64) -> io::Result<()> {
+    let me = std::env::current_exe()?;
+    let mut beat = out.as_os_str().to_owned();
+    beat.push(".beat");
+    let mut c = std::process::Command::new(me);
+    c.args(["sandbox", "probe", "--no-syscalls", "--hold-ms"])
+        .arg(hold_ms.max(1).to_string())
+        .arg("--beat")
+        .arg(beat)
+        .arg("--out")
+        .arg(out)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    std::os::unix::process::CommandExt::process_group(&mut c, 0);
+    // Never waited for: it is meant to outlive this process.
+    c.spawn().map(drop)
 }

@@ -1,7 +1,5 @@
 //! `oz0-node sandbox run`.
 
-use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -112,19 +110,6 @@ pub fn open_host(args: &HostArgs, audit_log: Option<&Path>) -> Result<Host, Sand
     Ok(host.with_egress(Arc::new(proxy), audit))
 }
 
-/// A pipe that becomes readable on SIGINT, SIGTERM or SIGHUP.
-fn cancel_pipe() -> Option<OwnedFd> {
-    let (r, w) = UnixStream::pair().ok()?;
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::low_level::pipe::register(sig, w.try_clone().ok()?).ok()?;
-    }
-    Some(OwnedFd::from(r))
-}
-
 /// Writes the `--json-status` document (see [`OutFile`]: no link is
 /// followed, in the folder opened before the run).
 fn write_status(out: &OutFile, doc: &serde_json::Value) {
@@ -214,7 +199,11 @@ pub fn run(args: RunArgs) -> i32 {
         };
     }
     let sandbox: &dyn Sandbox = &host;
-    let result = sandbox.run(&spec, RunIo::inherit(), cancel_pipe().map(Cancel));
+    let result = sandbox.run(
+        &spec,
+        RunIo::inherit(),
+        crate::signals::cancel_pipe().map(Cancel),
+    );
     // The proxy (if a run started it) stops with the host.
     drop(host);
     let (code, doc) = match &result {

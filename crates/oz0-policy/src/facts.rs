@@ -252,6 +252,10 @@ pub enum MicrovmBackend {
     /// offered only by a node built with the `test-backends` feature.
     #[serde(rename = "qemu-tcg (test)")]
     QemuTcgTest,
+    /// Apple's `container` (macOS 26, Apple silicon): its VMs are started
+    /// by Apple's own services, outside the node's tier 1.
+    #[serde(rename = "apple-container")]
+    AppleContainer,
 }
 
 impl MicrovmBackend {
@@ -260,6 +264,7 @@ impl MicrovmBackend {
         match self {
             MicrovmBackend::Smolvm => "smolvm",
             MicrovmBackend::QemuTcgTest => "qemu-tcg (test)",
+            MicrovmBackend::AppleContainer => "apple-container",
         }
     }
 }

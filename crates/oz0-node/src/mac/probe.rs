@@ -45,7 +45,8 @@ impl Drop for ProbeFile {
     }
 }
 
-fn seatbelt() -> SeatbeltAnswer {
+/// Whether a profile run through `sandbox-exec` refuses the read it names.
+pub fn seatbelt() -> SeatbeltAnswer {
     if !Path::new(SANDBOX_EXEC).exists() {
         return SeatbeltAnswer::Missing;
     }

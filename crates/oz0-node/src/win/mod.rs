@@ -154,7 +154,4 @@ impl DataDirArg {
     }
 }
 
-/// Writes one line to the node's log (its stderr).
-pub fn log(msg: &str) {
-    eprintln!("oz0-node: {msg}");
-}
+pub use crate::daemon::log;

@@ -4,8 +4,8 @@
 //! self-test, once, and logs each check), writes `<data-dir>\facts.json`,
 //! and with `--edge` registers and reports the facts. The edge routes a
 //! Windows node at tier 0 whatever it proved; the node polls the tier-0
-//! queue and runs its shell jobs one at a time with no wall (`jobs.rs`),
-//! until Ctrl-C.
+//! queue and runs its shell jobs one at a time with no wall (the shared
+//! loop of `crate::daemon`, Windows' runner in `jobs.rs`), until Ctrl-C.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,11 +13,12 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use oz0_core::exit::Exit;
 use oz0_core::Wall;
-use oz0_edge::client::{ClientError, NodeClient, NodeKey, Trust};
+use oz0_edge::client::{NodeClient, NodeKey, Trust};
 use oz0_policy::facts::NodeFacts;
 
 use super::wall::{self, WindowsWall};
-use super::{log, DataDirArg};
+use super::DataDirArg;
+use crate::daemon::{event_loop, fail, log, print_facts, write_facts, Edge, Jobs};
 
 /// `run` flags.
 #[derive(Debug, Args)]
@@ -70,21 +71,6 @@ pub struct FactsArgs {
     pub data: DataDirArg,
 }
 
-fn fail(msg: impl std::fmt::Display, code: Exit) -> i32 {
-    log(&msg.to_string());
-    code.code()
-}
-
-/// What `--edge` needs, checked before anything starts.
-struct Edge {
-    url: String,
-    tenant: String,
-    token: String,
-    name: Option<String>,
-    trust: Trust,
-    jobs: super::jobs::Jobs,
-}
-
 fn edge_settings(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
     let Some(url) = &a.link.edge else {
         return Ok(None);
@@ -135,9 +121,10 @@ fn edge_settings(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
         token,
         name,
         trust,
-        jobs: super::jobs::Jobs {
+        jobs: Jobs {
             records: data_dir.join("jobs"),
             work_root,
+            runner: Box::new(super::jobs::WindowsTier0),
         },
     }))
 }
@@ -227,16 +214,6 @@ fn private(path: &Path, what: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn write_facts(dir: &Path, f: &NodeFacts) -> Result<PathBuf, String> {
-    let path = dir.join("facts.json");
-    let tmp = dir.join(".facts.json.tmp");
-    let text = serde_json::to_string_pretty(f).expect("facts serialise") + "\n";
-    std::fs::write(&tmp, text)
-        .and_then(|_| std::fs::rename(&tmp, &path))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(path)
-}
-
 /// Runs the node daemon.
 pub fn run(a: RunArgs) -> i32 {
     let data_dir = match a.data.resolve() {
@@ -273,159 +250,19 @@ pub fn run(a: RunArgs) -> i32 {
         )),
         Err(e) => return fail(e, Exit::CheckFailed),
     }
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            return fail(
-                format!("cannot start the event loop: {e}"),
-                Exit::CheckFailed,
-            )
-        }
-    };
-    rt.block_on(async move {
-        let Some(edge) = edge else {
-            if a.once {
-                return Exit::Ok.code();
-            }
-            log("ready; Ctrl-C stops the node");
-            let _ = tokio::signal::ctrl_c().await;
-            log("stopping");
-            return Exit::Ok.code();
-        };
-        tokio::select! {
-            biased;
-            _ = tokio::signal::ctrl_c() => {
-                log("stopping");
-                Exit::Ok.code()
-            }
-            code = serve(edge, key, facts, a.once, Duration::from_millis(a.poll_ms.clamp(50, 60_000))) => code,
-        }
-    })
-}
-
-/// Registers, reports the facts, and keeps the node known as live.
-async fn serve(e: Edge, key: NodeKey, facts: NodeFacts, once: bool, every: Duration) -> i32 {
-    let client = match NodeClient::with_trust(&e.url, &e.tenant, key, &e.trust) {
-        Ok(c) => c,
-        Err(err) => return fail(format!("--edge: {err}"), Exit::Usage),
-    };
-    log(&format!(
-        "node {}: connecting to the edge at {} as tenant {}, tier-0 jobs one at a time",
-        client.node_id(),
-        e.url,
-        e.tenant
-    ));
-    let mut backoff = Duration::from_secs(1);
-    let mut registered = false;
-    let mut reported = false;
-    loop {
-        let step: Result<(), (&str, ClientError)> = if !registered {
-            match client.register(&e.token, e.name.as_deref()).await {
-                Ok(r) => {
-                    log(&format!(
-                        "registered with the edge at {} as node {} of tenant {}",
-                        e.url, r.node_id, r.tenant
-                    ));
-                    registered = true;
-                    Ok(())
-                }
-                Err(err) => Err(("cannot register with the edge", err)),
-            }
-        } else if !reported {
-            match client.report_facts(&facts).await {
-                Ok(v) => {
-                    log(&format!(
-                        "facts reported: the edge routes this node at tier {} ({})",
-                        v.tier_routed, v.tier_line
-                    ));
-                    if v.dropped_last > 0 {
-                        log(&format!(
-                            "the edge dropped {} field(s) of this report",
-                            v.dropped_last
-                        ));
-                    }
-                    reported = true;
-                    if once {
-                        return Exit::Ok.code();
-                    }
-                    Ok(())
-                }
-                Err(err) => Err(("cannot report the facts to the edge", err)),
-            }
-        } else {
-            match client.poll(0).await {
-                Ok((Some(lease), _)) => {
-                    e.jobs.take(&client, lease).await;
-                    Ok(())
-                }
-                Ok((None, _)) => {
-                    tokio::time::sleep(every).await;
-                    Ok(())
-                }
-                Err(err) => Err(("cannot poll the edge for work", err)),
-            }
-        };
-        match step {
-            Ok(()) => backoff = Duration::from_secs(1),
-            Err((what, err @ ClientError::Refused { .. })) => match err.refusal_code() {
-                Some("unauthenticated") if registered => {
-                    log(&format!(
-                        "the edge no longer knows this node ({err}): registering again"
-                    ));
-                    registered = false;
-                    reported = false;
-                }
-                Some("tier_not_routed") => {
-                    log(&format!("{err}: reporting the facts again"));
-                    reported = false;
-                }
-                _ => return fail(format!("{what}: {err}"), Exit::CheckFailed),
-            },
-            Err((what, err)) => {
-                log(&format!(
-                    "{what}: {err}; retrying in {}s",
-                    backoff.as_secs()
-                ));
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(30));
-            }
-        }
-    }
+    event_loop(
+        edge,
+        key,
+        facts,
+        a.once,
+        Duration::from_millis(a.poll_ms.clamp(50, 60_000)),
+    )
 }
 
 /// Prints the facts `run` wrote.
 pub fn facts(a: FactsArgs) -> i32 {
-    let data_dir = match a.data.resolve() {
-        Ok(d) => d,
-        Err(e) => return fail(e, Exit::Usage),
-    };
-    let path = data_dir.join("facts.json");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) => {
-            return fail(
-                format!(
-                "cannot read {}: {e}: start the node once (`oz0-node run --once`) to write them",
-                path.display()
-            ),
-                Exit::CheckFailed,
-            )
-        }
-    };
-    match serde_json::from_str::<NodeFacts>(&text) {
-        Ok(f) => {
-            println!("{}", serde_json::to_string_pretty(&f).expect("serialises"));
-            Exit::Ok.code()
-        }
-        Err(e) => fail(
-            format!(
-                "{} is not a facts document of this version: {e}",
-                path.display()
-            ),
-            Exit::CheckFailed,
-        ),
+    match a.data.resolve() {
+        Ok(d) => print_facts(&d),
+        Err(e) => fail(e, Exit::Usage),
     }
 }

@@ -1,0 +1,266 @@
+//! The eight-property self-test, macOS flavour: each check runs real
+//! commands through the wall under test ([`Runs`]: Seatbelt on a Mac), with
+//! the node binary's `sandbox probe` as the witness inside, and judges what
+//! the probe reports and what the host sees. The checks run in order and
+//! stop at the first failure; the tier is 1 only when all eight hold.
+//!
+//! Nothing here is macOS-specific but the wall itself: the checks use
+//! POSIX `sh`, the probe, loopback sockets and files, so they are run on
+//! Linux too, against walls that must fail each of them (no wall at all;
+//! a proxy but no wall), to show that every check can fail and names what
+//! it saw (`crates/oz0-node/tests/macos_selftest.rs`).
+//!
+//! Every connection a check makes is to a listener it opened on loopback;
+//! the host the allowlist does not name is under `.invalid`. It works in a
+//! folder of its own under `base_root`, removed after.
+
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use oz0_core::{Cancel, Line, Outcome, RunError, RunIo, SelfTest};
+use oz0_policy::facts::Property;
+use oz0_policy::{RunRequest, RunSpec};
+use serde_json::Value;
+
+mod checks;
+
+/// The node variable the environment check plants in the node's own
+/// environment and looks for inside.
+pub const CANARY: &str = "OZ0_SELFTEST_CANARY";
+
+/// The wall under test.
+pub trait Runs: Sync {
+    /// Runs one command through the wall, to its end.
+    fn run(&self, spec: &RunSpec, io: RunIo, cancel: Option<Cancel>) -> Result<Outcome, RunError>;
+    /// Runs one command through the wall with its confinement made
+    /// impossible to apply (on a Mac: a profile `sandbox-exec` cannot
+    /// compile). A wall that fails closed never runs the command.
+    fn run_unconfinable(&self, spec: &RunSpec) -> Result<Outcome, RunError>;
+}
+
+/// What the self-test needs.
+pub struct Config<'a> {
+    /// The wall.
+    pub runs: &'a dyn Runs,
+    /// The node binary as a run names it (its `sandbox probe` is the
+    /// witness inside every run).
+    pub probe: String,
+    /// The node's real data directory, when it has one.
+    pub data_dir: Option<PathBuf>,
+    /// Where the self-test's folder is made (by its real path).
+    pub base_root: PathBuf,
+}
+
+type CheckResult = Result<String, String>;
+
+/// A temporary folder removed on drop.
+struct Base(PathBuf);
+
+impl Drop for Base {
+    fn drop(&mut self) {
+        let _ = make_writable(&self.0);
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn make_writable(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for e in fs::read_dir(p)?.flatten() {
+        let path = e.path();
+        if fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            let _ = fs::set_permissions(&path, fs::Permissions::from_mode(0o700));
+            let _ = make_writable(&path);
+        }
+    }
+    Ok(())
+}
+
+/// What each check works with.
+pub(crate) struct Ctx<'a> {
+    cfg: &'a Config<'a>,
+    base: PathBuf,
+    standin: PathBuf,
+    seq: u32,
+}
+
+/// Runs the self-test, calling `on_line` after each check.
+pub fn run(cfg: &Config, mut on_line: impl FnMut(&Line)) -> SelfTest {
+    let started = Instant::now();
+    // The node's own variable that must never reach a run. Set before any
+    // thread of the self-test starts.
+    if std::env::var_os(CANARY).is_none() {
+        std::env::set_var(CANARY, "node-only");
+    }
+    let mut lines = Vec::new();
+    let mut failed = None;
+    let prepared = make_base(&cfg.base_root).and_then(|b| {
+        let standin = b.0.join("standin-data");
+        fs::create_dir_all(standin.join("identity"))
+            .and_then(|()| fs::write(standin.join("identity/node.key"), "standin-key"))
+            .map_err(|e| format!("cannot prepare the stand-in data directory: {e}"))?;
+        Ok((b, standin))
+    });
+    let (base, standin) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            let l = Line {
+                property: Property::Launch,
+                ok: false,
+                ms: 0,
+                detail: e,
+            };
+            on_line(&l);
+            return SelfTest {
+                lines: vec![l],
+                failed: Some(Property::Launch),
+                fault_injected: false,
+                total_ms: 0,
+            };
+        }
+    };
+    let mut ctx = Ctx {
+        cfg,
+        base: base.0.clone(),
+        standin,
+        seq: 0,
+    };
+    for p in Property::ALL {
+        let t = Instant::now();
+        let r = check(&mut ctx, p);
+        let line = Line {
+            property: p,
+            ok: r.is_ok(),
+            ms: u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX),
+            detail: match r {
+                Ok(d) | Err(d) => d,
+            },
+        };
+        on_line(&line);
+        let stop = !line.ok;
+        lines.push(line);
+        if stop {
+            failed = Some(p);
+            break;
+        }
+    }
+    drop(base);
+    SelfTest {
+        lines,
+        failed,
+        fault_injected: false,
+        total_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// Runs one property's check on its own (in a folder of its own under
+/// `cfg.base_root`, removed after): what it showed, or how it failed.
+pub fn check_one(cfg: &Config, p: Property) -> Result<String, String> {
+    let base = make_base(&cfg.base_root)?;
+    let standin = base.0.join("standin-data");
+    fs::create_dir_all(standin.join("identity"))
+        .and_then(|()| fs::write(standin.join("identity/node.key"), "standin-key"))
+        .map_err(|e| format!("cannot prepare the stand-in data directory: {e}"))?;
+    let mut ctx = Ctx {
+        cfg,
+        base: base.0.clone(),
+        standin,
+        seq: 0,
+    };
+    check(&mut ctx, p)
+}
+
+fn check(c: &mut Ctx, p: Property) -> CheckResult {
+    match p {
+        Property::Launch => checks::launch(c),
+        Property::Files => checks::files(c),
+        Property::Egress => checks::egress(c),
+        Property::Ingress => checks::ingress(c),
+        Property::JobLimits => checks::job_limits(c),
+        Property::FailClosed => checks::fail_closed(c),
+        Property::ProtectedPaths => checks::protected_paths(c),
+        Property::Environment => checks::environment(c),
+    }
+}
+
+fn make_base(root: &Path) -> Result<Base, String> {
+    for n in 0..16u32 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let p = root.join(format!("oz0-selftest-{}-{t:x}-{n}", std::process::id()));
+        match fs::DirBuilder::new().mode(0o700).create(&p) {
+            Ok(()) => return Ok(Base(p)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(format!(
+                    "cannot make the self-test's temporary folder {}: {e}",
+                    p.display()
+                ))
+            }
+        }
+    }
+    Err(format!(
+        "cannot make the self-test's temporary folder under {}",
+        root.display()
+    ))
+}
+
+impl Ctx<'_> {
+    fn dir(&mut self, tag: &str) -> Result<PathBuf, String> {
+        self.seq += 1;
+        let d = self.base.join(format!("{}-{tag}", self.seq));
+        fs::create_dir(&d).map_err(|e| format!("cannot make {}: {e}", d.display()))?;
+        Ok(d)
+    }
+
+    fn request(&self, work: &Path, command: Vec<String>) -> RunRequest {
+        RunRequest {
+            work: work.display().to_string(),
+            data_dir: self
+                .cfg
+                .data_dir
+                .as_ref()
+                .unwrap_or(&self.standin)
+                .display()
+                .to_string(),
+            command,
+            ..Default::default()
+        }
+    }
+
+    fn spec(req: RunRequest) -> Result<RunSpec, String> {
+        RunSpec::new(req).map_err(|e| format!("self-test spec refused: {e}"))
+    }
+
+    fn launch(&self, req: RunRequest, cancel: Option<Cancel>) -> Result<Outcome, String> {
+        let spec = Self::spec(req)?;
+        self.cfg
+            .runs
+            .run(&spec, RunIo::quiet(), cancel)
+            .map_err(|e| format!("the sandbox did not start: {e}"))
+    }
+
+    /// `PROBE sandbox probe --no-syscalls --out OUT ARGS…`.
+    fn probe_cmd(&self, out: &Path, args: &[&str]) -> Vec<String> {
+        let mut v: Vec<String> = [
+            self.cfg.probe.as_str(),
+            "sandbox",
+            "probe",
+            "--no-syscalls",
+            "--out",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.push(out.display().to_string());
+        v.extend(args.iter().map(|s| s.to_string()));
+        v
+    }
+}
+
+fn read_report(p: &Path) -> Result<Value, String> {
+    let text = fs::read_to_string(p).map_err(|e| format!("the probe wrote no report ({e})"))?;
+    serde_json::from_str(&text).map_err(|e| format!("bad probe report: {e}"))
+}

@@ -1,0 +1,469 @@
+//! What the Windows and macOS nodes' daemons share (`run`, `facts`): the
+//! loop that registers with the edge, reports the facts and takes tier-0
+//! shell jobs one at a time, each job's folders and output records and its
+//! report to the edge, and the facts file.
+//!
+//! A tier-0 job runs with the node's own permissions: no wall. So, as on
+//! Linux with `--sandbox none`, a job that asks for what only a wall
+//! enforces (egress, memory, processes, CPU time) is refused, and a tool
+//! job (whose server runs only behind a wall) too. What it gets:
+//!
+//! - a fresh work folder `<work-root>/job-<id>-<attempt>`, its current
+//!   folder, removed after the job;
+//! - exactly the job's variables, plus what the platform's programs need
+//!   (a system `PATH` when the job names none); never the node's own;
+//! - its output in `<data-dir>/jobs/<id>/stdout` and `stderr`, whose last
+//!   64 KiB reach the edge;
+//! - every process it starts ends when its first one ends, its timeout
+//!   passes, its lease is lost or the node stops: how is the platform's
+//!   ([`Tier0`]).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use oz0_core::exit::Exit;
+use oz0_edge::client::{ClientError, Completion, Lease, NodeClient, NodeKey, Trust};
+use oz0_edge::wire::ShellJob;
+use oz0_policy::facts::NodeFacts;
+
+use crate::record::{safe_id, tail};
+
+/// Writes one line to the node's log (its stderr).
+pub fn log(msg: &str) {
+    eprintln!("oz0-node: {msg}");
+}
+
+/// Logs `msg` and gives `code`'s status.
+pub fn fail(msg: impl std::fmt::Display, code: Exit) -> i32 {
+    log(&msg.to_string());
+    code.code()
+}
+
+/// How a job ended.
+#[derive(Debug)]
+pub struct End {
+    /// Exit status 0.
+    pub succeeded: bool,
+    /// Its status, when it has one.
+    pub exit_code: Option<i32>,
+    /// Why it failed, when the node knows.
+    pub error: Option<String>,
+}
+
+impl End {
+    /// A job refused before it ran.
+    pub fn refused(why: String) -> End {
+        End {
+            succeeded: false,
+            exit_code: Some(Exit::Sandbox.code()),
+            error: Some(why),
+        }
+    }
+
+    /// A job that exited with `code`.
+    pub fn exited(code: i32) -> End {
+        End {
+            succeeded: code == 0,
+            exit_code: Some(code),
+            error: None,
+        }
+    }
+
+    /// A job killed at its timeout.
+    pub fn timed_out() -> End {
+        End {
+            succeeded: false,
+            exit_code: Some(Exit::Timeout.code()),
+            error: Some("the job's timeout was reached".into()),
+        }
+    }
+}
+
+/// A started job: `wait` runs it to its end on a blocking thread; dropping
+/// `guard` ends every process of the job (its lease was lost, the node is
+/// stopping).
+pub struct Started {
+    /// Runs the job to its end.
+    pub wait: Box<dyn FnOnce() -> End + Send>,
+    /// Ends the job when dropped.
+    pub guard: Box<dyn Send>,
+}
+
+/// How a platform runs a tier-0 job.
+pub trait Tier0: Send + Sync {
+    /// The node's platform, for refusals (`Windows`, `macOS`).
+    fn platform(&self) -> &'static str;
+    /// Starts `p` in `work` with its output into `out` and `err`.
+    fn start(
+        &self,
+        p: &ShellJob,
+        work: &Path,
+        out: fs::File,
+        err: fs::File,
+    ) -> Result<Started, String>;
+}
+
+/// What tier 0 cannot give, named: Err with the refusal.
+pub fn tier0(p: &ShellJob, platform: &str) -> Result<(), String> {
+    let mut asks = Vec::new();
+    if !p.allow.is_empty() || !p.forward.is_empty() {
+        asks.push("egress");
+    }
+    for (set, name) in [
+        (p.memory.is_some(), "memory"),
+        (p.processes.is_some(), "processes"),
+        (p.cpu_seconds.is_some(), "cpu_seconds"),
+        (p.tmp_size.is_some(), "tmp_size"),
+    ] {
+        if set {
+            asks.push(name);
+        }
+    }
+    if asks.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "tier 0 has no wall: it enforces neither job limits nor an egress allowlist, so a job that asks for them ({}) is refused on this {platform} node",
+            asks.join(", ")
+        ))
+    }
+}
+
+/// Where jobs go on this node, and how they run.
+pub struct Jobs {
+    /// `<data-dir>/jobs`.
+    pub records: PathBuf,
+    /// Where each job's work folder is made.
+    pub work_root: PathBuf,
+    /// The platform's runner.
+    pub runner: Box<dyn Tier0>,
+}
+
+impl Jobs {
+    /// Runs one leased job and reports its end.
+    pub async fn take(&self, client: &NodeClient, mut lease: Lease) {
+        let job = lease.job.clone();
+        let id = job.job_id.clone();
+        let platform = self.runner.platform();
+        if !safe_id(&id) {
+            log("the edge handed out a job whose id is not plain letters and digits: not run");
+            return;
+        }
+        if job.tier > 0 {
+            log(&format!(
+                "refused job {id}: it needs tier {} and this {platform} node is routed at tier 0; not run, its lease lapses",
+                job.tier
+            ));
+            return;
+        }
+        log(&format!(
+            "took job {id} (tier 0, {} from {}, attempt {})",
+            job.kind, job.origin, job.attempt
+        ));
+        let record = self.records.join(&id);
+        let work = self.work_root.join(format!("job-{id}-{}", job.attempt));
+        let prepared = (|| -> Result<(ShellJob, fs::File, fs::File), String> {
+            if job.kind != "shell" {
+                return Err(format!(
+                    "a {} job: its server runs only behind a wall, and this {platform} node runs at tier 0; not run",
+                    job.kind
+                ));
+            }
+            let p = ShellJob::from_value(&job.payload)?;
+            tier0(&p, platform)?;
+            fs::create_dir_all(&record)
+                .map_err(|e| format!("cannot create {}: {e}", record.display()))?;
+            let _ = fs::remove_dir_all(&work);
+            fs::create_dir_all(&work)
+                .map_err(|e| format!("cannot create the work folder {}: {e}", work.display()))?;
+            let open = |n: &str| {
+                fs::File::create(record.join(n))
+                    .map_err(|e| format!("cannot create {}: {e}", record.join(n).display()))
+            };
+            Ok((p, open("stdout")?, open("stderr")?))
+        })();
+        let started = Instant::now();
+        let end = match prepared.and_then(|(p, out, err)| self.runner.start(&p, &work, out, err)) {
+            Err(e) => {
+                log(&format!("job {id} refused: {e}"));
+                End::refused(e)
+            }
+            Ok(Started { wait, guard }) => {
+                let handle = tokio::task::spawn_blocking(wait);
+                let r = client.run_leased(&mut lease, handle).await;
+                match r {
+                    Ok(Ok(end)) => end,
+                    Ok(Err(e)) => End {
+                        succeeded: false,
+                        exit_code: None,
+                        error: Some(format!("the job's thread failed: {e}")),
+                    },
+                    Err(e) => {
+                        // Its processes end with the guard; the lease is
+                        // gone, so the result is no one's.
+                        drop(guard);
+                        log(&format!("job {id} killed: {e}"));
+                        let _ = fs::remove_dir_all(&work);
+                        return;
+                    }
+                }
+            }
+        };
+        let _ = fs::remove_dir_all(&work);
+        log(&format!(
+            "job {id} ended: status {} after {}ms",
+            end.exit_code
+                .map_or_else(|| "none".into(), |c| c.to_string()),
+            started.elapsed().as_millis()
+        ));
+        let (stdout_tail, stdout_bytes) = tail(&record.join("stdout"));
+        let (stderr_tail, stderr_bytes) = tail(&record.join("stderr"));
+        let done = Completion {
+            succeeded: end.succeeded,
+            exit_code: end.exit_code,
+            result: None,
+            error: end.error,
+            stdout_tail,
+            stderr_tail,
+            stdout_bytes,
+            stderr_bytes,
+        };
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            match client.finish_job(&lease, &done).await {
+                Ok(()) => return,
+                Err(e @ (ClientError::LeaseLost { .. } | ClientError::Refused { .. })) => {
+                    log(&format!("the edge did not take job {id}'s end: {e}"));
+                    return;
+                }
+                Err(e) if lease.expired() => {
+                    log(&format!("job {id}'s end could not reach the edge before its lease lapsed ({e}); the edge hands it out again"));
+                    return;
+                }
+                Err(e) => {
+                    log(&format!(
+                        "cannot report job {id}'s end: {e}; retrying in {}s",
+                        backoff.as_secs()
+                    ));
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+    }
+}
+
+/// What `--edge` needs, checked before anything starts.
+pub struct Edge {
+    /// The edge's URL.
+    pub url: String,
+    /// The tenant.
+    pub tenant: String,
+    /// The enrolment token.
+    pub token: String,
+    /// The node's name on the Nodes page.
+    pub name: Option<String>,
+    /// Whom the edge's certificate must be signed by.
+    pub trust: Trust,
+    /// Where and how jobs run.
+    pub jobs: Jobs,
+}
+
+/// Registers, reports the facts, and takes tier-0 jobs until the future is
+/// dropped (or, with `once`, until the facts are reported).
+pub async fn serve(e: Edge, key: NodeKey, facts: NodeFacts, once: bool, every: Duration) -> i32 {
+    let client = match NodeClient::with_trust(&e.url, &e.tenant, key, &e.trust) {
+        Ok(c) => c,
+        Err(err) => return fail(format!("--edge: {err}"), Exit::Usage),
+    };
+    log(&format!(
+        "node {}: connecting to the edge at {} as tenant {}, tier-0 jobs one at a time",
+        client.node_id(),
+        e.url,
+        e.tenant
+    ));
+    let mut backoff = Duration::from_secs(1);
+    let mut registered = false;
+    let mut reported = false;
+    loop {
+        let step: Result<(), (&str, ClientError)> = if !registered {
+            match client.register(&e.token, e.name.as_deref()).await {
+                Ok(r) => {
+                    log(&format!(
+                        "registered with the edge at {} as node {} of tenant {}",
+                        e.url, r.node_id, r.tenant
+                    ));
+                    registered = true;
+                    Ok(())
+                }
+                Err(err) => Err(("cannot register with the edge", err)),
+            }
+        } else if !reported {
+            match client.report_facts(&facts).await {
+                Ok(v) => {
+                    log(&format!(
+                        "facts reported: the edge routes this node at tier {} ({})",
+                        v.tier_routed, v.tier_line
+                    ));
+                    if v.dropped_last > 0 {
+                        log(&format!(
+                            "the edge dropped {} field(s) of this report",
+                            v.dropped_last
+                        ));
+                    }
+                    reported = true;
+                    if once {
+                        return Exit::Ok.code();
+                    }
+                    Ok(())
+                }
+                Err(err) => Err(("cannot report the facts to the edge", err)),
+            }
+        } else {
+            match client.poll(0).await {
+                Ok((Some(lease), _)) => {
+                    e.jobs.take(&client, lease).await;
+                    Ok(())
+                }
+                Ok((None, _)) => {
+                    tokio::time::sleep(every).await;
+                    Ok(())
+                }
+                Err(err) => Err(("cannot poll the edge for work", err)),
+            }
+        };
+        match step {
+            Ok(()) => backoff = Duration::from_secs(1),
+            Err((what, err @ ClientError::Refused { .. })) => match err.refusal_code() {
+                Some("unauthenticated") if registered => {
+                    log(&format!(
+                        "the edge no longer knows this node ({err}): registering again"
+                    ));
+                    registered = false;
+                    reported = false;
+                }
+                Some("tier_not_routed") => {
+                    log(&format!("{err}: reporting the facts again"));
+                    reported = false;
+                }
+                _ => return fail(format!("{what}: {err}"), Exit::CheckFailed),
+            },
+            Err((what, err)) => {
+                log(&format!(
+                    "{what}: {err}; retrying in {}s",
+                    backoff.as_secs()
+                ));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// Writes `<dir>/facts.json` (whole or not at all).
+pub fn write_facts(dir: &Path, f: &NodeFacts) -> Result<PathBuf, String> {
+    let path = dir.join("facts.json");
+    let tmp = dir.join(".facts.json.tmp");
+    let text = serde_json::to_string_pretty(f).expect("facts serialise") + "\n";
+    fs::write(&tmp, text)
+        .and_then(|_| fs::rename(&tmp, &path))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// `facts`: prints what `run` wrote in `data_dir`.
+pub fn print_facts(data_dir: &Path) -> i32 {
+    let path = data_dir.join("facts.json");
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            return fail(
+                format!(
+                "cannot read {}: {e}: start the node once (`oz0-node run --once`) to write them",
+                path.display()
+            ),
+                Exit::CheckFailed,
+            )
+        }
+    };
+    match serde_json::from_str::<NodeFacts>(&text) {
+        Ok(f) => {
+            println!("{}", serde_json::to_string_pretty(&f).expect("serialises"));
+            Exit::Ok.code()
+        }
+        Err(e) => fail(
+            format!(
+                "{} is not a facts document of this version: {e}",
+                path.display()
+            ),
+            Exit::CheckFailed,
+        ),
+    }
+}
+
+/// Runs the daemon's event loop until Ctrl-C (or SIGTERM on macOS): with
+/// an edge, [`serve`]; without one, stays up (or, with `once`, returns).
+pub fn event_loop(
+    edge: Option<Edge>,
+    key: NodeKey,
+    facts: NodeFacts,
+    once: bool,
+    every: Duration,
+) -> i32 {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return fail(
+                format!("cannot start the event loop: {e}"),
+                Exit::CheckFailed,
+            )
+        }
+    };
+    rt.block_on(async move {
+        let Some(edge) = edge else {
+            if once {
+                return Exit::Ok.code();
+            }
+            log("ready; Ctrl-C stops the node");
+            stopped().await;
+            log("stopping");
+            return Exit::Ok.code();
+        };
+        tokio::select! {
+            biased;
+            () = stopped() => {
+                log("stopping");
+                Exit::Ok.code()
+            }
+            code = serve(edge, key, facts, once, every) => code,
+        }
+    })
+}
+
+/// Resolves when the node is told to stop: Ctrl-C, and on Unix SIGTERM
+/// (a service's stop).
+async fn stopped() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

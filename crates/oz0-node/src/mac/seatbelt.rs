@@ -1,0 +1,419 @@
+//! macOS tier 1 as the node core's door: [`Seatbelt`] runs one command
+//! through `sandbox-exec` with the profile `oz0_macos::seatbelt::plan`
+//! makes from its spec, and [`Plain`] runs one with no wall (tier 0), its
+//! processes still told from all others by a profile that allows
+//! everything but the run's mark.
+//!
+//! Each run gets a TEMP of its own (also `HOME`), made 0700 and removed
+//! after it, exactly the variables named plus what programs need and, with
+//! egress, the proxy's on a loopback TCP port (the profile's one network
+//! peer), with the run's token. It starts in a process group of its own.
+//! When its first process ends, its timeout passes or it is cancelled,
+//! its group is killed and then every process still carrying the run's
+//! mark, round after round until none is left (`oz0_macos::tree`): a
+//! process that started a group or a session of its own and was adopted by
+//! launchd still goes with the run.
+//!
+//! Limits Seatbelt cannot hold for a whole run (memory, processes, CPU
+//! time) are refused, never silently dropped. `sandbox-exec` fails closed:
+//! a profile it cannot apply runs nothing. Type-checked in CI; it has not
+//! run on a Mac.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oz0_core::exit::{exec_failure_code, status_code, Exit};
+use oz0_core::{Cancel, Ended, Outcome, RunError, RunIo};
+use oz0_egress::EgressService;
+use oz0_macos::native::RunProcesses;
+use oz0_macos::seatbelt::{plan, tracking_argv, MacHost, ProxyPort};
+use oz0_macos::tree::{end_run, Membership};
+use oz0_policy::{AbsPath, RunSpec};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+/// How often a run is looked at while it runs.
+const TICK: Duration = Duration::from_millis(20);
+
+/// A fault the self-test's tests inject (never set otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The profile carries a rule `sandbox-exec` cannot compile: the run
+    /// must never start its command.
+    BrokenProfile,
+}
+
+/// Tier 1 on macOS.
+pub struct Seatbelt {
+    /// The node binary, canonical (readable by every run: the probe and
+    /// the bridge are this binary).
+    pub node_binary: AbsPath,
+    /// Where each run's TEMP is made (canonical: `/private/…`).
+    pub temp_root: PathBuf,
+    /// The node's egress proxy, for runs with `--allow`/`--forward`.
+    pub egress: Arc<dyn EgressService>,
+    /// A fault to inject (self-test only).
+    pub fault: Option<Fault>,
+    /// Where live runs are recorded (`<data-dir>/runs`), when the node has
+    /// a data directory.
+    pub records: Option<PathBuf>,
+}
+
+/// Tier 0 on macOS: no wall, the run's processes still ended together.
+pub struct Plain {
+    /// Where each run's TEMP is made (canonical).
+    pub temp_root: PathBuf,
+    /// Where live runs are recorded (`<data-dir>/runs`).
+    pub records: Option<PathBuf>,
+}
+
+/// A run's TEMP: a new folder only this user can enter, removed on drop.
+pub struct RunTemp(pub PathBuf);
+
+impl RunTemp {
+    /// A new folder under `root` (made with `mkdir`, so never one that was
+    /// there: the name need not be secret, and `root` is this user's own).
+    pub fn new(root: &Path) -> Result<RunTemp, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        for _ in 0..16 {
+            let p = root.join(format!("oz0-run-{}", new_run_id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&p) {
+                Ok(()) => return Ok(RunTemp(p)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(format!("cannot make the run's TEMP {}: {e}", p.display())),
+            }
+        }
+        Err(format!(
+            "cannot make a new run TEMP under {}",
+            root.display()
+        ))
+    }
+
+    /// Its path as a run's spec takes it.
+    pub fn abs(&self) -> Result<AbsPath, String> {
+        self.0
+            .to_str()
+            .and_then(|s| AbsPath::new(s).ok())
+            .ok_or_else(|| format!("the run's TEMP {} has no plain path", self.0.display()))
+    }
+}
+
+impl Drop for RunTemp {
+    fn drop(&mut self) {
+        // std's removal opens each folder without following links.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn stdio(s: oz0_core::Stdio) -> Stdio {
+    match s {
+        oz0_core::Stdio::Inherit => Stdio::inherit(),
+        oz0_core::Stdio::Null => Stdio::null(),
+        oz0_core::Stdio::File(f) => Stdio::from(f),
+    }
+}
+
+/// A run id unique on this machine while the node runs: the node's pid,
+/// the time and a count.
+pub fn new_run_id() -> String {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}-{t:x}-{n}", std::process::id())
+}
+
+/// A live run's record in `<data-dir>/runs/`: the node's pid and the
+/// run's marks, so that a later start of the node ends the processes of a
+/// run whose node was killed before it could (macOS ends nothing with its
+/// parent). Removed when the run has ended.
+pub struct RunRecord(PathBuf);
+
+impl RunRecord {
+    /// Writes the record of a run with marks `m` in `dir` (made 0700).
+    pub fn write(dir: &Path, m: &Membership) -> Result<RunRecord, String> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir);
+        let p = dir.join(format!("{}.run", new_run_id()));
+        let text = format!("{}\n{}\n{}\n", std::process::id(), m.denied, m.allowed);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&p)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+            .map_err(|e| format!("cannot record the run in {}: {e}", p.display()))?;
+        Ok(RunRecord(p))
+    }
+}
+
+impl Drop for RunRecord {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Ends the processes of every run recorded in `dir` whose node is gone,
+/// and removes their records: what each ended, for the log.
+pub fn sweep_stale(dir: &Path) -> Vec<String> {
+    let mut said = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return said;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.extension().and_then(|x| x.to_str()) != Some("run") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let mut lines = text.lines();
+        let (Some(pid), Some(denied), Some(allowed)) = (lines.next(), lines.next(), lines.next())
+        else {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        };
+        let alive = pid
+            .parse::<i32>()
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .is_some_and(|p| rustix::process::test_kill_process(p).is_ok());
+        if alive {
+            continue;
+        }
+        let m = Membership {
+            denied: denied.to_string(),
+            allowed: allowed.to_string(),
+        };
+        match end_all(0, &m) {
+            None => {
+                said.push(format!(
+                    "ended what was left of a run whose node (pid {pid}) had been killed"
+                ));
+                let _ = std::fs::remove_file(&path);
+            }
+            Some(err) => said.push(format!(
+                "processes of a run whose node (pid {pid}) was killed may be left: {err}"
+            )),
+        }
+    }
+    said
+}
+
+/// Ends every process of a run: its group, then every process carrying its
+/// mark. `None` when all are gone, else why not.
+pub fn end_all(pgid: u32, m: &Membership) -> Option<String> {
+    // (0: no group to kill, only the marked processes.)
+    if let Some(g) = rustix::process::Pid::from_raw(i32::try_from(pgid).unwrap_or(0)) {
+        let _ = rustix::process::kill_process_group(g, rustix::process::Signal::KILL);
+    }
+    let me = i32::try_from(std::process::id()).unwrap_or(0);
+    let mut table = match RunProcesses::new(m) {
+        Ok(t) => t,
+        Err(e) => return Some(e.to_string()),
+    };
+    end_run(&mut table, me).err().map(|e| e.to_string())
+}
+
+/// What [`supervise`] starts.
+struct Launch<'a> {
+    /// The program and its arguments (`sandbox-exec …`).
+    argv: &'a [String],
+    /// Its whole environment.
+    env: &'a [(String, String)],
+    /// Its current folder.
+    work: &'a str,
+    /// Wall time, seconds.
+    timeout: Option<u64>,
+    /// How to tell the run's processes.
+    membership: &'a Membership,
+}
+
+/// Runs `l` as a process group of its own, until its first process ends,
+/// its deadline passes or `cancel` fires; then ends every process of the
+/// run. The run is recorded in `records` while it may have processes.
+fn supervise(
+    l: &Launch,
+    io: RunIo,
+    cancel: Option<Cancel>,
+    records: Option<&Path>,
+) -> Result<Outcome, RunError> {
+    let (argv, env, work, timeout, membership) = (l.argv, l.env, l.work, l.timeout, l.membership);
+    let record = records
+        .map(|d| RunRecord::write(d, membership))
+        .transpose()?;
+    let started = Instant::now();
+    let run_id = new_run_id();
+    let done = |ended, exit_code, warnings: Vec<String>| Outcome {
+        run_id: run_id.clone(),
+        ended,
+        exit_code,
+        duration_ms: started.elapsed().as_millis().try_into().unwrap_or(u64::MAX),
+        limit_hit: None,
+        warnings,
+        report: serde_json::Map::new(),
+    };
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(work)
+        .stdin(stdio(io.stdin))
+        .stdout(stdio(io.stdout))
+        .stderr(stdio(io.stderr));
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let reason = format!("cannot execute {}: {e}", argv[0]);
+            return Ok(done(
+                Ended::NotExecuted { reason },
+                exec_failure_code(&e),
+                vec![],
+            ));
+        }
+    };
+    let pgid = child.id();
+    let deadline = timeout.map(|s| started + Duration::from_secs(s));
+    let (ended, code) = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break (Ended::Exited, status_code(st)),
+            Ok(None) => {}
+            Err(_) => {
+                let _ = end_all(pgid, membership);
+                let st = child.wait().map(status_code).unwrap_or(1);
+                break (Ended::Exited, st);
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            let _ = end_all(pgid, membership);
+            let _ = child.wait();
+            break (Ended::Timeout, Exit::Timeout.code());
+        }
+        let fired = match &cancel {
+            Some(c) => {
+                let t = Timespec {
+                    tv_sec: 0,
+                    tv_nsec: TICK.as_nanos().try_into().unwrap_or(0),
+                };
+                let mut fds = [PollFd::new(&c.0, PollFlags::IN)];
+                poll(&mut fds, Some(&t)).unwrap_or(0) > 0 && !fds[0].revents().is_empty()
+            }
+            None => {
+                std::thread::sleep(TICK);
+                false
+            }
+        };
+        if fired {
+            let _ = end_all(pgid, membership);
+            let st = child.wait().map(status_code).unwrap_or(1);
+            break (Ended::Cancelled, st);
+        }
+    };
+    // The first process ended: everything it started goes with it.
+    let left = end_all(pgid, membership);
+    if left.is_none() {
+        drop(record);
+    } else {
+        // Kept: the next start of the node tries again.
+        std::mem::forget(record);
+    }
+    let warnings = left
+        .map(|e| vec![format!("processes of the run may be left: {e}")])
+        .unwrap_or_default();
+    Ok(done(ended, code, warnings))
+}
+
+impl oz0_core::Sandbox for Seatbelt {
+    fn tier(&self) -> u8 {
+        1
+    }
+
+    fn run(&self, spec: &RunSpec, io: RunIo, cancel: Option<Cancel>) -> Result<Outcome, RunError> {
+        let temp = RunTemp::new(&self.temp_root)?;
+        let host = MacHost {
+            node_binary: self.node_binary.clone(),
+            run_temp: temp.abs()?,
+        };
+        // With egress: the node's proxy for this run on a loopback port.
+        let mut lease = None;
+        let port = if spec.egress.is_enabled() {
+            let token = oz0_egress::Token::generate()?;
+            let (l, addr) = self.egress.open_tcp(
+                new_run_id(),
+                token.clone(),
+                spec.egress.clone(),
+                (std::net::Ipv4Addr::LOCALHOST, 0).into(),
+            )?;
+            lease = Some(l);
+            Some(ProxyPort {
+                port: addr.port(),
+                token: token.expose().to_string(),
+            })
+        } else {
+            None
+        };
+        let mut plan = plan(spec, &host, port.as_ref())?;
+        if self.fault == Some(Fault::BrokenProfile) {
+            plan.profile.push_str("(oz0-no-such-operation)\n");
+            plan.argv[2].clone_from(&plan.profile);
+        }
+        let o = supervise(
+            &Launch {
+                argv: &plan.argv,
+                env: &plan.env,
+                work: spec.work.as_str(),
+                timeout: plan.timeout_seconds,
+                membership: &plan.membership,
+            },
+            io,
+            cancel,
+            self.records.as_deref(),
+        );
+        drop(lease);
+        drop(temp);
+        o
+    }
+}
+
+impl oz0_core::Sandbox for Plain {
+    fn tier(&self) -> u8 {
+        0
+    }
+
+    fn run(&self, spec: &RunSpec, io: RunIo, cancel: Option<Cancel>) -> Result<Outcome, RunError> {
+        if spec.limits.needs_job() || spec.egress.is_enabled() {
+            return Err("tier 0 has no wall: it enforces neither job limits nor an egress allowlist, so a run that asks for them is refused".into());
+        }
+        let temp = RunTemp::new(&self.temp_root)?;
+        let (argv, membership) = tracking_argv(&temp.abs()?, &spec.command);
+        let mut env: Vec<(String, String)> = spec
+            .env
+            .iter()
+            .map(|v| (v.name.as_str().to_string(), v.value.clone()))
+            .collect();
+        if !env.iter().any(|(n, _)| n == "PATH") {
+            env.push(("PATH".into(), oz0_macos::seatbelt::DEFAULT_PATH.into()));
+        }
+        let o = supervise(
+            &Launch {
+                argv: &argv,
+                env: &env,
+                work: spec.work.as_str(),
+                timeout: spec.limits.timeout_seconds,
+                membership: &membership,
+            },
+            io,
+            cancel,
+            self.records.as_deref(),
+        );
+        drop(temp);
+        o
+    }
+}

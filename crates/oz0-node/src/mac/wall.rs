@@ -1,0 +1,165 @@
+//! macOS' wall as the node core asks for it ([`oz0_core::Wall`]): the check
+//! is `oz0_macos::check::report` of what the probes found; the self-test is
+//! `oz0_macos::selftest` through Seatbelt ([`super::seatbelt::Seatbelt`]),
+//! with this binary's `sandbox probe` as the witness inside. The facts are
+//! `oz0_core::facts::assemble`'s, as on every platform: a tier only when
+//! the self-test showed it on this Mac.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use oz0_core::{Check, Line, Outcome, RunError, RunIo, Sandbox, SelfTest, Wall};
+use oz0_egress::EgressService;
+use oz0_macos::check::{report, MacProbe};
+use oz0_macos::container::{availability, Arch, NotOffered};
+use oz0_macos::selftest::{self, Config, Runs};
+use oz0_policy::facts::{self as pf, Microvm, MicrovmReason, Os, Platform};
+use oz0_policy::RunSpec;
+
+use super::host;
+use super::seatbelt::{Fault, Seatbelt};
+
+/// The wall's name in the self-test's closing line.
+pub const WALL_NAME: &str = "Seatbelt (sandbox-exec)";
+
+/// This Mac's wall.
+pub struct MacWall {
+    /// What the probes found.
+    pub probe: MacProbe,
+    /// The node's data directory, when it has one (the self-test shows no
+    /// run can list it or read its key).
+    pub data_dir: Option<PathBuf>,
+    /// The node's egress proxy (the self-test's egress check goes through it).
+    pub egress: Arc<dyn EgressService>,
+}
+
+impl MacWall {
+    /// Probes this Mac once.
+    pub fn probe(data_dir: Option<PathBuf>, egress: Arc<dyn EgressService>) -> MacWall {
+        MacWall {
+            probe: super::probe::probe(),
+            data_dir,
+            egress,
+        }
+    }
+
+    /// MicroVMs as the facts report them: Apple's container when this Mac
+    /// offers it (`oz0_macos::container::availability`), else why not.
+    pub fn microvm(&self) -> Microvm {
+        match availability(&self.probe.mac) {
+            Ok(()) => Microvm {
+                ready: true,
+                reason: None,
+                pinned: None,
+                backend: Some(pf::MicrovmBackend::AppleContainer),
+            },
+            Err(n) => Microvm {
+                ready: false,
+                reason: Some(match n {
+                    NotOffered::NotInstalled => MicrovmReason::NoVmm,
+                    NotOffered::IntelMac
+                    | NotOffered::MacosTooOld
+                    | NotOffered::ContainerTooOld
+                    | NotOffered::ServicesDown => MicrovmReason::Unsupported,
+                }),
+                pinned: None,
+                backend: None,
+            },
+        }
+    }
+}
+
+/// The wall the self-test runs through: Seatbelt, and Seatbelt with a
+/// profile `sandbox-exec` cannot compile (`fail_closed`).
+struct SeatbeltRuns {
+    wall: Seatbelt,
+    broken: Seatbelt,
+}
+
+impl Runs for SeatbeltRuns {
+    fn run(
+        &self,
+        spec: &RunSpec,
+        io: RunIo,
+        cancel: Option<oz0_core::Cancel>,
+    ) -> Result<Outcome, RunError> {
+        self.wall.run(spec, io, cancel)
+    }
+
+    fn run_unconfinable(&self, spec: &RunSpec) -> Result<Outcome, RunError> {
+        self.broken.run(spec, RunIo::quiet(), None)
+    }
+}
+
+fn failed_launch(why: String) -> SelfTest {
+    SelfTest {
+        lines: vec![Line {
+            property: pf::Property::Launch,
+            ok: false,
+            ms: 0,
+            detail: why,
+        }],
+        failed: Some(pf::Property::Launch),
+        fault_injected: false,
+        total_ms: 0,
+    }
+}
+
+impl Wall for MacWall {
+    fn check(&self) -> Check {
+        let r = report(&self.probe);
+        Check {
+            tier: r.tier,
+            headline: r.tier_line,
+            facts_line: r.facts_line,
+            fix_kind: r.fix_kind,
+            fix: r.fix_line,
+            platform: Platform {
+                os: Os::Macos,
+                arch: match self.probe.mac.arch {
+                    Arch::Arm64 => "aarch64",
+                    Arch::X86_64 => "x86_64",
+                }
+                .into(),
+                build_raw: self
+                    .probe
+                    .macos_build
+                    .clone()
+                    .or_else(|| self.probe.macos_version.clone())
+                    .unwrap_or_default(),
+            },
+            mechanism: pf::Mechanism {
+                kind: "seatbelt".into(),
+                ..Default::default()
+            },
+            wall_name: WALL_NAME.into(),
+            probe: serde_json::to_value(&self.probe).expect("the probe serialises"),
+        }
+    }
+
+    fn self_test(&self, check: &Check, on_line: &mut dyn FnMut(&Line)) -> Option<SelfTest> {
+        if check.tier == 0 {
+            return None;
+        }
+        let made = host::seatbelt(self.egress.clone(), None, None).and_then(|wall| {
+            let broken = host::seatbelt(self.egress.clone(), Some(Fault::BrokenProfile), None)?;
+            let base_root = host::temp_root()?;
+            Ok((SeatbeltRuns { wall, broken }, base_root))
+        });
+        let (runs, base_root) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                let t = failed_launch(format!("cannot set up the self-test: {e}"));
+                on_line(&t.lines[0]);
+                return Some(t);
+            }
+        };
+        let cfg = Config {
+            probe: runs.wall.node_binary.as_str().to_string(),
+            runs: &runs,
+            data_dir: self.data_dir.clone(),
+            base_root,
+        };
+        Some(selftest::run(&cfg, |l| on_line(l)))
+    }
+}
