@@ -11,12 +11,16 @@
 //!   holds ([`SelfTest`]); [`facts::assemble`] turns both into the node's
 //!   facts, the same way on every platform.
 //! - [`exit`]: the exit statuses, defined once.
+//! - `selftest` (Unix): the eight-property self-test through any wall, and
+//!   the parts Linux's own self-test shares with it.
 //!
 //! The path of one run through the crates is in `docs/ARCHITECTURE.md`.
 
 pub mod exit;
 pub mod facts;
 mod run;
+#[cfg(unix)]
+pub mod selftest;
 mod wall;
 
 pub use run::{Cancel, Ended, LimitHit, Outcome, RunError, RunIo, Stdio};

@@ -41,8 +41,6 @@
 pub mod check;
 pub mod container;
 pub mod seatbelt;
-#[cfg(unix)]
-pub mod selftest;
 pub mod tree;
 
 #[cfg(target_os = "macos")]

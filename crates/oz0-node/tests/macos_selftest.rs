@@ -1,4 +1,4 @@
-//! The macOS self-test's eight checks (`oz0_macos::selftest`), run on
+//! The macOS self-test's eight checks (`oz0_core::selftest`), run on
 //! Linux. On a Mac they run through Seatbelt; nothing in them but the wall
 //! is macOS's (POSIX `sh`, the node binary's `sandbox probe`, loopback
 //! sockets, files), so here they run through walls whose answers are
@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::TempDir;
+use oz0_core::selftest::{self, Config, Runs};
 use oz0_core::{Cancel, Ended, Outcome, RunError, RunIo, Sandbox};
-use oz0_macos::selftest::{self, Config, Runs};
 use oz0_policy::facts::Property;
 use oz0_policy::RunSpec;
 

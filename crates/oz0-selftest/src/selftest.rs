@@ -3,15 +3,15 @@
 //! Each check runs real sandboxes through the node's one door to a run,
 //! [`oz0_linux::Host::run`], with the node binary itself as the probe
 //! inside, and judges what the probe reports and what the host sees. The
-//! checks run in order and stop at the first failure.
+//! checks run in order and stop at the first failure. The egress,
+//! protected-paths and environment verdicts are every platform's
+//! (`oz0_core::selftest::parts`); Linux's checks add the proof of each of
+//! its layers alone.
 
 use std::fs;
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oz0_core::{Cancel, Ended, Line, RunIo, SelfTest as Outcome};

@@ -7,7 +7,7 @@
 //! `--edge` registers and reports the facts. It takes tier-0 shell jobs one
 //! at a time (the shared loop of `crate::daemon`, macOS' runner in
 //! `jobs.rs`) until Ctrl-C or SIGTERM: a Mac proves no tier 1 (see
-//! `oz0_macos::selftest`: macOS cannot limit a whole run's processes or
+//! `oz0_core::selftest`: macOS cannot limit a whole run's processes or
 //! memory), so the edge routes it at tier 0.
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! macOS' wall as the node core asks for it ([`oz0_core::Wall`]): the check
 //! is `oz0_macos::check::report` of what the probes found; the self-test is
-//! `oz0_macos::selftest` through Seatbelt ([`super::seatbelt::Seatbelt`]),
+//! `oz0_core::selftest` through Seatbelt ([`super::seatbelt::Seatbelt`]),
 //! with this binary's `sandbox probe` as the witness inside. The facts are
 //! `oz0_core::facts::assemble`'s, as on every platform: a tier only when
 //! the self-test showed it on this Mac.
@@ -8,11 +8,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use oz0_core::selftest::{self, Config, Runs};
 use oz0_core::{Check, Line, Outcome, RunError, RunIo, Sandbox, SelfTest, Wall};
 use oz0_egress::EgressService;
 use oz0_macos::check::{report, MacProbe};
 use oz0_macos::container::{availability, Arch, NotOffered};
-use oz0_macos::selftest::{self, Config, Runs};
 use oz0_policy::facts::{self as pf, Microvm, MicrovmReason, Os, Platform};
 use oz0_policy::RunSpec;
 

@@ -1,6 +1,7 @@
 //! The checks of what a run may see and write: files (the mounts and Landlock, each on its own) and protected_paths.
 
 use super::*;
+use oz0_core::selftest::parts::{judge_protected, prepare_git, PROTECTED_SCRIPT};
 
 // --- files ------------------------------------------------------------------
 
@@ -146,46 +147,15 @@ fn landlock_alone(c: &mut Ctx) -> CheckResult {
 
 pub(super) fn check_protected(c: &mut Ctx) -> CheckResult {
     let work = c.dir("protected")?;
-    let git = work.join(".git");
-    for d in ["hooks", "objects/info"] {
-        fs::create_dir_all(git.join(d)).map_err(|e| e.to_string())?;
-    }
-    fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\n").map_err(|e| e.to_string())?;
-    fs::write(git.join("config"), "[core]\n").map_err(|e| e.to_string())?;
-    let script = "r=results; : > $r; \
-        (echo x > .git/hooks/pre-commit) 2>/dev/null && echo hooks >> $r; \
-        (echo x > .git/hooks/post-checkout) 2>/dev/null && echo newhook >> $r; \
-        (echo x >> .git/config) 2>/dev/null && echo config >> $r; \
-        (echo /elsewhere > .git/commondir) 2>/dev/null && echo commondir >> $r; \
-        (echo /elsewhere > .git/objects/info/alternates) 2>/dev/null && echo alternates >> $r; \
-        mv .git .git-aside 2>/dev/null && echo renamed >> $r; \
-        (echo x > .git/objects/oz0-selftest) 2>/dev/null && echo objects >> $r; exit 0";
+    prepare_git(&work)?;
     c.launch(
-        c.request(&work, vec!["/bin/sh".into(), "-c".into(), script.into()]),
+        c.request(
+            &work,
+            vec!["/bin/sh".into(), "-c".into(), PROTECTED_SCRIPT.into()],
+        ),
         None,
         None,
         None,
     )?;
-    let got = fs::read_to_string(work.join("results"))
-        .map_err(|_| "the check wrote no results".to_string())?;
-    let got: Vec<&str> = got.lines().collect();
-    for (k, what) in [
-        ("hooks", ".git/hooks/pre-commit was modified"),
-        ("newhook", "a new hook was created in .git/hooks"),
-        ("config", ".git/config was modified"),
-        (
-            "commondir",
-            "a .git/commondir was written (it moves config and hooks elsewhere)",
-        ),
-        ("alternates", ".git/objects/info/alternates was written"),
-        ("renamed", ".git was renamed aside"),
-    ] {
-        if got.contains(&k) {
-            return Err(what.into());
-        }
-    }
-    if !got.contains(&"objects") {
-        return Err("the rest of .git was not writable".into());
-    }
-    Ok(".git/hooks, .git/config, .git/commondir and alternates read-only, .git not movable, the rest of .git writable".into())
+    judge_protected(&work)
 }

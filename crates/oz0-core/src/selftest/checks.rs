@@ -1,19 +1,20 @@
 //! The eight checks (see the parent module).
 
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oz0_core::{Cancel, Ended};
+use crate::{Cancel, Ended};
 use oz0_policy::{EnvVar, Limits};
 
-use super::{read_report, CheckResult, Ctx, CANARY};
+use super::parts::{
+    judge_environment, judge_protected, prepare_git, Egress, Server, GIVEN, PROTECTED_SCRIPT,
+};
+use super::{read_report, CheckResult, Ctx};
 
 /// Whether a probe holding in a run still beats in `beat` (the file it
 /// rewrites every 50 ms while alive), looked at after the run ended: a
@@ -154,124 +155,17 @@ pub(super) fn files(c: &mut Ctx) -> CheckResult {
 
 // --- egress -----------------------------------------------------------------
 
-/// A loopback HTTP server answering 200 to everything, until dropped. It
-/// counts the connections it accepted.
-struct Server {
-    port: u16,
-    stop: Arc<AtomicBool>,
-    accepted: Arc<AtomicUsize>,
-}
-
-impl Server {
-    fn start() -> Result<Server, String> {
-        let l = TcpListener::bind(("127.0.0.1", 0))
-            .map_err(|e| format!("cannot listen on loopback: {e}"))?;
-        let port = l.local_addr().map_err(|e| e.to_string())?.port();
-        l.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let (s2, a2) = (stop.clone(), accepted.clone());
-        std::thread::spawn(move || {
-            while !s2.load(Ordering::SeqCst) {
-                match l.accept() {
-                    Ok((mut s, _)) => {
-                        a2.fetch_add(1, Ordering::SeqCst);
-                        let _ = s.set_nonblocking(false);
-                        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                        let mut buf = [0u8; 4096];
-                        let _ = s.read(&mut buf);
-                        let _ = s.write_all(
-                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
-                        );
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
-        Ok(Server {
-            port,
-            stop,
-            accepted,
-        })
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
-}
-
 pub(super) fn egress(c: &mut Ctx) -> CheckResult {
-    let allowed = Server::start()?;
-    let forwarded = Server::start()?;
+    let e = Egress::start()?;
     let work = c.dir("egress")?;
     let out = work.join("r.json");
-    let a = format!("127.0.0.1:{}", allowed.port);
-    let f = format!("127.0.0.1:{}", forwarded.port);
-    let ua = format!("http://{a}/");
-    let uf = format!("http://{f}/");
-    let unlisted = "http://oz0-selftest.invalid/";
-    let args = [
-        "--connect",
-        &a,
-        "--connect",
-        &f,
-        "--proxy-get",
-        &ua,
-        "--proxy-get",
-        &uf,
-        "--proxy-get-noauth",
-        &ua,
-        "--proxy-get",
-        unlisted,
-    ];
+    let args = e.probe_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut req = c.request(&work, c.probe_cmd(&out, &args));
-    req.allow = vec![a.clone()];
-    req.forward = vec![forwarded.port];
+    req.allow = vec![e.allow()];
+    req.forward = vec![e.forwarded.port];
     c.launch(req, None)?;
-    let r = read_report(&out)?;
-    // Each listener must have seen exactly the one connection the proxy
-    // made for it.
-    // (A direct "connect ok" alone may have met something of the run's own
-    // on its loopback, such as a bridge whose port equals a host port.)
-    for (t, s) in [(&a, &allowed), (&f, &forwarded)] {
-        let n = s.accepted.load(Ordering::SeqCst);
-        if n > 1 || (r["connect"][t] == "ok" && n != 1) {
-            return Err(format!(
-                "a direct connection to the host's {t} succeeded ({n} connections reached it)"
-            ));
-        }
-    }
-    let get = |k: &str| r["proxy_get"][k].clone();
-    for (key, want, what) in [
-        (format!("auth {ua}"), 200, format!("the allowed host {a}")),
-        (
-            format!("auth {uf}"),
-            200,
-            format!("the forwarded port {}", forwarded.port),
-        ),
-    ] {
-        if get(&key) != want {
-            return Err(format!(
-                "{what} did not answer through the proxy: {}",
-                get(&key)
-            ));
-        }
-    }
-    if get(&format!("noauth {ua}")) != 407 {
-        return Err(format!(
-            "the proxy answered {} without the run's token (407 expected)",
-            get(&format!("noauth {ua}"))
-        ));
-    }
-    if get(&format!("auth {unlisted}")) != 403 {
-        return Err(format!(
-            "a host the allowlist does not name got {} (403 expected)",
-            get(&format!("auth {unlisted}"))
-        ));
-    }
-    Ok(format!("direct connections to {a} and the forwarded port refused; through the proxy {a} and the forwarded port answer; 407 without the token; 403 for a name the allowlist does not name"))
+    e.judge(&read_report(&out)?)
 }
 
 // --- ingress ----------------------------------------------------------------
@@ -437,66 +331,22 @@ pub(super) fn fail_closed(c: &mut Ctx) -> CheckResult {
 
 pub(super) fn protected_paths(c: &mut Ctx) -> CheckResult {
     let work = c.dir("protected")?;
-    let git = work.join(".git");
-    for d in ["hooks", "objects/info"] {
-        fs::create_dir_all(git.join(d)).map_err(|e| e.to_string())?;
-    }
-    fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\n").map_err(|e| e.to_string())?;
-    fs::write(git.join("config"), "[core]\n").map_err(|e| e.to_string())?;
-    let script = "r=results; : > $r; \
-        (echo x > .git/hooks/pre-commit) 2>/dev/null && echo hooks >> $r; \
-        (echo x > .git/hooks/post-checkout) 2>/dev/null && echo newhook >> $r; \
-        (echo x >> .git/config) 2>/dev/null && echo config >> $r; \
-        (echo /elsewhere > .git/commondir) 2>/dev/null && echo commondir >> $r; \
-        (echo /elsewhere > .git/objects/info/alternates) 2>/dev/null && echo alternates >> $r; \
-        mv .git .git-aside 2>/dev/null && echo renamed >> $r; \
-        (echo x > .git/objects/oz0-selftest) 2>/dev/null && echo objects >> $r; exit 0";
+    prepare_git(&work)?;
     c.launch(
-        c.request(&work, vec!["/bin/sh".into(), "-c".into(), script.into()]),
+        c.request(
+            &work,
+            vec!["/bin/sh".into(), "-c".into(), PROTECTED_SCRIPT.into()],
+        ),
         None,
     )?;
-    let got = fs::read_to_string(work.join("results"))
-        .map_err(|_| "the check wrote no results".to_string())?;
-    let got: Vec<&str> = got.lines().collect();
-    for (k, what) in [
-        ("hooks", ".git/hooks/pre-commit was modified"),
-        ("newhook", "a new hook was created in .git/hooks"),
-        ("config", ".git/config was modified"),
-        (
-            "commondir",
-            "a .git/commondir was written (it moves config and hooks elsewhere)",
-        ),
-        ("alternates", ".git/objects/info/alternates was written"),
-        ("renamed", ".git was renamed aside"),
-    ] {
-        if got.contains(&k) {
-            return Err(what.into());
-        }
-    }
-    if !got.contains(&"objects") {
-        return Err("the rest of .git was not writable".into());
-    }
-    Ok(".git/hooks, .git/config, .git/commondir and alternates read-only, .git not movable, the rest of .git writable".into())
+    judge_protected(&work)
 }
 
 // --- environment --------------------------------------------------------------
 
-/// Variables a run may have that it was not given: what the wall adds
-/// (PATH, HOME, TMPDIR, the proxy's), the shell's PWD, and the text
-/// encoding macOS's CoreFoundation adds to a process it starts.
-const ADDED: &[&str] = &[
-    "PATH",
-    "HOME",
-    "TMPDIR",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "PWD",
-    "__CF_USER_TEXT_ENCODING",
-];
+/// What macOS adds to a process it starts, besides what the wall gives:
+/// the user's text encoding (CoreFoundation's).
+const MACOS_ADDS: &[&str] = &["__CF_USER_TEXT_ENCODING"];
 
 pub(super) fn environment(c: &mut Ctx) -> CheckResult {
     let server = Server::start()?;
@@ -506,39 +356,7 @@ pub(super) fn environment(c: &mut Ctx) -> CheckResult {
     let ua = format!("http://{a}/");
     let mut req = c.request(&work, c.probe_cmd(&out, &["--env", "--proxy-get", &ua]));
     req.allow = vec![a];
-    req.env = vec![EnvVar::new("OZ0SELFTEST_GIVEN", "given").map_err(|e| e.to_string())?];
+    req.env = vec![EnvVar::new(GIVEN.0, GIVEN.1).map_err(|e| e.to_string())?];
     c.launch(req, None)?;
-    let r = read_report(&out)?;
-    let env = r["env"]
-        .as_object()
-        .ok_or("the probe reported no environment")?;
-    if let Some(k) = env
-        .keys()
-        .find(|k| k.to_ascii_uppercase().starts_with("OZ0_"))
-    {
-        return Err(format!(
-            "the node's variable {k} reached the run (the node has {CANARY})"
-        ));
-    }
-    if env.get("OZ0SELFTEST_GIVEN").and_then(|v| v.as_str()) != Some("given") {
-        return Err("the caller's variable did not reach the run".into());
-    }
-    for need in &ADDED[..9] {
-        if !env.contains_key(*need) {
-            return Err(format!("{need} is missing"));
-        }
-    }
-    if env.contains_key("NO_PROXY") || env.contains_key("no_proxy") {
-        return Err("NO_PROXY is set".into());
-    }
-    if let Some(k) = env
-        .keys()
-        .find(|k| k.as_str() != "OZ0SELFTEST_GIVEN" && !ADDED.contains(&k.as_str()))
-    {
-        return Err(format!("{k} reached the run without being given"));
-    }
-    if r["proxy_get"][format!("auth {ua}")] != 200 {
-        return Err("the proxy variables do not carry the run's token".into());
-    }
-    Ok("the caller's variable, PATH, HOME, TMPDIR and the proxy's with the run's token; no OZ0_ variable of the node".into())
+    judge_environment(&read_report(&out)?, &ua, MACOS_ADDS)
 }

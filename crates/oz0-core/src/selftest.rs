@@ -1,14 +1,18 @@
-//! The eight-property self-test, macOS flavour: each check runs real
-//! commands through the wall under test ([`Runs`]: Seatbelt on a Mac), with
-//! the node binary's `sandbox probe` as the witness inside, and judges what
-//! the probe reports and what the host sees. The checks run in order and
-//! stop at the first failure; the tier is 1 only when all eight hold.
+//! The eight-property self-test through any wall on a Unix system: each
+//! check runs real commands through the wall under test ([`Runs`]:
+//! Seatbelt on a Mac), with the node binary's `sandbox probe` as the
+//! witness inside, and judges what the probe reports and what the host
+//! sees. The checks run in order and stop at the first failure; the tier is
+//! 1 only when all eight hold. macOS's wall is proved with it; Linux's own
+//! self-test (`oz0-selftest`, which also proves each of its layers alone)
+//! shares its parts ([`parts`]).
 //!
-//! Nothing here is macOS-specific but the wall itself: the checks use
-//! POSIX `sh`, the probe, loopback sockets and files, so they are run on
-//! Linux too, against walls that must fail each of them (no wall at all;
-//! a proxy but no wall), to show that every check can fail and names what
-//! it saw (`crates/oz0-node/tests/macos_selftest.rs`).
+//! Nothing here is a platform's but the wall itself: the checks use POSIX
+//! `sh`, the probe, loopback sockets and files, so they are run on Linux
+//! too, through Linux tier 1 (all eight hold) and through walls that must
+//! fail each of them (no wall at all; a proxy but no wall), to show that
+//! every check can pass and can fail, naming what it saw
+//! (`crates/oz0-node/tests/macos_selftest.rs`).
 //!
 //! Every connection a check makes is to a listener it opened on loopback;
 //! the host the allowlist does not name is under `.invalid`. It works in a
@@ -19,12 +23,13 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use oz0_core::{Cancel, Line, Outcome, RunError, RunIo, SelfTest};
+use crate::{Cancel, Line, Outcome, RunError, RunIo, SelfTest};
 use oz0_policy::facts::Property;
 use oz0_policy::{RunRequest, RunSpec};
 use serde_json::Value;
 
 mod checks;
+pub mod parts;
 
 /// The node variable the environment check plants in the node's own
 /// environment and looks for inside.

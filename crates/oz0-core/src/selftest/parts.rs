@@ -1,0 +1,268 @@
+//! What every platform's self-test shares: the loopback server the egress
+//! checks reach, and the judgements of `egress`, `protected_paths` and
+//! `environment` from what the probe reported and the host saw. Linux's
+//! self-test (`oz0-selftest`) and [`super`]'s checks both use these, so a
+//! property means the same on every platform.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A loopback HTTP server answering 200 to everything, until dropped. It
+/// counts the connections it accepted.
+pub struct Server {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    stop: Arc<AtomicBool>,
+    accepted: Arc<AtomicUsize>,
+}
+
+impl Server {
+    /// Starts one on a free port.
+    pub fn start() -> Result<Server, String> {
+        let l = TcpListener::bind(("127.0.0.1", 0))
+            .map_err(|e| format!("cannot listen on loopback: {e}"))?;
+        let port = l.local_addr().map_err(|e| e.to_string())?.port();
+        l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (s2, a2) = (stop.clone(), accepted.clone());
+        std::thread::spawn(move || {
+            while !s2.load(Ordering::SeqCst) {
+                match l.accept() {
+                    Ok((mut s, _)) => {
+                        a2.fetch_add(1, Ordering::SeqCst);
+                        let _ = s.set_nonblocking(false);
+                        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                        let mut buf = [0u8; 4096];
+                        let _ = s.read(&mut buf);
+                        let _ = s.write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                        );
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Ok(Server {
+            port,
+            stop,
+            accepted,
+        })
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The egress check's probe arguments and their judgement: direct
+/// connections to an allowed host's and a forwarded port's listeners
+/// refused, both reached through the proxy, 407 without the token, 403 for
+/// a name the allowlist does not name.
+pub struct Egress {
+    /// The allowed host's listener.
+    pub allowed: Server,
+    /// The forwarded port's listener.
+    pub forwarded: Server,
+}
+
+/// A name under `.invalid`: refused by the proxy before any lookup.
+pub const UNLISTED: &str = "http://oz0-selftest.invalid/";
+
+impl Egress {
+    /// Starts both listeners.
+    pub fn start() -> Result<Egress, String> {
+        Ok(Egress {
+            allowed: Server::start()?,
+            forwarded: Server::start()?,
+        })
+    }
+
+    /// `127.0.0.1:PORT` of the allowed host (the run's `--allow`).
+    pub fn allow(&self) -> String {
+        format!("127.0.0.1:{}", self.allowed.port)
+    }
+
+    /// The probe's arguments.
+    pub fn probe_args(&self) -> Vec<String> {
+        let (a, f) = (self.allow(), format!("127.0.0.1:{}", self.forwarded.port));
+        [
+            "--connect",
+            &a,
+            "--connect",
+            &f,
+            "--proxy-get",
+            &format!("http://{a}/"),
+            "--proxy-get",
+            &format!("http://{f}/"),
+            "--proxy-get-noauth",
+            &format!("http://{a}/"),
+            "--proxy-get",
+            UNLISTED,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+
+    /// What the probe's report `r` and the listeners show.
+    pub fn judge(&self, r: &Value) -> Result<String, String> {
+        let (a, f) = (self.allow(), format!("127.0.0.1:{}", self.forwarded.port));
+        let (ua, uf) = (format!("http://{a}/"), format!("http://{f}/"));
+        // Each listener must have seen exactly the one connection the proxy
+        // made for it. (A direct "connect ok" alone may have met something
+        // of the run's own on its loopback, such as a bridge whose port
+        // equals a host port.)
+        for (t, s) in [(&a, &self.allowed), (&f, &self.forwarded)] {
+            let n = s.accepted();
+            if n > 1 || (r["connect"][t.as_str()] == "ok" && n != 1) {
+                return Err(format!(
+                    "a direct connection to the host's {t} succeeded ({n} connections reached it)"
+                ));
+            }
+        }
+        let get = |k: &str| r["proxy_get"][k].clone();
+        for (key, what) in [
+            (format!("auth {ua}"), format!("the allowed host {a}")),
+            (
+                format!("auth {uf}"),
+                format!("the forwarded port {}", self.forwarded.port),
+            ),
+        ] {
+            if get(&key) != 200 {
+                return Err(format!(
+                    "{what} did not answer through the proxy: {}",
+                    get(&key)
+                ));
+            }
+        }
+        if get(&format!("noauth {ua}")) != 407 {
+            return Err(format!(
+                "the proxy answered {} without the run's token (407 expected)",
+                get(&format!("noauth {ua}"))
+            ));
+        }
+        if get(&format!("auth {UNLISTED}")) != 403 {
+            return Err(format!(
+                "a host the allowlist does not name got {} (403 expected)",
+                get(&format!("auth {UNLISTED}"))
+            ));
+        }
+        Ok(format!("direct connections to {a} and the forwarded port refused; through the proxy {a} and the forwarded port answer; 407 without the token; 403 for a name the allowlist does not name"))
+    }
+}
+
+/// Makes a repository's `.git` in `work` for the protected-paths check: a
+/// hook, a config, the objects' info folder.
+pub fn prepare_git(work: &Path) -> Result<(), String> {
+    let git = work.join(".git");
+    for d in ["hooks", "objects/info"] {
+        fs::create_dir_all(git.join(d)).map_err(|e| e.to_string())?;
+    }
+    fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\n").map_err(|e| e.to_string())?;
+    fs::write(git.join("config"), "[core]\n").map_err(|e| e.to_string())
+}
+
+/// What the protected-paths check runs in the work folder (`sh -c`): each
+/// attempt that succeeds writes its word to `results`.
+pub const PROTECTED_SCRIPT: &str = "r=results; : > $r; \
+    (echo x > .git/hooks/pre-commit) 2>/dev/null && echo hooks >> $r; \
+    (echo x > .git/hooks/post-checkout) 2>/dev/null && echo newhook >> $r; \
+    (echo x >> .git/config) 2>/dev/null && echo config >> $r; \
+    (echo /elsewhere > .git/commondir) 2>/dev/null && echo commondir >> $r; \
+    (echo /elsewhere > .git/objects/info/alternates) 2>/dev/null && echo alternates >> $r; \
+    mv .git .git-aside 2>/dev/null && echo renamed >> $r; \
+    (echo x > .git/objects/oz0-selftest) 2>/dev/null && echo objects >> $r; exit 0";
+
+/// The protected-paths check's verdict from the work folder the script ran in.
+pub fn judge_protected(work: &Path) -> Result<String, String> {
+    let got = fs::read_to_string(work.join("results"))
+        .map_err(|_| "the check wrote no results".to_string())?;
+    let got: Vec<&str> = got.lines().collect();
+    for (k, what) in [
+        ("hooks", ".git/hooks/pre-commit was modified"),
+        ("newhook", "a new hook was created in .git/hooks"),
+        ("config", ".git/config was modified"),
+        (
+            "commondir",
+            "a .git/commondir was written (it moves config and hooks elsewhere)",
+        ),
+        ("alternates", ".git/objects/info/alternates was written"),
+        ("renamed", ".git was renamed aside"),
+    ] {
+        if got.contains(&k) {
+            return Err(what.into());
+        }
+    }
+    if !got.contains(&"objects") {
+        return Err("the rest of .git was not writable".into());
+    }
+    Ok(".git/hooks, .git/config, .git/commondir and alternates read-only, .git not movable, the rest of .git writable".into())
+}
+
+/// The variable the environment check gives a run.
+pub const GIVEN: (&str, &str) = ("OZ0SELFTEST_GIVEN", "given");
+
+/// What a run needs besides what it was given: `PATH`, `HOME`, `TMPDIR`
+/// and the proxy's variables.
+pub const NEEDED: &[&str] = &[
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+];
+
+/// The environment check's verdict from the probe's report `r` of a run
+/// given [`GIVEN`] with egress to `allowed_url`: the given variable, what
+/// is [`NEEDED`], the proxy's with the run's token, no `OZ0_` variable
+/// and nothing else but `PWD` and the platform's `also` (what its system
+/// adds to a process it starts).
+pub fn judge_environment(r: &Value, allowed_url: &str, also: &[&str]) -> Result<String, String> {
+    let env = r["env"]
+        .as_object()
+        .ok_or("the probe reported no environment")?;
+    if let Some(k) = env
+        .keys()
+        .find(|k| k.to_ascii_uppercase().starts_with("OZ0_"))
+    {
+        return Err(format!("the node's variable {k} reached the run"));
+    }
+    if env.get(GIVEN.0).and_then(|v| v.as_str()) != Some(GIVEN.1) {
+        return Err("the caller's variable did not reach the run".into());
+    }
+    if let Some(need) = NEEDED.iter().find(|n| !env.contains_key(**n)) {
+        return Err(format!("{need} is missing"));
+    }
+    if env.contains_key("NO_PROXY") || env.contains_key("no_proxy") {
+        return Err("NO_PROXY is set".into());
+    }
+    if let Some(k) = env.keys().find(|k| {
+        let k = k.as_str();
+        k != GIVEN.0 && k != "PWD" && !NEEDED.contains(&k) && !also.contains(&k)
+    }) {
+        return Err(format!("{k} reached the run without being given"));
+    }
+    if r["proxy_get"][format!("auth {allowed_url}")] != 200 {
+        return Err("the proxy variables do not carry the run's token".into());
+    }
+    Ok("the caller's variable, PATH, HOME, TMPDIR and the proxy's with the run's token; no OZ0_ variable of the node".into())
+}
