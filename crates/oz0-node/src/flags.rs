@@ -64,8 +64,6 @@ impl RunFlags {
     }
 
     /// The limits asked for, with the run's memory file systems' size.
-    // Windows' preview plans no run in this build.
-    #[cfg_attr(windows, allow(dead_code))]
     pub fn limits(&self, tmp_mib: Option<u64>) -> Limits {
         Limits {
             memory_mib: self.memory,

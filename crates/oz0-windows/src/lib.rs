@@ -66,6 +66,8 @@ pub mod acl;
 pub mod check;
 pub mod cmdline;
 pub mod env;
+#[cfg(windows)]
+pub mod hold;
 pub mod launch;
 pub mod native;
 pub mod plan;

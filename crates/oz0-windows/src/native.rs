@@ -11,6 +11,10 @@
 //!   together ([`Job::terminate`]).
 //! - `exclusive_listener` (Windows only): a loopback listener bound with
 //!   `SO_EXCLUSIVEADDRUSE`, which no other process can share.
+//! - `PsecLauncher` (Windows only): `crate::launch`'s steps as system
+//!   calls: a PSEC environment from a run's whole spec
+//!   (`crate::psec_wire::encode`), the command created suspended inside it,
+//!   placed in its job, resumed.
 //!
 //! On other systems [`probe`] and [`Job::create`] return
 //! [`NativeError::NotWindows`]. This module is type-checked for
@@ -122,8 +126,13 @@ pub use imp::{
 };
 
 #[cfg(windows)]
+pub use imp::psec::{PsecChild, PsecEnv, PsecLauncher};
+
+#[cfg(windows)]
 mod imp {
     use std::ffi::c_void;
+
+    pub mod psec;
 
     use windows_sys::Win32::Foundation::{
         CloseHandle, GetLastError, ERROR_SUCCESS, HANDLE, HMODULE,

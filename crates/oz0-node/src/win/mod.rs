@@ -33,6 +33,7 @@ use clap::{Args, Parser, Subcommand};
 mod jobs;
 mod node;
 mod proxy;
+mod psec_run;
 mod relay;
 mod sandbox;
 mod wall;

@@ -3,8 +3,8 @@
 //! Refused without `OZ0_SANDBOX_PSEC_PREVIEW=1`, as on any node without
 //! tier 1. With it, the flags and the route variable are checked, then
 //! Windows is probed: where the probes find no PSEC the run is refused with
-//! their reason; where they find it, this build has no launcher for PSEC
-//! containers yet and says so. In every refusal nothing is started.
+//! their reason; where they find it, the command runs in a PSEC container
+//! ([`super::psec_run`]). In every refusal nothing is started.
 
 use std::ffi::{OsStr, OsString};
 
@@ -12,8 +12,8 @@ use clap::Args;
 use oz0_core::exit::Exit;
 use oz0_windows::route::{parse_route_env, ROUTE_ENV};
 
-use super::wall::{WindowsWall, NO_LAUNCHER};
-use super::PREVIEW_ENV;
+use super::wall::WindowsWall;
+use super::{DataDirArg, PREVIEW_ENV};
 
 /// `sandbox run` flags.
 #[derive(Debug, Args)]
@@ -28,6 +28,8 @@ pub struct RunArgs {
     /// only through the egress proxy).
     #[arg(long = "share-net", hide = true)]
     pub share_net: bool,
+    #[command(flatten)]
+    pub data: DataDirArg,
     /// The command (its full path) and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -114,6 +116,64 @@ pub fn main(a: RunArgs) -> i32 {
                 r.fix_line
             ))
         }
-        Ok(_) => refuse(format!("{NO_LAUNCHER}; nothing was started")),
+        Ok(facts) => {
+            let r = match request(&a) {
+                Ok(r) => r,
+                Err(e) => return refuse(e),
+            };
+            eprintln!("oz0-node: warning: the PSEC preview: this machine's self-test of PSEC (`sandbox check --psec`) does not run in this build, so the run's confinement is not proven here");
+            match super::psec_run::run(r, facts) {
+                Ok(code) => code,
+                Err(e) => refuse(format!("{e}; nothing is left running")),
+            }
+        }
     }
+}
+
+/// The run as `psec_run` takes it: the flags, the variables named and
+/// their values, the data directory.
+fn request(a: &RunArgs) -> Result<super::psec_run::Request, String> {
+    let env = a
+        .env
+        .iter()
+        .map(|e| {
+            let e = e.to_str().unwrap_or_default();
+            let (n, v) = match e.split_once('=') {
+                Some((n, v)) => (n.to_string(), v.to_string()),
+                None => (
+                    e.to_string(),
+                    std::env::var(e)
+                        .map_err(|_| format!("--env {e}: not set in this environment"))?,
+                ),
+            };
+            oz0_policy::EnvVar::new(&n, &v).map_err(|err| format!("--env {n}: {err}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let abs = |p: &std::path::Path, flag: &str| {
+        std::path::absolute(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
+    };
+    Ok(super::psec_run::Request {
+        work: abs(&a.wall.work, "--work")?,
+        read: a
+            .wall
+            .read
+            .iter()
+            .map(|p| abs(p, "--read"))
+            .collect::<Result<_, _>>()?,
+        write: a
+            .wall
+            .write
+            .iter()
+            .map(|p| abs(p, "--write"))
+            .collect::<Result<_, _>>()?,
+        env,
+        limits: a.wall.limits(None),
+        egress: !a.wall.allow.is_empty() || !a.wall.forward.is_empty(),
+        data_dir: a.data.resolve()?,
+        command: a
+            .command
+            .iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect(),
+    })
 }

@@ -2,10 +2,11 @@
 //!
 //! The check is `oz0_windows::check::report` of what `native::probe` found:
 //! the lines, the tier and the kind of fix of the seed's table, pure code
-//! tested on Linux. The self-test runs in PSEC containers; this build has
-//! no launcher for them yet, so on a machine whose probes find PSEC the
-//! self-test fails at its first property (`launch`) and says why: the node
-//! never reports a PSEC property it did not see hold. Where the probes
+//! tested on Linux. The self-test runs in PSEC containers; this build
+//! starts them only for the preview's `sandbox run` and has no self-test
+//! of them yet, so on a machine whose probes find PSEC the self-test fails
+//! at its first property (`launch`) and says why: the node never reports a
+//! PSEC property it did not see hold. Where the probes
 //! find no PSEC there is nothing to test, and the check says the probes'
 //! reason and fix.
 
@@ -18,7 +19,7 @@ use oz0_windows::native::NativeError;
 use oz0_windows::probe::{Feature, PsecProbe};
 
 /// Why the self-test stops at `launch` on a machine with PSEC.
-pub const NO_LAUNCHER: &str = "this build of oz0-node cannot start PSEC containers yet, so none of the eight properties can be shown on this machine";
+pub const NO_LAUNCHER: &str = "this build of oz0-node starts commands in PSEC containers only for the preview's `sandbox run` and has no self-test of them yet, so none of the eight properties is shown on this machine";
 
 /// `sandbox check` flags.
 #[derive(Debug, Args)]

@@ -27,7 +27,7 @@ fn p(s: &str) -> String {
     WinPath::parse(s).unwrap().to_abs().as_str().to_string()
 }
 
-fn w(s: &str) -> WinPath {
+pub(crate) fn w(s: &str) -> WinPath {
     WinPath::parse(s).unwrap()
 }
 
@@ -53,16 +53,16 @@ pub(crate) fn host() -> WindowsHost {
     }
 }
 
-const V1_0_DENY: PsecFacts = PsecFacts {
+pub(crate) const V1_0_DENY: PsecFacts = PsecFacts {
     contract: Contract::V1_0,
     bits: 0x3,
 };
-const V1_1_ALL: PsecFacts = PsecFacts {
+pub(crate) const V1_1_ALL: PsecFacts = PsecFacts {
     contract: Contract::V1_1,
     bits: 0xd,
 };
 
-fn token() -> ProxyToken {
+pub(crate) fn token() -> ProxyToken {
     ProxyToken::new("run-token-0123456789abcdef").unwrap()
 }
 
@@ -70,7 +70,7 @@ pub(crate) fn minimal_plan() -> PsecPlan {
     plan(&RunSpec::new(req()).unwrap(), &host(), &V1_0_DENY, None).unwrap()
 }
 
-fn egress_req() -> RunRequest {
+pub(crate) fn egress_req() -> RunRequest {
     RunRequest {
         read: vec![p("C:\\tools\\python313")],
         write: vec![p("D:\\cache\\pip")],

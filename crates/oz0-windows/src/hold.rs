@@ -1,0 +1,219 @@
+//! Holding a run's writable folders on Windows (Windows only): each
+//! protected entry that is missing is made as an empty placeholder for the
+//! run's length, and each writable folder, its `.git` and its protected
+//! folders are held open without delete sharing, so that none can be
+//! renamed aside or removed while the run has them (`crate::plan` lists
+//! them: `protected`, `hold_open`). What was made is removed after, when
+//! still empty; what the run wrote in it stays.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::plan::{Protected, When};
+use crate::winpath::WinPath;
+
+/// `FILE_FLAG_BACKUP_SEMANTICS`: what opens a folder as a file.
+const FILE_FLAG_BACKUP_SEMANTICS: u32 = 0x0200_0000;
+/// `FILE_SHARE_READ | FILE_SHARE_WRITE`: never `FILE_SHARE_DELETE`, so the
+/// folder cannot be renamed or removed while it is held.
+const SHARE_NO_DELETE: u32 = 0x1 | 0x2;
+
+/// Removes what it made (placeholders, then folders, innermost first) and
+/// lets go of the held folders when dropped.
+#[derive(Default)]
+pub struct Held {
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+    held: Vec<fs::File>,
+    /// A folder removed whole after (the run's TEMP).
+    pub temp: Option<PathBuf>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.held.clear();
+        for f in self.files.iter().rev() {
+            if fs::metadata(f).is_ok_and(|m| m.is_file() && m.len() == 0) {
+                let _ = fs::remove_file(f);
+            }
+        }
+        for d in self.dirs.iter().rev() {
+            // Removed only when still empty (what the run left in it stays).
+            let _ = fs::remove_dir(d);
+        }
+        if let Some(t) = &self.temp {
+            let _ = fs::remove_dir_all(t);
+        }
+    }
+}
+
+/// The `.git` folder a protected entry lies under.
+fn git_of(p: &Path) -> Option<&Path> {
+    p.ancestors()
+        .find(|a| a.file_name().is_some_and(|n| n == ".git"))
+}
+
+/// Makes each missing entry of `protected` as an empty placeholder
+/// (`.git`'s only where `.git` is a folder; missing folders on the way are
+/// made too) and holds each folder of `hold_open` that exists open without
+/// delete sharing, recording all of it in `made`, which undoes it when
+/// dropped. Refused (Err) at the first entry that cannot be held.
+pub fn hold(protected: &[Protected], hold_open: &[WinPath], made: &mut Held) -> Result<(), String> {
+    use std::os::windows::fs::OpenOptionsExt;
+    for e in protected {
+        let path = PathBuf::from(e.path.as_str());
+        if fs::symlink_metadata(&path).is_ok() {
+            continue;
+        }
+        if e.when == When::IfGitDir && !git_of(&path).is_some_and(Path::is_dir) {
+            continue;
+        }
+        // Missing parents inside `.git` are made too, and removed after.
+        if let Some(parent) = path.parent() {
+            let mut missing: Vec<&Path> = parent.ancestors().take_while(|a| !a.exists()).collect();
+            missing.reverse();
+            for d in missing {
+                fs::create_dir(d).map_err(|err| {
+                    format!("cannot make {} for a protected entry: {err}", d.display())
+                })?;
+                made.dirs.push(d.to_path_buf());
+            }
+        }
+        if e.kind == "dir" {
+            fs::create_dir(&path).map_err(|err| {
+                format!("cannot hold {} with a placeholder: {err}", path.display())
+            })?;
+            made.dirs.push(path);
+        } else {
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|err| {
+                    format!("cannot hold {} with a placeholder: {err}", path.display())
+                })?;
+            made.files.push(path);
+        }
+    }
+    for d in hold_open {
+        let path = Path::new(d.as_str());
+        if !path.is_dir() {
+            continue;
+        }
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .share_mode(SHARE_NO_DELETE)
+            .custom_flags(FILE_FLAG_BACKUP_SEMANTICS)
+            .open(path)
+            .map_err(|err| {
+                format!(
+                    "cannot hold {} for the run (is another program using it?): {err}",
+                    path.display()
+                )
+            })?;
+        made.held.push(f);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("oz0-hold-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn w(p: &Path) -> WinPath {
+        WinPath::parse(p.to_str().unwrap()).unwrap()
+    }
+
+    fn entry(p: &Path, kind: &'static str, when: When) -> Protected {
+        Protected {
+            path: w(p),
+            kind,
+            when,
+        }
+    }
+
+    #[test]
+    fn placeholders_are_made_for_the_run_and_removed_after() {
+        let root = dir("ph");
+        fs::create_dir_all(root.join(".git")).unwrap();
+        fs::write(root.join(".envrc"), "kept").unwrap();
+        let protected = [
+            entry(&root.join(".claude"), "dir", When::Always),
+            entry(&root.join(".envrc"), "file", When::Always),
+            entry(&root.join(".mcp.json"), "file", When::Always),
+            entry(&root.join(".git").join("hooks"), "dir", When::IfGitDir),
+            entry(
+                &root
+                    .join(".git")
+                    .join("objects")
+                    .join("info")
+                    .join("alternates"),
+                "file",
+                When::IfGitDir,
+            ),
+        ];
+        {
+            let mut held = Held::default();
+            hold(&protected, &[w(&root)], &mut held).unwrap();
+            assert!(root.join(".claude").is_dir());
+            assert_eq!(fs::read_to_string(root.join(".envrc")).unwrap(), "kept");
+            assert_eq!(fs::metadata(root.join(".mcp.json")).unwrap().len(), 0);
+            assert!(root.join(".git/hooks").is_dir());
+            assert!(root.join(".git/objects/info/alternates").is_file());
+            // A placeholder the run wrote into is kept after.
+            fs::write(root.join(".claude").join("left"), "x").unwrap();
+        }
+        assert!(
+            root.join(".claude/left").exists(),
+            "what the run left stays"
+        );
+        assert!(!root.join(".mcp.json").exists());
+        assert!(!root.join(".git/hooks").exists());
+        assert!(
+            !root.join(".git/objects").exists(),
+            "folders made on the way go too"
+        );
+        assert_eq!(fs::read_to_string(root.join(".envrc")).unwrap(), "kept");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn git_entries_only_where_git_is_a_folder() {
+        let root = dir("nogit");
+        let protected = [entry(
+            &root.join(".git").join("hooks"),
+            "dir",
+            When::IfGitDir,
+        )];
+        let mut held = Held::default();
+        hold(&protected, &[], &mut held).unwrap();
+        assert!(!root.join(".git").exists());
+        drop(held);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_held_folder_cannot_be_renamed_aside() {
+        let root = dir("held");
+        let work = root.join("work");
+        fs::create_dir_all(&work).unwrap();
+        {
+            let mut held = Held::default();
+            hold(&[], &[w(&work)], &mut held).unwrap();
+            assert!(
+                fs::rename(&work, root.join("aside")).is_err(),
+                "renamed while held"
+            );
+            assert!(work.is_dir());
+        }
+        fs::rename(&work, root.join("aside")).expect("free after");
+        fs::remove_dir_all(&root).unwrap();
+    }
+}
