@@ -126,6 +126,53 @@ fn windows_is_routed_at_zero_whatever_it_claims() {
 }
 
 #[test]
+fn a_mac_whose_self_test_fails_at_job_limits_is_routed_at_zero() {
+    // What a Mac reports (oz0-node's src/mac, oz0_core::facts::assemble):
+    // no mechanism named without a proven tier, microVMs off without tier 1.
+    let mut f = linux();
+    f.platform = Platform {
+        os: Os::Macos,
+        arch: "aarch64".into(),
+        build_raw: "25B78".into(),
+    };
+    f.tier_proven = 0;
+    f.tier_routed = 0;
+    f.mechanism = Mechanism {
+        kind: "none".into(),
+        ..Default::default()
+    };
+    f.self_test = SelfTest::Failed(Property::JobLimits);
+    f.fix = Some(FixKind::SelfTestFailed);
+    f.microvm = Microvm {
+        ready: false,
+        reason: Some(MicrovmReason::NoTier1),
+        pinned: None,
+        backend: None,
+    };
+    f.derive_labels(false);
+    let o = sanitize(&f).unwrap();
+    assert!(o.dropped.is_empty(), "{:?}", o.dropped);
+    assert_eq!(o.facts.os, "macos");
+    assert_eq!(o.facts.build.as_deref(), Some("25B78"));
+    assert_eq!((o.facts.tier_proven, o.facts.tier_routed), (0, 0));
+    assert_eq!(o.facts.tier_line(), "tier 0 proven, routed at 0");
+    assert_eq!(
+        o.facts.fix_text().unwrap(),
+        "The self-test failed at job_limits: sandbox check --self-test on the node says which check and how."
+    );
+    // A Mac that claimed Seatbelt tier 1 and ready microVMs without a
+    // passed self-test keeps neither.
+    f.tier_proven = 1;
+    f.tier_routed = 2;
+    f.mechanism.kind = "seatbelt".into();
+    f.microvm.ready = true;
+    f.microvm.backend = Some(oz0_policy::facts::MicrovmBackend::AppleContainer);
+    let o = sanitize(&f).unwrap();
+    assert_eq!((o.facts.tier_proven, o.facts.tier_routed), (0, 0));
+    assert!(!o.facts.microvm_ready && o.facts.microvm_backend.is_none());
+}
+
+#[test]
 fn a_tier_without_a_passed_self_test_is_not_kept() {
     let mut f = linux();
     f.self_test = SelfTest::Failed(Property::Egress);
