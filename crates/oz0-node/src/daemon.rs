@@ -254,6 +254,144 @@ impl Jobs {
     }
 }
 
+/// The node's data directory: one flag for every command that uses it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DataDirArg {
+    /// The node's data directory, which no run may see [default:
+    /// %LOCALAPPDATA%\oz0-node on Windows, ~/Library/Application
+    /// Support/oz0-node on macOS].
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl DataDirArg {
+    /// The folder named, or the platform's default; an absolute path.
+    pub fn resolve(&self) -> Result<PathBuf, String> {
+        let d = match &self.data_dir {
+            Some(d) => d.clone(),
+            None => default_data_dir()?,
+        };
+        std::path::absolute(&d).map_err(|e| format!("--data-dir {}: {e}", d.display()))
+    }
+}
+
+#[cfg(windows)]
+fn default_data_dir() -> Result<PathBuf, String> {
+    match std::env::var_os("LOCALAPPDATA") {
+        Some(base) if !base.is_empty() => Ok(Path::new(&base).join("oz0-node")),
+        _ => Err("LOCALAPPDATA is not set, so the node has no default data directory: name one with --data-dir".into()),
+    }
+}
+
+#[cfg(not(windows))]
+fn default_data_dir() -> Result<PathBuf, String> {
+    match std::env::var_os("HOME") {
+        Some(h) if !h.is_empty() => Ok(Path::new(&h).join("Library/Application Support/oz0-node")),
+        _ => Err("HOME is not set: name the data directory with --data-dir".into()),
+    }
+}
+
+/// The daemon's flags besides `--sandbox`, the same on Windows and macOS.
+#[derive(Debug, clap::Args)]
+pub struct DaemonFlags {
+    #[command(flatten)]
+    pub data: DataDirArg,
+    /// Start, publish the facts, and exit instead of staying up (with
+    /// --edge: register and report the facts, then exit).
+    #[arg(long)]
+    pub once: bool,
+    #[command(flatten)]
+    pub link: crate::flags::EdgeFlags,
+    /// Where each job's fresh work folder is made (never under the data
+    /// directory) [default: <temporary folder>/oz0-node-work].
+    #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
+    pub work_root: Option<PathBuf>,
+    /// The name shown on the edge's Nodes page [default: this machine's name].
+    #[arg(long, value_name = "NAME", requires = "edge")]
+    pub name: Option<String>,
+    /// How long to wait between polls of an empty queue, in milliseconds.
+    #[arg(
+        long = "poll-ms",
+        value_name = "MS",
+        default_value_t = 2000,
+        hide = true
+    )]
+    pub poll_ms: u64,
+}
+
+impl DaemonFlags {
+    /// How long to wait between polls of an empty queue.
+    pub fn poll_every(&self) -> Duration {
+        Duration::from_millis(self.poll_ms.clamp(50, 60_000))
+    }
+}
+
+/// What each platform gives [`edge_settings`].
+pub struct Platform<'a> {
+    /// Reads the enrolment token from a file only the node's user can read.
+    pub read_token: &'a dyn Fn(&Path) -> Result<String, String>,
+    /// This machine's name.
+    pub name: Option<String>,
+    /// The temporary folder jobs' work folders go under by default.
+    pub temp: PathBuf,
+    /// Whether two paths overlap as this system compares them.
+    pub overlap: &'a dyn Fn(&Path, &Path) -> bool,
+    /// How jobs run here.
+    pub runner: Box<dyn Tier0>,
+}
+
+/// What `--edge` needs, checked before anything starts (None without it).
+pub fn edge_settings(
+    f: &DaemonFlags,
+    data_dir: &Path,
+    p: Platform,
+) -> Result<Option<Edge>, String> {
+    let Some(url) = &f.link.edge else {
+        return Ok(None);
+    };
+    // --tenant is required with --edge and checked by its parser.
+    let tenant = f.link.tenant.clone().unwrap_or_default();
+    let trust = match &f.link.edge_ca {
+        Some(c) => Trust::CaFile(
+            std::path::absolute(c).map_err(|e| format!("--edge-ca {}: {e}", c.display()))?,
+        ),
+        None => Trust::System,
+    };
+    NodeClient::with_trust(url, "probe", NodeKey::generate(), &trust)
+        .map_err(|e| format!("--edge: {e}"))?;
+    let file = f
+        .link
+        .enrolment_token_file
+        .as_deref()
+        .ok_or("--edge needs --enrolment-token-file FILE")?;
+    let token = (p.read_token)(file)?;
+    let work_root = match &f.work_root {
+        Some(w) => {
+            std::path::absolute(w).map_err(|e| format!("--work-root {}: {e}", w.display()))?
+        }
+        None => p.temp.join("oz0-node-work"),
+    };
+    if (p.overlap)(&work_root, data_dir) {
+        return Err(format!(
+            "--work-root {} overlaps the data directory {}, which no job may see: name a folder outside it",
+            work_root.display(),
+            data_dir.display()
+        ));
+    }
+    Ok(Some(Edge {
+        url: url.clone(),
+        tenant,
+        token,
+        name: f.name.clone().or(p.name),
+        trust,
+        jobs: Jobs {
+            records: data_dir.join("jobs"),
+            work_root,
+            runner: p.runner,
+        },
+    }))
+}
+
 /// What `--edge` needs, checked before anything starts.
 pub struct Edge {
     /// The edge's URL.

@@ -5,7 +5,6 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use clap::Args;
 use oz0_core::Cancel;
 use oz0_egress::{EgressService, LazyProxy};
 use oz0_policy::AbsPath;
@@ -15,30 +14,7 @@ use super::seatbelt::{Fault, Seatbelt};
 /// A log past this size is begun anew, the old one kept as `<name>.1`.
 const MAX_LOG: u64 = 64 << 20;
 
-/// The node's data directory: one flag for every command that uses it.
-#[derive(Debug, Clone, Args)]
-pub struct DataDirArg {
-    /// The node's data directory, which no run may see
-    /// [default: ~/Library/Application Support/oz0-node].
-    #[arg(long = "data-dir", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-}
-
-impl DataDirArg {
-    /// The folder named, or the default; an absolute path.
-    pub fn resolve(&self) -> Result<PathBuf, String> {
-        let d = match &self.data_dir {
-            Some(d) => d.clone(),
-            None => match std::env::var_os("HOME") {
-                Some(h) if !h.is_empty() => {
-                    Path::new(&h).join("Library/Application Support/oz0-node")
-                }
-                _ => return Err("HOME is not set: name the data directory with --data-dir".into()),
-            },
-        };
-        std::path::absolute(&d).map_err(|e| format!("--data-dir {}: {e}", d.display()))
-    }
-}
+pub use crate::daemon::DataDirArg;
 
 /// Where runs' TEMPs are made: this user's temporary folder, by its real
 /// path (`/private/var/folders/…`: Seatbelt matches real paths).

@@ -10,21 +10,23 @@
 //! `oz0_core::selftest`: macOS cannot limit a whole run's processes or
 //! memory), so the edge routes it at tier 0.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use oz0_core::exit::Exit;
 use oz0_core::facts::{assemble, SandboxMode};
 use oz0_core::Wall;
-use oz0_edge::client::{NodeClient, NodeKey, Trust};
+use oz0_edge::client::NodeKey;
 use oz0_policy::facts::NodeFacts;
 
-use super::host::{self, DataDirArg};
+use super::host;
 use super::jobs::MacTier0;
 use super::wall::MacWall;
-use crate::daemon::{event_loop, fail, log, print_facts, write_facts, Edge, Jobs};
+use crate::daemon::{
+    edge_settings, event_loop, fail, log, print_facts, write_facts, DaemonFlags, DataDirArg, Edge,
+    Platform,
+};
 
 /// `run` flags.
 #[derive(Debug, Args)]
@@ -34,28 +36,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = Sandbox::Auto)]
     pub sandbox: Sandbox,
     #[command(flatten)]
-    pub data: DataDirArg,
-    /// Start, publish the facts, and exit instead of staying up (with
-    /// --edge: register and report the facts, then exit).
-    #[arg(long)]
-    pub once: bool,
-    #[command(flatten)]
-    pub link: crate::flags::EdgeFlags,
-    /// Where each job's fresh work folder is made (never under the data
-    /// directory) [default: <temporary folder>/oz0-node-work].
-    #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
-    pub work_root: Option<PathBuf>,
-    /// The name shown on the edge's Nodes page [default: the host name].
-    #[arg(long, value_name = "NAME", requires = "edge")]
-    pub name: Option<String>,
-    /// How long to wait between polls of an empty queue, in milliseconds.
-    #[arg(
-        long = "poll-ms",
-        value_name = "MS",
-        default_value_t = 2000,
-        hide = true
-    )]
-    pub poll_ms: u64,
+    pub daemon: DaemonFlags,
 }
 
 /// `--sandbox`.
@@ -74,63 +55,27 @@ pub struct FactsArgs {
     pub data: DataDirArg,
 }
 
-fn edge_settings(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
-    let Some(url) = &a.link.edge else {
-        return Ok(None);
-    };
-    // --tenant is required with --edge and checked by its parser.
-    let tenant = a.link.tenant.clone().unwrap_or_default();
-    let trust = match &a.link.edge_ca {
-        Some(f) => Trust::CaFile(
-            std::path::absolute(f).map_err(|e| format!("--edge-ca {}: {e}", f.display()))?,
-        ),
-        None => Trust::System,
-    };
-    NodeClient::with_trust(url, "probe", NodeKey::generate(), &trust)
-        .map_err(|e| format!("--edge: {e}"))?;
-    let file = a
-        .link
-        .enrolment_token_file
-        .as_deref()
-        .ok_or("--edge needs --enrolment-token-file FILE")?;
-    let token = crate::private::read_token(file)?;
-    let name = match &a.name {
-        Some(n) => Some(n.clone()),
-        None => rustix::system::uname()
-            .nodename()
-            .to_str()
-            .ok()
-            .map(|h| h.split('.').next().unwrap_or(h).to_ascii_lowercase()),
-    };
-    let temp_root = host::temp_root()?;
-    let work_root = match &a.work_root {
-        Some(w) => {
-            std::path::absolute(w).map_err(|e| format!("--work-root {}: {e}", w.display()))?
-        }
-        None => temp_root.join("oz0-node-work"),
-    };
-    if work_root.starts_with(data_dir) || data_dir.starts_with(&work_root) {
-        return Err(format!(
-            "--work-root {} overlaps the data directory {}, which no job may see: name a folder outside it",
-            work_root.display(),
-            data_dir.display()
-        ));
-    }
-    Ok(Some(Edge {
-        url: url.clone(),
-        tenant,
-        token,
-        name,
-        trust,
-        jobs: Jobs {
-            records: data_dir.join("jobs"),
-            work_root,
+fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
+    let temp = host::temp_root()?;
+    let overlap = |a: &Path, b: &Path| a.starts_with(b) || b.starts_with(a);
+    edge_settings(
+        &a.daemon,
+        data_dir,
+        Platform {
+            read_token: &crate::private::read_token,
+            name: rustix::system::uname()
+                .nodename()
+                .to_str()
+                .ok()
+                .map(|h| h.split('.').next().unwrap_or(h).to_ascii_lowercase()),
+            temp: temp.clone(),
+            overlap: &overlap,
             runner: Box::new(MacTier0 {
-                temp_root,
+                temp_root: temp,
                 data_dir: data_dir.to_path_buf(),
             }),
         },
-    }))
+    )
 }
 
 /// Probes, self-tests unless told not to, and assembles the facts, logging
@@ -168,11 +113,11 @@ fn assess(sandbox: Sandbox, data_dir: &Path) -> NodeFacts {
 
 /// Runs the node daemon.
 pub fn run(a: RunArgs) -> i32 {
-    let data_dir = match a.data.resolve() {
+    let data_dir = match a.daemon.data.resolve() {
         Ok(d) => d,
         Err(e) => return fail(e, Exit::Usage),
     };
-    let edge = match edge_settings(&a, &data_dir) {
+    let edge = match edge(&a, &data_dir) {
         Ok(e) => e,
         Err(e) => return fail(e, Exit::Usage),
     };
@@ -195,13 +140,7 @@ pub fn run(a: RunArgs) -> i32 {
         )),
         Err(e) => return fail(e, Exit::CheckFailed),
     }
-    event_loop(
-        edge,
-        key,
-        facts,
-        a.once,
-        Duration::from_millis(a.poll_ms.clamp(50, 60_000)),
-    )
+    event_loop(edge, key, facts, a.daemon.once, a.daemon.poll_every())
 }
 
 /// Prints the facts `run` wrote.

@@ -26,9 +26,8 @@
 //! CI (`crates/oz0-node/tests/windows.rs`).
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
 mod jobs;
 mod node;
@@ -128,31 +127,5 @@ pub fn main(args: Vec<OsString>) -> i32 {
     }
 }
 
-/// The node's data directory: one flag for every command that uses it.
-#[derive(Debug, Clone, Args)]
-pub struct DataDirArg {
-    /// The node's data directory, which no run may see
-    /// [default: %LOCALAPPDATA%\oz0-node].
-    #[arg(long = "data-dir", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-}
-
-impl DataDirArg {
-    /// The folder named, or the default; an absolute path.
-    pub fn resolve(&self) -> Result<PathBuf, String> {
-        let d = match &self.data_dir {
-            Some(d) => d.clone(),
-            None => match std::env::var_os("LOCALAPPDATA") {
-                Some(base) if !base.is_empty() => Path::new(&base).join("oz0-node"),
-                _ => {
-                    return Err(
-                        "LOCALAPPDATA is not set, so the node has no default data directory: name one with --data-dir".into(),
-                    )
-                }
-            },
-        };
-        std::path::absolute(&d).map_err(|e| format!("--data-dir {}: {e}", d.display()))
-    }
-}
-
 pub use crate::daemon::log;
+pub use crate::daemon::DataDirArg;

@@ -8,17 +8,18 @@
 //! loop of `crate::daemon`, Windows' runner in `jobs.rs`), until Ctrl-C.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use oz0_core::exit::Exit;
 use oz0_core::Wall;
-use oz0_edge::client::{NodeClient, NodeKey, Trust};
+use oz0_edge::client::NodeKey;
 use oz0_policy::facts::NodeFacts;
 
 use super::wall::{self, WindowsWall};
-use super::DataDirArg;
-use crate::daemon::{event_loop, fail, log, print_facts, write_facts, Edge, Jobs};
+use crate::daemon::{
+    edge_settings, event_loop, fail, log, print_facts, write_facts, DaemonFlags, DataDirArg, Edge,
+    Platform,
+};
 
 /// `run` flags.
 #[derive(Debug, Args)]
@@ -29,28 +30,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = Sandbox::Auto)]
     pub sandbox: Sandbox,
     #[command(flatten)]
-    pub data: DataDirArg,
-    /// Start, publish the facts, and exit instead of staying up (with
-    /// --edge: register and report the facts, then exit).
-    #[arg(long)]
-    pub once: bool,
-    #[command(flatten)]
-    pub link: crate::flags::EdgeFlags,
-    /// Where each job's fresh work folder is made (never under the data
-    /// directory) [default: %TEMP%\oz0-node-work].
-    #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
-    pub work_root: Option<PathBuf>,
-    /// The name shown on the edge's Nodes page [default: the computer name].
-    #[arg(long, value_name = "NAME", requires = "edge")]
-    pub name: Option<String>,
-    /// How long to wait between polls of an empty queue, in milliseconds.
-    #[arg(
-        long = "poll-ms",
-        value_name = "MS",
-        default_value_t = 2000,
-        hide = true
-    )]
-    pub poll_ms: u64,
+    pub daemon: DaemonFlags,
 }
 
 /// `--sandbox`.
@@ -71,62 +51,32 @@ pub struct FactsArgs {
     pub data: DataDirArg,
 }
 
-fn edge_settings(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
-    let Some(url) = &a.link.edge else {
-        return Ok(None);
+fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
+    let read_token = |file: &Path| {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("--enrolment-token-file {}: {e}", file.display()))?;
+        readable_only_by_me(file, "--enrolment-token-file")?;
+        crate::flags::enrolment_token(&text, file)
     };
-    // --tenant is required with --edge and checked by its parser.
-    let tenant = a.link.tenant.clone().unwrap_or_default();
-    let trust = match &a.link.edge_ca {
-        Some(f) => Trust::CaFile(
-            std::path::absolute(f).map_err(|e| format!("--edge-ca {}: {e}", f.display()))?,
-        ),
-        None => Trust::System,
+    // Windows compares paths ignoring case.
+    let overlap = |a: &Path, b: &Path| {
+        let lower = |p: &Path| PathBuf::from(p.to_string_lossy().to_lowercase());
+        let (a, b) = (lower(a), lower(b));
+        a.starts_with(&b) || b.starts_with(&a)
     };
-    NodeClient::with_trust(url, "probe", NodeKey::generate(), &trust)
-        .map_err(|e| format!("--edge: {e}"))?;
-    let file = a
-        .link
-        .enrolment_token_file
-        .as_deref()
-        .ok_or("--edge needs --enrolment-token-file FILE")?;
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| format!("--enrolment-token-file {}: {e}", file.display()))?;
-    readable_only_by_me(file, "--enrolment-token-file")?;
-    let token = crate::flags::enrolment_token(&text, file)?;
-    let name = match &a.name {
-        Some(n) => Some(n.clone()),
-        None => std::env::var("COMPUTERNAME")
-            .ok()
-            .map(|h| h.trim().to_ascii_lowercase()),
-    };
-    let work_root = match &a.work_root {
-        Some(w) => {
-            std::path::absolute(w).map_err(|e| format!("--work-root {}: {e}", w.display()))?
-        }
-        None => std::env::temp_dir().join("oz0-node-work"),
-    };
-    let lower = |p: &Path| p.to_string_lossy().to_lowercase();
-    let (w, d) = (lower(&work_root), lower(data_dir));
-    if Path::new(&w).starts_with(&d) || Path::new(&d).starts_with(&w) {
-        return Err(format!(
-            "--work-root {} overlaps the data directory {}, which no job may see: name a folder outside it",
-            work_root.display(),
-            data_dir.display()
-        ));
-    }
-    Ok(Some(Edge {
-        url: url.clone(),
-        tenant,
-        token,
-        name,
-        trust,
-        jobs: Jobs {
-            records: data_dir.join("jobs"),
-            work_root,
+    edge_settings(
+        &a.daemon,
+        data_dir,
+        Platform {
+            read_token: &read_token,
+            name: std::env::var("COMPUTERNAME")
+                .ok()
+                .map(|h| h.trim().to_ascii_lowercase()),
+            temp: std::env::temp_dir(),
+            overlap: &overlap,
             runner: Box::new(super::jobs::WindowsTier0),
         },
-    }))
+    )
 }
 
 /// Probes, self-tests when asked, and assembles the facts, logging each step.
@@ -216,11 +166,11 @@ fn private(path: &Path, what: &str) -> Result<(), String> {
 
 /// Runs the node daemon.
 pub fn run(a: RunArgs) -> i32 {
-    let data_dir = match a.data.resolve() {
+    let data_dir = match a.daemon.data.resolve() {
         Ok(d) => d,
         Err(e) => return fail(e, Exit::Usage),
     };
-    let edge = match edge_settings(&a, &data_dir) {
+    let edge = match edge(&a, &data_dir) {
         Ok(e) => e,
         Err(e) => return fail(e, Exit::Usage),
     };
@@ -250,13 +200,7 @@ pub fn run(a: RunArgs) -> i32 {
         )),
         Err(e) => return fail(e, Exit::CheckFailed),
     }
-    event_loop(
-        edge,
-        key,
-        facts,
-        a.once,
-        Duration::from_millis(a.poll_ms.clamp(50, 60_000)),
-    )
+    event_loop(edge, key, facts, a.daemon.once, a.daemon.poll_every())
 }
 
 /// Prints the facts `run` wrote.
