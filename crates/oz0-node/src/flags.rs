@@ -75,6 +75,22 @@ impl RunFlags {
     }
 }
 
+/// One `--env NAME=VALUE`, or `--env NAME` with the value of NAME from
+/// this process's environment, as a run's variable.
+// The Linux node reads --env together with --env-file (src/run.rs).
+#[cfg_attr(target_os = "linux", allow(dead_code))]
+pub fn env_var(item: &str) -> Result<oz0_policy::EnvVar, String> {
+    let (n, v) = match item.split_once('=') {
+        Some((n, v)) => (n.to_string(), v.to_string()),
+        None => (
+            item.to_string(),
+            std::env::var(item)
+                .map_err(|_| format!("--env {item}: not set in this environment"))?,
+        ),
+    };
+    oz0_policy::EnvVar::new(&n, &v).map_err(|err| format!("--env {n}: {err}"))
+}
+
 /// Parses `args` (the program name first): the command, or the exit status
 /// (0 after `--help` or `--version`, 2 for a usage error, said on stderr).
 pub fn parse<C: Parser>(args: impl IntoIterator<Item = OsString>) -> Result<C, i32> {

@@ -14,7 +14,7 @@ use clap::Args;
 use oz0_core::exit::Exit;
 use oz0_core::{RunIo, Sandbox};
 use oz0_macos::check::SeatbeltAnswer;
-use oz0_policy::{EnvVar, RunRequest, RunSpec};
+use oz0_policy::{RunRequest, RunSpec};
 
 use super::host::{self, DataDirArg};
 
@@ -46,23 +46,6 @@ fn refuse(msg: impl std::fmt::Display) -> i32 {
     Exit::Sandbox.code()
 }
 
-fn env_vars(names: &[String]) -> Result<Vec<EnvVar>, String> {
-    names
-        .iter()
-        .map(|e| {
-            let (n, v) = match e.split_once('=') {
-                Some((n, v)) => (n.to_string(), v.to_string()),
-                None => (
-                    e.clone(),
-                    std::env::var(e)
-                        .map_err(|_| format!("--env {e}: not set in this environment"))?,
-                ),
-            };
-            EnvVar::new(&n, &v).map_err(|err| format!("--env {n}: {err}"))
-        })
-        .collect()
-}
-
 /// The spec, checked by the same code as every platform's.
 fn spec(a: &RunArgs, data_dir: &Path) -> Result<RunSpec, String> {
     let abs = |p: &Path, flag: &str| {
@@ -89,7 +72,11 @@ fn spec(a: &RunArgs, data_dir: &Path) -> Result<RunSpec, String> {
         work,
         read,
         write,
-        env: env_vars(&a.env)?,
+        env: a
+            .env
+            .iter()
+            .map(|e| crate::flags::env_var(e))
+            .collect::<Result<_, _>>()?,
         allow: flags.allow,
         forward: flags.forward,
         limits: a.wall.limits(None),

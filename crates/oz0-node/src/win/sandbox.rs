@@ -133,21 +133,11 @@ pub fn main(a: RunArgs) -> i32 {
 /// The run as `psec_run` takes it: the flags, the variables named and
 /// their values, the data directory.
 fn request(a: &RunArgs) -> Result<super::psec_run::Request, String> {
+    // Each is Unicode: unicode_args checked it.
     let env = a
         .env
         .iter()
-        .map(|e| {
-            let e = e.to_str().unwrap_or_default();
-            let (n, v) = match e.split_once('=') {
-                Some((n, v)) => (n.to_string(), v.to_string()),
-                None => (
-                    e.to_string(),
-                    std::env::var(e)
-                        .map_err(|_| format!("--env {e}: not set in this environment"))?,
-                ),
-            };
-            oz0_policy::EnvVar::new(&n, &v).map_err(|err| format!("--env {n}: {err}"))
-        })
+        .map(|e| crate::flags::env_var(e.to_str().unwrap_or_default()))
         .collect::<Result<Vec<_>, _>>()?;
     let abs = |p: &std::path::Path, flag: &str| {
         std::path::absolute(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
