@@ -60,13 +60,66 @@ pub struct Config<'a> {
 
 type CheckResult = Result<String, String>;
 
-/// A temporary folder removed on drop.
-struct Base(PathBuf);
+/// The self-test's folder: made new (0700) under a root, with a stand-in
+/// for the node's data directory in it (`standin-data/identity/node.key`),
+/// removed whole when dropped.
+pub struct Workspace {
+    /// The folder (by its real path).
+    pub base: PathBuf,
+    /// The stand-in data directory.
+    pub standin: PathBuf,
+}
 
-impl Drop for Base {
+impl Workspace {
+    /// A new one under `root`.
+    pub fn new(root: &Path) -> Result<Workspace, String> {
+        let mut made = None;
+        for n in 0..16u32 {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let p = root.join(format!("oz0-selftest-{}-{t:x}-{n}", std::process::id()));
+            match fs::DirBuilder::new().mode(0o700).create(&p) {
+                Ok(()) => {
+                    made = Some(p);
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(format!(
+                        "cannot make the self-test's temporary folder {}: {e}",
+                        p.display()
+                    ))
+                }
+            }
+        }
+        let made = made.ok_or_else(|| {
+            format!(
+                "cannot make the self-test's temporary folder under {}",
+                root.display()
+            )
+        })?;
+        // From here on the folder is removed whatever fails.
+        let mut ws = Workspace {
+            standin: made.join("standin-data"),
+            base: made,
+        };
+        ws.base = ws
+            .base
+            .canonicalize()
+            .map_err(|e| format!("{}: {e}", ws.base.display()))?;
+        ws.standin = ws.base.join("standin-data");
+        fs::create_dir_all(ws.standin.join("identity"))
+            .and_then(|()| fs::write(ws.standin.join("identity/node.key"), "standin-key"))
+            .map_err(|e| format!("cannot prepare the stand-in data directory: {e}"))?;
+        Ok(ws)
+    }
+}
+
+impl Drop for Workspace {
     fn drop(&mut self) {
-        let _ = make_writable(&self.0);
-        let _ = fs::remove_dir_all(&self.0);
+        let _ = make_writable(&self.base);
+        let _ = fs::remove_dir_all(&self.base);
     }
 }
 
@@ -82,58 +135,20 @@ fn make_writable(p: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// What each check works with.
-pub(crate) struct Ctx<'a> {
-    cfg: &'a Config<'a>,
-    base: PathBuf,
-    standin: PathBuf,
-    seq: u32,
-}
-
-/// Runs the self-test, calling `on_line` after each check.
-pub fn run(cfg: &Config, mut on_line: impl FnMut(&Line)) -> SelfTest {
+/// Runs `check` for each of the eight properties in order, calling
+/// `on_line` after each and stopping at the first that fails: the
+/// self-test's result (a fault injected makes it tier 0 whatever held).
+pub fn sequence(
+    mut check: impl FnMut(Property) -> Result<String, String>,
+    mut on_line: impl FnMut(&Line),
+    fault_injected: bool,
+) -> SelfTest {
     let started = Instant::now();
-    // The node's own variable that must never reach a run. Set before any
-    // thread of the self-test starts.
-    if std::env::var_os(CANARY).is_none() {
-        std::env::set_var(CANARY, "node-only");
-    }
     let mut lines = Vec::new();
     let mut failed = None;
-    let prepared = make_base(&cfg.base_root).and_then(|b| {
-        let standin = b.0.join("standin-data");
-        fs::create_dir_all(standin.join("identity"))
-            .and_then(|()| fs::write(standin.join("identity/node.key"), "standin-key"))
-            .map_err(|e| format!("cannot prepare the stand-in data directory: {e}"))?;
-        Ok((b, standin))
-    });
-    let (base, standin) = match prepared {
-        Ok(p) => p,
-        Err(e) => {
-            let l = Line {
-                property: Property::Launch,
-                ok: false,
-                ms: 0,
-                detail: e,
-            };
-            on_line(&l);
-            return SelfTest {
-                lines: vec![l],
-                failed: Some(Property::Launch),
-                fault_injected: false,
-                total_ms: 0,
-            };
-        }
-    };
-    let mut ctx = Ctx {
-        cfg,
-        base: base.0.clone(),
-        standin,
-        seq: 0,
-    };
     for p in Property::ALL {
         let t = Instant::now();
-        let r = check(&mut ctx, p);
+        let r = check(p);
         let line = Line {
             property: p,
             ok: r.is_ok(),
@@ -150,27 +165,76 @@ pub fn run(cfg: &Config, mut on_line: impl FnMut(&Line)) -> SelfTest {
             break;
         }
     }
-    drop(base);
     SelfTest {
         lines,
         failed,
-        fault_injected: false,
+        fault_injected,
         total_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     }
+}
+
+/// A self-test that could not begin (its folder could not be made): failed
+/// at `launch` with `why`.
+pub fn failed_at_start(
+    why: String,
+    mut on_line: impl FnMut(&Line),
+    fault_injected: bool,
+) -> SelfTest {
+    let l = Line {
+        property: Property::Launch,
+        ok: false,
+        ms: 0,
+        detail: why,
+    };
+    on_line(&l);
+    SelfTest {
+        lines: vec![l],
+        failed: Some(Property::Launch),
+        fault_injected,
+        total_ms: 0,
+    }
+}
+
+/// What each check works with.
+pub(crate) struct Ctx<'a> {
+    cfg: &'a Config<'a>,
+    base: PathBuf,
+    standin: PathBuf,
+    seq: u32,
+}
+
+/// Sets the node's own variable that must never reach a run (before any
+/// thread of the self-test starts).
+pub fn plant_canary() {
+    if std::env::var_os(CANARY).is_none() {
+        std::env::set_var(CANARY, "node-only");
+    }
+}
+
+/// Runs the self-test, calling `on_line` after each check.
+pub fn run(cfg: &Config, on_line: impl FnMut(&Line)) -> SelfTest {
+    plant_canary();
+    let ws = match Workspace::new(&cfg.base_root) {
+        Ok(w) => w,
+        Err(e) => return failed_at_start(e, on_line, false),
+    };
+    let mut ctx = Ctx {
+        cfg,
+        base: ws.base.clone(),
+        standin: ws.standin.clone(),
+        seq: 0,
+    };
+    sequence(|p| check(&mut ctx, p), on_line, false)
 }
 
 /// Runs one property's check on its own (in a folder of its own under
 /// `cfg.base_root`, removed after): what it showed, or how it failed.
 pub fn check_one(cfg: &Config, p: Property) -> Result<String, String> {
-    let base = make_base(&cfg.base_root)?;
-    let standin = base.0.join("standin-data");
-    fs::create_dir_all(standin.join("identity"))
-        .and_then(|()| fs::write(standin.join("identity/node.key"), "standin-key"))
-        .map_err(|e| format!("cannot prepare the stand-in data directory: {e}"))?;
+    let ws = Workspace::new(&cfg.base_root)?;
     let mut ctx = Ctx {
         cfg,
-        base: base.0.clone(),
-        standin,
+        base: ws.base.clone(),
+        standin: ws.standin.clone(),
         seq: 0,
     };
     check(&mut ctx, p)
@@ -187,29 +251,6 @@ fn check(c: &mut Ctx, p: Property) -> CheckResult {
         Property::ProtectedPaths => checks::protected_paths(c),
         Property::Environment => checks::environment(c),
     }
-}
-
-fn make_base(root: &Path) -> Result<Base, String> {
-    for n in 0..16u32 {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let p = root.join(format!("oz0-selftest-{}-{t:x}-{n}", std::process::id()));
-        match fs::DirBuilder::new().mode(0o700).create(&p) {
-            Ok(()) => return Ok(Base(p)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => {
-                return Err(format!(
-                    "cannot make the self-test's temporary folder {}: {e}",
-                    p.display()
-                ))
-            }
-        }
-    }
-    Err(format!(
-        "cannot make the self-test's temporary folder under {}",
-        root.display()
-    ))
 }
 
 impl Ctx<'_> {

@@ -10,10 +10,11 @@
 
 use std::fs;
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use oz0_core::selftest;
 use oz0_core::{Cancel, Ended, Line, RunIo, SelfTest as Outcome};
 use oz0_linux::plan::{Extras, Fault};
 use oz0_linux::{Host, RunOptions, RunOutcome};
@@ -22,8 +23,8 @@ use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
 use serde_json::Value;
 
 /// The node variable the environment check plants in the node's own
-/// environment and looks for inside.
-pub const CANARY: &str = "OZ0_SELFTEST_CANARY";
+/// environment and looks for inside (every platform's).
+pub use oz0_core::selftest::CANARY;
 
 /// What the self-test needs.
 pub struct Config<'a> {
@@ -96,79 +97,32 @@ struct Ctx<'a> {
     seq: u32,
 }
 
-/// A temporary folder removed on drop.
-struct Base(PathBuf);
-impl Drop for Base {
-    fn drop(&mut self) {
-        let _ = make_writable(&self.0);
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn make_writable(p: &Path) -> std::io::Result<()> {
-    for e in fs::read_dir(p)?.flatten() {
-        let path = e.path();
-        if let Ok(m) = fs::symlink_metadata(&path) {
-            if m.is_dir() {
-                let _ = fs::set_permissions(&path, fs::Permissions::from_mode(0o700));
-                let _ = make_writable(&path);
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Runs the self-test, calling `on_line` after each check.
-pub fn run(cfg: &Config, mut on_line: impl FnMut(&Line)) -> Outcome {
-    let started = Instant::now();
-    // The node's own variable that must never reach a run. Set before any
-    // thread of the self-test starts.
-    if std::env::var_os(CANARY).is_none() {
-        std::env::set_var(CANARY, "node-only");
-    }
-    let mut lines = Vec::new();
-    let mut failed = None;
-    let base = match make_base() {
-        Ok(b) => b,
-        Err(e) => {
-            let l = Line {
-                property: Property::Launch,
-                ok: false,
-                ms: 0,
-                detail: format!("cannot make the self-test's temporary folder: {e}"),
-            };
-            on_line(&l);
-            return Outcome {
-                lines: vec![l],
-                failed: Some(Property::Launch),
-                fault_injected: cfg.fault.is_some() || cfg.layer_fault.is_some(),
-                total_ms: 0,
-            };
-        }
+pub fn run(cfg: &Config, on_line: impl FnMut(&Line)) -> Outcome {
+    // The node's own variable that must never reach a run.
+    selftest::plant_canary();
+    let faulty = cfg.fault.is_some() || cfg.layer_fault.is_some();
+    let ws = match selftest::Workspace::new(&std::env::temp_dir()) {
+        Ok(w) => w,
+        Err(e) => return selftest::failed_at_start(e, on_line, faulty),
     };
-    let standin = base.0.join("standin-data");
-    let ok = fs::create_dir_all(standin.join("identity"))
-        .and_then(|_| fs::write(standin.join("identity/node.key"), "standin-key"));
     let spec_data_dir = cfg
         .data_dir
         .as_ref()
-        .unwrap_or(&standin)
+        .unwrap_or(&ws.standin)
         .display()
         .to_string();
     let mut ctx = Ctx {
         cfg,
-        base: base.0.clone(),
-        standin,
+        base: ws.base.clone(),
+        standin: ws.standin.clone(),
         spec_data_dir,
         current: Property::Launch,
         seq: 0,
     };
-    for p in Property::ALL {
-        ctx.current = p;
-        let t = Instant::now();
-        let r = if let Err(e) = &ok {
-            Err(format!("cannot prepare the stand-in data directory: {e}"))
-        } else {
+    selftest::sequence(
+        |p| {
+            ctx.current = p;
             match p {
                 Property::Launch => check_launch(&mut ctx),
                 Property::Files => check_files(&mut ctx),
@@ -179,39 +133,10 @@ pub fn run(cfg: &Config, mut on_line: impl FnMut(&Line)) -> Outcome {
                 Property::ProtectedPaths => check_protected(&mut ctx),
                 Property::Environment => check_environment(&mut ctx),
             }
-        };
-        let line = Line {
-            property: p,
-            ok: r.is_ok(),
-            ms: u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX),
-            detail: match r {
-                Ok(d) | Err(d) => d,
-            },
-        };
-        on_line(&line);
-        let stop = !line.ok;
-        lines.push(line);
-        if stop {
-            failed = Some(p);
-            break;
-        }
-    }
-    drop(base);
-    Outcome {
-        lines,
-        failed,
-        fault_injected: cfg.fault.is_some() || cfg.layer_fault.is_some(),
-        total_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-    }
-}
-
-fn make_base() -> std::io::Result<Base> {
-    let mut b = [0u8; 6];
-    let _ = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty());
-    let name: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    let p = std::env::temp_dir().join(format!("oz0-selftest-{name}"));
-    fs::DirBuilder::new().mode(0o700).create(&p)?;
-    Ok(Base(p.canonicalize()?))
+        },
+        on_line,
+        faulty,
+    )
 }
 
 impl Ctx<'_> {
