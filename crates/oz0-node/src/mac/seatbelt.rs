@@ -281,9 +281,17 @@ fn supervise(
     };
     let pgid = child.id();
     let deadline = timeout.map(|s| started + Duration::from_secs(s));
+    // Once the first process has run a moment (sandbox-exec has applied
+    // the profile and executed the command), the sandbox must answer that
+    // it is the run's: else no process of the run could be told from the
+    // others, and one that left the group would outlive the run unseen.
+    let mut witnessed = None;
     let (ended, code) = loop {
         match child.try_wait() {
             Ok(Some(st)) => break (Ended::Exited, status_code(st)),
+            Ok(None) if witnessed.is_none() && started.elapsed() >= WITNESS_AFTER => {
+                witnessed = Some(is_member(pgid, membership));
+            }
             Ok(None) => {}
             Err(_) => {
                 let _ = end_all(pgid, membership);
@@ -324,10 +332,25 @@ fn supervise(
         // Kept: the next start of the node tries again.
         std::mem::forget(record);
     }
-    let warnings = left
-        .map(|e| vec![format!("processes of the run may be left: {e}")])
-        .unwrap_or_default();
+    let mut warnings: Vec<String> = left
+        .map(|e| format!("processes of the run may be left: {e}"))
+        .into_iter()
+        .collect();
+    if witnessed == Some(false) {
+        warnings.push("this Mac's sandbox did not tell the run's first process as the run's (sandbox_check): a process of the run that left its process group may outlive it".into());
+    }
     Ok(done(ended, code, warnings))
+}
+
+/// How long the first process runs before the sandbox is asked about it.
+const WITNESS_AFTER: Duration = Duration::from_millis(200);
+
+/// Whether the sandbox tells `pid` as a process of the run.
+fn is_member(pid: u32, m: &Membership) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    RunProcesses::new(m).is_ok_and(|mut t| oz0_macos::tree::ProcessTable::is_member(&mut t, pid))
 }
 
 impl oz0_core::Sandbox for Seatbelt {
