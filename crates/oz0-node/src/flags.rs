@@ -63,6 +63,27 @@ impl RunFlags {
         ))
     }
 
+    /// The same flags with the work folder, --read and --write paths made
+    /// absolute (against the current folder), as a run's spec takes them.
+    // The Linux node's flags are absolute by its own parser.
+    #[cfg_attr(target_os = "linux", allow(dead_code))]
+    pub fn absolute(&self) -> Result<RunFlags, String> {
+        let abs = |p: &Path, flag: &str| {
+            std::path::absolute(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
+        };
+        let all = |ps: &[PathBuf], flag: &str| {
+            ps.iter()
+                .map(|p| abs(p, flag))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(RunFlags {
+            work: abs(&self.work, "--work")?,
+            read: all(&self.read, "--read")?,
+            write: all(&self.write, "--write")?,
+            ..self.clone()
+        })
+    }
+
     /// The limits asked for, with the run's memory file systems' size.
     pub fn limits(&self, tmp_mib: Option<u64>) -> Limits {
         Limits {
@@ -76,19 +97,17 @@ impl RunFlags {
 }
 
 /// One `--env NAME=VALUE`, or `--env NAME` with the value of NAME from
-/// this process's environment, as a run's variable.
-// The Linux node reads --env together with --env-file (src/run.rs).
-#[cfg_attr(target_os = "linux", allow(dead_code))]
-pub fn env_var(item: &str) -> Result<oz0_policy::EnvVar, String> {
-    let (n, v) = match item.split_once('=') {
-        Some((n, v)) => (n.to_string(), v.to_string()),
-        None => (
-            item.to_string(),
-            std::env::var(item)
-                .map_err(|_| format!("--env {item}: not set in this environment"))?,
-        ),
+/// this process's environment, as a run's variable (every node's).
+pub fn env_var(e: &str) -> Result<oz0_policy::EnvVar, String> {
+    let v = if e.contains('=') {
+        oz0_policy::EnvVar::parse(e)
+    } else {
+        let value = std::env::var(e).map_err(|_| {
+            format!("--env {e}: {e} is not set (or not UTF-8) in this environment; give --env {e}=VALUE or export it")
+        })?;
+        oz0_policy::EnvVar::new(e, &value)
     };
-    oz0_policy::EnvVar::new(&n, &v).map_err(|err| format!("--env {n}: {err}"))
+    v.map_err(|err| format!("--env: {err}"))
 }
 
 /// Parses `args` (the program name first): the command, or the exit status
@@ -107,8 +126,6 @@ pub fn parse<C: Parser>(args: impl IntoIterator<Item = OsString>) -> Result<C, i
 
 /// How a node joins an edge: the same flags on every platform.
 #[derive(Debug, Clone, Args)]
-// The macOS node joins no edge in this build.
-#[cfg_attr(target_os = "macos", allow(dead_code))]
 pub struct EdgeFlags {
     /// The edge to register with and take work from: https://HOST:PORT (or
     /// http:// on loopback).
@@ -137,8 +154,6 @@ fn tenant_name(s: &str) -> Result<String, String> {
 }
 
 /// The enrolment token in a token file's `text`: one word, or the error.
-// The macOS node joins no edge in this build.
-#[cfg_attr(target_os = "macos", allow(dead_code))]
 pub fn enrolment_token(text: &str, file: &Path) -> Result<String, String> {
     let token = text.trim().to_string();
     if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {

@@ -52,15 +52,7 @@ fn parse_env(args: &RunArgs) -> Result<Vec<EnvVar>, String> {
         }
     }
     for e in &args.env {
-        let v = if e.contains('=') {
-            EnvVar::parse(e)
-        } else {
-            let value = std::env::var(e).map_err(|_| {
-                format!("--env {e}: {e} is not set (or not UTF-8) in this environment; give --env {e}=VALUE or export it")
-            })?;
-            EnvVar::new(e, &value)
-        };
-        out.push(v.map_err(|err| format!("--env: {err}"))?);
+        out.push(crate::flags::env_var(e)?);
     }
     Ok(out)
 }

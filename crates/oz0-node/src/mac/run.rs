@@ -48,25 +48,7 @@ fn refuse(msg: impl std::fmt::Display) -> i32 {
 
 /// The spec, checked by the same code as every platform's.
 fn spec(a: &RunArgs, data_dir: &Path) -> Result<RunSpec, String> {
-    let abs = |p: &Path, flag: &str| {
-        std::path::absolute(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
-    };
-    let flags = crate::flags::RunFlags {
-        work: abs(&a.wall.work, "--work")?,
-        read: a
-            .wall
-            .read
-            .iter()
-            .map(|p| abs(p, "--read"))
-            .collect::<Result<_, _>>()?,
-        write: a
-            .wall
-            .write
-            .iter()
-            .map(|p| abs(p, "--write"))
-            .collect::<Result<_, _>>()?,
-        ..a.wall.clone()
-    };
+    let flags = a.wall.absolute()?;
     let (work, read, write) = flags.paths()?;
     let req = RunRequest {
         work,

@@ -133,7 +133,11 @@ pub fn main(a: VmArgs) -> i32 {
     for n in &a.env {
         match std::env::var(n) {
             Ok(v) => vars.push((n.clone(), v)),
-            Err(_) => return refuse(format!("--env {n}: not set in this environment")),
+            Err(_) => {
+                return refuse(format!(
+                    "--env {n}: {n} is not set (or not UTF-8) in this environment: export it"
+                ))
+            }
         }
     }
     // The env file lives in a folder only this user can enter, removed

@@ -139,23 +139,11 @@ fn request(a: &RunArgs) -> Result<super::psec_run::Request, String> {
         .iter()
         .map(|e| crate::flags::env_var(e.to_str().unwrap_or_default()))
         .collect::<Result<Vec<_>, _>>()?;
-    let abs = |p: &std::path::Path, flag: &str| {
-        std::path::absolute(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
-    };
+    let flags = a.wall.absolute()?;
     Ok(super::psec_run::Request {
-        work: abs(&a.wall.work, "--work")?,
-        read: a
-            .wall
-            .read
-            .iter()
-            .map(|p| abs(p, "--read"))
-            .collect::<Result<_, _>>()?,
-        write: a
-            .wall
-            .write
-            .iter()
-            .map(|p| abs(p, "--write"))
-            .collect::<Result<_, _>>()?,
+        work: flags.work,
+        read: flags.read,
+        write: flags.write,
         env,
         limits: a.wall.limits(None),
         egress: !a.wall.allow.is_empty() || !a.wall.forward.is_empty(),
