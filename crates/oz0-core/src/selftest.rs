@@ -26,7 +26,6 @@ use std::time::Instant;
 use crate::{Cancel, Line, Outcome, RunError, RunIo, SelfTest};
 use oz0_policy::facts::Property;
 use oz0_policy::{RunRequest, RunSpec};
-use serde_json::Value;
 
 mod checks;
 pub mod parts;
@@ -288,25 +287,10 @@ impl Ctx<'_> {
             .map_err(|e| format!("the sandbox did not start: {e}"))
     }
 
-    /// `PROBE sandbox probe --no-syscalls --out OUT ARGS…`.
+    /// The probe's command line in a run.
     fn probe_cmd(&self, out: &Path, args: &[&str]) -> Vec<String> {
-        let mut v: Vec<String> = [
-            self.cfg.probe.as_str(),
-            "sandbox",
-            "probe",
-            "--no-syscalls",
-            "--out",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        v.push(out.display().to_string());
-        v.extend(args.iter().map(|s| s.to_string()));
-        v
+        parts::probe_cmd(&self.cfg.probe, out, args)
     }
 }
 
-fn read_report(p: &Path) -> Result<Value, String> {
-    let text = fs::read_to_string(p).map_err(|e| format!("the probe wrote no report ({e})"))?;
-    serde_json::from_str(&text).map_err(|e| format!("bad probe report: {e}"))
-}
+use parts::read_report;

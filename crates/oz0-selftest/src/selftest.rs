@@ -20,7 +20,6 @@ use oz0_linux::plan::{Extras, Fault};
 use oz0_linux::{Host, RunOptions, RunOutcome};
 use oz0_policy::facts::Property;
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
-use serde_json::Value;
 
 /// The node variable the environment check plants in the node's own
 /// environment and looks for inside (every platform's).
@@ -226,26 +225,12 @@ impl Ctx<'_> {
     }
 }
 
+/// The probe's command line in a run: the node binary at `/oz0/oz0-node`.
 fn probe_cmd(out: &Path, args: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "/oz0/oz0-node",
-        "sandbox",
-        "probe",
-        "--no-syscalls",
-        "--out",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.push(out.display().to_string());
-    v.extend(args.iter().map(|s| s.to_string()));
-    v
+    selftest::parts::probe_cmd("/oz0/oz0-node", out, args)
 }
 
-fn read_report(p: &Path) -> Result<Value, String> {
-    let text = fs::read_to_string(p).map_err(|e| format!("the probe wrote no report ({e})"))?;
-    serde_json::from_str(&text).map_err(|e| format!("bad probe report: {e}"))
-}
+use selftest::parts::read_report;
 
 fn marker(tag: &str) -> String {
     let mut b = [0u8; 6];

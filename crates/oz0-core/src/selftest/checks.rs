@@ -12,7 +12,7 @@ use crate::{Cancel, Ended};
 use oz0_policy::{EnvVar, Limits};
 
 use super::parts::{
-    judge_environment, judge_protected, prepare_git, Egress, Server, GIVEN, PROTECTED_SCRIPT,
+    judge_environment, judge_protected, prepare_git, Egress, Files, Server, GIVEN, PROTECTED_SCRIPT,
 };
 use super::{read_report, CheckResult, Ctx};
 
@@ -106,51 +106,16 @@ pub(super) fn files(c: &mut Ctx) -> CheckResult {
     let work = c.dir("files")?;
     let outside = c.dir("outside")?;
     let out = work.join("r.json");
-    let standin = c.standin.display().to_string();
-    let standin_key = format!("{standin}/identity/node.key");
-    let outside_file = outside.join("written").display().to_string();
-    let mut args = vec![
-        "--write",
-        &outside_file,
-        "--list",
-        &standin,
-        "--read",
-        &standin_key,
-    ];
-    let real = c
-        .cfg
-        .data_dir
-        .as_ref()
-        .filter(|d| d.exists())
-        .map(|d| d.display().to_string());
-    let real_key = real.as_ref().map(|d| format!("{d}/identity/node.key"));
-    if let (Some(d), Some(k)) = (&real, &real_key) {
-        args.extend(["--list", d.as_str(), "--read", k.as_str()]);
-    }
+    let f = Files::new(
+        &outside.join("written"),
+        &c.standin,
+        c.cfg.data_dir.as_deref(),
+    );
+    let args = f.probe_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     c.launch(c.request(&work, c.probe_cmd(&out, &args)), None)?;
-    let r = read_report(&out)?;
-    let reached = |section: &str, key: &str| r[section][key] == "ok";
-    if reached("write", &outside_file) || Path::new(&outside_file).exists() {
-        return Err(format!(
-            "a write outside the work directory ({outside_file}) succeeded"
-        ));
-    }
-    if reached("list", &standin) || reached("read", &standin_key) {
-        return Err(format!(
-            "the stand-in data directory {standin} could be listed or its key read"
-        ));
-    }
-    match (&real, &real_key) {
-        (Some(d), Some(k)) => {
-            if reached("list", d) || reached("read", k) {
-                return Err(format!(
-                    "the node's data directory {d} could be listed or its key read"
-                ));
-            }
-            Ok(format!("a write outside refused; the node's data directory {d}: listing refused, reading identity/node.key refused; the stand-in too"))
-        }
-        _ => Ok("a write outside refused; a stand-in data directory: listing and reading its key refused (the node has no data directory yet)".into()),
-    }
+    f.judge(&read_report(&out)?, "")
+        .map(|data| format!("a write outside refused; {data}"))
 }
 
 // --- egress -----------------------------------------------------------------

@@ -69,6 +69,107 @@ impl Drop for Server {
     }
 }
 
+/// `PROBE sandbox probe --no-syscalls --out OUT ARGS…`: the witness run
+/// inside a sandbox, `probe` being the node binary as the run names it.
+pub fn probe_cmd(probe: &str, out: &Path, args: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [probe, "sandbox", "probe", "--no-syscalls", "--out"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    v.push(out.display().to_string());
+    v.extend(args.iter().map(|s| s.to_string()));
+    v
+}
+
+/// The probe's JSON report in `p`.
+pub fn read_report(p: &Path) -> Result<Value, String> {
+    let text = fs::read_to_string(p).map_err(|e| format!("the probe wrote no report ({e})"))?;
+    serde_json::from_str(&text).map_err(|e| format!("bad probe report: {e}"))
+}
+
+/// What the files check tries inside a run, and its verdict: a write to a
+/// file outside the work directory, a listing of the stand-in data
+/// directory and a read of its key, and the same of the node's real data
+/// directory when it has one.
+pub struct Files {
+    /// The file outside the work directory the run tries to write.
+    pub outside_file: String,
+    /// The stand-in data directory.
+    pub standin: String,
+    /// Its key.
+    pub standin_key: String,
+    /// The node's data directory and its key, when it exists.
+    pub real: Option<(String, String)>,
+}
+
+impl Files {
+    /// The targets for a run whose outside file is `outside_file`.
+    pub fn new(outside_file: &Path, standin: &Path, data_dir: Option<&Path>) -> Files {
+        let key = |d: &str| format!("{d}/identity/node.key");
+        let standin = standin.display().to_string();
+        Files {
+            outside_file: outside_file.display().to_string(),
+            standin_key: key(&standin),
+            standin,
+            real: data_dir.filter(|d| d.exists()).map(|d| {
+                let d = d.display().to_string();
+                (d.clone(), key(&d))
+            }),
+        }
+    }
+
+    /// What the probe tries: `(report section, path)`.
+    pub fn targets(&self) -> Vec<(&'static str, &str)> {
+        let mut t = vec![
+            ("write", self.outside_file.as_str()),
+            ("list", self.standin.as_str()),
+            ("read", self.standin_key.as_str()),
+        ];
+        if let Some((d, k)) = &self.real {
+            t.extend([("list", d.as_str()), ("read", k.as_str())]);
+        }
+        t
+    }
+
+    /// The probe's arguments for [`Files::targets`].
+    pub fn probe_args(&self) -> Vec<String> {
+        self.targets()
+            .into_iter()
+            .flat_map(|(section, p)| [format!("--{section}"), p.to_string()])
+            .collect()
+    }
+
+    /// The verdict on the probe's report `r`: Err naming what was
+    /// reached (the stand-in's prefixed with `layer`, the layer that must
+    /// hide it), else what was refused of the data directories.
+    pub fn judge(&self, r: &Value, layer: &str) -> Result<String, String> {
+        let reached = |section: &str, key: &str| r[section][key] == "ok";
+        let f = &self.outside_file;
+        if reached("write", f) || Path::new(f).exists() {
+            return Err(format!(
+                "a write outside the work directory ({f}) succeeded"
+            ));
+        }
+        if reached("list", &self.standin) || reached("read", &self.standin_key) {
+            return Err(format!(
+                "{layer}the stand-in data directory {} could be listed or its key read",
+                self.standin
+            ));
+        }
+        match &self.real {
+            Some((d, k)) => {
+                if reached("list", d) || reached("read", k) {
+                    return Err(format!(
+                        "the node's data directory {d} could be listed or its key read"
+                    ));
+                }
+                Ok(format!("the node's data directory {d}: listing refused, reading identity/node.key refused; the stand-in too"))
+            }
+            None => Ok("a stand-in data directory: listing and reading its key refused (the node has no data directory yet)".into()),
+        }
+    }
+}
+
 /// The egress check's probe arguments and their judgement: direct
 /// connections to an allowed host's and a forwarded port's listeners
 /// refused, both reached through the proxy, 407 without the token, 403 for

@@ -1,7 +1,7 @@
 //! The checks of what a run may see and write: files (the mounts and Landlock, each on its own) and protected_paths.
 
 use super::*;
-use oz0_core::selftest::parts::{judge_protected, prepare_git, PROTECTED_SCRIPT};
+use oz0_core::selftest::parts::{judge_protected, prepare_git, Files, PROTECTED_SCRIPT};
 
 // --- files ------------------------------------------------------------------
 
@@ -9,32 +9,16 @@ pub(super) fn check_files(c: &mut Ctx) -> CheckResult {
     let work = c.dir("files")?;
     let outside = c.dir("outside")?;
     let out = work.join("r.json");
-    let standin = c.standin.display().to_string();
-    let standin_key = format!("{standin}/identity/node.key");
-    let outside_file = outside.join("written").display().to_string();
-    let mut args = vec![
-        "--write",
-        "/etc/oz0-selftest",
-        "--write",
-        &outside_file,
-        "--list",
-        &standin,
-        "--read",
-        &standin_key,
-    ];
-    let real = c
-        .cfg
-        .data_dir
-        .as_ref()
-        .filter(|d| d.exists())
-        .map(|d| d.display().to_string());
-    let real_key = real.as_ref().map(|d| format!("{d}/identity/node.key"));
-    if let (Some(d), Some(k)) = (&real, &real_key) {
-        args.extend(["--list", d.as_str(), "--read", k.as_str()]);
-    }
+    let f = Files::new(
+        &outside.join("written"),
+        &c.standin,
+        c.cfg.data_dir.as_deref(),
+    );
+    let mut args = vec!["--write".to_string(), "/etc/oz0-selftest".to_string()];
+    args.extend(f.probe_args());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let o = c.launch(c.request(&work, probe_cmd(&out, &args)), None, None, None)?;
     let r = read_report(&out)?;
-    let bad = |section: &str, key: &str| r[section][key] == "ok";
     let abi = oz0_sys::probe::landlock_abi();
     match &o.landlock {
         _ if abi == 0 => {}
@@ -46,45 +30,20 @@ pub(super) fn check_files(c: &mut Ctx) -> CheckResult {
             ))
         }
     }
-    if bad("write", "/etc/oz0-selftest") {
+    if r["write"]["/etc/oz0-selftest"] == "ok" {
         return Err("a write to /etc succeeded".into());
     }
-    if bad("write", &outside_file) || Path::new(&outside_file).exists() {
-        return Err(format!(
-            "a write outside the work directory ({outside_file}) succeeded"
-        ));
-    }
-    if bad("list", &standin) || bad("read", &standin_key) {
-        return Err(format!(
-            "mount layer: the stand-in data directory {standin} could be listed or read"
-        ));
-    }
-    let first = match (&real, &real_key) {
-        (Some(d), Some(k)) => {
-            if bad("list", d) || bad("read", k) {
-                return Err(format!("the node's data directory {d} could be listed or its key read"));
-            }
-            format!("writes outside refused; the node's data directory {d}: listing refused, reading identity/node.key refused; the stand-in too")
-        }
-        _ => "writes outside refused; a stand-in data directory: listing and reading its key refused (the node has no data directory yet)".into(),
-    };
+    let first = format!("writes outside refused; {}", f.judge(&r, "mount layer: ")?);
     // The mount layer on its own: the same, in a run without Landlock.
     let out = work.join("mounts-alone.json");
     c.launch_without(c.request(&work, probe_cmd(&out, &args)), Fault::NoLandlock)?;
     let r = read_report(&out)?;
-    let seen: Vec<&str> = [
-        ("write", "/etc/oz0-selftest"),
-        ("write", outside_file.as_str()),
-        ("list", standin.as_str()),
-        ("read", standin_key.as_str()),
-    ]
-    .into_iter()
-    .chain(real.iter().map(|d| ("list", d.as_str())))
-    .chain(real_key.iter().map(|k| ("read", k.as_str())))
-    .filter(|(section, key)| r[*section][*key] == "ok")
-    .map(|(_, key)| key)
-    .collect();
-    if !seen.is_empty() || Path::new(&outside_file).exists() {
+    let seen: Vec<&str> = std::iter::once(("write", "/etc/oz0-selftest"))
+        .chain(f.targets())
+        .filter(|(section, key)| r[*section][*key] == "ok")
+        .map(|(_, key)| key)
+        .collect();
+    if !seen.is_empty() || Path::new(&f.outside_file).exists() {
         return Err(format!(
             "mount layer: without Landlock, the run reached {}: the mounts alone do not hide what they must",
             seen.join(", ")
