@@ -510,8 +510,23 @@ pub fn write_facts(dir: &Path, f: &NodeFacts) -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// `facts`: prints what `run` wrote in `data_dir`.
-pub fn print_facts(data_dir: &Path) -> i32 {
+/// `facts` flags.
+#[derive(Debug, clap::Args)]
+pub struct FactsArgs {
+    #[command(flatten)]
+    pub data: DataDirArg,
+}
+
+/// `facts`: prints what `run` wrote in the data directory.
+pub fn facts(a: FactsArgs) -> i32 {
+    match a.data.resolve() {
+        Ok(d) => print_facts(&d),
+        Err(e) => fail(e, Exit::Usage),
+    }
+}
+
+/// Prints the facts `run` wrote in `data_dir`.
+fn print_facts(data_dir: &Path) -> i32 {
     let path = data_dir.join("facts.json");
     let text = match fs::read_to_string(&path) {
         Ok(t) => t,

@@ -67,7 +67,7 @@ enum Top {
     /// Ctrl-C or SIGTERM stops it.
     Run(node::RunArgs),
     /// Print this node's facts (from <data-dir>/facts.json, written by `run`).
-    Facts(node::FactsArgs),
+    Facts(crate::daemon::FactsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -148,7 +148,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Top::Sandbox(SandboxCmd::Vm(a)) => vm::main(a),
         Top::Sandbox(SandboxCmd::Probe(a)) => crate::probe::main(a),
         Top::Run(a) => node::run(a),
-        Top::Facts(a) => node::facts(a),
+        Top::Facts(a) => crate::daemon::facts(a),
     }
 }
 

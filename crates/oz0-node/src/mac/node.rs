@@ -24,8 +24,7 @@ use super::host;
 use super::jobs::MacTier0;
 use super::wall::MacWall;
 use crate::daemon::{
-    edge_settings, event_loop, fail, log, print_facts, write_facts, DaemonFlags, DataDirArg, Edge,
-    Platform,
+    edge_settings, event_loop, fail, log, write_facts, DaemonFlags, Edge, Platform,
 };
 
 /// `run` flags.
@@ -46,13 +45,6 @@ pub enum Sandbox {
     Auto,
     /// No sandbox (tier 0).
     None,
-}
-
-/// `facts` flags.
-#[derive(Debug, Args)]
-pub struct FactsArgs {
-    #[command(flatten)]
-    pub data: DataDirArg,
 }
 
 fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
@@ -141,12 +133,4 @@ pub fn run(a: RunArgs) -> i32 {
         Err(e) => return fail(e, Exit::CheckFailed),
     }
     event_loop(edge, key, facts, a.daemon.once, a.daemon.poll_every())
-}
-
-/// Prints the facts `run` wrote.
-pub fn facts(a: FactsArgs) -> i32 {
-    match a.data.resolve() {
-        Ok(d) => print_facts(&d),
-        Err(e) => fail(e, Exit::Usage),
-    }
 }

@@ -68,7 +68,7 @@ enum Top {
     /// refused). The edge routes a Windows node at tier 0. Ctrl-C stops it.
     Run(node::RunArgs),
     /// Print this node's facts (from <data-dir>\facts.json, written by `run`).
-    Facts(node::FactsArgs),
+    Facts(crate::daemon::FactsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -123,7 +123,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Top::Sandbox(SandboxCmd::Proxy(a)) => proxy::main(a),
         Top::Sandbox(SandboxCmd::Relay(a)) => relay::main(a),
         Top::Run(a) => node::run(a),
-        Top::Facts(a) => node::facts(a),
+        Top::Facts(a) => crate::daemon::facts(a),
     }
 }
 
