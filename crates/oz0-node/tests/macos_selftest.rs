@@ -145,29 +145,16 @@ impl Runs for ProxyNoWall {
             spec.egress.clone(),
             "127.0.0.1:0".parse().unwrap(),
         )?;
-        let url = format!(
-            "http://oz0:{}@{}",
-            token.expose(),
-            guard.tcp_addr().expect("a TCP run")
-        );
+        let port = guard.tcp_addr().expect("a TCP run").port();
         let mut c = Command::new(&spec.command[0]);
         c.args(&spec.command[1..])
             .current_dir(spec.work.as_str())
             .env("HOME", &self.home)
             .env("TMPDIR", &self.home)
+            .envs(token.proxy_env(port))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        for n in [
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
-        ] {
-            c.env(n, &url);
-        }
         for v in &spec.env {
             c.env(v.name.as_str(), &v.value);
         }
