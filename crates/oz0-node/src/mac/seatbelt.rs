@@ -286,23 +286,25 @@ fn supervise(
     // it is the run's: else no process of the run could be told from the
     // others, and one that left the group would outlive the run unseen.
     let mut witnessed = None;
-    let (ended, code) = loop {
+    // How the run ended, and, when it was ended here, what ending all its
+    // processes left (so that the table is not swept twice).
+    let (ended, code, swept) = loop {
         match child.try_wait() {
-            Ok(Some(st)) => break (Ended::Exited, status_code(st)),
+            Ok(Some(st)) => break (Ended::Exited, status_code(st), None),
             Ok(None) if witnessed.is_none() && started.elapsed() >= WITNESS_AFTER => {
                 witnessed = Some(is_member(pgid, membership));
             }
             Ok(None) => {}
             Err(_) => {
-                let _ = end_all(pgid, membership);
+                let left = end_all(pgid, membership);
                 let st = child.wait().map(status_code).unwrap_or(1);
-                break (Ended::Exited, st);
+                break (Ended::Exited, st, Some(left));
             }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            let _ = end_all(pgid, membership);
+            let left = end_all(pgid, membership);
             let _ = child.wait();
-            break (Ended::Timeout, Exit::Timeout.code());
+            break (Ended::Timeout, Exit::Timeout.code(), Some(left));
         }
         let fired = match &cancel {
             Some(c) => {
@@ -319,13 +321,13 @@ fn supervise(
             }
         };
         if fired {
-            let _ = end_all(pgid, membership);
+            let left = end_all(pgid, membership);
             let st = child.wait().map(status_code).unwrap_or(1);
-            break (Ended::Cancelled, st);
+            break (Ended::Cancelled, st, Some(left));
         }
     };
     // The first process ended: everything it started goes with it.
-    let left = end_all(pgid, membership);
+    let left = swept.unwrap_or_else(|| end_all(pgid, membership));
     if left.is_none() {
         drop(record);
     } else {
