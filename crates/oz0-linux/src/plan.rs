@@ -453,14 +453,7 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
     // the placeholders (so they are never hidden under a later mount), then
     // makes the root read-only.
 
-    let mut env: Vec<(String, String)> = spec
-        .env
-        .iter()
-        .map(|v| (v.name.as_str().to_string(), v.value.clone()))
-        .collect();
-    if !env.iter().any(|(n, _)| n == "PATH") {
-        env.push(("PATH".into(), DEFAULT_PATH.into()));
-    }
+    let mut env = spec.env_with_path(DEFAULT_PATH);
     env.push(("HOME".into(), TMP_INSIDE.into()));
     env.push(("TMPDIR".into(), TMP_INSIDE.into()));
     if let Some(Fault::LeakEnv(n, v)) = &extras.fault {

@@ -390,14 +390,7 @@ pub fn plan(
     argv.push("--".into());
     argv.extend(spec.command.iter().cloned());
 
-    let mut env: Vec<(String, String)> = spec
-        .env
-        .iter()
-        .map(|v| (v.name.as_str().to_string(), v.value.clone()))
-        .collect();
-    if !env.iter().any(|(n, _)| n == "PATH") {
-        env.push(("PATH".into(), DEFAULT_PATH.into()));
-    }
+    let mut env = spec.env_with_path(DEFAULT_PATH);
     env.push(("HOME".into(), host.run_temp.as_str().to_string()));
     env.push(("TMPDIR".into(), host.run_temp.as_str().to_string()));
     if let Some(e) = egress {

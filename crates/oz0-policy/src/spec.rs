@@ -144,6 +144,21 @@ pub enum SpecError {
 }
 
 impl RunSpec {
+    /// The caller's variables as `NAME, VALUE` pairs, with `PATH` set to
+    /// `default_path` when the caller named none: what every platform's
+    /// run starts from before adding its own (`HOME`, `TMPDIR`, the proxy's).
+    pub fn env_with_path(&self, default_path: &str) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = self
+            .env
+            .iter()
+            .map(|v| (v.name.as_str().to_string(), v.value.clone()))
+            .collect();
+        if !env.iter().any(|(n, _)| n == "PATH") {
+            env.push(("PATH".into(), default_path.into()));
+        }
+        env
+    }
+
     /// Validates a request. Nothing about the host is consulted.
     pub fn new(req: RunRequest) -> Result<Self, SpecError> {
         let parse = |flag: &'static str, s: &str| {

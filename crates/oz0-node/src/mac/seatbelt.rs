@@ -418,14 +418,7 @@ impl oz0_core::Sandbox for Plain {
         }
         let temp = RunTemp::new(&self.temp_root)?;
         let (argv, membership) = tracking_argv(&temp.abs()?, &spec.command);
-        let mut env: Vec<(String, String)> = spec
-            .env
-            .iter()
-            .map(|v| (v.name.as_str().to_string(), v.value.clone()))
-            .collect();
-        if !env.iter().any(|(n, _)| n == "PATH") {
-            env.push(("PATH".into(), oz0_macos::seatbelt::DEFAULT_PATH.into()));
-        }
+        let env = spec.env_with_path(oz0_macos::seatbelt::DEFAULT_PATH);
         let o = supervise(
             &Launch {
                 argv: &argv,
