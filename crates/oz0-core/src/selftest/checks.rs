@@ -47,15 +47,30 @@ fn cancel_pair() -> Result<(Cancel, UnixStream), String> {
 
 // --- launch -----------------------------------------------------------------
 
+/// A shell command starting, in the background, a probe that holds and
+/// beats in `bg.beat` and starts one more in a process group of its own
+/// that beats in `detached.json.beat` (see [`held_beats`]).
+fn start_held_pair(c: &Ctx) -> String {
+    format!(
+        "{} sandbox probe --no-syscalls --out bg.json --beat bg.beat --detach detached.json --hold-ms 20000 >/dev/null 2>&1 &",
+        shell_quote(&c.cfg.probe)
+    )
+}
+
+/// The two heartbeats of [`start_held_pair`]'s processes in `work`.
+fn held_beats(work: &Path) -> [std::path::PathBuf; 2] {
+    [work.join("bg.beat"), work.join("detached.json.beat")]
+}
+
 pub(super) fn launch(c: &mut Ctx) -> CheckResult {
     let work = c.dir("launch")?;
-    let probe = shell_quote(&c.cfg.probe);
     // The first process writes, starts a child in the background (which
     // starts one more in a process group of its own), waits until both
     // beat, and exits.
     let script = format!(
-        "echo ok > launched; {probe} sandbox probe --no-syscalls --out bg.json --beat bg.beat --detach detached.json --hold-ms 20000 >/dev/null 2>&1 & \
-         i=0; while {{ [ ! -e bg.beat ] || [ ! -e detached.json.beat ]; }} && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; exit 0"
+        "echo ok > launched; {} \
+         i=0; while {{ [ ! -e bg.beat ] || [ ! -e detached.json.beat ]; }} && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; exit 0",
+        start_held_pair(c)
     );
     let o = c.launch(
         c.request(&work, vec!["/bin/sh".into(), "-c".into(), script]),
@@ -71,7 +86,7 @@ pub(super) fn launch(c: &mut Ctx) -> CheckResult {
         Ok(s) if s == "ok\n" => {}
         _ => return Err("the process did not write in its work directory".into()),
     }
-    let beats = [work.join("bg.beat"), work.join("detached.json.beat")];
+    let beats = held_beats(&work);
     if !beats.iter().all(|b| b.exists()) {
         return Err(
             "the processes it started did not run (the probe could not start in the sandbox)"
@@ -192,11 +207,8 @@ pub(super) fn job_limits(c: &mut Ctx) -> CheckResult {
     // Closing the job kills its processes: a run cancelled while it holds
     // a child in its group and one in a group of its own.
     let work = c.dir("close")?;
-    let beats = [work.join("bg.beat"), work.join("detached.json.beat")];
-    let probe = shell_quote(&c.cfg.probe);
-    let script = format!(
-        "{probe} sandbox probe --no-syscalls --out bg.json --beat bg.beat --detach detached.json --hold-ms 20000 >/dev/null 2>&1 & wait"
-    );
+    let beats = held_beats(&work);
+    let script = format!("{} wait", start_held_pair(c));
     let (cancel, mut fire) = cancel_pair()?;
     let req = c.request(&work, vec!["/bin/sh".into(), "-c".into(), script]);
     let c2 = &*c;
