@@ -14,6 +14,8 @@ use crate::winpath::WinPath;
 
 /// `FILE_FLAG_BACKUP_SEMANTICS`: what opens a folder as a file.
 const FILE_FLAG_BACKUP_SEMANTICS: u32 = 0x0200_0000;
+/// `FILE_FLAG_OPEN_REPARSE_POINT`: a link is opened itself, never followed.
+const FILE_FLAG_OPEN_REPARSE_POINT: u32 = 0x0020_0000;
 /// `FILE_SHARE_READ | FILE_SHARE_WRITE`: never `FILE_SHARE_DELETE`, so the
 /// folder cannot be renamed or removed while it is held.
 const SHARE_NO_DELETE: u32 = 0x1 | 0x2;
@@ -33,7 +35,7 @@ impl Drop for Held {
     fn drop(&mut self) {
         self.held.clear();
         for f in self.files.iter().rev() {
-            if fs::metadata(f).is_ok_and(|m| m.is_file() && m.len() == 0) {
+            if fs::symlink_metadata(f).is_ok_and(|m| m.is_file() && m.len() == 0) {
                 let _ = fs::remove_file(f);
             }
         }
@@ -47,6 +49,19 @@ impl Drop for Held {
     }
 }
 
+/// Err when `p` is a symbolic link or junction (Windows' name surrogates):
+/// a run may have left it in a folder it writes, and the node never makes,
+/// holds or removes anything through one there.
+fn no_link(p: &Path) -> Result<(), String> {
+    if fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(format!(
+            "{} is a symbolic link or junction, which the node never follows in a folder a run writes (a run may have left it): remove it, or name the real folder",
+            p.display()
+        ));
+    }
+    Ok(())
+}
+
 /// The `.git` folder a protected entry lies under.
 fn git_of(p: &Path) -> Option<&Path> {
     p.ancestors()
@@ -57,15 +72,31 @@ fn git_of(p: &Path) -> Option<&Path> {
 /// (`.git`'s only where `.git` is a folder; missing folders on the way are
 /// made too) and holds each folder of `hold_open` that exists open without
 /// delete sharing, recording all of it in `made`, which undoes it when
-/// dropped. Refused (Err) at the first entry that cannot be held.
+/// dropped. Refused (Err) at the first entry that cannot be held, and at
+/// a protected entry, a folder on its way inside `.git` or a held folder
+/// that is a symbolic link or junction (as on Linux, where such a
+/// protected name refuses the run).
 pub fn hold(protected: &[Protected], hold_open: &[WinPath], made: &mut Held) -> Result<(), String> {
     use std::os::windows::fs::OpenOptionsExt;
     for e in protected {
         let path = PathBuf::from(e.path.as_str());
+        // The entry, and inside `.git` every folder on its way from `.git`,
+        // is never a link.
+        no_link(&path)?;
+        if let Some(git) = git_of(&path) {
+            for a in path.ancestors().skip(1) {
+                no_link(a)?;
+                if a == git {
+                    break;
+                }
+            }
+        }
         if fs::symlink_metadata(&path).is_ok() {
             continue;
         }
-        if e.when == When::IfGitDir && !git_of(&path).is_some_and(Path::is_dir) {
+        if e.when == When::IfGitDir
+            && !git_of(&path).is_some_and(|g| fs::symlink_metadata(g).is_ok_and(|m| m.is_dir()))
+        {
             continue;
         }
         // Missing parents inside `.git` are made too, and removed after.
@@ -97,13 +128,16 @@ pub fn hold(protected: &[Protected], hold_open: &[WinPath], made: &mut Held) -> 
     }
     for d in hold_open {
         let path = Path::new(d.as_str());
-        if !path.is_dir() {
+        no_link(path)?;
+        if !fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
             continue;
         }
+        // Opened as it is: a link swapped in since the look above is held
+        // itself, never its target.
         let f = fs::OpenOptions::new()
             .read(true)
             .share_mode(SHARE_NO_DELETE)
-            .custom_flags(FILE_FLAG_BACKUP_SEMANTICS)
+            .custom_flags(FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT)
             .open(path)
             .map_err(|err| {
                 format!(
