@@ -21,7 +21,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{marker, node, processes_with, sandbox_ready, skip, stderr, stdout, TempDir};
+use common::{
+    alias_bomb, marker, node, prlimit, processes_with, sandbox_ready, skip, stderr, stdout,
+    TempDir, BOMB_AS_LIMIT,
+};
 
 const STUB: &str = include_str!("fixtures/mcp_stub.py");
 const STANDIN: &str = include_str!("../../oz0-microvm/tests/fixtures/smolvm-standin/smolvm");
@@ -244,6 +247,49 @@ fn bad_manifests_are_refused_with_the_line_and_the_fix() {
     let o = p.run(&["call", "a"], &[]);
     assert_eq!(code(&o), Some(125));
     assert!(stderr(&o).contains("is not a plain file"), "{}", stderr(&o));
+}
+
+/// A manifest whose aliases would expand to 100 GB is refused at its first
+/// anchor, by `plugin check` and `plugin call` alike, under a 1 GiB
+/// address-space limit that building it would break.
+#[test]
+fn an_alias_bomb_manifest_is_refused_before_it_is_built() {
+    if !sandbox_ready() {
+        return;
+    }
+    let Some(prlimit) = prlimit() else {
+        skip("prlimit is not installed (apt-get install util-linux)");
+        return;
+    };
+    let p = Plugin::new("pbomb", &alias_bomb());
+    for (args, status, says) in [
+        (&["check"][..], 1, ""),
+        (&["call", "t"][..], 125, "plugin call refused"),
+    ] {
+        let o = Command::new(prlimit)
+            .args([BOMB_AS_LIMIT, "--"])
+            .arg(node())
+            .arg("plugin")
+            .arg(args[0])
+            .arg(p.dir())
+            .args(&args[1..])
+            .arg("--data-dir")
+            .arg(p.root.join("data"))
+            .env("TMPDIR", p.root.join("tmp"))
+            .env("OZ0_MICROVM", "off")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(code(&o), Some(status), "{args:?}: {err}");
+        assert!(
+            err.contains(says)
+                && err.contains("oz0-plugin.yaml line 2 column")
+                && err.contains("an anchor (&name): a manifest takes no anchors or aliases"),
+            "{args:?}: {err}"
+        );
+    }
+    p.assert_clean("never-started");
 }
 
 #[test]

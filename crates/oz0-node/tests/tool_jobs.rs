@@ -16,6 +16,10 @@
 //!   its facts (`qemu-tcg (test)`), polls the tier-2 queue, boots the
 //!   server in its VM, makes the call and completes the job with the
 //!   result; a file given to the call is read by the tool inside the VM.
+//! - A manifest whose aliases would expand to 100 GB is refused at its
+//!   first anchor by an edge under a 1 GiB address-space limit, which
+//!   answers its health check afterwards; the operator's CLI refuses the
+//!   plugin folder before it sends anything.
 //! - A result over the bound fails the job and is never cut; a job
 //!   cancelled mid-call stops its VM; a node killed mid-call leaves a VM
 //!   folder that its next start removes; no VM folder, record or process
@@ -32,11 +36,13 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use common::fleet::{edge_bin, processes_with, Edge, Node};
-use common::{node, sandbox_ready, skip};
+use common::fleet::{edge_bin, oz0_bin, processes_with, Edge, Node, OPERATOR};
+use common::{alias_bomb, node, prlimit, sandbox_ready, skip, TempDir, BOMB_AS_LIMIT};
+use oz0_edge::client::{raw_request_with, Trust};
 use oz0_edge::routing::{JobKind, Origin};
 
 /// The microVM tool's server: the Python SDK's, sent to the VM as a file
@@ -428,4 +434,83 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
     assert_eq!(n.wait_exit(60), Some(0), "{}", n.log());
     wait_clean(&n);
     edge.cancel(&id);
+}
+
+#[test]
+fn an_alias_bomb_manifest_is_refused_and_the_edge_still_answers() {
+    let Some(edge_bin) = edge_bin() else {
+        skip("the oz0-edge binary is not found: set OZ0_EDGE_BIN or `cargo build -p oz0-edge`");
+        return;
+    };
+    let Some(oz0) = oz0_bin() else {
+        skip("the oz0 binary is not found: set OZ0_CLI_BIN or `cargo build -p oz0-edge`");
+        return;
+    };
+    let Some(prlimit) = prlimit() else {
+        skip("prlimit is not installed (apt-get install util-linux)");
+        return;
+    };
+    let edge = Edge::start_under(&[prlimit, BOMB_AS_LIMIT, "--"], &edge_bin, 30, &[]);
+    let health = || {
+        edge.rt.block_on(raw_request_with(
+            &edge.url,
+            &Trust::CaFile(edge.ca.clone()),
+            "GET",
+            "/v1/health",
+            &[],
+            vec![],
+        ))
+    };
+    assert_eq!(health().unwrap().0, 200);
+    let refused = edge
+        .submit_kind(
+            Origin::Internal,
+            JobKind::Tool,
+            serde_json::json!({"manifest": alias_bomb(), "tool": "t"}),
+        )
+        .unwrap_err();
+    assert!(
+        refused.contains("(400 bad_job)")
+            && refused.contains("oz0-plugin.yaml line 2 column")
+            && refused.contains("an anchor (&name): a manifest takes no anchors or aliases"),
+        "{refused}"
+    );
+    let (status, body) = health().unwrap_or_else(|e| panic!("the edge stopped answering: {e}"));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+
+    // The operator's CLI reads the same manifest from a plugin folder.
+    let dir = TempDir::new("bomb");
+    std::fs::write(dir.join("oz0-plugin.yaml"), alias_bomb()).unwrap();
+    let o = Command::new(prlimit)
+        .args([BOMB_AS_LIMIT, "--"])
+        .arg(oz0)
+        .args([
+            "job",
+            "tool",
+            "--tenant",
+            "acme",
+            "--plugin",
+            &dir.s(),
+            "--tool",
+            "t",
+        ])
+        .env("OZ0_EDGE", &edge.url)
+        .env("OZ0_EDGE_CA", &edge.ca)
+        .env("OZ0_OPERATOR_TOKEN", OPERATOR)
+        .env_remove("OZ0_OPERATOR_TOKEN_FILE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("oz0-plugin.yaml line 2 column")
+            && err.contains("takes no anchors or aliases"),
+        "{err}"
+    );
+    let jobs = edge
+        .rt
+        .block_on(edge.op.jobs("acme", None, None, None))
+        .unwrap();
+    assert!(jobs.jobs.is_empty(), "{jobs:?}");
 }

@@ -7,8 +7,10 @@
 //! checks it again before it starts a server. The manifest and the payload
 //! are untrusted input: unknown keys, out-of-range values, images named
 //! without a digest and variable names a VM must not take are refused with
-//! the reason and the fix.
+//! the reason and the fix, and its YAML is bounded before any value is
+//! built ([`yaml`]).
 
 pub mod job;
 pub mod manifest;
 pub mod mcp;
+pub mod yaml;

@@ -4,6 +4,8 @@
 //! every field holds (ids, isolation, memory and CPU ranges, egress rules,
 //! variable names). Unknown keys are refused with their line and column, so
 //! a misspelt `isolaton: microvm` never silently runs a tool in a container.
+//! The text is bounded before any value is built ([`crate::yaml`]): no
+//! anchors or aliases, and a bound on its values and their nesting.
 
 use std::collections::BTreeSet;
 
@@ -57,6 +59,17 @@ pub enum ManifestError {
         location: Option<(usize, usize)>,
         /// What the parser said.
         message: String,
+    },
+    /// Refused before any value was built: an anchor or alias, or past a
+    /// bound of [`crate::yaml`].
+    #[error("oz0-plugin.yaml line {line} column {column}: {why}")]
+    Refused {
+        /// Line (1-based).
+        line: usize,
+        /// Column (1-based).
+        column: usize,
+        /// What was refused.
+        why: crate::yaml::Refusal,
     },
     /// A tool field is out of its rules.
     #[error("oz0-plugin.yaml: tool {tool:?}: {what}")]
@@ -289,10 +302,7 @@ impl Manifest {
         if text.len() > MAX_MANIFEST_BYTES {
             return Err(ManifestError::TooLarge(text.len()));
         }
-        let raw: RawManifest = serde_norway::from_str(text).map_err(|e| ManifestError::Syntax {
-            location: e.location().map(|l| (l.line(), l.column())),
-            message: e.to_string(),
-        })?;
+        let raw: RawManifest = crate::yaml::from_str(text)?;
         let _ = raw.description;
         if raw.tools.is_empty() {
             return Err(ManifestError::NoTools);

@@ -71,12 +71,25 @@ impl Edge {
 
     /// An edge with `extra` flags.
     pub fn start_with(bin: &Path, lease_secs: u32, extra: &[&str]) -> Edge {
+        Edge::start_under(&[], bin, lease_secs, extra)
+    }
+
+    /// An edge started through `wrapper` (e.g. `prlimit --as=N --`).
+    pub fn start_under(wrapper: &[&str], bin: &Path, lease_secs: u32, extra: &[&str]) -> Edge {
         let dir = TempDir::new("edge");
         write_secret(&dir.join("tenants"), &format!("acme={TOKEN}\n"));
         write_secret(&dir.join("operators"), &format!("{OPERATOR}\n"));
         let ca = certs::TestCa::new(&dir.0, "fleet");
         let (cert, key) = ca.leaf("edge", &["127.0.0.1", "localhost"], None);
-        let mut child = Command::new(bin)
+        let mut cmd = match wrapper.split_first() {
+            Some((w, rest)) => {
+                let mut c = Command::new(w);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = cmd
             .arg("--listen")
             .arg("127.0.0.1:0")
             .args(if extra.contains(&"--store") {

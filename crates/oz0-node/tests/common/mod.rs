@@ -212,3 +212,27 @@ pub fn marker(tag: &str) -> String {
         COUNTER.fetch_add(1, Ordering::SeqCst)
     )
 }
+
+/// The address-space limit the manifest-bomb tests run a binary under
+/// (`prlimit --as`): room for the binary, far less than the bomb expands to.
+pub const BOMB_AS_LIMIT: &str = "--as=1073741824";
+
+/// A 54 KB `oz0-plugin.yaml` whose aliases expand to 100 GB: 5,000
+/// aliases of a tool whose command is 5,000 aliases of a 4,000-byte
+/// string. Its first anchor is on line 2.
+pub fn alias_bomb() -> String {
+    let mut m = format!(
+        "name: bomb\ndescription: &d {}\ntools:\n  - &t {{id: t, command: [{}]}}\n",
+        "x".repeat(4000),
+        vec!["*d"; 5000].join(",")
+    );
+    m.push_str(&"  - *t\n".repeat(5000));
+    m
+}
+
+/// `prlimit` (util-linux), to run a binary under [`BOMB_AS_LIMIT`].
+pub fn prlimit() -> Option<&'static str> {
+    ["/usr/bin/prlimit", "/bin/prlimit"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+}
