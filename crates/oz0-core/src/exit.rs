@@ -12,6 +12,11 @@ pub enum Exit {
     CheckFailed = 1,
     /// The command line was wrong (also clap's own usage errors).
     Usage = 2,
+    /// The command ran, but the look after it found what host git would
+    /// run or follow and could not rename it aside: it is left in place,
+    /// named on stderr (the command's own status is in the status
+    /// document's `command_exit_code`).
+    GitLeftInPlace = 122,
     /// `--timeout` was reached; the run was killed (as `timeout(1)` says).
     Timeout = 124,
     /// The sandbox refused the run or could not start it: the command never
@@ -59,6 +64,7 @@ mod tests {
             (Exit::Ok, 0),
             (Exit::CheckFailed, 1),
             (Exit::Usage, 2),
+            (Exit::GitLeftInPlace, 122),
             (Exit::Timeout, 124),
             (Exit::Sandbox, 125),
             (Exit::NotExecutable, 126),

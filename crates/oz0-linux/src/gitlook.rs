@@ -1,65 +1,104 @@
-//! The node's look at git after a run: what the run left in its writable
-//! folders that the host's git would run or follow, found and reported — and
-//! by default put out of git's way — before the node returns, so before
-//! anyone on the host runs git there.
+//! The node's look after a run at what it left in its writable folders that
+//! the host's git, an agent or an editor would run or follow, found and
+//! reported — and by default put out of their way — before the node
+//! returns, so before anyone on the host runs git there.
 //!
 //! Every process of the run is gone by then, and the folders are still the
-//! node's (locked). Each writable folder is walked by descriptor, never
-//! following a link and never leaving its file system, up to
-//! [`MAX_ENTRIES`] entries (more is reported as an incomplete look). Every
-//! repository met is looked at: a `.git` folder, the folder a `.git` file
-//! names (when it lies in the run's folders), a bare repository, and the
-//! repositories of submodules and linked worktrees inside each. What counts
-//! is what the run changed: an entry whose status changed at or after the
-//! run's start (`ctime`, which no process can set back), measured by the
-//! same clock (the `ctime` of a folder the node makes as the run starts;
-//! a change made on the host in the same tick of that clock counts as the
-//! run's). In it, a finding is:
+//! node's (locked). Each writable folder is walked whole, by descriptor,
+//! never following a link, holding one descriptor per level of depth (at
+//! most [`MAX_DEPTH`] levels) whatever the tree's breadth; names are bytes,
+//! whatever their encoding.
+//!
+//! # Fail safe
+//!
+//! Whatever the look cannot open, read, decode or follow is itself a
+//! finding ([`What::Unexamined`], or [`What::UnreadableConfig`] for a
+//! configuration), handled like any other: with [`Policy::Neutralise`] it
+//! is renamed aside, so that nothing the look could not prove clean stays
+//! where git looks. The same holds when the look reaches its bounds
+//! ([`MAX_ENTRIES`] entries, [`MAX_TIME`], [`MAX_DEPTH`] levels,
+//! [`MAX_PENDING_BYTES`] of names waiting to be walked): each folder not
+//! walked is renamed aside, and the look says it is not complete. A folder
+//! of the node's user that the run left unreadable (git needs only search
+//! permission; the look needs read) gets its owner's permissions back and
+//! is walked. A finding that cannot be renamed aside (a folder the run left
+//! without write permission gets it back first) is left in place, and the
+//! run then fails (see [`GitLook::left_in_place`]).
+//!
+//! # What counts as the run's
+//!
+//! An entry the run changed: its status changed at or after the run's start
+//! (`ctime`, which no process can set back), measured by the same clock
+//! (the `ctime` of a folder the node makes as the run starts; a change made
+//! on the host in the same tick of that clock counts as the run's). A
+//! repository is the run's as a whole when its git folder, or any folder on
+//! the way to it from the writable folder, changed during the run (a rename
+//! changes the `ctime` of what is moved, so a repository prepared in one run
+//! and renamed into place by the next is the next one's), except folders
+//! the wall kept in place for the run's length (a writable folder itself,
+//! its protected `.git` and the folders held in it).
+//!
+//! # Findings
+//!
+//! In every repository met (a `.git` folder, or any folder git would take
+//! for a git directory: `HEAD` beside `objects`, `refs` or `commondir`):
 //! - `config` or `config.worktree` with a setting that is not inert (see
 //!   `oz0_policy::gitconfig`), or that cannot be read;
-//! - a hook (any entry of `hooks/` but `*.sample`);
+//! - a hook (any entry of `hooks/` but `*.sample`), and a hook the run
+//!   changed in a folder that an unchanged configuration names as
+//!   `core.hooksPath` inside the writable folders; likewise a file inside
+//!   the writable folders that an unchanged configuration includes
+//!   (`include.path`, `includeIf.*.path`);
 //! - `commondir`; `objects/info/alternates` or `http-alternates`;
-//! - a rebase in progress whose list holds `exec` lines;
+//! - a rebase or sequencer in progress whose list runs commands (`exec`
+//!   or `x`, read as git reads it);
 //! - legacy remote definitions (`remotes/*`, `branches/*`);
-//! - a `.git` file (it names another repository).
+//! - a `.git` file (it names another repository);
+//! - a link where git reads one of the above, when the run made it, or
+//!   when it leads into the writable folders to something the run changed.
 //!
-//! With [`Policy::Neutralise`] (the default) each is renamed aside in its
-//! own folder, `<name>.oz0-quarantine-<run id>`, where git never looks:
-//! nothing is deleted, nothing is executed, and git never runs.
+//! At any depth below the top of a writable folder (where they are held
+//! read-only): agents' and editors' settings the run created or changed
+//! ([`oz0_policy::protected::AGENT_SETTINGS`]).
+//!
+//! Reported, never moved: project files host tools execute that the run
+//! changed ([`oz0_policy::protected::HOST_EXEC`]: CI workflows, make,
+//! pre-commit, git attributes…), as [`GitLook::changed_host_exec`].
+//!
+//! With [`Policy::Neutralise`] (the default) each finding is renamed aside
+//! in its own folder, `<name>.oz0-quarantine-<run id>`, where git never
+//! looks: nothing is deleted, nothing is executed, and git never runs.
 
-use std::os::fd::{AsFd, OwnedFd};
+mod fsops;
+mod repo;
+mod todo;
+mod walk;
+
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use oz0_policy::gitconfig;
-use oz0_policy::protected;
-use rustix::fs::{AtFlags, FileType, OFlags, RenameFlags};
-use rustix::io::Errno;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
-/// Most directory entries one look walks through; beyond, the look is
-/// reported incomplete.
-pub const MAX_ENTRIES: usize = 200_000;
-/// Largest configuration or rebase list read.
+pub(crate) use fsops::ctime;
+
+/// Most directory entries one look walks through; the folders beyond are
+/// renamed aside unwalked (see the module's documentation).
+pub const MAX_ENTRIES: usize = 2_000_000;
+/// Longest a look walks; the folders beyond are renamed aside unwalked.
+pub const MAX_TIME: Duration = Duration::from_secs(60);
+/// Deepest folder walked below a writable folder: the look holds one
+/// descriptor per level, so at most this many (and a few more for a
+/// repository's files) at once, whatever the tree's breadth.
+pub const MAX_DEPTH: usize = 128;
+/// Most bytes of folder names waiting to be walked at once.
+pub const MAX_PENDING_BYTES: usize = 32 << 20;
+/// Largest configuration or sequencer list read.
 const MAX_FILE: u64 = 1 << 20;
-/// How deep repositories inside repositories (submodules, linked
-/// worktrees) are looked at.
-const MAX_NESTED: usize = 4;
-/// The folders of a bare repository that [`Looker::repository`] looks at
-/// itself, or that hold only git's data: not walked for more repositories.
-const BARE_INTERNAL: &[&str] = &[
-    "objects",
-    "refs",
-    "logs",
-    "hooks",
-    "info",
-    "modules",
-    "worktrees",
-    "remotes",
-    "branches",
-    "rebase-merge",
-    "rebase-apply",
-];
+/// Most project files listed in [`GitLook::changed_host_exec`].
+const MAX_HOST_EXEC: usize = 1000;
+/// Most findings shown as warnings; the rest are in the status document.
+const MAX_WARNINGS: usize = 50;
 
 /// What the node does with a finding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -91,6 +130,7 @@ pub struct UnknownPolicy(String);
 /// What was found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "what")]
+#[non_exhaustive]
 pub enum What {
     /// A configuration with settings that are not inert (their names).
     Config {
@@ -108,7 +148,8 @@ pub enum What {
     Commondir,
     /// Other object stores git would read as this repository's.
     Alternates,
-    /// A rebase in progress whose list would run commands.
+    /// A rebase or sequencer in progress whose list would run commands (or
+    /// that cannot be read).
     RebaseExec,
     /// A legacy remote definition.
     LegacyRemote,
@@ -116,17 +157,27 @@ pub enum What {
     GitFile,
     /// A link where git reads a file or folder.
     Link,
+    /// Agents' or editors' settings below the top of a writable folder.
+    AgentSettings,
+    /// Something the look could not open, read or follow, or did not reach
+    /// within its bounds.
+    Unexamined {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
-    /// Where.
+    /// Where (shown with [`shown`]'s escapes).
+    #[serde(serialize_with = "ser_path")]
     pub path: PathBuf,
     /// What.
     #[serde(flatten)]
     pub what: What,
     /// Where it was renamed to, with [`Policy::Neutralise`].
+    #[serde(serialize_with = "ser_opt_path")]
     pub aside: Option<PathBuf>,
     /// Why it could not be renamed aside, when it could not.
     pub left: Option<String>,
@@ -137,23 +188,49 @@ pub struct Finding {
 pub struct GitLook {
     /// What was done with findings.
     pub policy: Policy,
-    /// Whether every entry of the writable folders was walked.
+    /// Whether every entry of the writable folders was examined: no
+    /// [`What::Unexamined`] finding, no bound reached.
     pub complete: bool,
+    /// Why the walk stopped before its end, when it did.
+    pub stopped: Option<String>,
     /// Entries walked.
     pub entries: usize,
     /// Repositories looked at.
     pub repositories: usize,
+    /// Folders the run left unreadable to their owner that the look gave
+    /// read and search permission back, to walk them.
+    pub folders_made_readable: usize,
+    /// Findings that host git could still run or follow: not renamed aside
+    /// with [`Policy::Neutralise`] (the run then fails), or every finding
+    /// with [`Policy::Report`].
+    pub left_in_place: usize,
     /// What was found.
     pub findings: Vec<Finding>,
+    /// Project files host tools execute that the run changed (never
+    /// moved), at most 1,000.
+    #[serde(serialize_with = "ser_paths")]
+    pub changed_host_exec: Vec<PathBuf>,
+    /// How many more there were.
+    pub changed_host_exec_more: usize,
+    /// How long the look took, milliseconds.
+    pub duration_ms: u64,
 }
 
 impl GitLook {
-    /// One warning per thing the run left that host git would run or
-    /// follow, with what was done with it (a path is shown escaped: the
-    /// run chose it), and one more when the look stopped early.
+    /// Whether the run must fail: with [`Policy::Neutralise`], something
+    /// host git could run or follow could not be put aside.
+    pub fn failed(&self) -> bool {
+        self.policy == Policy::Neutralise && self.left_in_place > 0
+    }
+
+    /// One warning per thing the run left that host git, an agent or an
+    /// editor would run or follow, with what was done with it (a path is
+    /// shown escaped: the run chose it); one for the project files host
+    /// tools execute that the run changed; one more when the look did not
+    /// examine everything.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
-        for f in &self.findings {
+        for f in self.findings.iter().take(MAX_WARNINGS) {
             let what = match &f.what {
                 What::Config { settings } => {
                     format!("a git config that sets {}", settings.join(", "))
@@ -168,413 +245,165 @@ impl GitLook {
                 What::LegacyRemote => "a legacy git remote".into(),
                 What::GitFile => "a .git file naming another repository".into(),
                 What::Link => "a symbolic link where git reads".into(),
+                What::AgentSettings => "agent or editor settings".into(),
+                What::Unexamined { reason } => {
+                    format!("something the look could not examine ({reason})")
+                }
             };
             let done = match (&f.aside, &f.left) {
-                (Some(a), _) => format!("renamed aside to {:?}", a.display().to_string()),
-                (None, Some(why)) => format!("left in place: {why}"),
+                (Some(a), _) => format!("renamed aside to \"{}\"", shown(a)),
+                (None, Some(why)) => format!("LEFT IN PLACE: {why}"),
                 (None, None) => "left in place (--git-findings report)".into(),
             };
             out.push(format!(
-                "the run left {what} at {:?}: {done}",
-                f.path.display().to_string()
+                "the run left {what} at \"{}\": {done}",
+                shown(&f.path)
             ));
         }
-        if !self.complete {
+        if self.findings.len() > MAX_WARNINGS {
             out.push(format!(
-                "the look at git after the run stopped after {} entries of the writable folders; what lies beyond was not looked at",
-                self.entries
+                "and {} more findings of the look at git (listed in --json-status)",
+                self.findings.len() - MAX_WARNINGS
+            ));
+        }
+        if self.failed() {
+            out.push(format!(
+                "{} of them could not be renamed aside: host git may still run what the run left there; the run fails",
+                self.left_in_place
+            ));
+        }
+        if !self.changed_host_exec.is_empty() {
+            let mut list: Vec<String> = self
+                .changed_host_exec
+                .iter()
+                .take(10)
+                .map(|p| format!("\"{}\"", shown(p)))
+                .collect();
+            let more =
+                self.changed_host_exec.len().saturating_sub(10) + self.changed_host_exec_more;
+            if more > 0 {
+                list.push(format!("and {more} more"));
+            }
+            out.push(format!(
+                "the run changed files that tools on the host execute (review them before running them): {}",
+                list.join(", ")
+            ));
+        }
+        if let Some(why) = &self.stopped {
+            out.push(format!(
+                "the look at git after the run stopped after {} entries ({why}); the folders it did not walk were {}",
+                self.entries,
+                match self.policy {
+                    Policy::Neutralise => "renamed aside",
+                    Policy::Report => "left in place unexamined (--git-findings report)",
+                }
+            ));
+        }
+        if self.folders_made_readable > 0 {
+            out.push(format!(
+                "the look gave {} folder(s) the run had made unreadable their owner's permissions back",
+                self.folders_made_readable
             ));
         }
         out
     }
 }
 
-/// The status-change time (`ctime`) in `st`, since the Unix epoch; one
-/// before the epoch counts as the epoch.
-pub(crate) fn ctime(st: &rustix::fs::Stat) -> Duration {
-    let secs = u64::try_from(st.st_ctime).unwrap_or(0);
-    // The kernel keeps a timestamp's nanoseconds below one second, so they
-    // fit a u32.
-    #[allow(clippy::cast_possible_truncation)]
-    let nanos = st.st_ctime_nsec as u32;
-    Duration::new(secs, nanos)
-}
-
-/// Looks at git in the writable folders `roots` (descriptors the node
-/// holds, with the path each stands for) after a run that started at
-/// `since` (a `ctime`, since the Unix epoch), doing `policy` with what it
-/// finds; `run_id` names the quarantine.
-pub fn look(roots: &[(&Path, &OwnedFd)], since: Duration, policy: Policy, run_id: &str) -> GitLook {
-    let mut l = Looker {
-        since,
-        policy,
-        suffix: format!(".oz0-quarantine-{run_id}"),
-        entries: 0,
-        complete: true,
-        repositories: 0,
-        findings: Vec::new(),
-        roots: roots.iter().map(|(p, _)| p.to_path_buf()).collect(),
-        seen: Default::default(),
-    };
-    for (path, fd) in roots {
-        l.walk(fd, path);
-    }
-    GitLook {
-        policy,
-        complete: l.complete,
-        entries: l.entries,
-        repositories: l.repositories,
-        findings: l.findings,
-    }
-}
-
-struct Looker {
-    since: Duration,
-    policy: Policy,
-    suffix: String,
-    entries: usize,
-    complete: bool,
-    repositories: usize,
-    findings: Vec<Finding>,
-    roots: Vec<PathBuf>,
-    /// Repositories looked at (device, inode).
-    seen: std::collections::HashSet<(u64, u64)>,
-}
-
-/// An entry of a folder: its name and type (as `getdents` gives it).
-struct Entry {
-    name: String,
-    ft: FileType,
-}
-
-fn open_dir(dir: impl AsFd, name: &str) -> Result<OwnedFd, Errno> {
-    crate::hostfs::open_beneath(dir, Path::new(name), OFlags::RDONLY | OFlags::DIRECTORY)
-}
-
-impl Looker {
-    /// Whether what `st` describes changed at or after the run's start.
-    fn changed(&self, st: &rustix::fs::Stat) -> bool {
-        ctime(st) >= self.since
-    }
-
-    /// The entries of the folder open at `dir`, counted against the budget;
-    /// `None` when the budget is spent.
-    fn entries(&mut self, dir: &OwnedFd) -> Option<Vec<Entry>> {
-        let mut out = Vec::new();
-        let Ok(d) = rustix::fs::Dir::read_from(dir) else {
-            return Some(out);
-        };
-        for e in d.flatten() {
-            let Ok(name) = e.file_name().to_str() else {
-                continue;
-            };
-            if name == "." || name == ".." {
-                continue;
-            }
-            self.entries += 1;
-            if self.entries > MAX_ENTRIES {
-                self.complete = false;
-                return None;
-            }
-            let ft = e.file_type();
-            let ft = if ft == FileType::Unknown {
-                rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-                    .map(|st| FileType::from_raw_mode(st.st_mode))
-                    .unwrap_or(FileType::Unknown)
-            } else {
-                ft
-            };
-            out.push(Entry {
-                name: name.to_string(),
-                ft,
-            });
-        }
-        Some(out)
-    }
-
-    /// Walks the folder open at `dir` (shown as `shown`), depth first,
-    /// staying on its file system.
-    fn walk(&mut self, dir: &OwnedFd, shown: &Path) {
-        let Ok(root_dev) = rustix::fs::fstat(dir).map(|st| st.st_dev) else {
-            return;
-        };
-        let Ok(first) = rustix::io::fcntl_dupfd_cloexec(dir, 0) else {
-            return;
-        };
-        let mut stack = vec![(first, shown.to_path_buf())];
-        while let Some((fd, at)) = stack.pop() {
-            let Some(list) = self.entries(&fd) else {
-                return;
-            };
-            let has = |n: &str| {
-                list.iter()
-                    .any(|e| e.name == n && e.ft == FileType::Directory)
-            };
-            let bare = list.iter().any(|e| e.name == "HEAD") && has("objects") && has("refs");
-            if bare {
-                self.repository(&fd, &at, 0);
-            }
-            for e in &list {
-                // A bare repository's own folders were looked at above.
-                if bare && BARE_INTERNAL.contains(&e.name.as_str()) {
-                    continue;
-                }
-                let path = at.join(&e.name);
-                if e.name == protected::GIT_DIR {
-                    match e.ft {
-                        FileType::Directory => {
-                            if let Ok(g) = open_dir(&fd, &e.name) {
-                                self.repository(&g, &path, 0);
-                            }
-                        }
-                        _ => self.git_file(&fd, &e.name, &path, e.ft),
-                    }
-                    continue;
-                }
-                if e.ft != FileType::Directory {
-                    continue;
-                }
-                let Ok(sub) = open_dir(&fd, &e.name) else {
-                    continue;
-                };
-                if rustix::fs::fstat(&sub).is_ok_and(|st| st.st_dev == root_dev) {
-                    stack.push((sub, path));
-                }
+/// `p` for a terminal or a document: valid UTF-8 as it is but for control
+/// characters (shown as `\u{…}`) and backslashes (doubled); any other byte
+/// as `\xNN`. A run chooses its names; this shows every one of them, and
+/// tells two apart whenever their bytes differ.
+pub fn shown(p: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for chunk in p.as_os_str().as_bytes().utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+                c => out.push(c),
             }
         }
-    }
-
-    /// A `.git` that is not a folder: a file naming another repository (or
-    /// a link), changed by the run.
-    fn git_file(&mut self, dir: &OwnedFd, name: &str, path: &Path, ft: FileType) {
-        let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
-            return;
-        };
-        if !self.changed(&st) {
-            return;
-        }
-        let what = if ft == FileType::Symlink {
-            What::Link
-        } else {
-            What::GitFile
-        };
-        self.found(dir, name, path, what);
-        // The repository it names, when it lies in the run's folders.
-        if ft != FileType::RegularFile {
-            return;
-        }
-        let Some(target) = read_small(dir, name).and_then(|t| {
-            let t = String::from_utf8(t).ok()?;
-            t.trim_end().strip_prefix("gitdir: ").map(PathBuf::from)
-        }) else {
-            return;
-        };
-        let target = lexical(&if target.is_absolute() {
-            target
-        } else {
-            path.parent().unwrap_or(Path::new("/")).join(target)
-        });
-        if self.roots.iter().any(|r| target.starts_with(r)) {
-            if let Ok(g) = crate::hostfs::open_no_links(&target, OFlags::RDONLY | OFlags::DIRECTORY)
-            {
-                self.repository(&g, &target, 0);
-            }
-        }
-    }
-
-    /// Looks at the repository (git directory) open at `g`, once (a
-    /// repository met twice, through a `.git` file and in the walk, is
-    /// looked at the first time).
-    fn repository(&mut self, g: &OwnedFd, at: &Path, depth: usize) {
-        let Ok(st) = rustix::fs::fstat(g) else { return };
-        if !self.seen.insert((st.st_dev, st.st_ino)) {
-            return;
-        }
-        self.repositories += 1;
-        for name in ["config", "config.worktree"] {
-            self.config(g, name, &at.join(name));
-        }
-        for name in ["commondir"] {
-            if let Some(true) = self.is_changed(g, name) {
-                self.found(g, name, &at.join(name), What::Commondir);
-            }
-        }
-        if let Ok(hooks) = open_dir(g, "hooks") {
-            if let Some(list) = self.entries(&hooks) {
-                for e in list {
-                    if e.name.ends_with(".sample") || e.name.contains(".oz0-quarantine-") {
-                        continue;
-                    }
-                    if let Some(true) = self.is_changed(&hooks, &e.name) {
-                        self.found(&hooks, &e.name, &at.join("hooks").join(&e.name), What::Hook);
-                    }
-                }
-            }
-        }
-        if let Ok(info) = crate::hostfs::open_beneath(
-            g,
-            Path::new(protected::GIT_OBJECTS_INFO),
-            OFlags::PATH | OFlags::DIRECTORY,
-        ) {
-            for (name, _) in protected::GIT_OBJECTS_HELD {
-                if let Some(true) = self.is_changed(&info, name) {
-                    let path = at.join(protected::GIT_OBJECTS_INFO).join(name);
-                    self.found(&info, name, &path, What::Alternates);
-                }
-            }
-        }
-        for dir in ["rebase-merge", "rebase-apply"] {
-            let Ok(r) = open_dir(g, dir) else { continue };
-            let runs = ["git-rebase-todo", "done"].iter().any(|f| {
-                self.is_changed(&r, f) == Some(true)
-                    && read_small(&r, f).is_some_and(|t| {
-                        String::from_utf8_lossy(&t).lines().any(|l| {
-                            let l = l.trim_start();
-                            l.starts_with("exec ") || l.starts_with("x ")
-                        })
-                    })
-            });
-            if runs {
-                self.found(g, dir, &at.join(dir), What::RebaseExec);
-            }
-        }
-        for dir in ["remotes", "branches"] {
-            let Ok(r) = open_dir(g, dir) else { continue };
-            let Some(list) = self.entries(&r) else { return };
-            for e in list {
-                if e.name.contains(".oz0-quarantine-") {
-                    continue;
-                }
-                if let Some(true) = self.is_changed(&r, &e.name) {
-                    self.found(&r, &e.name, &at.join(dir).join(&e.name), What::LegacyRemote);
-                }
-            }
-        }
-        if depth >= MAX_NESTED {
-            return;
-        }
-        // The repositories of submodules and linked worktrees.
-        for dir in ["modules", "worktrees"] {
-            let Ok(m) = open_dir(g, dir) else { continue };
-            let Some(list) = self.entries(&m) else { return };
-            for e in list {
-                if e.ft != FileType::Directory {
-                    continue;
-                }
-                if let Ok(sub) = open_dir(&m, &e.name) {
-                    self.repository(&sub, &at.join(dir).join(&e.name), depth + 1);
-                }
-            }
-        }
-    }
-
-    /// Whether `name` in `dir` (not followed) changed during the run; `None`
-    /// when it is not there.
-    fn is_changed(&self, dir: &OwnedFd, name: &str) -> Option<bool> {
-        rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-            .ok()
-            .map(|st| self.changed(&st))
-    }
-
-    /// A configuration file the run changed: its settings that are not
-    /// inert, or why it cannot be read.
-    fn config(&mut self, g: &OwnedFd, name: &str, path: &Path) {
-        let Ok(st) = rustix::fs::statat(g, name, AtFlags::SYMLINK_NOFOLLOW) else {
-            return;
-        };
-        if !self.changed(&st) {
-            return;
-        }
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            return self.found(g, name, path, What::Link);
-        }
-        let what = match read_small(g, name).map(String::from_utf8) {
-            None => What::UnreadableConfig {
-                reason: format!("larger than {MAX_FILE} bytes, or unreadable"),
-            },
-            Some(Err(_)) => What::UnreadableConfig {
-                reason: "not UTF-8".into(),
-            },
-            Some(Ok(text)) => match gitconfig::settings(&text) {
-                Err(e) => What::UnreadableConfig {
-                    reason: e.to_string(),
-                },
-                Ok(s) => {
-                    let mut bad: Vec<String> = s
-                        .iter()
-                        .filter(|s| !gitconfig::is_inert(s))
-                        .map(gitconfig::Setting::name)
-                        .collect();
-                    bad.dedup();
-                    if bad.is_empty() {
-                        return;
-                    }
-                    What::Config { settings: bad }
-                }
-            },
-        };
-        self.found(g, name, path, what);
-    }
-
-    /// Records a finding of `name` in `dir` and, with
-    /// [`Policy::Neutralise`], renames it aside there.
-    fn found(&mut self, dir: &OwnedFd, name: &str, path: &Path, what: What) {
-        let mut f = Finding {
-            path: path.to_path_buf(),
-            what,
-            aside: None,
-            left: None,
-        };
-        if self.policy == Policy::Neutralise {
-            let aside = format!("{name}{}", self.suffix);
-            match rustix::fs::renameat_with(dir, name, dir, aside.as_str(), RenameFlags::NOREPLACE)
-            {
-                Ok(()) => f.aside = Some(path.with_file_name(&aside)),
-                Err(e) => f.left = Some(format!("could not rename it aside: {e}")),
-            }
-        }
-        self.findings.push(f);
-    }
-}
-
-/// `p` with `.` and `..` taken out by name (the path is only compared and
-/// shown; it is opened without following links).
-fn lexical(p: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            c => out.push(c),
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
         }
     }
     out
 }
 
-/// The content of `name` in `dir` (a regular file, not followed), when it
-/// is at most [`MAX_FILE`] bytes.
-fn read_small(dir: &OwnedFd, name: &str) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let fd = rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .ok()?;
-    let st = rustix::fs::fstat(&fd).ok()?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return None;
+fn ser_path<S: Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&shown(p))
+}
+
+fn ser_opt_path<S: Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+    match p {
+        Some(p) => s.serialize_some(&shown(p)),
+        None => s.serialize_none(),
     }
-    let mut data = Vec::new();
-    std::fs::File::from(fd)
-        .take(MAX_FILE + 1)
-        .read_to_end(&mut data)
-        .ok()?;
-    (data.len() as u64 <= MAX_FILE).then_some(data)
+}
+
+fn ser_paths<S: Serializer>(ps: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(ps.iter().map(|p| shown(p)))
+}
+
+/// The look's bounds (the constants above; smaller in tests).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub entries: usize,
+    pub time: Duration,
+    pub depth: usize,
+    pub pending_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            entries: MAX_ENTRIES,
+            time: MAX_TIME,
+            depth: MAX_DEPTH,
+            pending_bytes: MAX_PENDING_BYTES,
+        }
+    }
+}
+
+/// A writable folder to look at: the descriptor the node holds, and the
+/// path it stands for (a caller path, reached without links).
+pub struct Root<'a> {
+    /// The path.
+    pub path: &'a Path,
+    /// The descriptor.
+    pub fd: &'a OwnedFd,
+}
+
+/// Looks at the writable folders `roots` after a run that started at
+/// `since` (a `ctime`, since the Unix epoch), doing `policy` with what it
+/// finds; `run_id` names the quarantine. `kept` holds `(device, inode)` of
+/// the folders the wall kept in place for the run's length (see the
+/// module's documentation).
+pub fn look(
+    roots: &[Root<'_>],
+    since: Duration,
+    policy: Policy,
+    run_id: &str,
+    kept: &std::collections::HashSet<(u64, u64)>,
+) -> GitLook {
+    look_with(roots, since, policy, run_id, kept, Limits::default())
+}
+
+pub(crate) fn look_with(
+    roots: &[Root<'_>],
+    since: Duration,
+    policy: Policy,
+    run_id: &str,
+    kept: &std::collections::HashSet<(u64, u64)>,
+    limits: Limits,
+) -> GitLook {
+    let started = std::time::Instant::now();
+    let mut l = walk::Looker::new(roots, since, policy, run_id, kept, limits);
+    for i in 0..roots.len() {
+        l.walk_root(i);
+    }
+    l.finish(started.elapsed())
 }
 
 #[cfg(test)]

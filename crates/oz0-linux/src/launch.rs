@@ -169,9 +169,21 @@ fn run_in(
     holders.remove(&plan.placeholders);
     // Every process of the run is gone and its placeholders too; its
     // folders are still held: the look at what it left for host git.
-    let git = result
-        .is_ok()
-        .then(|| crate::gitlook::look(&held.folders(), scratch.made, opts.git, &run_id));
+    let git = result.is_ok().then(|| {
+        // What the wall kept in place for the run's length (each caller
+        // path and protected name that existed: all mount points inside).
+        let kept = facts
+            .ids
+            .iter()
+            .map(|(_, id)| (rustix::fs::makedev(id.major, id.minor), id.ino))
+            .collect();
+        let folders = held.folders();
+        let roots: Vec<crate::gitlook::Root<'_>> = folders
+            .iter()
+            .map(|(path, fd)| crate::gitlook::Root { path, fd })
+            .collect();
+        crate::gitlook::look(&roots, scratch.made, opts.git, &run_id, &kept)
+    });
     drop(held);
     drop(egress_guard);
     let result = result.map(|mut o| {

@@ -200,6 +200,23 @@ impl RunOutcome {
     pub fn into_core(self, audit_log: Option<&std::path::Path>) -> Outcome {
         let mut report = serde_json::Map::new();
         report.insert("git".into(), json!(self.git));
+        let mut exit_code = self.exit_code;
+        if let Some(g) = &self.git {
+            report.insert(
+                "changed_host_exec".into(),
+                json!(g
+                    .changed_host_exec
+                    .iter()
+                    .map(|p| crate::gitlook::shown(p))
+                    .collect::<Vec<_>>()),
+            );
+            if g.failed() {
+                // Something host git would run is still where git looks:
+                // the run fails, whatever its command said.
+                report.insert("command_exit_code".into(), json!(self.exit_code));
+                exit_code = oz0_core::exit::Exit::GitLeftInPlace.code();
+            }
+        }
         report.insert("enforced".into(), self.enforced(audit_log));
         Outcome {
             limit_hit: self.limit_hit(),
@@ -210,7 +227,7 @@ impl RunOutcome {
                 .unwrap_or_default(),
             run_id: self.run_id,
             ended: self.ended,
-            exit_code: self.exit_code,
+            exit_code,
             duration_ms: self.duration_ms,
             report,
         }

@@ -20,6 +20,11 @@ pub struct Setting {
     pub subsection: Option<String>,
     /// The key, lowercase.
     pub key: String,
+    /// The value as git reads it (quotes and escapes undone, a line
+    /// continued where it ends in a backslash, blanks outside quotes at
+    /// either end dropped); `None` for a key written without `=` (git's
+    /// boolean true).
+    pub value: Option<String>,
 }
 
 impl Setting {
@@ -72,22 +77,27 @@ pub fn settings(text: &str) -> Result<Vec<Setting>, ConfigError> {
         let Some((sec, sub)) = &section else {
             return Err(err("a setting before any section"));
         };
-        out.push(Setting {
+        let mut setting = Setting {
             section: sec.clone(),
             subsection: sub.clone(),
             key: key.to_ascii_lowercase(),
-        });
+            value: None,
+        };
         let after = rest[key_len..].trim_start_matches([' ', '\t', '\r']);
         if after.is_empty() || after.starts_with('#') || after.starts_with(';') {
+            out.push(setting);
             continue;
         }
         let value = after
             .strip_prefix('=')
             .ok_or(err("a key followed by something other than ="))?;
         // The value, to its end: quotes, escapes, and a backslash at the
-        // end of a line continuing it on the next.
+        // end of a line continuing it on the next. `kept` is how much of
+        // `text` is not trailing blanks outside quotes.
         let mut v = value.chars().peekable();
         let mut quoted = false;
+        let mut text = String::new();
+        let mut kept = 0;
         loop {
             match v.next() {
                 None => {
@@ -96,22 +106,43 @@ pub fn settings(text: &str) -> Result<Vec<Setting>, ConfigError> {
                     }
                     break;
                 }
-                Some('"') => quoted = !quoted,
-                Some('\\') => match v.next() {
-                    Some('"' | '\\' | 'n' | 't' | 'b') => {}
-                    // Only a line break may follow at the end of a line.
-                    Some('\r') if v.peek().is_none() => {}
-                    None | Some('\r') => {
-                        let next = lines.get(i).ok_or(err("a value continued past the end"))?;
-                        i += 1;
-                        v = next.chars().peekable();
+                Some('"') => {
+                    quoted = !quoted;
+                    kept = text.len();
+                }
+                Some('\\') => {
+                    match v.next() {
+                        Some(c @ ('"' | '\\')) => text.push(c),
+                        Some('n') => text.push('\n'),
+                        Some('t') => text.push('\t'),
+                        Some('b') => text.push('\u{8}'),
+                        // Only a line break may follow at the end of a line.
+                        Some('\r') if v.peek().is_none() => {}
+                        None | Some('\r') => {
+                            let next = lines.get(i).ok_or(err("a value continued past the end"))?;
+                            i += 1;
+                            v = next.chars().peekable();
+                        }
+                        Some(_) => return Err(err("an escape git does not know")),
                     }
-                    Some(_) => return Err(err("an escape git does not know")),
-                },
+                    kept = text.len();
+                }
                 Some('#' | ';') if !quoted => break,
-                Some(_) => {}
+                Some(c @ (' ' | '\t' | '\r')) if !quoted => {
+                    // Blanks before the value are not part of it.
+                    if !text.is_empty() {
+                        text.push(c);
+                    }
+                }
+                Some(c) => {
+                    text.push(c);
+                    kept = text.len();
+                }
             }
         }
+        text.truncate(kept);
+        setting.value = Some(text);
+        out.push(setting);
     }
     Ok(out)
 }
@@ -241,6 +272,22 @@ mod tests {
         assert_eq!(s.len(), 8);
         assert!(s.iter().all(is_inert), "{s:?}");
         assert_eq!(s[5].subsection.as_deref(), Some("origin"));
+    }
+
+    #[test]
+    fn reads_values_as_git_does() {
+        let text = "[core]\n\thooksPath = \"  .husky/x\"  ; c\n[include]\n\tpath=../a\\\n/b # c\n\tpath = \"q\\\"t\\\\\" tail \n[x]\n\tflag\n";
+        let s = settings(text).unwrap();
+        let v: Vec<Option<&str>> = s.iter().map(|s| s.value.as_deref()).collect();
+        assert_eq!(
+            v,
+            [
+                Some("  .husky/x"),
+                Some("../a/b"),
+                Some("q\"t\\ tail"),
+                None
+            ]
+        );
     }
 
     #[test]

@@ -69,6 +69,98 @@ pub const READ_ONLY_NAMES: &[(&str, Kind)] = &[
     (".zlogin", Kind::File),
 ];
 
+/// Agents' and editors' settings among [`READ_ONLY_NAMES`]: an agent or an
+/// editor started in any folder reads those there, not only at the top of
+/// a writable folder (where they are held). Below the top, the node's look
+/// after a run reports each one the run created or changed, and by default
+/// renames it aside.
+pub const AGENT_SETTINGS: &[&str] = &[
+    ".oz0",
+    ".codex",
+    ".claude",
+    ".agents",
+    ".vscode",
+    ".idea",
+    ".cursor",
+    ".gemini",
+    ".mcp.json",
+];
+
+/// A project file that tools on the host execute or obey, and that a run
+/// may legitimately edit: reported after a run that changed it (so an
+/// operator can review it), never moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostExec {
+    /// The folder it must be in (`.cargo` for `.cargo/config.toml`), or
+    /// `None` for any.
+    pub parent: Option<&'static str>,
+    /// Its name.
+    pub name: &'static str,
+    /// A folder whose every entry counts (`.github/workflows`).
+    pub tree: bool,
+}
+
+/// Project files host tools execute: CI workflows, pre-commit, git's
+/// attributes (filter and diff drivers) and submodule list, make, npm's
+/// and cargo's settings, direnv.
+pub const HOST_EXEC: &[HostExec] = &[
+    HostExec {
+        parent: Some(".github"),
+        name: "workflows",
+        tree: true,
+    },
+    HostExec {
+        parent: None,
+        name: ".pre-commit-config.yaml",
+        tree: false,
+    },
+    HostExec {
+        parent: None,
+        name: ".gitattributes",
+        tree: false,
+    },
+    HostExec {
+        parent: None,
+        name: ".gitmodules",
+        tree: false,
+    },
+    HostExec {
+        parent: None,
+        name: "Makefile",
+        tree: false,
+    },
+    HostExec {
+        parent: None,
+        name: "makefile",
+        tree: false,
+    },
+    HostExec {
+        parent: None,
+        name: "GNUmakefile",
+        tree: false,
+    },
+    HostExec {
+        parent: None,
+        name: ".npmrc",
+        tree: false,
+    },
+    HostExec {
+        parent: Some(".cargo"),
+        name: "config.toml",
+        tree: false,
+    },
+    HostExec {
+        parent: Some(".cargo"),
+        name: "config",
+        tree: false,
+    },
+    HostExec {
+        parent: None,
+        name: ".envrc",
+        tree: false,
+    },
+];
+
 /// The repository folder. When it exists it stays writable but cannot be
 /// renamed aside or replaced, and what git reads in it is read-only (see
 /// the module's documentation). A `.git` that is a file (a worktree's or
@@ -190,6 +282,9 @@ mod tests {
         all.dedup();
         assert_eq!(all.len(), READ_ONLY_NAMES.len(), "no name twice");
         assert!(!all.contains(&GIT_DIR));
+        for n in AGENT_SETTINGS {
+            assert!(all.contains(n), "{n} is held at the top too");
+        }
     }
 
     /// Nothing git reads to decide what to run is writable, and what
