@@ -74,6 +74,9 @@ impl Looker<'_> {
         if !self.seen_repos.insert(id(&st)) {
             return;
         }
+        if self.late("it looked at this repository") {
+            return;
+        }
         self.repositories += 1;
         let at = self.here();
         let mut follow = Follow::default();
@@ -276,7 +279,7 @@ impl Looker<'_> {
     fn follow_configs(&mut self, mut follow: Follow, base: &Path) {
         let mut budget = MAX_FOLLOWED;
         while let Some((value, from)) = follow.includes.pop() {
-            if budget == 0 {
+            if budget == 0 || self.late("it followed this repository's includes") {
                 break;
             }
             budget -= 1;
@@ -298,6 +301,9 @@ impl Looker<'_> {
             }
         }
         for value in follow.hooks_paths.into_iter().take(MAX_FOLLOWED) {
+            if self.late("it followed this repository's core.hooksPath") {
+                break;
+            }
             let Some(target) = resolve(&value, base) else {
                 continue;
             };

@@ -520,3 +520,24 @@ fn a_finding_left_in_place_fails_the_run() {
     assert!(l.warnings().iter().any(|w| w.contains("the run fails")));
     fs::remove_dir_all(&root).unwrap();
 }
+
+/// Out of time, the look stops and puts aside what it did not walk,
+/// repositories included.
+#[test]
+fn out_of_time_the_look_puts_the_rest_aside() {
+    let root = tmp("late");
+    let start = now(&root);
+    repo(&root.join("r/.git"));
+    fs::write(root.join("r/.git/config"), EVIL).unwrap();
+    let none = Limits {
+        time: Duration::ZERO,
+        ..Limits::default()
+    };
+    let l = run_look_kept(&root, start, Policy::Neutralise, &HashSet::new(), none);
+    assert!(!l.complete);
+    assert!(l.stopped.as_deref().unwrap().contains("longer than"), "{l:?}");
+    assert_eq!(found(&l, &root), pairs(&[("r", "unexamined")]), "{l:?}");
+    assert!(root.join("r.oz0-quarantine-r1/.git/config").exists());
+    assert_eq!(l.left_in_place, 0);
+    fs::remove_dir_all(&root).unwrap();
+}

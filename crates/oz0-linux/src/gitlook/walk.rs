@@ -55,6 +55,9 @@ struct Frame {
     region: Region,
     /// For a settings top: whether anything in it changed.
     changed: bool,
+    /// Why this folder could not be examined whole, when it could not
+    /// (it is then renamed aside as it is left).
+    unexamined: Option<String>,
 }
 
 /// Why the walk stops before its end.
@@ -160,6 +163,23 @@ impl<'a> Looker<'a> {
             changed_host_exec_more: self.host_exec_more,
             duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
         }
+    }
+
+    /// Whether the look is past its time: then it stops, and the folder
+    /// being looked at is put aside unexamined (`why` says what was not
+    /// done).
+    pub(super) fn late(&mut self, why: &str) -> bool {
+        if Instant::now() <= self.deadline {
+            return false;
+        }
+        if self.stopped.is_none() {
+            self.stopped = Some(Stop::Time(self.limits.time));
+        }
+        if let Some(top) = self.frames.last_mut() {
+            top.unexamined
+                .get_or_insert_with(|| format!("the look ran out of time before {why}"));
+        }
+        true
     }
 
     /// Whether what `st` describes changed at or after the run's start.
@@ -338,6 +358,7 @@ impl<'a> Looker<'a> {
             moved,
             region,
             changed: false,
+            unexamined: None,
         });
     }
 
@@ -463,13 +484,22 @@ impl<'a> Looker<'a> {
         let depth = self.frames.len();
         let path = self.here();
         self.path.truncate(frame.name_at.saturating_sub(1));
-        if frame.region == (Region::Settings { top: depth }) && frame.changed && depth > 0 {
-            let parent = self.top_fd_dup();
-            if let (Ok(parent), Ok(c)) = (parent, CString::new(name)) {
-                self.found(&parent, &c, path, What::AgentSettings);
-            }
-        }
+        let what = if let Some(reason) = frame.unexamined.clone() {
+            Some(What::Unexamined { reason })
+        } else if frame.region == (Region::Settings { top: depth }) && frame.changed {
+            Some(What::AgentSettings)
+        } else {
+            None
+        };
         drop(frame);
+        let Some(what) = what else { return };
+        if depth == 0 {
+            return self.found_left(path, what, "a writable folder itself is never renamed");
+        }
+        match (self.top_fd_dup(), CString::new(name)) {
+            (Ok(parent), Ok(c)) => self.found(&parent, &c, path, what),
+            _ => self.found_left(path, what, "no descriptor was left to rename it with"),
+        }
     }
 
     /// The walk stopped at a bound: every folder not walked yet is renamed
@@ -480,7 +510,13 @@ impl<'a> Looker<'a> {
             self.stopped.as_ref().expect("stopped")
         );
         while let Some(top) = self.frames.last() {
-            let rest: Vec<Vec<u8>> = self.pending[top.next..]
+            // A folder put aside whole takes what is in it along.
+            let skip = if top.unexamined.is_some() {
+                self.pending.len()
+            } else {
+                top.next
+            };
+            let rest: Vec<Vec<u8>> = self.pending[skip..]
                 .iter()
                 .map(|&(s, l)| self.arena[s..s + l].to_vec())
                 .collect();
