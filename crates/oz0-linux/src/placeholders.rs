@@ -29,7 +29,7 @@ pub(crate) fn remove_placeholders(ps: &[Placeholder], mut pool: Option<&mut Pool
             continue;
         };
         if let (PlaceholderKind::Dir, Some(pool)) = (p.kind, pool.as_deref_mut()) {
-            match pool.give_back(dir, name, p.path.as_path()) {
+            match pool.give_back(dir, name) {
                 Back::Aside | Back::Leave => continue,
                 Back::Remove => {}
             }

@@ -27,7 +27,11 @@
 //! and every placeholder folder are opened without following any, and each
 //! rename is `RENAME_NOREPLACE`, so it never replaces what is there. What
 //! is given back must be empty: a folder written to from outside the run
-//! while it was a placeholder is left where it is, content and all.
+//! while it was a placeholder is left where it is, content and all. Once
+//! in `used/`, a folder is any node process's to remove (they share the
+//! pool), so the one that gave it back does not look at it again: what was
+//! written into it just as it moved is removed with it, with a warning, as
+//! what is written into it later is.
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
@@ -72,7 +76,7 @@ pub enum Back {
     Aside,
     /// The pool cannot take it (another mount): the caller removes it.
     Remove,
-    /// Not an empty folder (or written to while it was moved): left alone.
+    /// Not an empty folder: left alone.
     Leave,
 }
 
@@ -155,9 +159,16 @@ impl Pool {
         Taken::No
     }
 
-    /// Moves the empty folder `name` in `from` (shown as `shown` in a
-    /// warning) out of the way, into `used/`.
-    pub fn give_back(&mut self, from: &impl AsFd, name: &Path, shown: &Path) -> Back {
+    /// Moves the empty folder `name` in `from` out of the way, into `used/`.
+    pub fn give_back(&mut self, from: &impl AsFd, name: &Path) -> Back {
+        self.give_back_then(from, name, || {})
+    }
+
+    /// [`Pool::give_back`], calling `moved` once the folder is in `used/`
+    /// (where a test puts what another node process does meanwhile). The
+    /// folder is not looked at there: another process tending the pool may
+    /// have removed it already (see the module's doc).
+    fn give_back_then(&mut self, from: &impl AsFd, name: &Path, moved: impl FnOnce()) -> Back {
         let Ok(dir) = no_links(from, name, OFlags::RDONLY | OFlags::DIRECTORY) else {
             return Back::Leave;
         };
@@ -173,32 +184,15 @@ impl Pool {
             aside.as_str(),
             RenameFlags::NOREPLACE,
         ) {
-            Ok(()) => {}
+            Ok(()) => {
+                moved();
+                Back::Aside
+            }
             Err(e) => {
                 self.elsewhere |= e == Errno::XDEV;
-                return Back::Remove;
+                Back::Remove
             }
         }
-        // Written between the check and the move: back where it was.
-        if !is_empty(&dir) {
-            if renameat_with(
-                &self.used,
-                aside.as_str(),
-                from,
-                name,
-                RenameFlags::NOREPLACE,
-            )
-            .is_err()
-            {
-                eprintln!(
-                    "oz0-node: the placeholder folder {} was written to from outside the run while it ended; it is kept as {}",
-                    shown.display(),
-                    self.path.join(USED).join(&aside).display()
-                );
-            }
-            return Back::Leave;
-        }
-        Back::Aside
     }
 
     /// Removes the folders in `used/` (and what any run wrote into them
@@ -237,7 +231,7 @@ impl Pool {
         }
         let path = self.path.join(sub).join(name);
         eprintln!(
-            "oz0-node: {} was written to after it had been a placeholder (a run kept it open); it is removed with what was written into it, and no placeholder is ever made from it again",
+            "oz0-node: {} was written to after it had been a placeholder (by a process that kept it open, or as its run ended); it is removed with what was written into it, and no placeholder is ever made from it again",
             path.display()
         );
         // std's remove_dir_all never follows a link inside; the path is the
@@ -322,10 +316,7 @@ mod tests {
         // A run elsewhere keeps the placeholder open; given back, it goes to
         // used/, never to fresh/.
         let kept = open_dir(&work.join(".claude"));
-        assert_eq!(
-            pool.give_back(&w, Path::new(".claude"), Path::new(".claude")),
-            Back::Aside
-        );
+        assert_eq!(pool.give_back(&w, Path::new(".claude")), Back::Aside);
         assert!(!work.join(".claude").exists());
         assert_eq!((count(&fresh), count(&used)), (FRESH_TARGET - 1, 1));
         // That run writes into it now, wherever it is...
@@ -350,29 +341,62 @@ mod tests {
         // is, content and all.
         assert_eq!(pool.take(&w, Path::new(".claude")), Taken::Moved);
         std::fs::write(work.join(".claude/settings.json"), "x").unwrap();
-        assert_eq!(
-            pool.give_back(&w, Path::new(".claude"), Path::new(".claude")),
-            Back::Leave
-        );
+        assert_eq!(pool.give_back(&w, Path::new(".claude")), Back::Leave);
         assert_eq!(
             std::fs::read(work.join(".claude/settings.json")).unwrap(),
             b"x"
         );
         // A link is never followed, nor a file taken.
         std::os::unix::fs::symlink(&work, work.join(".idea")).unwrap();
-        assert_eq!(
-            pool.give_back(&w, Path::new(".idea"), Path::new(".idea")),
-            Back::Leave
-        );
+        assert_eq!(pool.give_back(&w, Path::new(".idea")), Back::Leave);
         std::fs::write(work.join(".vscode"), "").unwrap();
-        assert_eq!(
-            pool.give_back(&w, Path::new(".vscode"), Path::new(".vscode")),
-            Back::Leave
-        );
+        assert_eq!(pool.give_back(&w, Path::new(".vscode")), Back::Leave);
         assert!(std::fs::symlink_metadata(work.join(".idea"))
             .unwrap()
             .file_type()
             .is_symlink());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// Node processes share the pool: one tends it (removing what is in
+    /// `used/`) just after another has moved a placeholder there. Removed
+    /// under it, the giver's folder read as written to from outside the run
+    /// (a warning naming a folder that was gone, the folder left alone);
+    /// whoever removes it, it is put aside, never read as written to, and
+    /// what was written into it as it moved is removed, never put back.
+    #[test]
+    fn a_folder_given_back_while_another_process_tends_is_put_aside() {
+        let root = tmp("two");
+        let (data, work) = (root.join("data"), root.join("work"));
+        std::fs::create_dir_all(&work).unwrap();
+        let w = open_dir(&work);
+        let used = data.join(POOL_DIR).join(USED);
+        let mut a = Pool::open(&data, "a").unwrap();
+        a.tend();
+        let mut b = Pool::open(&data, "b").unwrap();
+        let name = Path::new(".cursor");
+
+        assert_eq!(a.take(&w, name), Taken::Moved);
+        let back = a.give_back_then(&w, name, || b.tend());
+        assert_eq!(back, Back::Aside, "an empty placeholder read as written to");
+        assert_eq!(count(&used), 0);
+
+        assert_eq!(a.take(&w, name), Taken::Moved);
+        let kept = open_dir(&work.join(name));
+        let back = a.give_back_then(&w, name, || {
+            let f = rustix::fs::openat(
+                &kept,
+                "settings.json",
+                OFlags::CREATE | OFlags::WRONLY,
+                Mode::from_raw_mode(0o644),
+            )
+            .unwrap();
+            rustix::io::write(&f, b"x").unwrap();
+            b.tend();
+        });
+        assert_eq!(back, Back::Aside);
+        assert!(!work.join(name).exists(), "a used folder was put back");
+        assert_eq!(count(&used), 0);
         let _ = std::fs::remove_dir_all(&root);
     }
 

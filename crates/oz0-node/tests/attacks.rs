@@ -422,6 +422,110 @@ fn a_placeholder_folder_another_run_kept_open_is_never_reused() {
     assert!(left.is_empty(), "left in run C's folder: {left:?}");
 }
 
+/// Node processes of one user that share a data directory (many runs at
+/// once) never hand each other a placeholder folder, and never warn of a
+/// write into one that no one made. 200 runs, 8 at a time, each in folders
+/// of its own (a work folder and four `--write` folders: 40 folder
+/// placeholders a run, moved in from and out to the shared pool while the
+/// other runs tend it). While each runs, its placeholder folders, seen from
+/// the host, are folders no other run had (inode and birth time); after
+/// it, nothing is left in its folders.
+#[test]
+fn runs_sharing_the_placeholder_pool_share_no_folder_and_warn_of_no_write() {
+    use std::collections::HashMap;
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    ready!();
+    const RUNS: usize = 200;
+    const AT_ONCE: usize = 8;
+    const FOLDERS: usize = 5;
+    const NAMES: [&str; 8] = [
+        ".oz0", ".codex", ".claude", ".agents", ".vscode", ".idea", ".cursor", ".gemini",
+    ];
+    let env = Env::new("poolrace");
+    // The pool moves folders only within one mount.
+    assert_eq!(
+        std::fs::metadata(&env.data).unwrap().dev(),
+        std::fs::metadata(&env.root.0).unwrap().dev()
+    );
+    let next = AtomicUsize::new(0);
+    // (inode, birth time) of each placeholder folder seen, and its run.
+    let seen = Mutex::new(HashMap::new());
+    let problems = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..AT_ONCE {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= RUNS {
+                    break;
+                }
+                let dirs: Vec<_> = (0..FOLDERS)
+                    .map(|k| env.root.join(&format!("run{i}-{k}")))
+                    .collect();
+                let mut c = std::process::Command::new(common::node());
+                c.args(["sandbox", "run", "--data-dir"]).arg(&env.data);
+                for (k, d) in dirs.iter().enumerate() {
+                    std::fs::create_dir(d).unwrap();
+                    c.arg(if k == 0 { "--work" } else { "--write" }).arg(d);
+                }
+                let mut child = c
+                    .args(["--", "/bin/sh", "-c", "echo up; read _"])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                let up = first_line(&mut child) == "up\n";
+                let mut found = 0;
+                for n in dirs.iter().flat_map(|d| NAMES.map(|n| d.join(n))) {
+                    let Ok(m) = std::fs::symlink_metadata(&n) else {
+                        continue;
+                    };
+                    found += 1;
+                    let born = m.created().expect("the file system tells birth times");
+                    if let Some(j) = seen.lock().unwrap().insert((m.ino(), born), i) {
+                        problems.lock().unwrap().push(format!(
+                            "{}: run {i} got the folder run {j} had",
+                            n.display()
+                        ));
+                    }
+                }
+                let _ = child.stdin.take().unwrap().write_all(b"\n");
+                let out = child.wait_with_output().unwrap();
+                let mut p = problems.lock().unwrap();
+                if !up || !out.status.success() || found != FOLDERS * NAMES.len() {
+                    p.push(format!(
+                        "run {i}: started {up}, {found} placeholder folders, {}: {}",
+                        out.status,
+                        stderr(&out)
+                    ));
+                }
+                p.extend(
+                    stderr(&out)
+                        .lines()
+                        .filter(|l| l.contains("placeholder"))
+                        .map(|l| format!("run {i}: {l}")),
+                );
+                for d in &dirs {
+                    let left = std::fs::read_dir(d).unwrap().count();
+                    if left > 0 {
+                        p.push(format!("{}: {left} entries left", d.display()));
+                    }
+                }
+            });
+        }
+    });
+    let problems = problems.into_inner().unwrap();
+    eprintln!(
+        "race: {RUNS} runs, {AT_ONCE} at once, {} placeholder folders: {} problems",
+        seen.into_inner().unwrap().len(),
+        problems.len()
+    );
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
 /// The egress bridge is out of the command's reach: it runs as the same
 /// user in the same run, but the command can neither open its memory
 /// through `/proc` (to write code into it), nor read its environment, nor
