@@ -1,5 +1,6 @@
 //! Spare empty folders for folder placeholders, kept in the node's data
-//! directory (`<data-dir>/placeholders`, mode 0700, never visible to a run).
+//! directory (`<data-dir>/placeholder-pool`, mode 0700, never visible to a
+//! run).
 //!
 //! A folder placeholder is moved into place from here instead of being made
 //! at the start of the run, and moved out of the way after it instead of
@@ -17,9 +18,12 @@
 //! been a placeholder never becomes one again: `fresh/` holds only folders
 //! the node made there and no run has seen, and a placeholder given back
 //! goes to `used/`, from where it is removed (with whatever was written
-//! into it meanwhile, and a warning). Folders of the layout before this one
-//! (spare folders at the top of `placeholders/`, which may have been seen)
-//! are removed the same way.
+//! into it meanwhile, and a warning). The layouts before this one kept
+//! their folders in `placeholders/`: first spare folders at its top, which
+//! may have been seen, then `fresh/` and `used/` there, which a node of the
+//! first would take for spare folders (and hand a run `used/` itself, with
+//! what was written into it). No node of either uses `placeholder-pool/`;
+//! `placeholders/` is emptied and removed the same way.
 //!
 //! A rename works only within one mount. A writable folder on another mount
 //! than the data directory gets its placeholders made and removed in place
@@ -44,7 +48,9 @@ use rustix::io::Errno;
 use crate::hold::no_links;
 
 /// The pool's folder, under the node's data directory.
-pub const POOL_DIR: &str = "placeholders";
+pub const POOL_DIR: &str = "placeholder-pool";
+/// The pool's folder in the layouts before this one.
+const OLD_DIR: &str = "placeholders";
 /// Folders the node made and no run has seen.
 const FRESH: &str = "fresh";
 /// Folders that were placeholders, to be removed.
@@ -55,7 +61,8 @@ const FRESH_TARGET: usize = 16;
 /// The pool of one node process.
 pub struct Pool {
     path: PathBuf,
-    root: OwnedFd,
+    /// Where the layouts before this one kept the pool.
+    old: PathBuf,
     fresh: OwnedFd,
     used: OwnedFd,
     /// The fresh folders, as far as this process knows: listed when the pool
@@ -98,6 +105,12 @@ fn private_dir(dir: impl AsFd, name: &Path) -> Option<OwnedFd> {
         Ok(()) | Err(Errno::EXIST) => {}
         Err(_) => return None,
     }
+    existing_private_dir(dir, name)
+}
+
+/// The private folder of this user's at `name` in `dir`, opened without
+/// following links.
+fn existing_private_dir(dir: impl AsFd, name: &Path) -> Option<OwnedFd> {
     let fd = no_links(dir, name, OFlags::RDONLY | OFlags::DIRECTORY).ok()?;
     let st = rustix::fs::fstat(&fd).ok()?;
     (st.st_uid == rustix::process::getuid().as_raw() && st.st_mode & 0o077 == 0).then_some(fd)
@@ -120,7 +133,7 @@ impl Pool {
         let names = list(&fresh).ok()?;
         Some(Pool {
             path,
-            root,
+            old: data_dir.join(OLD_DIR),
             fresh,
             used,
             names,
@@ -197,17 +210,14 @@ impl Pool {
 
     /// Removes the folders in `used/` (and what any run wrote into them
     /// after they were placeholders, with a warning), and those of the
-    /// previous layout, then makes fresh folders up to a few more than a
+    /// layouts before, then makes fresh folders up to a few more than a
     /// run takes. Called while the node would otherwise only wait.
     pub fn tend(&mut self) {
+        let used = self.path.join(USED);
         for name in list(&self.used).unwrap_or_default() {
-            self.remove(&self.used, USED, &name);
+            remove(&self.used, &used, &name);
         }
-        for name in list(&self.root).unwrap_or_default() {
-            if name != FRESH && name != USED {
-                self.remove(&self.root, "", &name);
-            }
-        }
+        self.remove_old();
         if self.elsewhere {
             return;
         }
@@ -221,23 +231,46 @@ impl Pool {
         }
     }
 
-    /// Removes `name` from `dir` (the pool's folder `sub`): an empty folder
-    /// at once; anything else, with what is in it (written by a process
-    /// that kept a folder open after it was a placeholder), with a warning.
-    fn remove(&self, dir: &OwnedFd, sub: &str, name: &OsString) {
-        match unlinkat(dir, name.as_os_str(), AtFlags::REMOVEDIR) {
-            Ok(()) | Err(Errno::NOENT) => return,
-            Err(_) => {}
+    /// Empties and removes the pool's folder of the layouts before this
+    /// one, if there is one (a folder of this user's only).
+    fn remove_old(&self) {
+        if std::fs::symlink_metadata(&self.old).is_err() {
+            return;
         }
-        let path = self.path.join(sub).join(name);
-        eprintln!(
-            "oz0-node: {} was written to after it had been a placeholder (by a process that kept it open, or as its run ended); it is removed with what was written into it, and no placeholder is ever made from it again",
-            path.display()
-        );
-        // std's remove_dir_all never follows a link inside; the path is the
-        // node's own (its private data directory).
-        let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
+        let Some(old) = existing_private_dir(CWD, &self.old) else {
+            return;
+        };
+        for name in list(&old).unwrap_or_default() {
+            if name == FRESH || name == USED {
+                if let Some(sub) = existing_private_dir(&old, Path::new(&name)) {
+                    let within = self.old.join(&name);
+                    for n in list(&sub).unwrap_or_default() {
+                        remove(&sub, &within, &n);
+                    }
+                }
+            }
+            remove(&old, &self.old, &name);
+        }
+        let _ = unlinkat(CWD, &self.old, AtFlags::REMOVEDIR);
     }
+}
+
+/// Removes `name` from `dir` (the pool's folder `within`): an empty folder
+/// at once; anything else, with what is in it (written by a process that
+/// kept a folder open after it was a placeholder), with a warning.
+fn remove(dir: &OwnedFd, within: &Path, name: &OsString) {
+    match unlinkat(dir, name.as_os_str(), AtFlags::REMOVEDIR) {
+        Ok(()) | Err(Errno::NOENT) => return,
+        Err(_) => {}
+    }
+    let path = within.join(name);
+    eprintln!(
+        "oz0-node: {} was written to after it had been a placeholder (by a process that kept it open, or as its run ended); it is removed with what was written into it, and no placeholder is ever made from it again",
+        path.display()
+    );
+    // std's remove_dir_all never follows a link inside; the path is the
+    // node's own (its private data directory).
+    let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
 }
 
 /// Whether the folder open at `dir` has no entry but `.` and `..` (read
@@ -400,21 +433,29 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
     }
 
-    /// Spare folders of the layout before `fresh/` and `used/` may have been
-    /// placeholders: they are removed, never taken.
+    /// The layouts before this one kept the pool in `placeholders/`: spare
+    /// folders at its top (which may have been seen), then `fresh/` and
+    /// `used/` there, which a node of the first layout takes for spare
+    /// folders. Nothing there is taken, and it is emptied and removed; this
+    /// pool's folders are never there.
     #[test]
-    fn folders_of_the_old_layout_are_removed() {
+    fn folders_of_the_old_layouts_are_removed_never_taken() {
+        use std::os::unix::fs::PermissionsExt;
         let root = tmp("old");
         let (data, work) = (root.join("data"), root.join("work"));
-        std::fs::create_dir_all(data.join(POOL_DIR).join("r0-1/planted")).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(data.join(POOL_DIR), std::fs::Permissions::from_mode(0o700))
-            .unwrap();
+        let old = data.join(OLD_DIR);
+        for d in ["r0-1/planted", "fresh/r1-1", "used/r1-2/planted"] {
+            std::fs::create_dir_all(old.join(d)).unwrap();
+        }
+        for d in [&old, &old.join(FRESH), &old.join(USED)] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
         std::fs::create_dir_all(&work).unwrap();
-        let mut pool = Pool::open(&data, "r1").unwrap();
+        let mut pool = Pool::open(&data, "r2").unwrap();
         assert_eq!(pool.take(&open_dir(&work), Path::new(".claude")), Taken::No);
         pool.tend();
-        assert!(!data.join(POOL_DIR).join("r0-1").exists());
+        assert!(!old.exists(), "the old layout's folder is still there");
+        assert_eq!(count(&data.join(POOL_DIR).join(FRESH)), FRESH_TARGET);
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -355,7 +355,7 @@ fn stdin_and_stdout_are_the_callers() {
 fn folder_placeholders_come_from_the_pool_and_go_back() {
     ready!();
     let env = Env::new("pool");
-    let pool = env.data.join("placeholders");
+    let pool = env.data.join("placeholder-pool");
     let names = |sub: &str| -> Vec<String> {
         std::fs::read_dir(pool.join(sub))
             .map(|d| {
