@@ -89,9 +89,15 @@ pub(crate) fn record_run(
     placeholders: &[Placeholder],
 ) -> Result<(), SandboxError> {
     let pid = rustix::process::getpid().as_raw_nonzero().get();
+    // Without its start time, a sweep of another node process could take
+    // this live run for a dead one (a pid is reused): no record, no run.
+    let start = start_time(pid).ok_or_else(|| SandboxError::Prepare {
+        what: "the run record (this process's start time in /proc/self/stat)",
+        source: io::Error::new(io::ErrorKind::NotFound, "/proc is not readable; mount it"),
+    })?;
     let rec = RunRecord {
         pid,
-        start: start_time(pid).unwrap_or(0),
+        start,
         roots: roots.to_vec(),
         placeholders: placeholders.to_vec(),
     };
