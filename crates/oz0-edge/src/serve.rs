@@ -1,14 +1,21 @@
 //! Serving the API on a listener a hostile network can reach: TLS (rustls,
-//! its certificate reloaded on demand), a cap on open connections, a
+//! its certificate reloaded on demand), caps on open connections, a
 //! deadline for each request's headers and for each whole request, and a
 //! bound on the header block.
 //!
-//! A connection over the cap is closed at once (the edge keeps answering
-//! the others); a client that sends its headers slowly, or none, is
-//! dropped after [`Limits::header_timeout`] (idle keep-alive connections
-//! too); a request that takes longer than [`Limits::request_timeout`] to be
-//! sent and answered gets 408; a header block over
-//! [`Limits::max_header_bytes`] gets 431.
+//! A connection is admitted or closed as it is accepted, before TLS and
+//! before anything is read (see [`slots`]): at most
+//! [`Limits::max_connections`] open at once, at most
+//! [`Limits::max_connections_per_client`] from one client address, and
+//! [`Limits::reserve`] of them kept for addresses a node's signature or an
+//! operator's token came from; the edge keeps answering the others. A
+//! client that sends its headers slowly, or none, is dropped after
+//! [`Limits::header_timeout`] (idle keep-alive connections too); a request
+//! that takes longer than [`Limits::request_timeout`] to be sent and
+//! answered gets 408; a header block over [`Limits::max_header_bytes`]
+//! gets 431. Events that come in floods (refused connections, failed
+//! accepts, TLS handshakes that fail) are logged through
+//! [`crate::log::Tally`].
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -25,16 +32,22 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::pki_types::{pem::PemObject, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
+use crate::log::{Level, Tally};
 use crate::wire::ApiError;
+
+pub mod open_files;
+pub mod slots;
 
 /// What a connection may take.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Connections open at once.
     pub max_connections: usize,
+    /// Connections open at once from one client: an IPv4 address or an
+    /// IPv6 /64 (loopback too).
+    pub max_connections_per_client: usize,
     /// Time for a request's header block (and for the next request's on a
     /// kept-alive connection).
     pub header_timeout: Duration,
@@ -50,11 +63,19 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_connections: 4096,
+            max_connections_per_client: 64,
             header_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             max_header_bytes: 16 * 1024,
             handshake_timeout: Duration::from_secs(10),
         }
+    }
+}
+
+impl Limits {
+    /// The slots kept for known addresses: an eighth of the cap.
+    pub fn reserve(&self) -> usize {
+        self.max_connections / 8
     }
 }
 
@@ -130,6 +151,76 @@ impl ResolvesServerCert for ServerCert {
     }
 }
 
+tokio::task_local! {
+    /// The slot of the connection whose request is being answered.
+    static CONNECTION: slots::Proof;
+}
+
+/// The request being answered showed a node's valid signature or an
+/// operator's token: its connection leaves the anonymous share, and its
+/// client's address may use the reserve for [`slots::KNOWN_FOR_MS`].
+pub(crate) fn proven() {
+    let _ = CONNECTION.try_with(|p| p.prove(crate::time::now_ms()));
+}
+
+static ACCEPT_FAILED: Tally = Tally::new(Level::Warn);
+static REFUSED_PER_CLIENT: Tally = Tally::new(Level::Warn);
+static REFUSED_FULL: Tally = Tally::new(Level::Warn);
+static REFUSED_ANONYMOUS: Tally = Tally::new(Level::Warn);
+static TLS_FAILED: Tally = Tally::new(Level::Info);
+static TLS_TIMED_OUT: Tally = Tally::new(Level::Info);
+static HEADERS_TOO_LARGE: Tally = Tally::new(Level::Info);
+
+/// Longest pause after a failed accept; the first is
+/// [`FIRST_ACCEPT_PAUSE`], each next one twice as long.
+const LAST_ACCEPT_PAUSE: Duration = Duration::from_secs(1);
+const FIRST_ACCEPT_PAUSE: Duration = Duration::from_millis(10);
+
+/// What a failed accept says, with the fix when it is one of the limits.
+fn accept_failed(e: &std::io::Error) -> String {
+    #[cfg(unix)]
+    {
+        use rustix::io::Errno;
+        let errno = e.raw_os_error().map(Errno::from_raw_os_error);
+        if errno == Some(Errno::MFILE) {
+            return format!("accepting a connection: {e}: the edge is out of open files: raise LimitNOFILE= in its unit (or ulimit -n where it starts), or lower --max-connections");
+        }
+        if errno == Some(Errno::NFILE) {
+            return format!("accepting a connection: {e}: the system is out of open files: raise the sysctl fs.file-max");
+        }
+    }
+    format!("accepting a connection: {e}")
+}
+
+fn refused(why: slots::Refused, limits: &Limits, peer: SocketAddr) {
+    let client = slots::Client::from(peer.ip());
+    match why {
+        slots::Refused::PerClient => REFUSED_PER_CLIENT.note(
+            &format!(
+                "connection closed: {client} has {} open, the most one client may (--max-connections-per-client)",
+                limits.max_connections_per_client
+            ),
+            Some(peer),
+        ),
+        slots::Refused::Full => REFUSED_FULL.note(
+            &format!(
+                "connection closed: {} are open, the most at once (--max-connections)",
+                limits.max_connections
+            ),
+            Some(peer),
+        ),
+        slots::Refused::Anonymous => REFUSED_ANONYMOUS.note(
+            &format!(
+                "connection closed: the {} slots open to any address are taken; the other {} are kept for addresses nodes and operators used in the last {} minutes",
+                limits.max_connections - limits.reserve(),
+                limits.reserve(),
+                slots::KNOWN_FOR_MS / 60_000
+            ),
+            Some(peer),
+        ),
+    }
+}
+
 /// Serves `router` on `listener` until the task is dropped.
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -137,45 +228,49 @@ pub async fn serve(
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: Limits,
 ) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let slots = slots::Slots::new(
+        limits.max_connections,
+        limits.max_connections_per_client,
+        limits.reserve(),
+    );
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
-    let mut refused: u64 = 0;
+    let mut pause = Duration::ZERO;
     loop {
         let (tcp, peer) = match listener.accept().await {
-            Ok(c) => c,
-            // Out of descriptors and the like: the listener itself is fine.
+            Ok(c) => {
+                pause = Duration::ZERO;
+                c
+            }
+            // Out of descriptors and the like: the listener itself is
+            // fine, and the pending connections wait in its backlog.
             Err(e) => {
-                crate::log::warn(&format!("accepting a connection: {e}"), None);
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                ACCEPT_FAILED.note(&accept_failed(&e), None);
+                pause = (pause * 2).clamp(FIRST_ACCEPT_PAUSE, LAST_ACCEPT_PAUSE);
+                tokio::time::sleep(pause).await;
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            refused += 1;
-            if refused.is_power_of_two() {
-                crate::log::warn(
-                    &format!(
-                        "{} connection(s) refused: over the cap of {} open at once",
-                        refused, limits.max_connections
-                    ),
-                    Some(peer),
-                );
+        let slot = match slots.admit(peer.ip(), crate::time::now_ms()) {
+            Ok(s) => s,
+            Err(why) => {
+                drop(tcp);
+                refused(why, &limits, peer);
+                continue;
             }
-            drop(tcp);
-            continue;
         };
         let _ = tcp.set_nodelay(true);
         let (router, acceptor) = (router.clone(), acceptor.clone());
         tokio::spawn(async move {
+            let proof = slot.proof();
             match acceptor {
-                None => connection(tcp, peer, router, limits).await,
+                None => connection(tcp, peer, router, limits, proof).await,
                 Some(a) => {
                     match tokio::time::timeout(limits.handshake_timeout, a.accept(tcp)).await {
-                        Ok(Ok(tls)) => connection(tls, peer, router, limits).await,
+                        Ok(Ok(tls)) => connection(tls, peer, router, limits, proof).await,
                         Ok(Err(e)) => {
-                            crate::log::info(&format!("TLS handshake failed: {e}"), Some(peer))
+                            TLS_FAILED.note(&format!("TLS handshake failed: {e}"), Some(peer))
                         }
-                        Err(_) => crate::log::info("TLS handshake timed out", Some(peer)),
+                        Err(_) => TLS_TIMED_OUT.note("TLS handshake timed out", Some(peer)),
                     }
                 }
             }
@@ -184,17 +279,22 @@ pub async fn serve(
     }
 }
 
-async fn connection<S>(stream: S, peer: SocketAddr, router: Router, limits: Limits)
-where
+async fn connection<S>(
+    stream: S,
+    peer: SocketAddr,
+    router: Router,
+    limits: Limits,
+    proof: slots::Proof,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
-        let router = router.clone();
+        let (router, proof) = (router.clone(), proof.clone());
         async move {
             let answer = tokio::time::timeout(
                 limits.request_timeout,
-                router.oneshot(req.map(axum::body::Body::new)),
+                CONNECTION.scope(proof, router.oneshot(req.map(axum::body::Body::new))),
             )
             .await;
             Ok::<_, Infallible>(match answer {
@@ -219,7 +319,7 @@ where
         .keep_alive(true);
     if let Err(e) = b.serve_connection(TokioIo::new(stream), svc).await {
         if e.is_parse_too_large() {
-            crate::log::info("request header block over the bound: 431", Some(peer));
+            HEADERS_TOO_LARGE.note("request header block over the bound: 431", Some(peer));
         }
     }
 }

@@ -1,7 +1,9 @@
 //! What a connection may take from the edge: idle and half-sent requests
 //! are dropped after the header deadline, a slow body gets 408, a header
 //! block over the bound gets 431, connections over the cap are closed as
-//! they arrive — and through all of it the edge keeps answering.
+//! they arrive, one client address holds at most its share, and the slots
+//! kept for the fleet stay free for it — and through all of it the edge
+//! keeps answering.
 
 mod common;
 
@@ -9,7 +11,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::start_with;
+use common::net::{connect_from, health_from, is_open};
+use common::{linux_facts, node, start_with, ACME};
 use oz0_edge::client::Trust;
 use oz0_edge::serve::Limits;
 use oz0_edge::Store;
@@ -143,4 +146,90 @@ async fn connections_over_the_cap_are_closed_and_the_edge_keeps_answering() {
     })
     .await
     .unwrap();
+}
+
+fn socket_addr(url: &str) -> std::net::SocketAddr {
+    addr(url).parse().unwrap()
+}
+
+/// A guard against a hung test, never a measure.
+const GUARD: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_address_cannot_take_every_connection() {
+    let e = start_with(
+        Store::open("sqlite::memory:").await.unwrap(),
+        30_000,
+        None,
+        Limits::default(),
+        Trust::System,
+    )
+    .await;
+    let a = socket_addr(&e.url);
+    tokio::task::spawn_blocking(move || {
+        // 127.0.0.1 takes its 64 connections (the default per address)...
+        let held: Vec<TcpStream> = (0..64).map(|_| connect_from(1, a)).collect();
+        // ...and its 65th is closed before anything is read from it.
+        let got = health_from(1, a, GUARD);
+        assert!(
+            got.is_empty(),
+            "the 65th connection of 127.0.0.1 was answered: {got:?}"
+        );
+        // Another address is served all the while.
+        let got = health_from(2, a, GUARD);
+        assert!(got.starts_with("HTTP/1.1 200"), "127.0.0.2: {got:?}");
+        let closed = held.iter().filter(|s| !is_open(s)).count();
+        assert_eq!(closed, 0, "the edge closed {closed} of the 64 it had taken");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_poll_while_anonymous_connections_hold_every_slot_open_to_them() {
+    let l = Limits {
+        max_connections: 16,
+        ..Limits::default()
+    };
+    let e = start_with(
+        Store::open("sqlite::memory:").await.unwrap(),
+        30_000,
+        None,
+        l,
+        Trust::System,
+    )
+    .await;
+    // A node of the fleet, polling from 127.0.0.1 before the flood.
+    let n = node(&e, "acme", ACME, "n1", &linux_facts(false, false)).await;
+    assert!(n.poll_job(1).await.unwrap().is_none());
+    let a = socket_addr(&e.url);
+    // Idle connections from two other addresses: more than the cap.
+    let held = tokio::task::spawn_blocking(move || {
+        let held: Vec<TcpStream> = (0..8)
+            .flat_map(|_| [2, 3])
+            .map(|last| connect_from(last, a))
+            .collect();
+        // One more, from an address no node or operator used: refused.
+        let got = health_from(4, a, GUARD);
+        assert!(
+            got.is_empty(),
+            "an anonymous connection over its share was answered: {got:?}"
+        );
+        held
+    })
+    .await
+    .unwrap();
+    // The node is still served, request after request (a connection each).
+    for i in 0..5 {
+        let r = n.poll_job(1).await;
+        assert!(
+            matches!(r, Ok(None)),
+            "poll {i} while the flood holds its slots: {r:?}"
+        );
+    }
+    // A connection the anonymous ones hold is not taken from them.
+    let closed = tokio::task::spawn_blocking(move || held.iter().filter(|s| !is_open(s)).count())
+        .await
+        .unwrap();
+    assert_eq!(closed, 16 - 14, "the anonymous share of 16 is 14");
 }

@@ -1,5 +1,8 @@
 //! Who is asking: signed node requests (timestamp, signature, then nonce,
 //! with nonces past their window swept now and then) and operator tokens.
+//! A request that passes either marks its connection proven
+//! (`crate::serve::proven`), which keeps the fleet's way in open when
+//! anonymous connections fill theirs.
 
 use std::sync::atomic::Ordering;
 
@@ -119,6 +122,7 @@ impl Edge {
         }
         let key = auth::decode_key(&node.public_key)?;
         let now = self.check_signed(method, uri, &s, &key, body).await?;
+        crate::serve::proven();
         Ok((node, now))
     }
 
@@ -140,7 +144,10 @@ impl Edge {
                 }
             });
         match presented {
-            Some(t) if self.cfg.operator_tokens.iter().any(|d| d.matches(&t)) => Ok(()),
+            Some(t) if self.cfg.operator_tokens.iter().any(|d| d.matches(&t)) => {
+                crate::serve::proven();
+                Ok(())
+            }
             _ => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthenticated",

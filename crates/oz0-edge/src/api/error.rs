@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use crate::auth::AuthError;
+use crate::log::{Level, Tally};
 use crate::store::StoreError;
 use crate::wire::ApiError;
 
@@ -45,9 +46,22 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// Refusals of each kind, logged a few lines an interval however many
+/// come (a fleet of unregistered nodes polling sends thousands).
+static REFUSED: [Tally; 7] = [const { Tally::new(Level::Warn) }; 7];
+
 impl From<AuthError> for ApiError {
     fn from(e: AuthError) -> ApiError {
-        crate::log::warn(&format!("refused: {e}"), None);
+        let kind = match e {
+            AuthError::Header(_) => 0,
+            AuthError::UnknownNode(_) => 1,
+            AuthError::Skew(_) => 2,
+            AuthError::Signature(_) => 3,
+            AuthError::Replay(_) => 4,
+            AuthError::Token => 5,
+            AuthError::PublicKey => 6,
+        };
+        REFUSED[kind].note(&format!("refused: {e}"), None);
         ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", e.to_string())
     }
 }

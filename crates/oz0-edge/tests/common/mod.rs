@@ -19,6 +19,7 @@ use oz0_policy::facts::{
 };
 
 pub mod certs;
+pub mod net;
 
 pub const OPERATOR: &str = "operator-token-0123456789";
 pub const ACME: &str = "acme-enrolment-0123456789";
