@@ -45,7 +45,7 @@ pub struct EdgeConfig {
     /// A node counts as live this long after its last request.
     pub node_live_ms: i64,
     /// Tenants whose new nodes wait for an operator's approval before they
-    /// take work above tier 0.
+    /// take any work.
     pub approval_tenants: std::collections::BTreeSet<String>,
     /// Times a job may be handed out (its lease lapsing each time) before it
     /// fails with the reason.

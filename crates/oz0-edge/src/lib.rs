@@ -12,8 +12,9 @@
 //! - **Nodes are not trusted for words.** A node may be compromised or simply
 //!   wrong. Everything it sends is parsed into [`oz0_policy::facts::NodeFacts`]
 //!   (unknown fields refused), then [`sanitize`]d: a build, a version, a
-//!   contract, a label or a name is kept only when it matches a strict pattern
-//!   or a closed set, and anything else is dropped and counted. Fixes are
+//!   contract or a label is kept only when it matches a strict pattern or a
+//!   closed set, and anything else is dropped and counted; a name that is
+//!   not a host name is refused at registration, unechoed. Fixes are
 //!   worded by the edge from the fix *kind*. No node-supplied prose reaches a
 //!   page, the API or a log verbatim; the Nodes page escapes every value anyway
 //!   and forbids scripts by its Content-Security-Policy. The one exception is
@@ -43,8 +44,9 @@
 //!   connection may hold the edge only so long: its headers within a
 //!   deadline, its whole request within another, a bounded header block,
 //!   and a cap on connections open at once ([`mod@serve`]).
-//! - **A node is admitted, not just enrolled.** A tenant can keep new nodes
-//!   at tier 0 until an operator approves them; a removed node's key is
+//! - **A node is admitted, not just enrolled.** A tenant can give new nodes
+//!   no work at all until an operator approves them (its enrolment token
+//!   alone hands out no job and no secret); a removed node's key is
 //!   refused for good; a key is replaced only on the old one's signature and
 //!   the new one's proof; a name belongs to one node of a tenant.
 //! - **Out of scope here:** a malicious database, and the confidentiality of

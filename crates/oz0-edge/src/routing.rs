@@ -234,7 +234,40 @@ impl JobRequest {
     }
 }
 
+/// A live node that fits a job but takes no work now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBack {
+    /// Its name, or its id when it has none (both strict patterns).
+    pub node: String,
+    /// It waits for an operator's approval (else it is drained).
+    pub pending: bool,
+}
+
 impl Needs {
+    /// Why no node of `tenant` takes this now, when the only live nodes
+    /// that fit it (`held`, not empty) wait for approval or are drained:
+    /// each with the operator's command that gives it work.
+    pub fn held_back(&self, tenant: &str, held: &[HeldBack]) -> String {
+        let each = held
+            .iter()
+            .map(|h| {
+                if h.pending {
+                    format!(
+                        "{} waits for an operator's approval (oz0 node approve {})",
+                        h.node, h.node
+                    )
+                } else {
+                    format!("{} is drained (oz0 node undrain {})", h.node, h.node)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        format!(
+            "this job needs tier {}, and the only live node(s) of tenant {tenant} that could take it take no work now: {each}",
+            self.tier
+        )
+    }
+
     /// Why no node of `tenant` can take this, in the edge's words, given
     /// what the tenant's live nodes offer (`(routed tier, microvm, oci, arch)`).
     pub fn refusal(
@@ -402,5 +435,23 @@ mod tests {
             "{why}"
         );
         assert!(is_tenant("acme") && !is_tenant("Acme") && !is_tenant("a/b"));
+        let n = shell(Origin::Internal).needs().unwrap();
+        let why = n.held_back(
+            "acme",
+            &[
+                HeldBack {
+                    node: "alpha".into(),
+                    pending: true,
+                },
+                HeldBack {
+                    node: "beta".into(),
+                    pending: false,
+                },
+            ],
+        );
+        assert!(
+            why.contains("alpha waits for an operator's approval (oz0 node approve alpha); beta is drained (oz0 node undrain beta)"),
+            "{why}"
+        );
     }
 }

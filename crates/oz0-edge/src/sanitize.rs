@@ -17,7 +17,7 @@ mod words;
 
 pub use patterns::{
     is_arch, is_feature, is_kernel_release, is_macos_build, is_node_name, is_node_version,
-    is_version, is_windows_build,
+    is_usable_node_name, is_version, is_windows_build, NODE_NAME_FORM,
 };
 
 use patterns::short;

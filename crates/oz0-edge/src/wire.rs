@@ -300,6 +300,8 @@ impl ShellJob {
         if self.command.is_empty() || self.command[0].is_empty() {
             return Err("the job's command is empty: give \"command\": [PROGRAM, ARG...]".into());
         }
+        // The node's own check, so a command it could never run is refused here.
+        oz0_policy::spec::check_command(&self.command).map_err(|e| e.to_string())?;
         for (k, v) in &self.env {
             oz0_policy::EnvVar::new(k, v).map_err(|e| format!("env {k}: {e}"))?;
         }

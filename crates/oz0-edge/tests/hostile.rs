@@ -26,10 +26,14 @@ async fn hostile_facts_are_dropped_or_refused_and_the_page_escapes_everything() 
         let key_dir = std::env::temp_dir().join(format!("oz0-edge-hostile-{}", auth::random_id()));
         let key = NodeKey::load_or_create(&key_dir.join("identity/node.key")).unwrap();
         let n = NodeClient::new(&e.url, "acme", key).unwrap();
-        // A name that is not a host name is dropped.
-        n.register(ACME, Some("<img src=x onerror=alert(1)>"))
+        // A name that is not a host name is refused, without echoing it.
+        let err = n
+            .register(ACME, Some("<img src=x onerror=alert(1)>"))
             .await
-            .unwrap();
+            .unwrap_err();
+        assert_eq!(err.refusal_code(), Some("bad_name"), "{kind}: {err}");
+        assert!(!err.to_string().contains("<img"), "{err}");
+        n.register(ACME, None).await.unwrap();
         let key = NodeKey::load_or_create(&key_dir.join("identity/node.key")).unwrap();
 
         let mut f = windows_facts();
@@ -51,7 +55,7 @@ async fn hostile_facts_are_dropped_or_refused_and_the_page_escapes_everything() 
             assert!(!json.contains(bad), "{kind}: {bad} in {json}");
         }
         assert_eq!(view.fix.as_deref(), Some("PSEC is here, and the node does not run work in it: start it with --sandbox psec; meanwhile run tier-1 work on Linux or macOS nodes."));
-        assert!(e.edge.store().counter(DROPPED_COUNTER).await.unwrap() >= 7);
+        assert!(e.edge.store().counter(DROPPED_COUNTER).await.unwrap() >= 6);
 
         // An unknown property name, an unknown field: refused, without echoing them.
         let mut v = serde_json::to_value(failing_facts()).unwrap();

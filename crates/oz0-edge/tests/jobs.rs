@@ -1,9 +1,10 @@
 //! Jobs operators can follow, on each store: a shell payload is checked at
-//! submit; an idempotency key gives back the job it named; a job whose
-//! lease lapses is handed out again until its attempts are used up, then
-//! fails with the reason; a stopping node gives its job back at once; a
-//! completion's output tails are kept (bounded) and listed; finished jobs
-//! go once past their retention; lists come a page at a time.
+//! submit (a NUL byte in its command or a variable refused); an
+//! idempotency key gives back the job it named; a job whose lease lapses
+//! is handed out again until its attempts are used up, then fails with the
+//! reason; a stopping node gives its job back at once; a completion's
+//! output tails are kept (bounded) and listed; finished jobs go once past
+//! their retention; lists come a page at a time.
 
 mod common;
 
@@ -54,6 +55,18 @@ async fn jobs_are_checked_kept_bounded_and_handed_out_a_bounded_number_of_times(
             (
                 serde_json::json!({"command": ["x"], "memory": 0}),
                 "between 1 and",
+            ),
+            (
+                serde_json::json!({"command": ["echo", "a\u{0}b"]}),
+                "argument 1 of the command contains a NUL byte",
+            ),
+            (
+                serde_json::json!({"command": ["tr\u{0}ue"]}),
+                "argument 0 of the command contains a NUL byte",
+            ),
+            (
+                serde_json::json!({"command": ["x"], "env": {"A": "a\u{0}b"}}),
+                "NUL",
             ),
         ] {
             let err =

@@ -271,7 +271,7 @@ async fn the_nodes_page_shows_liveness_draining_and_approval() {
         "<td class=\"s-wait\">pending approval<br>",
         "waits for an operator&#39;s approval (oz0 node approve",
         "7 node(s), 4 up",
-        "tier 1 proven, routed at 0 until an operator approves it",
+        "tier 1 proven; takes no work until an operator approves it",
     ] {
         assert!(html.contains(want), "no {want:?} in the page:\n{html}");
     }

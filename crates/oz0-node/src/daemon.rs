@@ -306,8 +306,9 @@ pub struct DaemonFlags {
     /// directory) [default: <temporary folder>/oz0-node-work].
     #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
     pub work_root: Option<PathBuf>,
-    /// The name shown on the edge's Nodes page [default: this machine's name].
-    #[arg(long, value_name = "NAME", requires = "edge")]
+    /// The name shown on the edge's Nodes page: lower-case letters, digits,
+    /// '.' and '-', e.g. build-01 [default: this machine's name, when it is one].
+    #[arg(long, value_name = "NAME", requires = "edge", value_parser = crate::flags::node_name)]
     pub name: Option<String>,
     /// How long to wait between polls of an empty queue, in milliseconds.
     #[arg(
@@ -382,7 +383,11 @@ pub fn edge_settings(
         url: url.clone(),
         tenant,
         token,
-        name: f.name.clone().or(p.name),
+        // A machine name the edge would refuse is not sent: the node
+        // registers without one (shown by its id).
+        name: f.name.clone().or(p
+            .name
+            .filter(|n| oz0_edge::sanitize::is_usable_node_name(n))),
         trust,
         jobs: Jobs {
             records: data_dir.join("jobs"),
@@ -424,6 +429,8 @@ pub async fn serve(e: Edge, key: NodeKey, facts: NodeFacts, once: bool, every: D
     let mut backoff = Duration::from_secs(1);
     let mut registered = false;
     let mut reported = false;
+    // Waiting for an operator's approval: said once, not at every poll.
+    let mut pending = false;
     loop {
         let step: Result<(), (&str, ClientError)> = if !registered {
             match client.register(&e.token, e.name.as_deref()).await {
@@ -459,7 +466,12 @@ pub async fn serve(e: Edge, key: NodeKey, facts: NodeFacts, once: bool, every: D
                 Err(err) => Err(("cannot report the facts to the edge", err)),
             }
         } else {
-            match client.poll(0).await {
+            let polled = client.poll(0).await;
+            if pending && polled.is_ok() {
+                log("approved by an operator: taking work now");
+                pending = false;
+            }
+            match polled {
                 Ok((Some(lease), _)) => {
                     e.jobs.take(&client, lease).await;
                     Ok(())
@@ -484,6 +496,13 @@ pub async fn serve(e: Edge, key: NodeKey, facts: NodeFacts, once: bool, every: D
                 Some("tier_not_routed") => {
                     log(&format!("{err}: reporting the facts again"));
                     reported = false;
+                }
+                Some("pending_approval") => {
+                    if !pending {
+                        log(&format!("{err} (asking again every {every:?})"));
+                        pending = true;
+                    }
+                    tokio::time::sleep(every).await;
                 }
                 _ => return fail(format!("{what}: {err}"), Exit::CheckFailed),
             },

@@ -23,7 +23,11 @@
 //!  "memory": 512, "processes": 64, "cpu_seconds": 30}
 //! ```
 //!
-//! Only `command` is required; anything else is refused.
+//! Only `command` is required; anything else is refused, and so is a NUL
+//! byte in any argument or variable (the edge refuses them at submit too).
+//!
+//! A node waiting for an operator's approval takes no work: the edge
+//! refuses its polls, and it says so once and asks again quietly.
 //!
 //! A job of kind `tool` carries a plugin's tool call instead
 //! (`oz0_plugin::job::ToolJob`): the node starts the tool's MCP server — in
@@ -126,9 +130,12 @@ impl Settings {
         }
         let name = match &a.name {
             Some(n) => Some(n.clone()),
+            // A host name the edge would refuse is not sent: the node
+            // registers without one (shown by its id).
             None => fs::read_to_string("/proc/sys/kernel/hostname")
                 .ok()
-                .map(|h| h.trim().to_ascii_lowercase()),
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| oz0_edge::sanitize::is_usable_node_name(h)),
         };
         Ok(Settings {
             url: url.to_string(),
@@ -208,6 +215,9 @@ struct Daemon {
     /// An operator removed this node: it stops, and does not start again
     /// with this key.
     removed: bool,
+    /// The edge said this node waits for an operator's approval (said in
+    /// the log once, not at every poll).
+    pending: bool,
 }
 
 /// Waits for `fut`, or returns None when the node is told to stop.
@@ -338,6 +348,10 @@ impl Daemon {
             match or_stop(&self.stop, self.client.poll(tier)).await {
                 None => return None,
                 Some(Ok((lease, routed))) => {
+                    if self.pending {
+                        log("approved by an operator: taking work now");
+                        self.pending = false;
+                    }
                     if let (Some(r), Some(v)) = (routed, self.view.as_mut()) {
                         if r != v.tier_routed {
                             log(&format!(
@@ -369,6 +383,12 @@ impl Daemon {
                         Some("tier_not_routed") => {
                             log(&format!("{e}: reporting the facts again"));
                             self.view = None;
+                        }
+                        Some("pending_approval") => {
+                            if !self.pending {
+                                log(&format!("{e} (asking again every {:?})", self.s.poll));
+                                self.pending = true;
+                            }
                         }
                         _ => {
                             let wait = self.unreachable("cannot poll the edge for work", &e);
@@ -465,6 +485,7 @@ pub fn serve(
             registered: false,
             backoff: Duration::from_secs(1),
             removed: false,
+            pending: false,
         };
         log(&format!(
             "node {}: connecting to the edge at {} as tenant {}, up to {max_jobs} job(s) at once",
@@ -550,6 +571,7 @@ mod tests {
             serde_json::json!({"command": ["true"], "env": {"OZ0_X": "1"}}),
             serde_json::json!({"command": ["true"], "allow": ["bad host!"]}),
             serde_json::json!({"command": ["true"], "memory": 0}),
+            serde_json::json!({"command": ["echo", "a\u{0}b"]}),
         ] {
             assert!(ShellJob::from_value(&bad).is_err(), "{bad}");
         }

@@ -153,6 +153,19 @@ fn tenant_name(s: &str) -> Result<String, String> {
     }
 }
 
+/// `--name`: a node's name as the edge takes it (a host name), or the
+/// error naming the form and an example.
+pub fn node_name(s: &str) -> Result<String, String> {
+    if oz0_edge::sanitize::is_usable_node_name(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "not a node name: a name is {}",
+            oz0_edge::sanitize::NODE_NAME_FORM
+        ))
+    }
+}
+
 /// The enrolment token in a token file's `text`: one word, or the error.
 pub fn enrolment_token(text: &str, file: &Path) -> Result<String, String> {
     let token = text.trim().to_string();

@@ -37,8 +37,9 @@ pub struct NodeArgs {
     /// directory) [default: a private 0700 folder under the temp dir].
     #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
     pub work_root: Option<PathBuf>,
-    /// The name shown on the edge's Nodes page [default: the host name].
-    #[arg(long, value_name = "NAME", requires = "edge")]
+    /// The name shown on the edge's Nodes page: lower-case letters, digits,
+    /// '.' and '-', e.g. build-01 [default: the host name, when it is one].
+    #[arg(long, value_name = "NAME", requires = "edge", value_parser = crate::flags::node_name)]
     pub name: Option<String>,
     /// Jobs run at once, each under its own lease, work folder and limits
     /// [default: this machine's processors].

@@ -154,6 +154,13 @@ fn a_wrong_file_is_refused_with_its_line_and_fix() {
         e.contains("F:1: `tenant = \"Acme Inc\"`: invalid value"),
         "{e}"
     );
+    let e = refused("name = \"Build_01\"\n", 0o600, run);
+    assert!(
+        e.contains("F:1: `name = \"Build_01\"`: invalid value 'Build_01' for '--name <NAME>'")
+            && e.contains("lower-case letters")
+            && e.contains("e.g. build-01"),
+        "{e}"
+    );
     let e = refused("tool-env = [\"OK\", \"not ok\"]\n", 0o600, run);
     assert!(
         e.contains("F:1: `tool-env = \"not ok\"`: invalid value"),

@@ -1,6 +1,7 @@
 //! A real `oz0-edge` and real `oz0-node run --edge` processes on this
-//! machine: one whose self-test passes, one forced to fail a property, and a
-//! Windows PSEC node simulated with the edge's client library.
+//! machine: one whose self-test passes, one forced to fail a property, one
+//! waiting for an operator's approval, and a Windows PSEC node simulated
+//! with the edge's client library.
 //!
 //! The edge binary: see `common/fleet.rs`.
 
@@ -15,8 +16,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::fleet::{edge_bin, processes_with, wait_gone, Edge, Node, TOKEN};
-use common::{node, sandbox_ready, skip, TempDir};
+use common::fleet::{edge_bin, oz0_bin, processes_with, wait_gone, Edge, Node, TOKEN};
+use common::{marker, node, sandbox_ready, skip, TempDir};
 use oz0_edge::client::{NodeClient, NodeKey, Trust};
 use oz0_edge::routing::Origin;
 use oz0_policy::facts::{
@@ -249,6 +250,174 @@ fn the_enrolment_token_file_must_be_private() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("chmod 600"), "{err}");
     assert!(!err.contains(TOKEN), "{err}");
+}
+
+/// Under `--require-approval` a node waiting for approval takes no work at
+/// all: an internal tier-0 job, with the secret in its variables, stays
+/// queued while it polls, and the node says why once. A job whose only
+/// nodes wait or are drained is refused with both fixes; once approved
+/// the node runs the job. A command with a NUL byte is refused at submit.
+#[test]
+fn a_node_waiting_for_approval_takes_no_work_until_approved() {
+    let Some(bin) = ready() else { return };
+    if oz0_bin().is_none() {
+        skip("the oz0 binary is not found: set OZ0_CLI_BIN or `cargo build -p oz0-edge`");
+        return;
+    }
+    let edge = Edge::start_with(&bin, 30, &["--require-approval", "acme"]);
+    let mut waiting = Node::start(&edge, "waiting", &[]);
+    waiting.wait_log("facts reported", 120);
+    let waiting_id = node_id(&edge, "waiting");
+
+    // An approved node that never polls, so that a tier-0 job is taken.
+    let idle = NodeClient::with_trust(
+        &edge.url,
+        "acme",
+        NodeKey::generate(),
+        &Trust::CaFile(edge.ca.clone()),
+    )
+    .unwrap();
+    edge.rt
+        .block_on(idle.register(TOKEN, Some("idle")))
+        .unwrap();
+    edge.rt
+        .block_on(idle.report_facts(&windows_facts()))
+        .unwrap();
+    let (st, _, err) = edge.oz0(&["node", "approve", "idle"]);
+    assert_eq!(st, Some(0), "{err}");
+
+    let secret = marker("secret");
+    let (st, out, err) = edge.oz0(&[
+        "job",
+        "submit",
+        "--tenant",
+        "acme",
+        "--json",
+        "--env",
+        &format!("JOB_SECRET={secret}"),
+        "--",
+        "sh",
+        "-c",
+        "echo \"$JOB_SECRET\"",
+    ]);
+    assert_eq!(st, Some(0), "{out}{err}");
+    let accepted: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let job = accepted["job_id"].as_str().unwrap().to_string();
+    assert_eq!(accepted["tier"], 0, "{out}");
+    let submitted = edge.job(&job).submitted_ms;
+
+    // The waiting node polls on (the edge hears from it) and gets nothing.
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = edge.rt.block_on(edge.op.node("waiting")).unwrap();
+        if v.last_seen_ms >= submitted + 1_500 {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the waiting node stopped polling: {v:?}\n{}",
+            waiting.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let j = edge.job(&job);
+    assert_eq!(
+        (j.state.as_str(), j.attempts, j.node_id.as_deref()),
+        ("queued", 0, None),
+        "a node waiting for approval was handed the job: {j:?}\n{}",
+        waiting.log()
+    );
+    assert!(!waiting.dir.join("data/jobs").join(&job).exists());
+    let log = waiting.log();
+    assert_eq!(
+        log.matches("waits for an operator's approval").count(),
+        1,
+        "said once, not at every poll:\n{log}"
+    );
+    assert!(
+        log.contains(&format!("oz0 node approve {waiting_id}")),
+        "{log}"
+    );
+    assert!(!log.contains(&secret), "{log}");
+
+    // Its only other node drained: refused, with both fixes.
+    let (st, _, err) = edge.oz0(&["node", "drain", "idle"]);
+    assert_eq!(st, Some(0), "{err}");
+    let (st, _, err) = edge.oz0(&["job", "submit", "--tenant", "acme", "--", "true"]);
+    assert_eq!(st, Some(1), "{err}");
+    for says in [
+        "waiting waits for an operator's approval (oz0 node approve waiting)",
+        "idle is drained (oz0 node undrain idle)",
+    ] {
+        assert!(err.contains(says), "{says}: {err}");
+    }
+    assert!(!err.contains("add a Linux or macOS node"), "{err}");
+
+    // Approved: it runs the queued job, with its variable.
+    let (st, _, err) = edge.oz0(&["node", "approve", "waiting"]);
+    assert_eq!(st, Some(0), "{err}");
+    let j = edge.wait_job(&job, 60);
+    assert_eq!(
+        (j.state.as_str(), j.node_id.as_deref()),
+        ("succeeded", Some(waiting_id.as_str())),
+        "{j:?}\n{}",
+        waiting.log()
+    );
+    assert_eq!(waiting.output(&job, "stdout"), format!("{secret}\n"));
+    assert!(waiting.log().contains("approved"), "{}", waiting.log());
+
+    // A NUL byte in the command: refused at submit, like one in a variable.
+    let refused = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({"command": ["echo", "a\u{0}b"]}),
+        )
+        .unwrap_err();
+    assert!(
+        refused.contains("400") && refused.contains("bad_job") && refused.contains("NUL"),
+        "{refused}"
+    );
+}
+
+/// A `--name` that is not a host name stops the node before it starts,
+/// naming the value, the form and an example.
+#[test]
+fn a_name_that_is_not_a_host_name_is_refused_at_start() {
+    let Some(bin) = ready() else { return };
+    let edge = Edge::start(&bin, 30);
+    let dir = TempDir::new("badname");
+    common::fleet::write_secret(&dir.join("token"), TOKEN);
+    for bad in ["Build_01", "-x", "n0123456789abcdef01234567"] {
+        let mut child = Command::new(node())
+            .args(["run", "--once", "--edge", &edge.url, "--tenant", "acme"])
+            .arg("--edge-ca")
+            .arg(&edge.ca)
+            .arg("--enrolment-token-file")
+            .arg(dir.join("token"))
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .arg(format!("--name={bad}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(120);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > until {
+                let _ = child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {err}");
+        for says in [bad, "lower-case letters", "build-01"] {
+            assert!(err.contains(says), "{bad}: {says}: {err}");
+        }
+    }
+    let nodes = edge.rt.block_on(edge.op.nodes(Some("acme"))).unwrap();
+    assert!(nodes.is_empty(), "{nodes:?}");
 }
 
 /// `<data-dir>/jobs/` is kept under `--keep-jobs-mib` after each job (the

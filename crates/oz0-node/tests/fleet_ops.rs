@@ -1,12 +1,13 @@
 //! The fleet as an operator runs it, end to end: a real `oz0-edge` over
 //! HTTPS (a CA the test makes), real `oz0-node run` processes as the
 //! unprivileged user, and the real `oz0` CLI. A tenant that asks for
-//! approval keeps a new node at tier 0 until `oz0 node approve`; a job is
+//! approval gives a new node no work until `oz0 node approve`; a job is
 //! submitted, followed and its logs read; two jobs run at once on one
 //! node; a cancel stops a running job within one renewal; a drained node
-//! takes nothing new; a rotated key works and the old one does not; a
-//! killed node stops being eligible within the liveness window; a removed
-//! node is refused and stops. On SQLite, and on PostgreSQL when
+//! takes nothing new (a job for it is refused, naming `oz0 node
+//! undrain`); a rotated key works and the old one does not; a killed node
+//! stops being eligible within the liveness window; a removed node is
+//! refused and stops. On SQLite, and on PostgreSQL when
 //! `OZ0_EDGE_TEST_POSTGRES` names one (scripts/test runs it under
 //! `with-postgres.sh`).
 
@@ -106,18 +107,20 @@ fn an_operator_approves_follows_cancels_drains_rotates_and_removes() {
         let mut a = Node::start(&edge, "alpha", &["--jobs", "2"]);
         a.wait_log("facts reported", 120);
 
-        // Waiting for approval: routed at tier 0, outside events refused.
+        // Waiting for approval: no work at all; a job is refused with the fix.
         let (st, out, _) = edge.oz0(&["node", "show", "alpha"]);
         assert_eq!(st, Some(0));
         assert!(out.contains("State: pending approval"), "{kind}: {out}");
-        let (st, _, err) = edge.oz0(&[
-            "job", "submit", "--tenant", "acme", "--origin", "webhook", "--", "true",
-        ]);
-        assert_eq!(st, Some(1));
-        assert!(
-            err.contains("needs tier 1") && err.contains("all routed at tier 0"),
-            "{kind}: {err}"
-        );
+        for origin in ["webhook", "internal"] {
+            let (st, _, err) = edge.oz0(&[
+                "job", "submit", "--tenant", "acme", "--origin", origin, "--", "true",
+            ]);
+            assert_eq!(st, Some(1));
+            assert!(
+                err.contains("alpha waits for an operator's approval (oz0 node approve alpha)"),
+                "{kind}: {origin}: {err}"
+            );
+        }
         let (st, out, err) = edge.oz0(&["node", "approve", "alpha"]);
         assert_eq!(st, Some(0), "{err}");
         assert!(
@@ -211,7 +214,7 @@ fn an_operator_approves_follows_cancels_drains_rotates_and_removes() {
             .submit(Origin::Webhook, serde_json::json!({"command": ["true"]}))
             .unwrap_err();
         assert!(
-            refused.contains("no node routed at tier 1"),
+            refused.contains("alpha is drained (oz0 node undrain alpha)"),
             "{kind}: {refused}"
         );
         edge.oz0(&["node", "undrain", "alpha"]);

@@ -814,6 +814,152 @@ fn a_windows_node_under_wine_registers_with_a_linux_edge_at_tier_0() {
     stop(&mut node);
 }
 
+/// Under `--require-approval` a Windows node waiting for approval stays
+/// up, says so once, and takes no job (not its secrets) until `oz0 node
+/// approve`; then it runs the job.
+#[test]
+fn a_windows_node_waiting_for_approval_stays_up_and_takes_no_work() {
+    use common::fleet::{edge_bin, write_secret, Edge, TOKEN};
+    use oz0_edge::client::{NodeClient, NodeKey, Trust};
+    use oz0_edge::routing::Origin;
+    use std::time::{Duration, Instant};
+    let Some(w) = wine() else { return };
+    let Some(bin) = edge_bin() else {
+        skip("no oz0-edge binary: cargo build -p oz0-edge, or set OZ0_EDGE_BIN");
+        return;
+    };
+    let edge = Edge::start_with(&bin, 30, &["--require-approval", "acme"]);
+    let dir = TempDir::new("winwait");
+    let token = dir.join("enrol");
+    write_secret(&token, TOKEN);
+    let data = dir.join("data");
+    let mut node = w
+        .cmd(
+            &[
+                "run",
+                "--data-dir",
+                &win(&data),
+                "--edge",
+                &edge.url,
+                "--tenant",
+                "acme",
+                "--enrolment-token-file",
+                &win(&token),
+                "--edge-ca",
+                &win(&edge.ca),
+                "--name",
+                "winwait",
+                "--poll-ms",
+                "300",
+            ],
+            &[],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let err = node.stderr.take().unwrap();
+    let into = log.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            into.lock().unwrap().push(l);
+        }
+    });
+    let said = |what: &str| {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(what))
+            .count()
+    };
+    let wait_for = |what: &str, node: &mut std::process::Child| {
+        // Generous: on a loaded machine Wine starts slowly.
+        let until = Instant::now() + Duration::from_secs(300);
+        while said(what) == 0 {
+            assert!(
+                Instant::now() < until && matches!(node.try_wait(), Ok(None)),
+                "the node did not say {what:?} (it: {:?}): {:#?}",
+                node.try_wait(),
+                log.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_for("facts reported", &mut node);
+
+    // An approved node that never polls (the node's own facts, another
+    // key), so that a tier-0 job is taken.
+    let facts: oz0_policy::facts::NodeFacts =
+        serde_json::from_str(&std::fs::read_to_string(data.join("facts.json")).unwrap()).unwrap();
+    let idle = NodeClient::with_trust(
+        &edge.url,
+        "acme",
+        NodeKey::generate(),
+        &Trust::CaFile(edge.ca.clone()),
+    )
+    .unwrap();
+    edge.rt
+        .block_on(idle.register(TOKEN, Some("idle")))
+        .unwrap();
+    edge.rt.block_on(idle.report_facts(&facts)).unwrap();
+    let (st, _, e) = edge.oz0(&["node", "approve", "idle"]);
+    assert_eq!(st, Some(0), "{e}");
+    let cmd = "C:\\windows\\system32\\cmd.exe";
+    let id = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({
+                "command": [cmd, "/c", "echo secret=%JOB_SECRET%"],
+                "env": {"JOB_SECRET": "winwait-0123"},
+            }),
+        )
+        .unwrap();
+    let submitted = edge.job(&id).submitted_ms;
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = edge.rt.block_on(edge.op.node("winwait")).unwrap();
+        if v.last_seen_ms >= submitted + 1_500 {
+            break;
+        }
+        assert!(
+            Instant::now() < until && matches!(node.try_wait(), Ok(None)),
+            "the waiting node stopped polling ({:?}): {:#?}",
+            node.try_wait(),
+            log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let j = edge.job(&id);
+    assert_eq!(
+        (j.state.as_str(), j.attempts),
+        ("queued", 0),
+        "a node waiting for approval was handed the job: {j:?}"
+    );
+    assert_eq!(
+        said("waits for an operator's approval"),
+        1,
+        "said once, not at every poll: {:#?}",
+        log.lock().unwrap()
+    );
+
+    // Approved: it runs the job.
+    let (st, _, e) = edge.oz0(&["node", "approve", "winwait"]);
+    assert_eq!(st, Some(0), "{e}");
+    let j = edge.wait_job(&id, 120);
+    assert_eq!(j.state, "succeeded", "{j:?}: {:#?}", log.lock().unwrap());
+    let out = edge
+        .rt
+        .block_on(edge.op.job_logs("acme", &id))
+        .unwrap()
+        .stdout_tail
+        .unwrap_or_default();
+    assert!(out.contains("secret=winwait-0123"), "{out:?}");
+    assert_eq!(said("approved by an operator"), 1);
+    stop(&mut node);
+}
+
 #[test]
 fn the_relay_carries_a_run_to_its_proxy_and_refuses_a_33rd() {
     use std::io::{BufRead, BufReader, Read, Write};

@@ -139,8 +139,29 @@ pub enum SpecError {
         bytes: usize,
     },
     /// An argument contains NUL.
-    #[error("argument {0} of the command contains a NUL byte")]
+    #[error("argument {0} of the command contains a NUL byte, which no program's arguments can carry: remove it (pass binary data in a file)")]
     CommandNul(usize),
+}
+
+/// Checks a command as every run takes it: not empty, within
+/// [`MAX_ARGS`] and [`MAX_COMMAND_BYTES`], and no NUL byte in any argument
+/// (no argument list can carry one). The edge checks a job's command with
+/// it at submit, and the node again in [`RunSpec::new`].
+pub fn check_command(command: &[String]) -> Result<(), SpecError> {
+    if command.is_empty() {
+        return Err(SpecError::NoCommand);
+    }
+    let bytes: usize = command.iter().map(|a| a.len() + 1).sum();
+    if command.len() > MAX_ARGS || bytes > MAX_COMMAND_BYTES {
+        return Err(SpecError::CommandTooLarge {
+            args: command.len(),
+            bytes,
+        });
+    }
+    if let Some(i) = command.iter().position(|a| a.contains('\0')) {
+        return Err(SpecError::CommandNul(i));
+    }
+    Ok(())
 }
 
 impl RunSpec {
@@ -195,19 +216,7 @@ impl RunSpec {
         req.limits.validate()?;
         let egress = Egress::parse(&req.allow, &req.forward)?;
 
-        if req.command.is_empty() {
-            return Err(SpecError::NoCommand);
-        }
-        let bytes: usize = req.command.iter().map(|a| a.len() + 1).sum();
-        if req.command.len() > MAX_ARGS || bytes > MAX_COMMAND_BYTES {
-            return Err(SpecError::CommandTooLarge {
-                args: req.command.len(),
-                bytes,
-            });
-        }
-        if let Some(i) = req.command.iter().position(|a| a.contains('\0')) {
-            return Err(SpecError::CommandNul(i));
-        }
+        check_command(&req.command)?;
 
         Ok(RunSpec {
             work,

@@ -16,7 +16,7 @@ use super::error::{parse_json, ApiResult};
 use super::{node_view, Edge, DROPPED_COUNTER};
 use crate::auth::{self, AuthError};
 use crate::routing::is_tenant;
-use crate::sanitize::{is_node_name, sanitize};
+use crate::sanitize::{is_usable_node_name, sanitize, NODE_NAME_FORM};
 use crate::store::{JobEnd, Registration, Report};
 use crate::wire::*;
 use crate::MAX_REPORT_BYTES;
@@ -73,15 +73,19 @@ pub(super) async fn register(
     }
     let now = edge.check_signed(&method, &uri, &s, &key, &body).await?;
     let name = match req.name.as_deref() {
-        // A name that looks like a node id could pass for another node.
-        Some(n) if is_node_name(n) && !auth::is_node_id(n) => Some(n),
+        Some(n) if is_usable_node_name(n) => Some(n),
+        // Refused rather than registered without it, and not echoed: the
+        // node's own check named the value before it started.
         Some(_) => {
-            edge.store.count(DROPPED_COUNTER, 1).await?;
             crate::log::info(
-                &format!("node {id}: dropped its name (does not match the host name pattern)"),
+                &format!("node {id}: refused its registration: its name is not a host name"),
                 Some(client),
             );
-            None
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_name",
+                format!("the node's name is not one the edge takes: a name is {NODE_NAME_FORM}; start the node with another --name"),
+            ));
         }
         None => None,
     };
@@ -265,11 +269,15 @@ pub(super) async fn poll(
             "report this node's facts before taking work",
         ));
     }
-    if req.tier > 0 && !node.approved {
+    // A node waiting for approval takes no work at all: its tenant's
+    // enrolment token alone must not hand out jobs and their secrets. Its
+    // polls still count as heard from, so a job's refusal can name it.
+    if !node.approved {
+        edge.heard_from(&node, now).await?;
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "pending_approval",
-            format!("node {} waits for an operator's approval before it takes work above tier 0 (oz0 node approve {})", node.id, node.id),
+            format!("node {} waits for an operator's approval and takes no work until then: an operator approves it with oz0 node approve {}", node.id, node.id),
         ));
     }
     if node.drained {

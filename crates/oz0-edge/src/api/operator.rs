@@ -72,12 +72,15 @@ pub fn node_view(n: &NodeRow, live_since_ms: i64) -> NodeView {
         let tier_line = if n.approved || facts.is_none() {
             tier_line
         } else {
-            format!("tier {tier_proven} proven, routed at 0 until an operator approves it")
+            format!("tier {tier_proven} proven; takes no work until an operator approves it")
         };
         let routed_note = if n.approved {
             routed_note
         } else {
-            Some(format!("waits for an operator's approval (oz0 node approve {}): routed at tier 0 until then", n.id))
+            Some(format!(
+                "waits for an operator's approval (oz0 node approve {}): takes no work until then",
+                n.id
+            ))
         };
         NodeView {
             id: n.id.clone(),
@@ -187,8 +190,13 @@ pub(super) async fn submit_job(
         }
     }
     if eligible == 0 {
-        let offers = edge.store.live_offers(&tenant, live_since).await?;
-        let reason = needs.refusal(&tenant, req.origin, &offers);
+        let held = edge.store.held_back(&tenant, &needs, live_since).await?;
+        let reason = if held.is_empty() {
+            let offers = edge.store.live_offers(&tenant, live_since).await?;
+            needs.refusal(&tenant, req.origin, &offers)
+        } else {
+            needs.held_back(&tenant, &held)
+        };
         crate::log::info(
             &format!(
                 "refused a {} job for tenant {tenant}: {reason}",

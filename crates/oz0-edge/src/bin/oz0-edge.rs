@@ -78,7 +78,7 @@ struct Args {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// New nodes of TENANT wait for an operator's approval (oz0 node approve)
-    /// before they take work above tier 0 (repeatable).
+    /// and take no work at all until then (repeatable).
     #[arg(long = "require-approval", value_name = "TENANT")]
     require_approval: Vec<String>,
     /// Connections open at once; more are closed as they arrive.

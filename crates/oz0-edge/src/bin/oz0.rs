@@ -238,7 +238,7 @@ enum NodeCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Let a node of a tenant that asks for approval take work above tier 0.
+    /// Let a node of a tenant that asks for approval take work (none until then).
     Approve {
         /// Its id or host name.
         node: String,

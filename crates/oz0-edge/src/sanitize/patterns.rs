@@ -126,3 +126,12 @@ pub fn is_node_name(s: &str) -> bool {
         && b.iter()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'.' || *c == b'-')
 }
+
+/// What a node's name looks like, in the words of a refusal.
+pub const NODE_NAME_FORM: &str = "1 to 63 lower-case letters, digits, '.' and '-', beginning with a letter or digit, and not shaped like a node id (n and 24 hex digits), e.g. build-01";
+
+/// A name a node may register: [`is_node_name`], and not shaped like a
+/// node id (it could pass for another node).
+pub fn is_usable_node_name(s: &str) -> bool {
+    is_node_name(s) && !crate::auth::is_node_id(s)
+}

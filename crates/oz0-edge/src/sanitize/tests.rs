@@ -86,6 +86,12 @@ fn patterns() {
             && !is_node_name("A")
             && !is_node_name("a b")
     );
+    assert!(
+        is_usable_node_name("build-01")
+            && is_node_name("n0123456789abcdef01234567")
+            && !is_usable_node_name("n0123456789abcdef01234567")
+            && !is_usable_node_name("Build_01")
+    );
 }
 
 #[test]

@@ -118,7 +118,9 @@ impl Store {
 
     /// Hands the oldest queued job of one tier's queue that this node may
     /// take to it, under a new lease (expired leases come back to the
-    /// queue through [`Store::sweep_leases`]).
+    /// queue through [`Store::sweep_leases`]). Nothing to a node that, as
+    /// the store holds it in the same statement, waits for approval, is
+    /// drained or was removed, whatever `node` was read as.
     pub async fn lease(
         &self,
         node: &NodeRow,
@@ -135,6 +137,7 @@ impl Store {
                            AND (need_arch IS NULL OR need_arch = $9)
                          ORDER BY enqueued_ms, id LIMIT 1 {})
                AND state = 'queued'
+               AND EXISTS (SELECT 1 FROM nodes WHERE nodes.id = $1 AND nodes.approved = 1 AND nodes.drained = 0 AND nodes.removed_ms IS NULL)
              RETURNING id, origin, kind, tier_need, payload, attempts",
             self.lock_clause()
         );

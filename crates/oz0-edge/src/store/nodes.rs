@@ -2,10 +2,26 @@
 //! nodes can take what work.
 
 use super::rows::{node_row, NODE_COLS};
-use super::value::{int, text, tier_col};
+use super::value::{int, opt_text, text, tier_col};
 use super::{NodeChange, Registration, Val};
 use super::{NodeRow, Report, Store, StoreError};
-use crate::routing::Needs;
+use crate::routing::{HeldBack, Needs};
+
+/// The nodes of a tenant, live and reported, that fit a job's needs by
+/// their facts (`$1` tenant, `$2` tier, `$3` microVM, `$4` OCI, `$5`
+/// architecture or '', `$6` live since), whether or not they take work.
+const FITS: &str = "tenant = $1 AND tier_routed >= $2 AND microvm_ready >= $3 AND oci_ready >= $4 AND (arch = $5 OR $5 = '') AND last_seen_ms >= $6 AND last_report_ms IS NOT NULL AND removed_ms IS NULL";
+
+fn fits_params(tenant: &str, needs: &Needs, live_since_ms: i64) -> Vec<Val> {
+    vec![
+        tenant.into(),
+        i64::from(needs.tier).into(),
+        needs.microvm.into(),
+        needs.oci.into(),
+        needs.arch.clone().unwrap_or_default().into(),
+        live_since_ms.into(),
+    ]
+}
 
 impl Store {
     /// Registers a node (idempotent for the same key and tenant). Returns
@@ -236,7 +252,9 @@ impl Store {
         rows.first().map_or(Ok(0), |r| int(r, 0))
     }
 
-    /// How many live nodes of a tenant can take work with these needs.
+    /// How many live nodes of a tenant can take work with these needs: an
+    /// operator approved them (or their tenant asks for no approval), and
+    /// they are not drained.
     pub async fn eligible_nodes(
         &self,
         tenant: &str,
@@ -245,18 +263,40 @@ impl Store {
     ) -> Result<i64, StoreError> {
         let rows = self
             .query(
-                "SELECT COUNT(*) FROM nodes WHERE tenant = $1 AND (CASE WHEN approved = 1 THEN tier_routed ELSE 0 END) >= $2 AND microvm_ready >= $3 AND oci_ready >= $4 AND (arch = $5 OR $5 = '') AND last_seen_ms >= $6 AND last_report_ms IS NOT NULL AND drained = 0 AND removed_ms IS NULL",
-                vec![
-                    tenant.into(),
-                    i64::from(needs.tier).into(),
-                    needs.microvm.into(),
-                    needs.oci.into(),
-                    needs.arch.clone().unwrap_or_default().into(),
-                    live_since_ms.into(),
-                ],
+                &format!(
+                    "SELECT COUNT(*) FROM nodes WHERE {FITS} AND approved = 1 AND drained = 0"
+                ),
+                fits_params(tenant, needs, live_since_ms),
             )
             .await?;
         rows.first().map_or(Ok(0), |r| int(r, 0))
+    }
+
+    /// Live nodes of a tenant that fit these needs but take no work now:
+    /// they wait for an operator's approval, or are drained (a few, by name).
+    pub async fn held_back(
+        &self,
+        tenant: &str,
+        needs: &Needs,
+        live_since_ms: i64,
+    ) -> Result<Vec<HeldBack>, StoreError> {
+        let rows = self
+            .query(
+                &format!("SELECT id, name, approved FROM nodes WHERE {FITS} AND (approved = 0 OR drained = 1) ORDER BY name, id LIMIT 5"),
+                fits_params(tenant, needs, live_since_ms),
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(HeldBack {
+                    node: match opt_text(r, 1)? {
+                        Some(n) => n,
+                        None => text(r, 0)?,
+                    },
+                    pending: int(r, 2)? == 0,
+                })
+            })
+            .collect()
     }
 
     /// Figures for `/metrics`: nodes by tier and state, queue depth,
@@ -306,7 +346,8 @@ impl Store {
         self.query("SELECT 1", vec![]).await.map(|_| ())
     }
 
-    /// What a tenant's live nodes offer: (routed tier, microvm, oci, arch).
+    /// What a tenant's live nodes that take work offer: (routed tier,
+    /// microvm, oci, arch).
     pub async fn live_offers(
         &self,
         tenant: &str,
@@ -314,7 +355,7 @@ impl Store {
     ) -> Result<Vec<(u8, bool, bool, Option<String>)>, StoreError> {
         let rows = self
             .query(
-                "SELECT CASE WHEN approved = 1 THEN tier_routed ELSE 0 END, microvm_ready, oci_ready, arch FROM nodes WHERE tenant = $1 AND last_seen_ms >= $2 AND last_report_ms IS NOT NULL AND drained = 0 AND removed_ms IS NULL LIMIT 10000",
+                "SELECT tier_routed, microvm_ready, oci_ready, arch FROM nodes WHERE tenant = $1 AND last_seen_ms >= $2 AND last_report_ms IS NOT NULL AND approved = 1 AND drained = 0 AND removed_ms IS NULL LIMIT 10000",
                 vec![tenant.into(), live_since_ms.into()],
             )
             .await?;

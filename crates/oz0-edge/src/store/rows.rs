@@ -47,7 +47,7 @@ pub struct NodeRow {
 
 impl NodeRow {
     /// The tier it takes work at: its routed tier, or 0 while it waits
-    /// for approval.
+    /// for approval (when it takes no work at all).
     pub fn tier_taken(&self) -> u8 {
         if self.approved {
             self.tier_routed
