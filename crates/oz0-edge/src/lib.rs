@@ -21,6 +21,12 @@
 //!   a job's own output — a tool's result (bounded, whole or refused) and the
 //!   reason a job failed (bounded, one line) — which the API returns as JSON
 //!   data to the operator who asked for that job, and nowhere else.
+//! - **A terminal is not driven by what it shows.** `oz0` escapes every
+//!   text a job, a node or the edge controls ([`term`]): a job's output,
+//!   names, lines, labels, reasons; control sequences appear as `\x1b[…`
+//!   instead of acting (the clipboard, the title, lines above), unless the
+//!   operator asks for the raw bytes (`--raw`). The node's log escapes what
+//!   the edge says the same way.
 //! - **A tool job is routed by its manifest.** The plugin's `oz0-plugin.yaml`
 //!   travels in the job and is parsed here by the code the node runs it with
 //!   (`oz0-plugin`); what the submitter says about isolation must match it.
@@ -70,6 +76,7 @@ pub mod sanitize;
 pub mod serve;
 #[cfg(feature = "server")]
 pub mod store;
+pub mod term;
 pub mod time;
 pub mod wire;
 

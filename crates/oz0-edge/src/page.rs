@@ -115,4 +115,40 @@ mod tests {
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;\u{fffd}"
         );
     }
+
+    #[test]
+    fn a_page_of_hostile_words_has_no_markup_and_no_controls() {
+        // The edge's sanitizer keeps such words out; the page stands on its own.
+        let hostile =
+            "<script>alert(1)</script>\u{1b}]0;owned\u{7}\u{9b}2J\"><img src=x onerror=alert(1)>";
+        let mut v = serde_json::json!({
+            "id": hostile, "tenant": hostile, "name": hostile,
+            "tier_proven": 1, "tier_routed": 1, "tier_line": hostile,
+            "platform_line": hostile, "mechanism_line": hostile, "fix": hostile,
+            "microvm_line": hostile, "routed_note": hostile, "state": hostile,
+            "last_seen": hostile, "last_report": hostile, "last_report_ms": 0,
+            "last_seen_ms": 0, "dropped_last": 0, "dropped_total": 0, "facts": null,
+        });
+        let n: crate::wire::NodeView = serde_json::from_value(v.take()).unwrap();
+        let page = NodePage {
+            nodes: vec![n],
+            next: Some(hostile.to_string()),
+        };
+        let html = render_nodes(&page, Some(hostile), 0);
+        for bad in ["<script", "<img", "x\">"] {
+            assert!(!html.contains(bad), "{bad} in {html}");
+        }
+        assert!(
+            !html.chars().any(|c| c.is_control() && c != '\n'),
+            "{html:?}"
+        );
+        // Every one of the node's 12 fields, the tenant in the heading, and
+        // the next page's link (tenant and after): there, escaped.
+        assert_eq!(
+            html.matches("&lt;script&gt;alert(1)&lt;/script&gt;")
+                .count(),
+            15,
+            "{html}"
+        );
+    }
 }

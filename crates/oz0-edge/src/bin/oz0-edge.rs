@@ -81,9 +81,18 @@ struct Args {
     /// and take no work at all until then (repeatable).
     #[arg(long = "require-approval", value_name = "TENANT")]
     require_approval: Vec<String>,
-    /// Connections open at once; more are closed as they arrive.
+    /// Connections open at once; more are closed as they arrive. The last
+    /// eighth is kept for addresses nodes and operators used in the last
+    /// 10 minutes. Each is an open file: the edge raises its soft limit to
+    /// the hard one, and serves fewer (and says so) when even that is too
+    /// low.
     #[arg(long, value_name = "N", default_value_t = 4096)]
     max_connections: usize,
+    /// Connections open at once from one client address (an IPv6 /64
+    /// counts as one); more are closed as they arrive. Raise it for many
+    /// nodes behind one NAT address, or a proxy in front of the edge.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    max_connections_per_client: usize,
     /// Log lines as text or one JSON object a line.
     #[arg(long, value_name = "text|json", default_value = "text")]
     log_format: String,
@@ -101,6 +110,7 @@ const KEYS: &[&str] = &[
     "tls-key",
     "require-approval",
     "max-connections",
+    "max-connections-per-client",
     "log-format",
 ];
 
@@ -170,11 +180,12 @@ fn args() -> Result<Option<Args>> {
                     v.to_string()
                 }
             });
-            match &applied.file {
-                Some(f) => println!("# oz0-edge, with {}", f.path.display()),
-                None => println!("# oz0-edge, with no config file"),
-            }
-            print!("{}", oz0_config::render(&s));
+            let head = match &applied.file {
+                Some(f) => format!("# oz0-edge, with {}\n", f.path.display()),
+                None => "# oz0-edge, with no config file\n".to_string(),
+            };
+            oz0_edge::term::print(&(head + &oz0_config::render(&s)))
+                .context("writing to standard output")?;
             return Ok(None);
         }
     }
@@ -232,6 +243,19 @@ async fn main() -> Result<()> {
         "text" => {}
         "json" => oz0_edge::log::set_json(true),
         other => bail!("--log-format {other:?}: give text or json"),
+    }
+    // Each connection is an open file.
+    let mut max_connections = args.max_connections.max(1);
+    #[cfg(unix)]
+    {
+        use oz0_edge::serve::open_files;
+        let (fits, said) = open_files::plan(max_connections, &open_files::raise());
+        max_connections = fits;
+        match said {
+            Some((oz0_edge::log::Level::Info, text)) => oz0_edge::log::info(&text, None),
+            Some((_, text)) => oz0_edge::log::warn(&text, None),
+            None => {}
+        }
     }
     let mut tenants = BTreeMap::new();
     for (i, line) in read_secret_file(&args.tenant_tokens)?.iter().enumerate() {
@@ -312,10 +336,11 @@ async fn main() -> Result<()> {
         .with_context(|| format!("listening on {addr}"))?;
     let addr = listener.local_addr()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
-    println!(
-        "oz0-edge: listening on {scheme}://{addr} (store {}, {n_tenants} tenant(s))",
+    oz0_edge::term::print(&format!(
+        "oz0-edge: listening on {scheme}://{addr} (store {}, {n_tenants} tenant(s))\n",
         store.kind()
-    );
+    ))
+    .context("writing to standard output")?;
     let config = match &tls {
         Some(cert) => {
             #[cfg(unix)]
@@ -344,7 +369,8 @@ async fn main() -> Result<()> {
         None => None,
     };
     let limits = Limits {
-        max_connections: args.max_connections.max(1),
+        max_connections,
+        max_connections_per_client: args.max_connections_per_client.max(1),
         ..Limits::default()
     };
     oz0_edge::serve_with(listener, Edge::new(store, cfg), config, limits)

@@ -15,10 +15,19 @@
 //! `--token-file FILE` or `OZ0_OPERATOR_TOKEN_FILE`, or taken from
 //! `OZ0_OPERATOR_TOKEN` (never from the command line).
 //!
+//! Text a job, a node or the edge controls (a job's output and result,
+//! names, lines, labels, reasons, the edge's refusals) is escaped for a
+//! terminal ([`oz0_edge::term::escape`]): control characters but newline
+//! and tab appear as `\x1b`, `\u{9b}`, …, never acting on the terminal.
+//! `--raw` prints a job's output as it wrote it; `--json` is JSON with
+//! every control character escaped.
+//!
 //! Exit status: 0 done (with `--wait`: the job succeeded); 1 the edge
 //! refused or could not be reached, or the job failed, was cancelled or did
-//! not end in time; 2 bad usage.
+//! not end in time; 2 bad usage. A reader that goes away (`| head`) ends
+//! the output, not the command: the status is the command's own.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -26,6 +35,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use oz0_edge::client::OperatorClient;
 use oz0_edge::routing::{Isolation, JobKind, JobRequest, Origin};
+use oz0_edge::term;
 use oz0_edge::wire::{JobView, NodeView, ShellJob};
 use oz0_plugin::job::{CallArgs, ToolJob};
 
@@ -106,6 +116,12 @@ enum JobCmd {
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Print the job's output as it wrote it, control sequences and
+        /// all (for a file: on a terminal they act, moving the cursor or
+        /// setting the title or the clipboard) [default: escaped, as
+        /// `\x1b[2J`].
+        #[arg(long)]
+        raw: bool,
         /// The command and its arguments.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
@@ -126,7 +142,7 @@ enum JobCmd {
         json: bool,
     },
     /// The end of a job's stdout and stderr (the edge keeps the last 64 KiB
-    /// of each).
+    /// of each), control characters escaped unless --raw.
     Logs {
         /// The tenant.
         #[arg(long)]
@@ -137,6 +153,12 @@ enum JobCmd {
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Print the job's output as it wrote it, control sequences and
+        /// all (for a file: on a terminal they act, moving the cursor or
+        /// setting the title or the clipboard) [default: escaped, as
+        /// `\x1b[2J`].
+        #[arg(long)]
+        raw: bool,
     },
     /// Submit one tools/call of an installed plugin's tool.
     ///
@@ -190,6 +212,12 @@ enum JobCmd {
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Print the job's output as it wrote it, control sequences and
+        /// all (for a file: on a terminal they act, moving the cursor or
+        /// setting the title or the clipboard) [default: escaped, as
+        /// `\x1b[2J`].
+        #[arg(long)]
+        raw: bool,
     },
     /// A job's state, its result or why it failed.
     Show {
@@ -202,6 +230,12 @@ enum JobCmd {
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Print the job's output as it wrote it, control sequences and
+        /// all (for a file: on a terminal they act, moving the cursor or
+        /// setting the title or the clipboard) [default: escaped, as
+        /// `\x1b[2J`].
+        #[arg(long)]
+        raw: bool,
     },
     /// Cancel a job that has not ended: a queued one is never handed out; a
     /// leased one is stopped by its node at its next lease renewal (within a
@@ -284,6 +318,30 @@ fn token(args: &Args) -> Result<String> {
     )
 }
 
+/// Standard output: text escaped for a terminal unless `raw`, JSON with
+/// every control character escaped.
+#[derive(Debug, Clone, Copy)]
+struct Out {
+    raw: bool,
+}
+
+impl Out {
+    fn text(self, s: &str) -> Result<()> {
+        let shown = if self.raw {
+            Cow::Borrowed(s)
+        } else {
+            term::escape(s.as_bytes())
+        };
+        term::print(&shown).context("writing to standard output")
+    }
+
+    fn json<T: serde::Serialize + ?Sized>(self, v: &T) -> Result<()> {
+        let mut text = term::json(v)?;
+        text.push('\n');
+        term::print(&text).context("writing to standard output")
+    }
+}
+
 fn show(n: &NodeView) -> String {
     let mut s = String::new();
     let name = n
@@ -364,16 +422,15 @@ async fn wait_job(client: &OperatorClient, tenant: &str, id: &str, secs: u64) ->
     }
 }
 
-fn print_job(j: &JobView, json: bool) -> Result<()> {
+fn print_job(out: Out, j: &JobView, json: bool) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(j)?);
+        out.json(j)
     } else {
-        print!("{}", show_job(j));
+        out.text(&show_job(j))
     }
-    Ok(())
 }
 
-async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
+async fn run_job(client: &OperatorClient, cmd: &JobCmd, out: Out) -> Result<()> {
     match cmd {
         JobCmd::Tool {
             tenant,
@@ -387,6 +444,7 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
             idempotency_key,
             wait,
             json,
+            raw: _,
         } => {
             let args = CallArgs {
                 tool: tool.clone(),
@@ -403,7 +461,7 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
                 serde_json::to_value(&job)?,
                 idempotency_key,
             )?;
-            submitted(client, tenant, &req, *wait, *json).await?;
+            submitted(client, tenant, &req, *wait, *json, out).await?;
         }
         JobCmd::Submit {
             tenant,
@@ -416,6 +474,7 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
             idempotency_key,
             wait,
             json,
+            raw: _,
             command,
         } => {
             let mut vars = std::collections::BTreeMap::new();
@@ -445,7 +504,7 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
                 serde_json::to_value(&shell)?,
                 idempotency_key,
             )?;
-            submitted(client, tenant, &req, *wait, *json).await?;
+            submitted(client, tenant, &req, *wait, *json, out).await?;
         }
         JobCmd::List {
             tenant,
@@ -457,11 +516,12 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
                 .jobs(tenant, state.as_deref(), None, Some((*limit).clamp(1, 500)))
                 .await?;
             if *json {
-                println!("{}", serde_json::to_string_pretty(&page)?);
+                out.json(&page)?;
             } else {
+                let mut text = String::new();
                 for j in &page.jobs {
-                    println!(
-                        "{}  {:<6} {:<9} tier {}  {:<10} attempts {}/{}  submitted {}{}",
+                    text.push_str(&format!(
+                        "{}  {:<6} {:<9} tier {}  {:<10} attempts {}/{}  submitted {}{}\n",
                         j.job_id,
                         j.kind,
                         j.origin,
@@ -473,43 +533,50 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd) -> Result<()> {
                         j.exit_code
                             .map(|c| format!("  exit {c}"))
                             .unwrap_or_default()
-                    );
+                    ));
                 }
+                out.text(&text)?;
             }
         }
-        JobCmd::Logs { tenant, job, json } => {
+        JobCmd::Logs {
+            tenant, job, json, ..
+        } => {
             let l = client.job_logs(tenant, job).await?;
             if *json {
-                println!("{}", serde_json::to_string_pretty(&l)?);
+                out.json(&l)?;
             } else {
+                let mut text = String::new();
                 for (name, tail, total) in [
                     ("stdout", &l.stdout_tail, l.stdout_bytes),
                     ("stderr", &l.stderr_tail, l.stderr_bytes),
                 ] {
                     let total = total.unwrap_or(0);
                     let kept = tail.as_ref().map_or(0, |t| t.len());
-                    println!(
-                        "== {name}: {total} byte(s){}",
+                    text.push_str(&format!(
+                        "== {name}: {total} byte(s){}\n",
                         if usize::try_from(total).unwrap_or(usize::MAX) > kept {
                             format!(", the last {kept} kept")
                         } else {
                             String::new()
                         }
-                    );
+                    ));
                     if let Some(t) = tail {
-                        print!("{t}");
+                        text.push_str(t);
                         if !t.is_empty() && !t.ends_with('\n') {
-                            println!();
+                            text.push('\n');
                         }
                     }
                 }
+                out.text(&text)?;
             }
         }
-        JobCmd::Show { tenant, job, json } => {
-            print_job(&client.job(tenant, job).await?, *json)?;
+        JobCmd::Show {
+            tenant, job, json, ..
+        } => {
+            print_job(out, &client.job(tenant, job).await?, *json)?;
         }
         JobCmd::Cancel { tenant, job, json } => {
-            print_job(&client.cancel_job(tenant, job).await?, *json)?;
+            print_job(out, &client.cancel_job(tenant, job).await?, *json)?;
         }
     }
     Ok(())
@@ -540,12 +607,13 @@ async fn submitted(
     req: &JobRequest,
     wait: Option<u64>,
     json: bool,
+    out: Out,
 ) -> Result<()> {
     let a = client.submit_job(tenant, req).await?;
     match wait {
-        None if json => println!("{}", serde_json::to_string_pretty(&a)?),
-        None => println!(
-            "job {} {} at tier {} ({} eligible node(s)): oz0 job show --tenant {tenant} {}",
+        None if json => out.json(&a)?,
+        None => out.text(&format!(
+            "job {} {} at tier {} ({} eligible node(s)): oz0 job show --tenant {tenant} {}\n",
             a.job_id,
             if a.existing {
                 "was queued before (the same idempotency key)"
@@ -555,14 +623,14 @@ async fn submitted(
             a.tier,
             a.eligible_nodes,
             a.job_id
-        ),
+        ))?,
         Some(secs) => {
             let j = wait_job(client, tenant, &a.job_id, secs).await?;
-            print_job(&j, json)?;
+            print_job(out, &j, json)?;
             if !json && j.kind == "shell" {
                 if let Ok(l) = client.job_logs(tenant, &j.job_id).await {
                     for t in [&l.stdout_tail, &l.stderr_tail].into_iter().flatten() {
-                        print!("{t}");
+                        out.text(t)?;
                     }
                 }
             }
@@ -582,18 +650,30 @@ async fn run(args: Args) -> Result<()> {
         None => oz0_edge::client::Trust::System,
     };
     let client = OperatorClient::with_trust(&args.edge, &token(&args)?, &trust)?;
+    let out = Out {
+        raw: matches!(
+            &args.cmd,
+            Cmd::Job {
+                cmd: JobCmd::Submit { raw: true, .. }
+                    | JobCmd::Tool { raw: true, .. }
+                    | JobCmd::Logs { raw: true, .. }
+                    | JobCmd::Show { raw: true, .. }
+            }
+        ),
+    };
     match &args.cmd {
-        Cmd::Job { cmd } => run_job(&client, cmd).await?,
+        Cmd::Job { cmd } => run_job(&client, cmd, out).await?,
         Cmd::Node {
             cmd: NodeCmd::List { tenant, json },
         } => {
             let nodes = client.nodes(tenant.as_deref()).await?;
             if *json {
-                println!("{}", serde_json::to_string_pretty(&nodes)?);
+                out.json(&nodes)?;
             } else {
+                let mut text = String::new();
                 for n in &nodes {
-                    println!(
-                        "{}  {:<20} {:<10} {:<16} {:<32} MicroVMs: {}  last seen: {}",
+                    text.push_str(&format!(
+                        "{}  {:<20} {:<10} {:<16} {:<32} MicroVMs: {}  last seen: {}\n",
                         n.id,
                         n.name.as_deref().unwrap_or("-"),
                         n.tenant,
@@ -601,8 +681,9 @@ async fn run(args: Args) -> Result<()> {
                         n.tier_line,
                         n.microvm_line,
                         n.last_seen
-                    );
+                    ));
                 }
+                out.text(&text)?;
             }
         }
         Cmd::Node {
@@ -626,9 +707,9 @@ async fn run(args: Args) -> Result<()> {
             };
             let n = client.node_action(node, action).await?;
             if *json {
-                println!("{}", serde_json::to_string_pretty(&n)?);
+                out.json(&n)?;
             } else {
-                print!("{}", show(&n));
+                out.text(&show(&n))?;
             }
         }
         Cmd::Node {
@@ -636,9 +717,9 @@ async fn run(args: Args) -> Result<()> {
         } => {
             let n = client.node(node).await?;
             if *json {
-                println!("{}", serde_json::to_string_pretty(&n)?);
+                out.json(&n)?;
             } else {
-                print!("{}", show(&n));
+                out.text(&show(&n))?;
             }
         }
     }
@@ -660,7 +741,9 @@ fn main() -> std::process::ExitCode {
     match rt.block_on(run(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("oz0: {e:#}");
+            // The reason may be the edge's words: escaped like any other.
+            let line = format!("oz0: {}\n", term::escape(format!("{e:#}").as_bytes()));
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
             std::process::ExitCode::from(1)
         }
     }
