@@ -79,16 +79,16 @@ pub fn main(a: CheckArgs) -> i32 {
     let wall = wall(&a.host, fault);
     let check = wall.check();
     if !json {
-        println!("{}", check.headline);
-        println!("{}", check.facts_line);
+        crate::out::line(&check.headline);
+        crate::out::line(&check.facts_line);
         if let Some(f) = &check.fix {
-            println!("{f}");
+            crate::out::line(f);
         }
     }
     let outcome = if a.self_test {
         self_test(&wall, &check, |l| {
             if !json {
-                println!("{}", l.text());
+                crate::out::line(&l.text());
             }
         })
     } else {
@@ -126,31 +126,30 @@ pub fn main(a: CheckArgs) -> i32 {
             "self_test": outcome,
             "microvm": microvm.as_ref().map(|m| serde_json::json!({"facts": m.microvm, "detail": m.detail, "warning": m.warning})),
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&doc).expect("serialises")
-        );
+        crate::out::line(&serde_json::to_string_pretty(&doc).expect("serialises"));
     } else if let Some(o) = &outcome {
-        println!("{}", o.closing(&check.wall_name));
+        crate::out::line(&o.closing(&check.wall_name));
         if let Some(l) = o.lines.iter().find(|l| !l.ok) {
-            println!(
+            crate::out::line(&format!(
                 "Fix: the self-test failed at {}: {}",
                 l.property.as_str(),
                 l.detail
-            );
+            ));
         }
     } else if a.self_test {
-        println!("Sandbox: tier 0: the self-test cannot run without tier 1's mechanisms (above)");
+        crate::out::line(
+            "Sandbox: tier 0: the self-test cannot run without tier 1's mechanisms (above)",
+        );
     }
     if !json {
         match &microvm {
             Some(m) => {
-                println!("MicroVMs: {}", m.detail);
+                crate::out::line(&format!("MicroVMs: {}", m.detail));
                 if let Some(w) = &m.warning {
-                    println!("Warning: {w}");
+                    crate::out::line(&format!("Warning: {w}"));
                 }
             }
-            None => println!("MicroVMs: off (OZ0_MICROVM=off)"),
+            None => crate::out::line("MicroVMs: off (OZ0_MICROVM=off)"),
         }
     }
     match (a.self_test, tier) {

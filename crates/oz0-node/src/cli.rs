@@ -404,24 +404,23 @@ fn config_show(config: Option<PathBuf>, no_config: bool, json: bool) -> i32 {
     let settings = oz0_config::effective(rm, &applied, RUN_KEYS, run, &|_, v| v.to_string());
     let file = applied.file.as_ref().map(|f| f.path.display().to_string());
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
+        crate::out::line(
+            &serde_json::to_string_pretty(&serde_json::json!({
                 "file": file,
                 "settings": settings,
             }))
-            .expect("settings serialise")
+            .expect("settings serialise"),
         );
     } else {
-        match &file {
-            Some(f) => println!("# oz0-node run, with {f}"),
-            None if no_config => println!("# oz0-node run, with no config file (--no-config)"),
-            None => println!(
+        let head = match &file {
+            Some(f) => format!("# oz0-node run, with {f}"),
+            None if no_config => "# oz0-node run, with no config file (--no-config)".to_string(),
+            None => format!(
                 "# oz0-node run, with no config file ({} does not exist)",
                 CONFIG.default_path
             ),
-        }
-        print!("{}", oz0_config::render(&settings));
+        };
+        crate::out::print(&format!("{head}\n{}", oz0_config::render(&settings)));
     }
     Exit::Ok.code()
 }

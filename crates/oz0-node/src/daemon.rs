@@ -29,9 +29,10 @@ use oz0_policy::facts::NodeFacts;
 
 use crate::record::{safe_id, tail};
 
-/// Writes one line to the node's log (its stderr).
+/// Writes one line to the node's log (its stderr). What the edge or a job
+/// said in it is escaped for a terminal.
 pub fn log(msg: &str) {
-    eprintln!("oz0-node: {msg}");
+    eprintln!("oz0-node: {}", oz0_edge::term::escape(msg.as_bytes()));
 }
 
 /// Logs `msg` and gives `code`'s status.

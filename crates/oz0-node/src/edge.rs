@@ -64,9 +64,10 @@ const MAX_TAKEN_TIER: u8 = 2;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Writes one line to the daemon's log (its stderr: a job's output goes to
-/// the job's files, never there).
+/// the job's files, never there). What the edge or a job said in it (a
+/// tenant, a tier line, a refusal, a job's kind) is escaped for a terminal.
 pub fn log(msg: &str) {
-    eprintln!("oz0-node: {msg}");
+    eprintln!("oz0-node: {}", oz0_edge::term::escape(msg.as_bytes()));
 }
 
 /// What `--edge` needs, checked before the node starts.

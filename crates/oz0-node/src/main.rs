@@ -51,6 +51,8 @@ mod mac;
 #[cfg(target_os = "linux")]
 mod node;
 #[cfg(target_os = "linux")]
+mod out;
+#[cfg(target_os = "linux")]
 mod plugin;
 #[cfg(unix)]
 mod private;

@@ -412,9 +412,9 @@ pub fn facts(a: FactsArgs) -> i32 {
         }
     };
     match a.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&f).expect("serialises")),
-        Format::Nfd => print!("{}", facts::label_lines(&f, NFD_PREFIX)),
-        Format::Kv => print!("{}", facts::label_lines(&f, "")),
+        Format::Json => crate::out::line(&serde_json::to_string_pretty(&f).expect("serialises")),
+        Format::Nfd => crate::out::print(&facts::label_lines(&f, NFD_PREFIX)),
+        Format::Kv => crate::out::print(&facts::label_lines(&f, "")),
     }
     Exit::Ok.code()
 }

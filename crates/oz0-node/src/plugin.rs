@@ -198,23 +198,20 @@ fn check(a: &CheckArgs) -> i32 {
                 "reason": r.as_ref().err(),
             })).collect::<Vec<_>>(),
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&doc).expect("serialises")
-        );
+        crate::out::line(&serde_json::to_string_pretty(&doc).expect("serialises"));
     } else {
-        println!(
+        crate::out::line(&format!(
             "Plugin {}: {} tool(s); tier 1: {}; MicroVMs: {}",
             manifest.name.as_deref().unwrap_or("(unnamed)"),
             tools.len(),
             if tier1.is_ok() { "proven" } else { "none" },
             probe.detail
-        );
+        ));
         for (t, r) in &tools {
-            match r {
-                Ok(()) => println!("{}: {}: offered", t.id, isolation_name(t.isolation)),
-                Err(why) => println!("{}: {}: {why}", t.id, isolation_name(t.isolation)),
-            }
+            crate::out::line(&match r {
+                Ok(()) => format!("{}: {}: offered", t.id, isolation_name(t.isolation)),
+                Err(why) => format!("{}: {}: {why}", t.id, isolation_name(t.isolation)),
+            });
         }
     }
     if all {
