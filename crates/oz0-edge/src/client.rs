@@ -63,6 +63,8 @@ pub struct Completion {
     pub stdout_bytes: Option<u64>,
     /// Bytes it wrote to stderr in all.
     pub stderr_bytes: Option<u64>,
+    /// What the node's look after the run found.
+    pub look: Option<crate::wire::JobLook>,
 }
 
 /// The node's deadline is the lease less this fraction of it (clock rate
@@ -586,6 +588,7 @@ impl NodeClient {
             stderr_tail: end.stderr_tail.clone(),
             stdout_bytes: end.stdout_bytes,
             stderr_bytes: end.stderr_bytes,
+            look: end.look.clone(),
         })
         .expect("serializes");
         self.signed::<serde_json::Value>(&path, body, None)

@@ -99,6 +99,9 @@ pub const MAX_RESULT_BYTES: usize = oz0_plugin::mcp::MAX_LINE_BYTES;
 pub const MAX_ERROR_BYTES: usize = 4096;
 /// The most of each of a job's output streams the edge keeps: its end.
 pub const MAX_TAIL_BYTES: usize = 64 * 1024;
+/// Most findings, and most changed project files, of the look after a run
+/// that a completion carries (the node says how many more there were).
+pub const MAX_LOOK_ITEMS: usize = 100;
 /// Most items one page of a list holds.
 pub const MAX_PAGE: i64 = 500;
 /// Largest body of the two routes that carry a tool job or its result

@@ -194,6 +194,124 @@ pub struct CompleteRequest {
     /// Bytes it wrote to stderr in all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_bytes: Option<u64>,
+    /// What the node's look after the run found in its work folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub look: Option<JobLook>,
+}
+
+/// What the node's look after a job's run found that host git, an agent or
+/// an editor would run or follow, and the project files host tools execute
+/// that the run changed (the node's words: paths are the run's, and
+/// `oz0` shows them escaped).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct JobLook {
+    /// Whether every entry of the work folder was examined.
+    pub complete: bool,
+    /// Findings still where git looks (the job then failed, unless the node
+    /// only reports them).
+    pub left_in_place: u64,
+    /// The findings, at most [`crate::MAX_LOOK_ITEMS`].
+    #[serde(default)]
+    pub findings: Vec<LookFinding>,
+    /// How many more findings there were.
+    #[serde(default)]
+    pub findings_more: u64,
+    /// Project files host tools execute that the run changed, at most
+    /// [`crate::MAX_LOOK_ITEMS`]; never moved.
+    #[serde(default)]
+    pub changed_host_exec: Vec<String>,
+    /// How many more there were.
+    #[serde(default)]
+    pub changed_host_exec_more: u64,
+}
+
+/// One finding of the look after a run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct LookFinding {
+    /// Where.
+    pub path: String,
+    /// What (`config`, `hook`, `agent_settings`, `unexamined`, …).
+    pub what: String,
+    /// Where it was renamed aside to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aside: Option<String>,
+    /// Why it was left in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left: Option<String>,
+}
+
+impl JobLook {
+    /// The look as a node's run status reports it (`git` there: see
+    /// `oz0_linux::gitlook::GitLook`), cut to the bounds a completion
+    /// carries; `None` when the run had no look or found nothing to say.
+    pub fn from_status(git: &serde_json::Value) -> Option<JobLook> {
+        if !git.is_object() {
+            return None;
+        }
+        let cut = |s: &str| {
+            let mut end = s.len().min(crate::MAX_ERROR_BYTES);
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s[..end].to_string()
+        };
+        let text = |v: &serde_json::Value| v.as_str().map(cut);
+        let findings = git["findings"].as_array().cloned().unwrap_or_default();
+        let exec = git["changed_host_exec"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let look = JobLook {
+            complete: git["complete"].as_bool().unwrap_or(false),
+            left_in_place: git["left_in_place"].as_u64().unwrap_or(0),
+            findings: findings
+                .iter()
+                .take(crate::MAX_LOOK_ITEMS)
+                .map(|f| LookFinding {
+                    path: text(&f["path"]).unwrap_or_default(),
+                    what: text(&f["what"])
+                        .filter(|w| {
+                            !w.is_empty()
+                                && w.len() <= 32
+                                && w.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                        })
+                        .unwrap_or_else(|| "unknown".into()),
+                    aside: text(&f["aside"]),
+                    left: text(&f["left"]),
+                })
+                .collect(),
+            findings_more: findings.len().saturating_sub(crate::MAX_LOOK_ITEMS) as u64,
+            changed_host_exec: exec
+                .iter()
+                .take(crate::MAX_LOOK_ITEMS)
+                .filter_map(text)
+                .collect(),
+            changed_host_exec_more: (exec.len().saturating_sub(crate::MAX_LOOK_ITEMS) as u64)
+                + git["changed_host_exec_more"].as_u64().unwrap_or(0),
+        };
+        let quiet = look.complete && look.findings.is_empty() && look.changed_host_exec.is_empty();
+        (!quiet).then_some(look)
+    }
+
+    /// Whether it is within the bounds a completion may carry: at most
+    /// [`crate::MAX_LOOK_ITEMS`] of each list, each text at most
+    /// [`crate::MAX_ERROR_BYTES`], and each `what` a plain word.
+    pub fn within_bounds(&self) -> bool {
+        let text_ok = |s: &str| s.len() <= crate::MAX_ERROR_BYTES;
+        self.findings.len() <= crate::MAX_LOOK_ITEMS
+            && self.changed_host_exec.len() <= crate::MAX_LOOK_ITEMS
+            && self.changed_host_exec.iter().all(|p| text_ok(p))
+            && self.findings.iter().all(|f| {
+                text_ok(&f.path)
+                    && f.aside.as_deref().is_none_or(text_ok)
+                    && f.left.as_deref().is_none_or(text_ok)
+                    && !f.what.is_empty()
+                    && f.what.len() <= 32
+                    && f.what.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+            })
+    }
 }
 
 /// A node gives a job back: it is stopping.
@@ -371,6 +489,9 @@ pub struct JobView {
     /// Why it failed, was refused or was cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the node's look after the run found (see [`JobLook`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub look: Option<JobLook>,
     /// Submitted, Unix ms.
     #[serde(default)]
     pub submitted_ms: i64,

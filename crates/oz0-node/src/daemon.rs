@@ -229,6 +229,7 @@ impl Jobs {
             stderr_tail,
             stdout_bytes,
             stderr_bytes,
+            look: None,
         };
         let mut backoff = Duration::from_secs(1);
         loop {

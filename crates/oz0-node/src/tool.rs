@@ -94,6 +94,9 @@ pub struct ToolEnd {
     pub phases: Value,
     /// The whole call, ms.
     pub duration_ms: u64,
+    /// What the look after the server's run found in the work folder (its
+    /// status document's `git`), for a server run in tier 1.
+    pub look: Option<Value>,
 }
 
 impl ToolEnd {
@@ -235,6 +238,7 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, String> {
         errors,
         ..
     } = ctx;
+    let mut look = None;
     let (r, backend, vm_answered) = match t.tool.isolation {
         Isolation::Microvm => {
             if t.tool.command.is_empty() {
@@ -322,6 +326,9 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, String> {
                 )
                 .map_err(|e| e.to_string())
             })?;
+            if let Ok(Some(g)) = run.as_ref().map(|o| o.git.as_ref()) {
+                look = Some((json!(g), g.failed()));
+            }
             (
                 with_run_error(r, run.err(), "the sandbox"),
                 "tier-1 sandbox (bubblewrap, seccomp, Landlock)",
@@ -330,7 +337,18 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, String> {
         }
         Isolation::Container => unreachable!("refused above"),
     };
-    Ok(end_of(r, started, backend, vm_answered))
+    let mut end = end_of(r, started, backend, vm_answered);
+    if let Some((look, failed)) = look {
+        if failed {
+            // What host git would run is still in the work folder: the call
+            // fails, whatever the tool answered.
+            end.outcome = "tool_failed";
+            end.exit_code = Exit::GitLeftInPlace.code();
+            end.reason = Some("the look after the server's run could not rename aside what host git would run; it is left in place".into());
+        }
+        end.look = Some(look);
+    }
+    Ok(end)
 }
 
 /// The call's result, or its error with the run's own failure added.
@@ -380,6 +398,7 @@ fn end_of(
             }),
             result: Some(c.result),
             duration_ms,
+            look: None,
         },
         Err(e) => ToolEnd {
             outcome: "tool_failed",
@@ -388,6 +407,7 @@ fn end_of(
             result: None,
             phases: json!({"backend": backend, "vm_answered_ms": vm_answered_ms}),
             duration_ms,
+            look: None,
         },
     }
 }

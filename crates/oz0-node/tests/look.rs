@@ -380,3 +380,53 @@ fn settings_below_the_top_and_files_host_tools_run() {
     );
     assert!(env.work.join("Makefile").exists());
 }
+
+/// A job through the fleet: what the look after its run found travels with
+/// its end to the edge, and `oz0 job show` tells the operator (escaped),
+/// findings and changed project files alike.
+#[test]
+fn a_jobs_look_reaches_the_operator() {
+    ready!();
+    let (Some(bin), Some(_)) = (common::fleet::edge_bin(), common::fleet::oz0_bin()) else {
+        assert!(
+            std::env::var_os("OZ0_MUST_WORK").is_none(),
+            "the oz0-edge and oz0 binaries are not found"
+        );
+        common::skip("the oz0-edge or oz0 binary is not found");
+        return;
+    };
+    let edge = common::fleet::Edge::start(&bin, 30);
+    let mut node = common::fleet::Node::start(&edge, "looker", &[]);
+    node.wait_log("facts reported", 120);
+    let script = "mkdir -p sub/.claude && echo '{}' > sub/.claude/settings.json && printf 'all:\\n' > Makefile";
+    let id = edge
+        .submit(
+            oz0_edge::routing::Origin::Internal,
+            serde_json::json!({"command": ["/bin/sh", "-c", script]}),
+        )
+        .unwrap();
+    let j = edge.wait_job(&id, 120);
+    assert_eq!(j.state, "succeeded", "{j:?}");
+    let look = j.look.expect("the job's end carries the look");
+    assert_eq!(look.left_in_place, 0, "{look:?}");
+    assert!(
+        look.findings.iter().any(|f| f.what == "agent_settings"
+            && f.path.ends_with("sub/.claude")
+            && f.aside.is_some()),
+        "{look:?}"
+    );
+    assert!(
+        look.changed_host_exec
+            .iter()
+            .any(|p| p.ends_with("/Makefile")),
+        "{look:?}"
+    );
+    let (st, out, err) = edge.oz0(&["job", "show", "--tenant", "acme", &id]);
+    assert_eq!(st, Some(0), "{err}");
+    assert!(out.contains("Look after the run: 1 finding(s)"), "{out}");
+    assert!(out.contains("agent_settings at "), "{out}");
+    assert!(
+        out.contains("Changed files that tools on the host execute"),
+        "{out}"
+    );
+}

@@ -449,6 +449,22 @@ pub(super) async fn complete(
             ));
         }
     }
+    if req.look.as_ref().is_some_and(|l| !l.within_bounds()) {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "the look after a run carries at most {} findings and {} changed files, each text at most {} bytes, each kind a plain word",
+                crate::MAX_LOOK_ITEMS,
+                crate::MAX_LOOK_ITEMS,
+                crate::MAX_ERROR_BYTES
+            ),
+        ));
+    }
+    let look = req
+        .look
+        .as_ref()
+        .map(|l| serde_json::to_string(l).expect("a look serialises"));
     let bytes = |n: Option<u64>| n.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
     let end = JobEnd {
         succeeded: req.succeeded,
@@ -459,6 +475,7 @@ pub(super) async fn complete(
         stderr_tail: req.stderr_tail.as_deref(),
         stdout_bytes: bytes(req.stdout_bytes),
         stderr_bytes: bytes(req.stderr_bytes),
+        look: look.as_deref(),
     };
     if !edge
         .store

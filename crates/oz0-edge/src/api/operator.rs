@@ -342,6 +342,7 @@ fn job_view(j: crate::store::JobRow) -> JobView {
         stderr_bytes: j.stderr_bytes,
         result: j.result.and_then(|r| serde_json::from_str(&r).ok()),
         error: j.error,
+        look: j.look.and_then(|l| serde_json::from_str(&l).ok()),
         submitted_ms: j.enqueued_ms,
         leased_ms: j.leased_ms,
         done_ms: j.done_ms,
@@ -420,6 +421,7 @@ pub(super) async fn list_jobs(
         .into_iter()
         .map(|j| JobView {
             result: None,
+            look: None,
             ..job_view(j)
         })
         .collect();

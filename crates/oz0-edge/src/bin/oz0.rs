@@ -390,12 +390,59 @@ fn show_job(j: &JobView) -> String {
     if let Some(e) = &j.error {
         s.push_str(&format!("Error: {e}\n"));
     }
+    if let Some(l) = &j.look {
+        s.push_str(&show_look(l));
+    }
     if let Some(r) = &j.result {
         if r["isError"] == true {
             s.push_str("The tool reported an error.\n");
         }
         s.push_str("Result:\n");
         s.push_str(&oz0_plugin::mcp::result_text(r));
+    }
+    s
+}
+
+/// What the node's look after the run found, for `job show`.
+fn show_look(l: &oz0_edge::wire::JobLook) -> String {
+    let mut s = String::new();
+    let total = l.findings.len() as u64 + l.findings_more;
+    if total > 0 || !l.complete {
+        s.push_str(&format!(
+            "Look after the run: {total} finding(s){}{}\n",
+            if l.complete {
+                ""
+            } else {
+                "; NOT every entry was examined"
+            },
+            if l.left_in_place > 0 {
+                format!("; {} LEFT IN PLACE", l.left_in_place)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    for f in &l.findings {
+        let done = match (&f.aside, &f.left) {
+            (Some(a), _) => format!("renamed aside to {a}"),
+            (None, Some(why)) => format!("LEFT IN PLACE: {why}"),
+            (None, None) => "left in place (report only)".into(),
+        };
+        s.push_str(&format!("  {} at {}: {done}\n", f.what, f.path));
+    }
+    if l.findings_more > 0 {
+        s.push_str(&format!("  and {} more\n", l.findings_more));
+    }
+    if !l.changed_host_exec.is_empty() {
+        s.push_str(
+            "Changed files that tools on the host execute (review them before running them):\n",
+        );
+        for p in &l.changed_host_exec {
+            s.push_str(&format!("  {p}\n"));
+        }
+        if l.changed_host_exec_more > 0 {
+            s.push_str(&format!("  and {} more\n", l.changed_host_exec_more));
+        }
     }
     s
 }

@@ -52,7 +52,7 @@ pub struct Swept {
     pub failed: u64,
 }
 
-const JOB_COLS: &str = "id, tenant, state, tier_need, node_id, lease_until_ms, attempts, exit_code, kind, result, error, enqueued_ms, leased_ms, done_ms, origin, max_attempts, stdout_bytes, stderr_bytes";
+const JOB_COLS: &str = "id, tenant, state, tier_need, node_id, lease_until_ms, attempts, exit_code, kind, result, error, enqueued_ms, leased_ms, done_ms, origin, max_attempts, stdout_bytes, stderr_bytes, look";
 
 fn job_row(r: &super::Row) -> Result<JobRow, StoreError> {
     Ok(JobRow {
@@ -74,6 +74,7 @@ fn job_row(r: &super::Row) -> Result<JobRow, StoreError> {
         max_attempts: int(r, 15)?,
         stdout_bytes: opt_int(r, 16)?,
         stderr_bytes: opt_int(r, 17)?,
+        look: opt_text(r, 18)?,
     })
 }
 
@@ -287,7 +288,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         Ok(self
             .exec(
-                "UPDATE jobs SET state = $1, exit_code = $2, done_ms = $3, lease_until_ms = NULL, result = $7, error = $8, stdout_tail = $9, stderr_tail = $10, stdout_bytes = $11, stderr_bytes = $12 WHERE id = $4 AND node_id = $5 AND lease_id = $6 AND state = 'leased' AND lease_until_ms >= $3",
+                "UPDATE jobs SET state = $1, exit_code = $2, done_ms = $3, lease_until_ms = NULL, result = $7, error = $8, stdout_tail = $9, stderr_tail = $10, stdout_bytes = $11, stderr_bytes = $12, look = $13 WHERE id = $4 AND node_id = $5 AND lease_id = $6 AND state = 'leased' AND lease_until_ms >= $3",
                 vec![
                     if end.succeeded { "succeeded" } else { "failed" }.into(),
                     end.exit_code.into(),
@@ -301,6 +302,7 @@ impl Store {
                     end.stderr_tail.into(),
                     end.stdout_bytes.into(),
                     end.stderr_bytes.into(),
+                    end.look.into(),
                 ],
             )
             .await?

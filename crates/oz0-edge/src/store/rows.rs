@@ -138,6 +138,8 @@ pub struct JobRow {
     pub stdout_bytes: Option<i64>,
     /// Bytes it wrote to stderr.
     pub stderr_bytes: Option<i64>,
+    /// What the look after the run found (JSON text).
+    pub look: Option<String>,
 }
 
 /// A job's end, as a node reports it (already checked against the bounds).
@@ -159,6 +161,8 @@ pub struct JobEnd<'a> {
     pub stdout_bytes: Option<i64>,
     /// Bytes written to stderr in all.
     pub stderr_bytes: Option<i64>,
+    /// What the look after the run found (JSON text).
+    pub look: Option<&'a str>,
 }
 
 /// A report to save.

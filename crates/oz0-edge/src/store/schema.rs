@@ -102,6 +102,8 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
     CREATE INDEX jobs_by_tenant ON jobs (tenant, enqueued_ms, id);
     CREATE INDEX nodes_by_tenant_id ON nodes (tenant, id);",
     ),
+    // What the node's look after a job's run found (JSON text).
+    (5, "ALTER TABLE jobs ADD COLUMN look TEXT;"),
 ];
 
 impl Store {

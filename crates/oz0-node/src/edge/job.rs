@@ -61,6 +61,8 @@ pub(super) struct JobEnd {
     pub(super) result: Option<serde_json::Value>,
     /// A tool call's phases (ms).
     pub(super) phases: Option<serde_json::Value>,
+    /// What the look after the run found.
+    pub(super) look: Option<oz0_edge::wire::JobLook>,
 }
 
 impl JobEnd {
@@ -72,12 +74,22 @@ impl JobEnd {
             reason: Some(reason),
             result: None,
             phases: None,
+            look: None,
         }
     }
 
     pub(super) fn from_outcome(o: &Outcome) -> JobEnd {
         let mut end = JobEnd::from_ended(&o.ended, o.exit_code);
         end.duration_ms = o.duration_ms;
+        end.look = o
+            .report
+            .get("git")
+            .and_then(oz0_edge::wire::JobLook::from_status);
+        if end.look.as_ref().is_some_and(|l| l.left_in_place > 0) && o.exit_code != 0 {
+            end.reason.get_or_insert_with(|| {
+                "the look after the run could not rename aside what host git would run; it is left in place".into()
+            });
+        }
         end
     }
 
@@ -99,6 +111,7 @@ impl JobEnd {
             reason,
             result: None,
             phases: None,
+            look: None,
         }
     }
 
@@ -114,6 +127,10 @@ impl JobEnd {
             reason: t.reason,
             result: t.result,
             phases: Some(t.phases),
+            look: t
+                .look
+                .as_ref()
+                .and_then(oz0_edge::wire::JobLook::from_status),
         }
     }
 }

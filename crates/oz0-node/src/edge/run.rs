@@ -302,6 +302,7 @@ impl Runner {
             stderr_tail,
             stdout_bytes,
             stderr_bytes,
+            look: end.look.clone(),
         };
         let mut backoff = Duration::from_secs(1);
         let mut stop = self.stop.clone();
