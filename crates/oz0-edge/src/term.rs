@@ -13,6 +13,7 @@
 //! | newline, tab, a CR right before a newline (a Windows line end) | kept |
 //! | other C0 controls (ESC, BEL, backspace, a lone CR, …) and DEL | `\x1b`, `\x07`, `\x08`, `\x0d`, `\x7f` |
 //! | C1 controls U+0080–U+009F | `\u{9b}` |
+//! | bidirectional controls (U+061C, U+200E–U+200F, U+202A–U+202E, U+2066–U+2069), which reorder what is shown | `\u{202e}` |
 //! | a byte that is not UTF-8 | `\xff` |
 //! | everything else, backslashes too | kept |
 //!
@@ -32,7 +33,10 @@ use std::io::Write as _;
 /// that is not UTF-8 as `\xNN`. Borrows when there is nothing to escape.
 pub fn escape(bytes: &[u8]) -> Cow<'_, str> {
     if let Ok(s) = std::str::from_utf8(bytes) {
-        if !s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        if !s
+            .chars()
+            .any(|c| (c.is_control() && c != '\n' && c != '\t') || is_bidi(c))
+        {
             return Cow::Borrowed(s);
         }
     }
@@ -47,8 +51,8 @@ pub fn escape(bytes: &[u8]) -> Cow<'_, str> {
                 '\0'..='\x1f' | '\x7f' => {
                     let _ = write!(out, "\\x{:02x}", u32::from(c));
                 }
-                // C1
-                '\u{80}'..='\u{9f}' => {
+                // C1, and the controls that reorder text on screen
+                c if ('\u{80}'..='\u{9f}').contains(&c) || is_bidi(c) => {
                     let _ = write!(out, "\\u{{{:02x}}}", u32::from(c));
                 }
                 c => out.push(c),
@@ -59,6 +63,12 @@ pub fn escape(bytes: &[u8]) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// Whether `c` is a bidirectional control, which makes a terminal show the
+/// text around it in another order than it is.
+pub fn is_bidi(c: char) -> bool {
+    matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// `v` as pretty JSON with every control character escaped: serde_json
@@ -102,6 +112,14 @@ mod tests {
 
     fn shown(b: &[u8]) -> String {
         escape(b).into_owned()
+    }
+
+    #[test]
+    fn text_reordering_controls_are_made_visible() {
+        assert_eq!(
+            shown("a\u{202e}cba\u{2066}x\u{200f}".as_bytes()),
+            r"a\u{202e}cba\u{2066}x\u{200f}"
+        );
     }
 
     #[test]

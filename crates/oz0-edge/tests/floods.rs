@@ -303,10 +303,29 @@ async fn floods_of_handshake_timeouts_and_unknown_nodes_are_logged_in_a_few_line
             .unwrap();
         assert_eq!(s, 401);
     }
+    // 200 registrations with a wrong enrolment token.
+    let body = br#"{"tenant":"acme","public_key":"x"}"#.to_vec();
+    for _ in 0..200 {
+        let h = [("authorization", "Bearer wrong-token".to_string())];
+        let (s, _) = raw_request_with(
+            &e.url,
+            &trust,
+            "POST",
+            "/v1/nodes/register",
+            &h,
+            body.clone(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(s, 401);
+    }
     // Wait until the log accounts for every one of them.
     let counted = |what: &str| e.lines(what).iter().map(|l| events(l)).sum::<u64>();
     let until = Instant::now() + Duration::from_secs(60);
-    while counted("TLS handshake timed out") < 300 || counted("is not registered") < 200 {
+    while counted("TLS handshake timed out") < 300
+        || counted("is not registered") < 200
+        || counted("refused a registration") < 200
+    {
         assert!(
             Instant::now() < until,
             "the log does not account for the flood:\n{}",
@@ -317,7 +336,11 @@ async fn floods_of_handshake_timeouts_and_unknown_nodes_are_logged_in_a_few_line
     drop(held);
     // The first of a kind at once, then one line per 10 s with the count.
     let bound = 2 + started.elapsed().as_secs() / 10;
-    for what in ["TLS handshake timed out", "is not registered"] {
+    for what in [
+        "TLS handshake timed out",
+        "is not registered",
+        "refused a registration",
+    ] {
         let lines = e.lines(what);
         assert!(
             lines.len() as u64 <= bound,
@@ -328,6 +351,7 @@ async fn floods_of_handshake_timeouts_and_unknown_nodes_are_logged_in_a_few_line
     }
     assert_eq!(counted("TLS handshake timed out"), 300, "{}", e.log());
     assert_eq!(counted("is not registered"), 200, "{}", e.log());
+    assert_eq!(counted("refused a registration"), 200, "{}", e.log());
     drop(e);
     let _ = std::fs::remove_dir_all(&d);
 }

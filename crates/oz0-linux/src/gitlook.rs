@@ -320,7 +320,11 @@ pub fn shown(p: &Path) -> String {
         for c in chunk.valid().chars() {
             match c {
                 '\\' => out.push_str("\\\\"),
-                c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+                c if c.is_control()
+                    || matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
+                {
+                    out.push_str(&format!("\\u{{{:x}}}", c as u32))
+                }
                 c => out.push(c),
             }
         }

@@ -49,7 +49,10 @@ pub(super) async fn register(
             .get(&req.tenant)
             .is_some_and(|d| d.matches(token));
     if !ok {
-        crate::log::warn(
+        // One line an interval however many come (a token guesser sends
+        // thousands).
+        static REFUSED: crate::log::Tally = crate::log::Tally::new(crate::log::Level::Warn);
+        REFUSED.note(
             "refused a registration: wrong or missing enrolment token",
             Some(client),
         );

@@ -481,6 +481,7 @@ fn beyond_its_bounds_the_look_puts_folders_aside() {
 fn names_are_shown_escaped() {
     let p = Path::new(std::ffi::OsStr::from_bytes(b"a\x1b]52;c;x\x07\\b\xff"));
     assert_eq!(shown(p), "a\\u{1b}]52;c;x\\u{7}\\\\b\\xff");
+    assert_eq!(shown(Path::new("x\u{202e}y")), "x\\u{202e}y");
 }
 
 /// A finding that cannot be renamed aside (here a folder made immutable,
@@ -535,7 +536,10 @@ fn out_of_time_the_look_puts_the_rest_aside() {
     };
     let l = run_look_kept(&root, start, Policy::Neutralise, &HashSet::new(), none);
     assert!(!l.complete);
-    assert!(l.stopped.as_deref().unwrap().contains("longer than"), "{l:?}");
+    assert!(
+        l.stopped.as_deref().unwrap().contains("longer than"),
+        "{l:?}"
+    );
     assert_eq!(found(&l, &root), pairs(&[("r", "unexamined")]), "{l:?}");
     assert!(root.join("r.oz0-quarantine-r1/.git/config").exists());
     assert_eq!(l.left_in_place, 0);
