@@ -58,7 +58,7 @@ pub(crate) struct Launch<'a> {
     /// Serves the run's egress; required when the run has egress.
     pub egress: Option<&'a dyn oz0_egress::EgressService>,
     /// Where the run's job goes; required when the run has job limits.
-    pub jobs: Option<&'a oz0_jobs::JobMode>,
+    pub jobs: Option<&'a oz0_limits::JobMode>,
     /// Seccomp profile, devices: what the launcher adds to the spec.
     pub extras: plan::Extras,
     /// What the node does with what the run left that host git would run
@@ -123,8 +123,8 @@ fn run_in(
     // The job first: if it cannot be made, nothing else happens.
     let job = match (spec.limits.needs_job(), opts.jobs) {
         (true, Some(mode)) => {
-            let id = oz0_jobs::RunId::new(&run_id)?;
-            Some(oz0_jobs::Job::create(mode, &id, &spec.limits)?)
+            let id = oz0_limits::RunId::new(&run_id)?;
+            Some(oz0_limits::Job::create(mode, &id, &spec.limits)?)
         }
         _ => None,
     };
@@ -192,7 +192,7 @@ fn run_in(
             o.job = Some(JobReport {
                 mode: j.version_name(),
                 outcome: j.outcome(),
-                supervisor: oz0_jobs::Supervisor::new(&spec.limits, started).describe(),
+                supervisor: oz0_limits::Supervisor::new(&spec.limits, started).describe(),
             });
         }
         if spec.egress.is_enabled() {
@@ -224,7 +224,7 @@ fn execute(
     run_id: &str,
     started: Instant,
     spec: &RunSpec,
-    job: Option<&oz0_jobs::Job>,
+    job: Option<&oz0_limits::Job>,
     (bridge, channel): (Option<BridgeConfig>, Option<OwnedFd>),
     (holders, ready): (&mut Holders, OwnedFd),
 ) -> Result<RunOutcome, SandboxError> {
@@ -326,7 +326,7 @@ fn execute(
             source: io::Error::last_os_error(),
         })?;
 
-    let mut supervisor = oz0_jobs::Supervisor::new(&spec.limits, started);
+    let mut supervisor = oz0_limits::Supervisor::new(&spec.limits, started);
     let mut status = File::from(status_r);
     let mut status_buf = Vec::new();
     let mut status_open = true;
@@ -394,8 +394,8 @@ fn execute(
             // read the job's counters is treated as a verdict (fail closed).
             killed = match supervisor.check(job, Instant::now()) {
                 Ok(None) => None,
-                Ok(Some(oz0_jobs::Verdict::Timeout { .. })) => Some(Ended::Timeout),
-                Ok(Some(oz0_jobs::Verdict::CpuTime { .. })) => Some(Ended::CpuTime),
+                Ok(Some(oz0_limits::Verdict::Timeout { .. })) => Some(Ended::Timeout),
+                Ok(Some(oz0_limits::Verdict::CpuTime { .. })) => Some(Ended::CpuTime),
                 Err(e) => {
                     eprintln!("oz0-node: stopping the run: {e}");
                     Some(Ended::Cancelled)

@@ -47,7 +47,7 @@ pub struct JobReport {
     pub mode: &'static str,
     /// What the job said at the end.
     #[serde(flatten)]
-    pub outcome: oz0_jobs::JobOutcome,
+    pub outcome: oz0_limits::JobOutcome,
     /// How CPU time and wall time were supervised.
     pub supervisor: String,
 }
@@ -98,7 +98,7 @@ pub enum SandboxError {
     },
     /// The job could not be made (fail closed).
     #[error("the run's job could not be made, so nothing runs: {0}")]
-    Job(#[from] oz0_jobs::JobError),
+    Job(#[from] oz0_limits::JobError),
     /// The job could not be joined.
     #[error("the run's job could not be joined, so nothing runs: {0}")]
     JoinJob(#[source] io::Error),

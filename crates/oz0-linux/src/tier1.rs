@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use oz0_core::{Cancel, RunIo};
 use oz0_egress::EgressService;
-use oz0_jobs::JobMode;
+use oz0_limits::JobMode;
 use oz0_policy::RunSpec;
 
 use crate::launch::{self, Launch};
@@ -161,14 +161,14 @@ impl Host {
         if let Some(m) = kept.as_ref() {
             return Ok(m.clone());
         }
-        let probed = oz0_jobs::probe_mode(&oz0_jobs::ProbeOptions {
+        let probed = oz0_limits::probe_mode(&oz0_limits::ProbeOptions {
             cgroup_root: self.cgroup_root.clone(),
             version: None,
         });
         if let JobMode::Unavailable { reason, fix } = probed.mode {
             return Err(SandboxError::NoJob { reason, fix });
         }
-        let _ = oz0_jobs::cleanup_stale(&probed.mode);
+        let _ = oz0_limits::cleanup_stale(&probed.mode);
         *kept = Some(probed.mode.clone());
         Ok(probed.mode)
     }

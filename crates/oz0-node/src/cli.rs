@@ -426,7 +426,7 @@ fn config_show(config: Option<PathBuf>, no_config: bool, json: bool) -> i32 {
 }
 
 fn remove_cgroups(user: &str, json: bool) -> i32 {
-    match oz0_jobs::remove_delegation(user) {
+    match oz0_limits::remove_delegation(user) {
         Ok(r) => {
             if json {
                 println!(
@@ -460,15 +460,15 @@ fn remove_cgroups(user: &str, json: bool) -> i32 {
 
 fn setup_cgroups(user: &str, mode: &str, json: bool) -> i32 {
     let mode = match mode {
-        "auto" => oz0_jobs::SetupMode::Auto,
-        "v1" => oz0_jobs::SetupMode::V1,
-        "v2" => oz0_jobs::SetupMode::V2,
+        "auto" => oz0_limits::SetupMode::Auto,
+        "v1" => oz0_limits::SetupMode::V1,
+        "v2" => oz0_limits::SetupMode::V2,
         other => {
             eprintln!("oz0-node: --mode {other:?}: use auto, v1 or v2");
             return Exit::Usage.code();
         }
     };
-    match oz0_jobs::setup_delegation(user, mode) {
+    match oz0_limits::setup_delegation(user, mode) {
         Ok(r) => {
             if json {
                 println!(

@@ -47,10 +47,10 @@ pub struct Probe {
     /// Landlock ABI (0: none).
     pub landlock_abi: u32,
     /// Job limits.
-    pub jobs: oz0_jobs::ProbeFacts,
+    pub jobs: oz0_limits::ProbeFacts,
     /// The job mode itself (for runs).
     #[serde(skip)]
-    pub job_mode: oz0_jobs::JobMode,
+    pub job_mode: oz0_limits::JobMode,
     /// `/dev/kvm`.
     pub kvm: Kvm,
 }
@@ -81,7 +81,7 @@ pub fn probe(bwrap_flag: Option<&Path>, cgroup_root: Option<PathBuf>) -> Probe {
     // node both read "no" here, not as a launch failure later.
     let seccomp = oz0_sys::probe::seccomp_filters().is_ok();
     let landlock_abi = oz0_sys::probe::landlock_abi();
-    let jobs = oz0_jobs::probe_mode(&oz0_jobs::ProbeOptions {
+    let jobs = oz0_limits::probe_mode(&oz0_limits::ProbeOptions {
         cgroup_root,
         version: None,
     });
@@ -289,7 +289,7 @@ mod tests {
             }),
             seccomp: true,
             landlock_abi: 7,
-            jobs: oz0_jobs::ProbeFacts {
+            jobs: oz0_limits::ProbeFacts {
                 mode: "cgroup-v1",
                 why: String::new(),
                 controllers: vec!["memory".into(), "pids".into()],
@@ -300,7 +300,7 @@ mod tests {
                 cpu_time: "",
                 fix: None,
             },
-            job_mode: oz0_jobs::JobMode::Unavailable {
+            job_mode: oz0_limits::JobMode::Unavailable {
                 reason: String::new(),
                 fix: String::new(),
             },

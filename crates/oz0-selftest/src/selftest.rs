@@ -36,7 +36,7 @@ pub struct Config<'a> {
     /// The node's real data directory, when it has one.
     pub data_dir: Option<PathBuf>,
     /// Where jobs go (None: job limits unavailable here).
-    pub job_mode: Option<oz0_jobs::JobMode>,
+    pub job_mode: Option<oz0_limits::JobMode>,
     /// Why job limits are unavailable, with the fix.
     pub job_unavailable: Option<String>,
     /// A fault to inject into one property's runs (self-test tests only).
@@ -185,7 +185,7 @@ impl Ctx<'_> {
         &self,
         req: RunRequest,
         proxy: Option<&dyn oz0_egress::EgressService>,
-        jobs: Option<&oz0_jobs::JobMode>,
+        jobs: Option<&oz0_limits::JobMode>,
         cancel: Option<std::os::fd::OwnedFd>,
     ) -> Result<RunOutcome, String> {
         self.launch_with(req, proxy, jobs, cancel, self.fault())
@@ -201,7 +201,7 @@ impl Ctx<'_> {
         &self,
         req: RunRequest,
         proxy: Option<&dyn oz0_egress::EgressService>,
-        jobs: Option<&oz0_jobs::JobMode>,
+        jobs: Option<&oz0_limits::JobMode>,
         cancel: Option<std::os::fd::OwnedFd>,
         fault: Option<Fault>,
     ) -> Result<RunOutcome, String> {

@@ -139,7 +139,8 @@ pub(super) fn check_job_limits(c: &mut Ctx) -> CheckResult {
     if r.as_ref().is_some_and(|r| r["alloc"] == "ok") {
         return Err("512 MiB were allocated and touched under a limit of 256 MiB".into());
     }
-    let oom = o.job.as_ref().and_then(|j| j.outcome.limit_hit) == Some(oz0_jobs::LimitHit::Memory);
+    let oom =
+        o.job.as_ref().and_then(|j| j.outcome.limit_hit) == Some(oz0_limits::LimitHit::Memory);
     // Closing the job kills its processes: its folders are gone.
     let mode_name = mode.name();
     Ok(format!(
@@ -160,13 +161,13 @@ pub(super) fn check_fail_closed(c: &mut Ctx) -> CheckResult {
     // A job root no one can create a cgroup under: a path through a file.
     let broken = |p: &Path| p.join("cgroup.procs").join("oz0-selftest");
     let bad = match &mode {
-        oz0_jobs::JobMode::V2 { root } => oz0_jobs::JobMode::V2 { root: broken(root) },
-        oz0_jobs::JobMode::V1 {
+        oz0_limits::JobMode::V2 { root } => oz0_limits::JobMode::V2 { root: broken(root) },
+        oz0_limits::JobMode::V1 {
             memory,
             pids,
             cpuacct,
             freezer,
-        } => oz0_jobs::JobMode::V1 {
+        } => oz0_limits::JobMode::V1 {
             memory: broken(memory),
             pids: broken(pids),
             cpuacct: cpuacct.clone(),

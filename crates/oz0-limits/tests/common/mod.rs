@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use oz0_jobs::{probe_mode, CgroupVersion, Job, JobMode, LimitHit, ProbeOptions, RunId};
+use oz0_limits::{probe_mode, CgroupVersion, Job, JobMode, LimitHit, ProbeOptions, RunId};
 use oz0_policy::Limits;
 
 pub const PY: &str = "/usr/bin/python3";

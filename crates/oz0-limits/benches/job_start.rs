@@ -8,7 +8,7 @@
 //! fork/exec is printed for scale. Rounds alternate between the variants and
 //! medians are reported, so background load hits both alike.
 //!
-//! Run: `cargo bench -p oz0-jobs` (needs a usable cgroup mode: root, or a
+//! Run: `cargo bench -p oz0-limits` (needs a usable cgroup mode: root, or a
 //! delegated subtree). As root it works under a temporary folder
 //! `oz0-bench-<pid>` in each hierarchy and removes it at the end.
 
@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use oz0_jobs::{probe_mode, Job, JobMode, ProbeOptions, RunId};
+use oz0_limits::{probe_mode, Job, JobMode, ProbeOptions, RunId};
 use oz0_policy::Limits;
 
 const ROUNDS: usize = 200;

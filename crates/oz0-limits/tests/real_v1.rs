@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-use oz0_jobs::{
+use oz0_limits::{
     probe_mode, setup_delegation_in, CgroupVersion, Job, JobError, JobMode, LimitHit, ProbeOptions,
     RealFs, RunId, SetupMode, Supervisor, Verdict,
 };
@@ -257,7 +257,7 @@ fn root_two_delegated_users_create_limits_and_remove_jobs() {
         }
         assert!(rep.controllers.contains(&"memory".to_string()));
     }
-    let as_user = |rep: &oz0_jobs::SetupReport, other: &str| {
+    let as_user = |rep: &oz0_limits::SetupReport, other: &str| {
         let exe = std::env::current_exe().unwrap();
         let out = Command::new("/usr/bin/setpriv")
             .args([
@@ -305,14 +305,14 @@ fn root_two_delegated_users_create_limits_and_remove_jobs() {
     as_user(&reps[1], USER);
 
     // Undo the first user's: theirs goes, the second's stays and works.
-    let gone = oz0_jobs::remove_delegation_in(&RealFs, USER, &name).unwrap();
+    let gone = oz0_limits::remove_delegation_in(&RealFs, USER, &name).unwrap();
     for d in &reps[0].delegated {
         assert!(!d.exists(), "{} left", d.display());
         assert!(gone.removed.contains(d));
     }
     assert_eq!(gone.kept.len(), reps[0].parents.len(), "{gone:?}");
     as_user(&reps[1], USER);
-    let gone = oz0_jobs::remove_delegation_in(&RealFs, USER2, &name).unwrap();
+    let gone = oz0_limits::remove_delegation_in(&RealFs, USER2, &name).unwrap();
     assert!(gone.kept.is_empty(), "{gone:?}");
     for d in reps[1].delegated.iter().chain(&reps[0].parents) {
         assert!(!d.exists(), "{} left", d.display());
@@ -425,7 +425,7 @@ fn root_v1_cleanup_stale_removes_a_dead_nodes_job() {
         &limits(None, Some(8), None),
     )
     .unwrap();
-    let rep = oz0_jobs::cleanup_stale(&t.mode);
+    let rep = oz0_limits::cleanup_stale(&t.mode);
     assert_eq!(rep.live, 1, "{rep:?}");
     assert!(rep.failed.is_empty(), "{rep:?}");
     assert_eq!(rep.removed.len(), dirs.len(), "{rep:?}");

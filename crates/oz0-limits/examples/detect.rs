@@ -1,8 +1,8 @@
 //! Prints what the job probe finds on this machine, as JSON (what
 //! `oz0-node sandbox check --json` reports as its cgroup facts).
-//! `cargo run -p oz0-jobs --example probe [-- --cgroup-root P]`
+//! `cargo run -p oz0-limits --example detect [-- --cgroup-root P]`
 
-use oz0_jobs::{probe_mode, ProbeOptions};
+use oz0_limits::{probe_mode, ProbeOptions};
 
 fn main() {
     let mut args = std::env::args().skip(1);

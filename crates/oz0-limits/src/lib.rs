@@ -1,4 +1,4 @@
-//! `oz0-jobs` owns the **job** of a run: the cgroup(s) that hold every process
+//! `oz0-limits` owns the **job** of a run: the cgroup(s) that hold every process
 //! of one sandboxed run and enforce its limits as a whole — memory of all
 //! processes together, number of tasks, CPU time — and that let the node kill
 //! the whole run at once and read what happened (peak memory, out-of-memory
@@ -51,23 +51,23 @@
 //! processes gets the shell plus at most 5 of them (6 processes of the
 //! command); the next `fork` fails with `EAGAIN`.
 
+mod detect;
 mod error;
 #[cfg(test)]
 pub mod fake;
 mod fs;
 mod job;
-mod probe;
 mod setup;
 mod supervisor;
 
+pub use detect::{
+    probe_mode, probe_mode_with, CgroupVersion, JobMode, ProbeFacts, ProbeOptions, ProbeResult,
+};
 pub use error::JobError;
 pub use fs::{CgroupFs, RealFs};
 pub use job::{
     cleanup_stale, cleanup_stale_with, CleanupReport, Enforced, Job, JobOutcome, JobStats,
     LimitHit, RunId, JOB_PREFIX,
-};
-pub use probe::{
-    probe_mode, probe_mode_with, CgroupVersion, JobMode, ProbeFacts, ProbeOptions, ProbeResult,
 };
 pub use setup::{
     remove_delegation, remove_delegation_in, setup_delegation, setup_delegation_in,

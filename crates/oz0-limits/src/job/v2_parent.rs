@@ -7,9 +7,9 @@ use std::io;
 use std::path::Path;
 
 use super::{fix_for, io_err, Version, NODE_LEAF};
+use crate::detect::{controllers_of, procs_of, Layout};
 use crate::error::JobError;
 use crate::fs::CgroupFs;
-use crate::probe::{controllers_of, procs_of, Layout};
 
 /// Makes a v2 job parent usable: its children need the controllers of the
 /// requested limits (`memory`, `pids`) enabled in its

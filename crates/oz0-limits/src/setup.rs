@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::detect::{controllers_of, procs_of, CgroupVersion, Layout, V2_REQUIRED};
 use crate::error::JobError;
 use crate::fs::{CgroupFs, RealFs};
-use crate::probe::{controllers_of, procs_of, CgroupVersion, Layout, V2_REQUIRED};
 use crate::DELEGATED_DIR;
 
 /// Which layout to set up.

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use oz0_policy::Limits;
 use serde::Serialize;
 
+use crate::detect::{procs_of, JobMode};
 use crate::error::{is_denied, JobError};
 use crate::fs::{CgroupFs, RealFs};
-use crate::probe::{procs_of, JobMode};
 use crate::supervisor::{CPU_POLL_MAX, CPU_POLL_MIN};
 
 mod accounting;

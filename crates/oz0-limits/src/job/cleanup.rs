@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use super::identity::{parse_job_name, start_time_of};
 use super::{Dir, Job, Version, JOB_PREFIX};
+use crate::detect::JobMode;
 use crate::fs::{CgroupFs, RealFs};
-use crate::probe::JobMode;
 
 /// What [`cleanup_stale`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::*;
-use oz0_jobs::{Job, JobError, JobMode, LimitHit, RunId, Supervisor, Verdict};
+use oz0_limits::{Job, JobError, JobMode, LimitHit, RunId, Supervisor, Verdict};
 use oz0_policy::Limits;
 
 /// The cgroup2 mount point, from /proc/self/mountinfo.
