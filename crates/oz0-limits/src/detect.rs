@@ -601,68 +601,8 @@ fn probe_v1(
     user: &str,
 ) -> Result<Found, ProbeErr> {
     let fix = setup_fix(user);
-    // The relative folder named by --cgroup-root, if any.
-    let over_rel: Option<String> = match over {
-        Some(p) if p.is_absolute() => {
-            let mut rel = None;
-            for h in layout.v1.values() {
-                if let Ok(r) = p.strip_prefix(&h.point) {
-                    rel = Some(r.to_string_lossy().into_owned());
-                    break;
-                }
-            }
-            match rel {
-                Some(r) => Some(r),
-                None => return Err((
-                    format!(
-                        "--cgroup-root {} is not under a cgroup v1 hierarchy",
-                        p.display()
-                    ),
-                    "name a folder under /sys/fs/cgroup/memory (or its relative name, e.g. `oz0`)"
-                        .into(),
-                )),
-            }
-        }
-        Some(p) => Some(p.to_string_lossy().into_owned()),
-        None => None,
-    };
-    let pick = |ctl: &str| -> Result<Option<PathBuf>, String> {
-        let Some(h) = layout.v1.get(ctl) else {
-            return Ok(None);
-        };
-        let cands: Vec<PathBuf> = match &over_rel {
-            Some(r) => vec![join_rel(&h.point, r)],
-            None => {
-                // The user's folder from `setup cgroups` first, then the
-                // shared folder an earlier setup handed to a single user.
-                let mut v = vec![h.point.join(DELEGATED_DIR).join(user)];
-                if h.own != h.point {
-                    v.push(h.own.join(DELEGATED_DIR));
-                }
-                v.push(h.point.join(DELEGATED_DIR));
-                v
-            }
-        };
-        // An existing delegated folder first; a creatable one (root) second.
-        for c in &cands {
-            if fs.exists(c) && fs.can_write(c) && fs.can_write(&c.join("cgroup.procs")) {
-                return Ok(Some(c.clone()));
-            }
-        }
-        for c in &cands {
-            if !fs.exists(c) && c.parent().is_some_and(|p| fs.exists(p) && fs.can_write(p)) {
-                return Ok(Some(c.clone()));
-            }
-        }
-        Err(format!(
-            "no writable folder in the {ctl} hierarchy (tried {})",
-            cands
-                .iter()
-                .map(|c| c.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-    };
+    let over_rel = v1_relative(layout, over)?;
+    let pick = |ctl: &str| pick_v1(fs, layout, over_rel.as_deref(), user, ctl);
     let mut reasons = Vec::new();
     let mut need = |ctl: &str| match pick(ctl) {
         Ok(Some(p)) => Some(p),
@@ -723,6 +663,76 @@ fn probe_v1(
         controllers,
         roots,
     })
+}
+
+/// The folder named by `--cgroup-root`, relative to each v1 hierarchy.
+fn v1_relative(layout: &Layout, over: Option<&Path>) -> Result<Option<String>, ProbeErr> {
+    match over {
+        Some(p) if p.is_absolute() => {
+            for h in layout.v1.values() {
+                if let Ok(r) = p.strip_prefix(&h.point) {
+                    return Ok(Some(r.to_string_lossy().into_owned()));
+                }
+            }
+            Err((
+                format!(
+                    "--cgroup-root {} is not under a cgroup v1 hierarchy",
+                    p.display()
+                ),
+                "name a folder under /sys/fs/cgroup/memory (or its relative name, e.g. `oz0`)"
+                    .into(),
+            ))
+        }
+        Some(p) => Ok(Some(p.to_string_lossy().into_owned())),
+        None => Ok(None),
+    }
+}
+
+/// The folder jobs of the `ctl` hierarchy go under: `Ok(None)` when that
+/// hierarchy is not mounted, an error naming every folder tried when none
+/// is usable.
+fn pick_v1(
+    fs: &dyn CgroupFs,
+    layout: &Layout,
+    over_rel: Option<&str>,
+    user: &str,
+    ctl: &str,
+) -> Result<Option<PathBuf>, String> {
+    let Some(h) = layout.v1.get(ctl) else {
+        return Ok(None);
+    };
+    let cands: Vec<PathBuf> = match over_rel {
+        Some(r) => vec![join_rel(&h.point, r)],
+        None => {
+            // The user's folder from `setup cgroups` first, then the
+            // shared folder an earlier setup handed to a single user.
+            let mut v = vec![h.point.join(DELEGATED_DIR).join(user)];
+            if h.own != h.point {
+                v.push(h.own.join(DELEGATED_DIR));
+            }
+            v.push(h.point.join(DELEGATED_DIR));
+            v
+        }
+    };
+    // An existing delegated folder first; a creatable one (root) second.
+    for c in &cands {
+        if fs.exists(c) && fs.can_write(c) && fs.can_write(&c.join("cgroup.procs")) {
+            return Ok(Some(c.clone()));
+        }
+    }
+    for c in &cands {
+        if !fs.exists(c) && c.parent().is_some_and(|p| fs.exists(p) && fs.can_write(p)) {
+            return Ok(Some(c.clone()));
+        }
+    }
+    Err(format!(
+        "no writable folder in the {ctl} hierarchy (tried {})",
+        cands
+            .iter()
+            .map(|c| c.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
 }
 
 #[cfg(test)]

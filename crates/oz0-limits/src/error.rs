@@ -6,6 +6,7 @@ use std::time::Duration;
 
 /// Why a job could not be probed, created, placed, killed or removed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum JobError {
     /// A cgroup file operation failed.
     #[error("cannot {op} {}: {} — {fix}", path.display(), describe(err))]

@@ -114,24 +114,38 @@ pub fn setup_delegation_in(
         SetupMode::Auto if v2_ok => CgroupVersion::V2,
         SetupMode::Auto => CgroupVersion::V1,
     };
+    let (points, controllers) = hierarchies(fs, &layout, version, v2_ok, &name)?;
+    let enable = subtree_control(fs, version, &points);
     let mut rep = SetupReport {
         version,
-        user: name.clone(),
+        user: name,
         uid,
         gid,
         delegated: Vec::new(),
         chowned: Vec::new(),
         parents: Vec::new(),
-        controllers: Vec::new(),
+        controllers,
         next: String::new(),
     };
-    // v2: the files the kernel's delegation model hands over; v1: the
-    // folder and the two files that place processes.
-    let handed: &[&str] = match version {
-        CgroupVersion::V2 => &["cgroup.procs", "cgroup.subtree_control", "cgroup.threads"],
-        CgroupVersion::V1 => &["cgroup.procs", "tasks"],
-    };
-    let points: Vec<PathBuf> = match version {
+    for point in &points {
+        delegate_under(fs, point, dir_name, enable.as_deref(), &mut rep)?;
+    }
+    rep.controllers.sort();
+    rep.controllers.dedup();
+    rep.next = next_step(&rep);
+    Ok(rep)
+}
+
+/// The hierarchy mounts to delegate under for `version`, and (v1) the
+/// controllers they offer; an error names the missing mount and the fix.
+fn hierarchies(
+    fs: &dyn CgroupFs,
+    layout: &Layout,
+    version: CgroupVersion,
+    v2_ok: bool,
+    name: &str,
+) -> Result<(Vec<PathBuf>, Vec<String>), JobError> {
+    match version {
         CgroupVersion::V2 => {
             let Some(h) = &layout.v2 else {
                 return Err(JobError::Unavailable {
@@ -149,7 +163,7 @@ pub fn setup_delegation_in(
                     fix: format!("run `oz0-node setup cgroups --user {name}` without forcing v2 (v1 is used)"),
                 });
             }
-            vec![h.point.clone()]
+            Ok((vec![h.point.clone()], Vec::new()))
         }
         CgroupVersion::V1 => {
             for need in ["memory", "pids"] {
@@ -163,18 +177,28 @@ pub fn setup_delegation_in(
                 }
             }
             let mut seen: Vec<PathBuf> = Vec::new();
+            let mut controllers = Vec::new();
             for ctl in ["memory", "pids", "cpuacct", "freezer"] {
                 if let Some(h) = layout.v1.get(ctl) {
                     if !seen.contains(&h.point) {
                         seen.push(h.point.clone());
-                        rep.controllers.extend(h.controllers.iter().cloned());
+                        controllers.extend(h.controllers.iter().cloned());
                     }
                 }
             }
-            seen
+            Ok((seen, controllers))
         }
-    };
-    let enable = match version {
+    }
+}
+
+/// v2: what to write to `cgroup.subtree_control` on the way down (memory
+/// and pids, and cpu when offered); v1 has no such file.
+fn subtree_control(
+    fs: &dyn CgroupFs,
+    version: CgroupVersion,
+    points: &[PathBuf],
+) -> Option<String> {
+    match version {
         CgroupVersion::V2 => {
             let mut e: Vec<&str> = V2_REQUIRED.to_vec();
             if controllers_of(fs, &points[0]).iter().any(|c| c == "cpu") {
@@ -188,55 +212,82 @@ pub fn setup_delegation_in(
             )
         }
         CgroupVersion::V1 => None,
-    };
-    for point in &points {
-        let parent = point.join(dir_name);
-        let mine = parent.join(&name);
-        if let Some(value) = &enable {
-            write(fs, &point.join("cgroup.subtree_control"), value)?;
-        }
-        mkdir_ok(fs, &parent)?;
-        // Root's, also when an earlier setup handed the whole folder to a user.
-        for p in with_files(&parent, handed) {
-            if fs.exists(&p) {
-                fs.chown(&p, 0, 0).map_err(|e| io("chown", &p, e))?;
-            }
-        }
-        if let Some(value) = &enable {
-            let sc = parent.join("cgroup.subtree_control");
-            write(fs, &sc, value).map_err(|e| match e {
-                JobError::Io { op, path, err, .. }
-                    if err.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) =>
-                {
-                    JobError::Io {
-                        op,
-                        path,
-                        err,
-                        fix: format!(
-                            "{} holds processes of its own (a node started inside it by an earlier setup): stop that node, then run this again",
-                            parent.display()
-                        ),
-                    }
-                }
-                other => other,
-            })?;
-        }
-        rep.parents.push(parent);
-        mkdir_ok(fs, &mine)?;
-        for p in with_files(&mine, handed) {
-            if fs.exists(&p) {
-                fs.chown(&p, uid, gid).map_err(|e| io("chown", &p, e))?;
-                rep.chowned.push(p);
-            }
-        }
-        if version == CgroupVersion::V2 {
-            rep.controllers = controllers_of(fs, &mine);
-        }
-        rep.delegated.push(mine);
     }
-    rep.controllers.sort();
-    rep.controllers.dedup();
-    rep.next = match version {
+}
+
+/// Makes `<point>/<dir_name>` (root's) and `<point>/<dir_name>/<user>`
+/// (the user's, with the files that place processes), recording each in
+/// `rep`.
+fn delegate_under(
+    fs: &dyn CgroupFs,
+    point: &Path,
+    dir_name: &str,
+    enable: Option<&str>,
+    rep: &mut SetupReport,
+) -> Result<(), JobError> {
+    // v2: the files the kernel's delegation model hands over; v1: the
+    // folder and the two files that place processes.
+    let handed: &[&str] = match rep.version {
+        CgroupVersion::V2 => &["cgroup.procs", "cgroup.subtree_control", "cgroup.threads"],
+        CgroupVersion::V1 => &["cgroup.procs", "tasks"],
+    };
+    let parent = point.join(dir_name);
+    let mine = parent.join(&rep.user);
+    if let Some(value) = enable {
+        write(fs, &point.join("cgroup.subtree_control"), value)?;
+    }
+    mkdir_ok(fs, &parent)?;
+    // Root's, also when an earlier setup handed the whole folder to a user.
+    for p in with_files(&parent, handed) {
+        if fs.exists(&p) {
+            fs.chown(&p, 0, 0).map_err(|e| io("chown", &p, e))?;
+        }
+    }
+    if let Some(value) = enable {
+        enable_below(fs, &parent, value)?;
+    }
+    rep.parents.push(parent);
+    mkdir_ok(fs, &mine)?;
+    for p in with_files(&mine, handed) {
+        if fs.exists(&p) {
+            fs.chown(&p, rep.uid, rep.gid)
+                .map_err(|e| io("chown", &p, e))?;
+            rep.chowned.push(p);
+        }
+    }
+    if rep.version == CgroupVersion::V2 {
+        rep.controllers = controllers_of(fs, &mine);
+    }
+    rep.delegated.push(mine);
+    Ok(())
+}
+
+/// Enables `value` for the children of the shared parent; a parent that
+/// holds processes of its own (EBUSY) is named with the fix.
+fn enable_below(fs: &dyn CgroupFs, parent: &Path, value: &str) -> Result<(), JobError> {
+    let sc = parent.join("cgroup.subtree_control");
+    write(fs, &sc, value).map_err(|e| match e {
+        JobError::Io { op, path, err, .. }
+            if err.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) =>
+        {
+            JobError::Io {
+                op,
+                path,
+                err,
+                fix: format!(
+                    "{} holds processes of its own (a node started inside it by an earlier setup): stop that node, then run this again",
+                    parent.display()
+                ),
+            }
+        }
+        other => other,
+    })
+}
+
+/// What the operator does next.
+fn next_step(rep: &SetupReport) -> String {
+    let name = &rep.user;
+    match rep.version {
         CgroupVersion::V2 => format!(
             "start the node inside {d}: as root, write its pid to {d}/cgroup.procs before \
              it drops to {name} (or under systemd use `Delegate=yes` instead, which needs no setup)",
@@ -245,8 +296,7 @@ pub fn setup_delegation_in(
         CgroupVersion::V1 => {
             format!("nothing: the node, running as {name}, finds these folders by itself")
         }
-    };
-    Ok(rep)
+    }
 }
 
 /// Removes what [`setup_delegation`] made for `user` on the real system
