@@ -44,6 +44,7 @@ pub struct EnvName(String);
 
 /// Why a variable was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EnvError {
     /// Not of the form `[A-Za-z_][A-Za-z0-9_]*`.
     #[error("{0:?} is not a variable name: use letters, digits and _, not starting with a digit")]

@@ -38,6 +38,7 @@ pub struct Limits {
 
 /// Why a limit was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LimitError {
     /// Zero or over the maximum.
     #[error("{what} must be between 1 and {max}, not {value}")]

@@ -55,6 +55,7 @@ pub const MAX_LABEL_LEN: usize = 63;
 /// Why an egress entry or a request target was refused. Each variant names
 /// the value and, where there is one, the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum NetError {
     /// An empty entry.
     #[error("--allow: an entry is empty: name a host, e.g. --allow example.com or --allow example.com:443")]

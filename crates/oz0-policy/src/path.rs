@@ -19,6 +19,7 @@ pub struct AbsPath(String);
 
 /// Why a path was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PathError {
     /// Not valid UTF-8.
     #[error("{0:?} is not valid UTF-8: name it with a UTF-8 path")]

@@ -83,6 +83,7 @@ pub struct RunSpec {
 
 /// Why a request was refused. Every variant names the value and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SpecError {
     /// A path is malformed.
     #[error("{flag}: {source}")]
