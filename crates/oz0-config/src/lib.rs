@@ -29,6 +29,7 @@ use toml::Spanned;
 
 /// Why a config file was refused.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The file could not be read.
     #[error("cannot read the config file {}: {err} — {fix}", path.display())]
@@ -328,55 +329,126 @@ pub fn parse(
     all: &[&str],
     named: &str,
 ) -> Result<FileConfig, ConfigError> {
-    let bad = |at: usize, what: String, fix: String| ConfigError::Bad {
-        path: path.to_path_buf(),
-        line: line_of(text, at),
-        what,
-        fix,
+    let file = FileText {
+        path,
+        text,
+        cmd,
+        keys,
+        all,
+        named,
     };
-    let table: Vec<(Spanned<String>, Spanned<toml::Value>)> =
-        toml::from_str::<std::collections::BTreeMap<Spanned<String>, Spanned<toml::Value>>>(text)
+    let mut entries = Vec::new();
+    for (k, v) in file.table()? {
+        if let Some(entry) = file.entry(k, v)? {
+            entries.push(entry);
+        }
+    }
+    entries.sort_by_key(|(at, _)| *at);
+    Ok(FileConfig {
+        path: path.to_path_buf(),
+        entries: entries.into_iter().map(|(_, e)| e).collect(),
+    })
+}
+
+/// A config file's text and what it is checked against, for [`parse`].
+struct FileText<'a> {
+    path: &'a Path,
+    text: &'a str,
+    cmd: &'a Command,
+    keys: &'a [&'a str],
+    all: &'a [&'a str],
+    named: &'a str,
+}
+
+type Table = Vec<(Spanned<String>, Spanned<toml::Value>)>;
+
+impl FileText<'_> {
+    /// The error for byte `at` of the file.
+    fn bad(&self, at: usize, what: String, fix: String) -> ConfigError {
+        ConfigError::Bad {
+            path: self.path.to_path_buf(),
+            line: line_of(self.text, at),
+            what,
+            fix,
+        }
+    }
+
+    /// The file's top-level keys with their values and places.
+    fn table(&self) -> Result<Table, ConfigError> {
+        Ok(
+            toml::from_str::<std::collections::BTreeMap<Spanned<String>, Spanned<toml::Value>>>(
+                self.text,
+            )
             .map_err(|e| {
-                bad(
+                self.bad(
                     e.span().map_or(0, |s| s.start),
                     format!("not TOML: {}", e.message()),
                     "write `key = value` lines (strings in quotes)".into(),
                 )
             })?
             .into_iter()
-            .collect();
-    let mut entries = Vec::new();
-    let listed = || all.join(", ");
-    for (k, v) in table {
+            .collect(),
+        )
+    }
+
+    /// One key checked against its flag, with its byte offset (`None`: a
+    /// key another command reads).
+    fn entry(
+        &self,
+        k: Spanned<String>,
+        v: Spanned<toml::Value>,
+    ) -> Result<Option<(usize, Entry)>, ConfigError> {
         let key = k.get_ref().clone();
         let at = k.span().start;
         if matches!(v.get_ref(), toml::Value::Table(_)) {
-            return Err(bad(
+            return Err(self.bad(
                 at,
                 format!("`[{key}]` is a table; the file has no tables"),
                 "write every key at the top of the file".into(),
             ));
         }
-        if all.contains(&key.as_str()) && !keys.contains(&key.as_str()) {
+        if self.all.contains(&key.as_str()) && !self.keys.contains(&key.as_str()) {
             // Another command's key (the daemon's, read by `run`).
-            continue;
+            return Ok(None);
         }
-        let arg = keys
+        let arg = self
+            .keys
             .contains(&key.as_str())
             .then(|| {
-                cmd.get_arguments()
+                self.cmd
+                    .get_arguments()
                     .find(|a| a.get_long() == Some(key.as_str()))
             })
             .flatten()
             .ok_or_else(|| {
-                bad(
+                self.bad(
                     at,
                     format!("unknown key `{key}`"),
-                    format!("the keys are {}", listed()),
+                    format!("the keys are {}", self.all.join(", ")),
                 )
             })?;
-        let many = matches!(arg.get_action(), ArgAction::Append);
-        let flag = matches!(arg.get_action(), ArgAction::SetTrue);
+        let values = self.values(&key, &v, arg.get_action())?;
+        Ok(Some((
+            at,
+            Entry {
+                key,
+                line: line_of(self.text, at),
+                values: values.into_iter().map(OsString::from).collect(),
+            },
+        )))
+    }
+
+    /// The values of `key`, of the shape its flag takes (a list only for a
+    /// flag given many times, a boolean for a switch), each accepted by the
+    /// flag's own parser.
+    fn values(
+        &self,
+        key: &str,
+        v: &Spanned<toml::Value>,
+        action: &ArgAction,
+    ) -> Result<Vec<String>, ConfigError> {
+        let many = matches!(action, ArgAction::Append);
+        let flag = matches!(action, ArgAction::SetTrue);
         let scalar = |x: &toml::Value| -> Option<String> {
             match x {
                 toml::Value::String(s) => Some(s.clone()),
@@ -399,14 +471,14 @@ pub fn parse(
                 .map(|x| scalar(x).ok_or(()))
                 .collect::<Result<_, _>>()
                 .map_err(|()| {
-                    bad(
+                    self.bad(
                         v.span().start,
                         format!("`{key}` holds a list of plain values"),
                         type_fix.clone(),
                     )
                 })?,
             other => vec![scalar(other).ok_or_else(|| {
-                bad(
+                self.bad(
                     v.span().start,
                     format!("`{key}` takes one value, not a list"),
                     type_fix.clone(),
@@ -415,56 +487,49 @@ pub fn parse(
         };
         if flag {
             if !matches!(v.get_ref(), toml::Value::Boolean(_)) {
-                return Err(bad(
+                return Err(self.bad(
                     v.span().start,
                     format!("`{key}` is true or false"),
                     type_fix,
                 ));
             }
         } else {
-            // The flag's own parser, through the command itself: a value is
-            // checked as it is parsed, before any rule between flags.
             for val in &values {
-                let probe = cmd
-                    .clone()
-                    .try_get_matches_from([OsString::from("x"), format!("--{key}={val}").into()]);
-                if let Err(e) = probe {
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::InvalidValue
-                            | ErrorKind::ValueValidation
-                            | ErrorKind::InvalidUtf8
-                    ) {
-                        let msg = e.to_string();
-                        let first = msg
-                            .lines()
-                            .next()
-                            .unwrap_or_default()
-                            .trim_start_matches("error: ")
-                            .to_string();
-                        return Err(bad(
-                            v.span().start,
-                            format!("`{key} = {val:?}`: {first}"),
-                            format!("give a value `--{key}` takes (see `{named} --help`)"),
-                        ));
-                    }
-                }
+                self.check_value(key, val, v.span().start)?;
             }
         }
-        entries.push((
-            at,
-            Entry {
-                key,
-                line: line_of(text, at),
-                values: values.into_iter().map(OsString::from).collect(),
-            },
-        ));
+        Ok(values)
     }
-    entries.sort_by_key(|(at, _)| *at);
-    Ok(FileConfig {
-        path: path.to_path_buf(),
-        entries: entries.into_iter().map(|(_, e)| e).collect(),
-    })
+
+    /// Checks `val` with the flag's own parser, through the command itself:
+    /// a value is checked as it is parsed, before any rule between flags.
+    fn check_value(&self, key: &str, val: &str, at: usize) -> Result<(), ConfigError> {
+        let probe = self
+            .cmd
+            .clone()
+            .try_get_matches_from([OsString::from("x"), format!("--{key}={val}").into()]);
+        let Err(e) = probe else {
+            return Ok(());
+        };
+        if !matches!(
+            e.kind(),
+            ErrorKind::InvalidValue | ErrorKind::ValueValidation | ErrorKind::InvalidUtf8
+        ) {
+            return Ok(());
+        }
+        let msg = e.to_string();
+        let first = msg
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("error: ")
+            .to_string();
+        Err(self.bad(
+            at,
+            format!("`{key} = {val:?}`: {first}"),
+            format!("give a value `--{key}` takes (see `{} --help`)", self.named),
+        ))
+    }
 }
 
 /// One effective setting, for `config show`.
