@@ -257,7 +257,7 @@ fn call(a: CallCliArgs) -> i32 {
     };
     let (_, checked) = match ToolJob::from_plugin(&a.dir, &args) {
         Ok(j) => j,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e.to_string()),
     };
     let host = match crate::run::open_host(&a.host, None) {
         Ok(h) => h,

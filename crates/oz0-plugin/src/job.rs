@@ -16,7 +16,7 @@
 //! `/work/.oz0-files/` and named in the call's `_meta["oz0/files"]`.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -77,6 +77,7 @@ pub struct ToolJob {
 
 /// Why a tool job is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ToolJobError {
     /// The manifest does not hold.
     #[error(transparent)]
@@ -249,6 +250,7 @@ impl CheckedToolJob {
 
 /// Why a plugin folder cannot be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PluginDirError {
     /// No manifest, or it cannot be read.
     #[error("{path}: {source} (a plugin folder holds its {MANIFEST_FILE})")]
@@ -307,18 +309,46 @@ pub fn read_plugin_dir(dir: &Path) -> Result<(String, Manifest), PluginDirError>
     Ok((text, m))
 }
 
+/// Why a file named on a command line cannot go with a call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolFileError {
+    /// A path whose last part is no name (`/`, `..`, not UTF-8).
+    #[error("--file {spec}: the file has no name to place it by: give NAME=PATH")]
+    NoName {
+        /// The `[NAME=]PATH` given.
+        spec: String,
+    },
+    /// The file cannot be read.
+    #[error("--file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// Over [`MAX_TOOL_JOB_BYTES`].
+    #[error("--file {}: over {MAX_TOOL_JOB_BYTES} bytes, the most a tool job carries", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
 impl ToolFile {
     /// Reads a file for a call, as a command line names it: `[NAME=]PATH`
     /// (NAME: the file's own name unless given), at most
     /// [`MAX_TOOL_JOB_BYTES`].
-    pub fn read(spec: &str) -> Result<ToolFile, String> {
+    pub fn read(spec: &str) -> Result<ToolFile, ToolFileError> {
         use std::io::Read;
         let (name, path) = match spec.split_once('=') {
             Some((n, p)) if !n.contains('/') => (n.to_string(), Path::new(p)),
             _ => {
                 let p = Path::new(spec);
                 let n = p.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
-                    format!("--file {spec}: the file has no name to place it by: give NAME=PATH")
+                    ToolFileError::NoName {
+                        spec: spec.to_string(),
+                    }
                 })?;
                 (n.to_string(), p)
             }
@@ -329,12 +359,14 @@ impl ToolFile {
                 f.take(MAX_TOOL_JOB_BYTES as u64 + 1)
                     .read_to_end(&mut bytes)
             })
-            .map_err(|e| format!("--file {}: {e}", path.display()))?;
+            .map_err(|source| ToolFileError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         if bytes.len() > MAX_TOOL_JOB_BYTES {
-            return Err(format!(
-                "--file {}: over {MAX_TOOL_JOB_BYTES} bytes, the most a tool job carries",
-                path.display()
-            ));
+            return Err(ToolFileError::TooLarge {
+                path: path.to_path_buf(),
+            });
         }
         Ok(ToolFile {
             name,
@@ -359,16 +391,40 @@ pub struct CallArgs {
     pub timeout: Option<u64>,
 }
 
+/// Why a tool call asked for on a command line is refused before it
+/// leaves.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// The plugin's folder cannot be read.
+    #[error(transparent)]
+    Plugin(#[from] PluginDirError),
+    /// `--arguments` is not JSON.
+    #[error("--arguments: not JSON ({0}): give an object, e.g. '{{\"path\": \"/work\"}}'")]
+    NotJson(serde_json::Error),
+    /// `--arguments` is JSON but not an object.
+    #[error("--arguments: give a JSON object, e.g. '{{\"path\": \"/work\"}}'")]
+    NotObject,
+    /// A `--file` cannot go with the call.
+    #[error(transparent)]
+    File(#[from] ToolFileError),
+    /// The job does not hold.
+    #[error(transparent)]
+    Job(#[from] ToolJobError),
+}
+
 impl ToolJob {
     /// The tool job for `args`, with the manifest of the plugin in `dir`
     /// (read without following a link), checked.
-    pub fn from_plugin(dir: &Path, args: &CallArgs) -> Result<(ToolJob, CheckedToolJob), String> {
-        let (manifest, _) = read_plugin_dir(dir).map_err(|e| e.to_string())?;
-        let arguments: serde_json::Value = serde_json::from_str(&args.arguments).map_err(|e| {
-            format!("--arguments: not JSON ({e}): give an object, e.g. '{{\"path\": \"/work\"}}'")
-        })?;
+    pub fn from_plugin(
+        dir: &Path,
+        args: &CallArgs,
+    ) -> Result<(ToolJob, CheckedToolJob), CallError> {
+        let (manifest, _) = read_plugin_dir(dir)?;
+        let arguments: serde_json::Value =
+            serde_json::from_str(&args.arguments).map_err(CallError::NotJson)?;
         let serde_json::Value::Object(arguments) = arguments else {
-            return Err("--arguments: give a JSON object, e.g. '{\"path\": \"/work\"}'".into());
+            return Err(CallError::NotObject);
         };
         let job = ToolJob {
             manifest,
@@ -382,7 +438,7 @@ impl ToolJob {
                 .collect::<Result<_, _>>()?,
             timeout: args.timeout,
         };
-        let checked = job.check().map_err(|e| e.to_string())?;
+        let checked = job.check()?;
         Ok((job, checked))
     }
 }

@@ -46,6 +46,7 @@ pub const VM_FORBIDDEN_PREFIXES: &[&str] = &["LD_", "DYLD_", "SMOLVM_", "OZ0_VME
 
 /// Why a manifest was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ManifestError {
     /// Larger than [`MAX_MANIFEST_BYTES`].
     #[error(
@@ -327,90 +328,16 @@ impl Manifest {
     }
 
     fn tool(index: usize, t: RawTool) -> Result<Tool, ManifestError> {
-        let id_ok = !t.id.is_empty()
-            && t.id.len() <= MAX_ID_BYTES
-            && t.id
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-        if !id_ok {
-            return Err(tool_err(
-                &format!("#{}", index + 1),
-                format!(
-                    "id {:?} must be 1-{MAX_ID_BYTES} of a-z, 0-9, _ and -",
-                    t.id
-                ),
-            ));
-        }
+        check_id(index, &t.id)?;
         let id = t.id;
-        let isolation = match (&t.package, t.isolation, t.command.is_empty()) {
-            (Some(p), declared, _) => {
-                if let Some(why) = image_refusal(p) {
-                    return Err(tool_err(&id, why));
-                }
-                declared.unwrap_or(Isolation::Container)
-            }
-            (None, Some(i), _) => {
-                return Err(tool_err(
-                    &id,
-                    format!(
-                        "isolation: {} needs an image: give package: oci:NAME@sha256:DIGEST (or drop isolation: to run command: in the node's tier-1 sandbox)",
-                        if i == Isolation::Microvm { "microvm" } else { "container" }
-                    ),
-                ))
-            }
-            (None, None, false) => Isolation::Sandbox,
-            (None, None, true) => {
-                return Err(tool_err(
-                    &id,
-                    "give package: (an image by digest) or command: (a server run in the node's tier-1 sandbox)",
-                ))
-            }
-        };
-        if t.command.len() > MAX_COMMAND_ARGS
-            || t.command.first().is_some_and(|c| c.is_empty())
-            || t.command
-                .iter()
-                .any(|a| a.len() > MAX_ARG_BYTES || a.contains('\0'))
-        {
-            return Err(tool_err(
-                &id,
-                format!("command must be at most {MAX_COMMAND_ARGS} arguments of at most {MAX_ARG_BYTES} bytes, without NUL, the first not empty"),
-            ));
-        }
-        if let Some(a) = &t.arch {
-            if isolation != Isolation::Microvm {
-                return Err(tool_err(
-                    &id,
-                    "arch: names a microVM image's architecture: it goes with isolation: microvm",
-                ));
-            }
-            if !VM_ARCHES.contains(&a.as_str()) {
-                return Err(tool_err(
-                    &id,
-                    format!("arch {a:?} is not one microVM nodes run: give x86_64 or aarch64"),
-                ));
-            }
-        }
+        let isolation = isolation_of(&id, t.package.as_deref(), t.isolation, &t.command)?;
+        check_command(&id, &t.command)?;
+        check_arch(&id, t.arch.as_deref(), isolation)?;
         let res = t.container.unwrap_or(RawResources {
             memory_mb: None,
             cpus: None,
         });
-        if let Some(m) = res.memory_mb {
-            if !(MIN_MEMORY_MB..=MAX_MEMORY_MB).contains(&m) {
-                return Err(tool_err(
-                    &id,
-                    format!("container.memory_mb {m} is out of range: give {MIN_MEMORY_MB} to {MAX_MEMORY_MB}"),
-                ));
-            }
-        }
-        if let Some(c) = res.cpus {
-            if !(c.is_finite() && c > 0.0 && c <= MAX_CPUS) {
-                return Err(tool_err(
-                    &id,
-                    format!("container.cpus {c} is out of range: give more than 0 and at most {MAX_CPUS}"),
-                ));
-            }
-        }
+        check_resources(&id, &res)?;
         for (what, list) in [
             ("egress", &t.egress),
             ("settings", &t.settings),
@@ -433,26 +360,7 @@ impl Manifest {
                 AllowRule::parse(e).map_err(|err| tool_err(&id, format!("egress {e:?}: {err}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut names = BTreeSet::new();
-        for n in t.settings.iter().chain(t.secrets.iter()) {
-            let refusal = match isolation {
-                Isolation::Microvm => vm_variable_refusal(n),
-                Isolation::Container | Isolation::Sandbox => oz0_policy::env::EnvName::new(n)
-                    .err()
-                    .map(|e| e.to_string()),
-            };
-            if let Some(why) = refusal {
-                return Err(tool_err(&id, format!("variable {why}")));
-            }
-            if !names.insert(n.clone()) {
-                return Err(tool_err(
-                    &id,
-                    format!(
-                        "variable {n} is named twice (settings and secrets share one namespace)"
-                    ),
-                ));
-            }
-        }
+        check_variables(&id, isolation, &t.settings, &t.secrets)?;
         Ok(Tool {
             id,
             package: t.package,
@@ -468,6 +376,141 @@ impl Manifest {
             secrets: t.secrets,
         })
     }
+}
+
+/// The `index`-th tool's id: 1-[`MAX_ID_BYTES`] of a-z, 0-9, _ and -.
+fn check_id(index: usize, id: &str) -> Result<(), ManifestError> {
+    let id_ok = !id.is_empty()
+        && id.len() <= MAX_ID_BYTES
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if !id_ok {
+        return Err(tool_err(
+            &format!("#{}", index + 1),
+            format!("id {id:?} must be 1-{MAX_ID_BYTES} of a-z, 0-9, _ and -"),
+        ));
+    }
+    Ok(())
+}
+
+/// Where the tool runs: an image in a container or microVM, or a command
+/// in the node's tier-1 sandbox.
+fn isolation_of(
+    id: &str,
+    package: Option<&str>,
+    declared: Option<Isolation>,
+    command: &[String],
+) -> Result<Isolation, ManifestError> {
+    match (package, declared, command.is_empty()) {
+        (Some(p), declared, _) => {
+            if let Some(why) = image_refusal(p) {
+                return Err(tool_err(id, why));
+            }
+            Ok(declared.unwrap_or(Isolation::Container))
+        }
+        (None, Some(i), _) => Err(tool_err(
+            id,
+            format!(
+                "isolation: {} needs an image: give package: oci:NAME@sha256:DIGEST (or drop isolation: to run command: in the node's tier-1 sandbox)",
+                if i == Isolation::Microvm { "microvm" } else { "container" }
+            ),
+        )),
+        (None, None, false) => Ok(Isolation::Sandbox),
+        (None, None, true) => Err(tool_err(
+            id,
+            "give package: (an image by digest) or command: (a server run in the node's tier-1 sandbox)",
+        )),
+    }
+}
+
+/// At most [`MAX_COMMAND_ARGS`] arguments of at most [`MAX_ARG_BYTES`],
+/// without NUL, the first not empty.
+fn check_command(id: &str, command: &[String]) -> Result<(), ManifestError> {
+    if command.len() > MAX_COMMAND_ARGS
+        || command.first().is_some_and(|c| c.is_empty())
+        || command
+            .iter()
+            .any(|a| a.len() > MAX_ARG_BYTES || a.contains('\0'))
+    {
+        return Err(tool_err(
+            id,
+            format!("command must be at most {MAX_COMMAND_ARGS} arguments of at most {MAX_ARG_BYTES} bytes, without NUL, the first not empty"),
+        ));
+    }
+    Ok(())
+}
+
+/// `arch:` goes with a microVM image and names one of [`VM_ARCHES`].
+fn check_arch(id: &str, arch: Option<&str>, isolation: Isolation) -> Result<(), ManifestError> {
+    let Some(a) = arch else {
+        return Ok(());
+    };
+    if isolation != Isolation::Microvm {
+        return Err(tool_err(
+            id,
+            "arch: names a microVM image's architecture: it goes with isolation: microvm",
+        ));
+    }
+    if !VM_ARCHES.contains(&a) {
+        return Err(tool_err(
+            id,
+            format!("arch {a:?} is not one microVM nodes run: give x86_64 or aarch64"),
+        ));
+    }
+    Ok(())
+}
+
+/// Memory and CPUs in range.
+fn check_resources(id: &str, res: &RawResources) -> Result<(), ManifestError> {
+    if let Some(m) = res.memory_mb {
+        if !(MIN_MEMORY_MB..=MAX_MEMORY_MB).contains(&m) {
+            return Err(tool_err(
+                id,
+                format!("container.memory_mb {m} is out of range: give {MIN_MEMORY_MB} to {MAX_MEMORY_MB}"),
+            ));
+        }
+    }
+    if let Some(c) = res.cpus {
+        if !(c.is_finite() && c > 0.0 && c <= MAX_CPUS) {
+            return Err(tool_err(
+                id,
+                format!(
+                    "container.cpus {c} is out of range: give more than 0 and at most {MAX_CPUS}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Each setting and secret a variable name the tool's isolation allows,
+/// none named twice.
+fn check_variables(
+    id: &str,
+    isolation: Isolation,
+    settings: &[String],
+    secrets: &[String],
+) -> Result<(), ManifestError> {
+    let mut names = BTreeSet::new();
+    for n in settings.iter().chain(secrets.iter()) {
+        let refusal = match isolation {
+            Isolation::Microvm => vm_variable_refusal(n),
+            Isolation::Container | Isolation::Sandbox => oz0_policy::env::EnvName::new(n)
+                .err()
+                .map(|e| e.to_string()),
+        };
+        if let Some(why) = refusal {
+            return Err(tool_err(id, format!("variable {why}")));
+        }
+        if !names.insert(n.clone()) {
+            return Err(tool_err(
+                id,
+                format!("variable {n} is named twice (settings and secrets share one namespace)"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -49,6 +49,7 @@ impl std::fmt::Display for Phase {
 
 /// Why a call did not return a result.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum McpError {
     /// No answer in time.
     #[error("the server did not answer {phase} in time (the call's timeout)")]
