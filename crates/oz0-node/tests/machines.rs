@@ -11,9 +11,11 @@
 //!
 //! Each guest boots once and runs all its checks; the test prints one line
 //! per machine (the configuration, the tier, the fix) and a table of the
-//! node's lines, which must be the one in the README under *Platform
-//! support* (between `<!-- machines -->` markers; `OZ0_MACHINES_WRITE=FILE`
-//! writes the table there for a README update).
+//! node's lines, which must be the one in `docs/linux.md` under *The node
+//! on machines unlike this one* (between `<!-- machines -->` markers;
+//! `OZ0_MACHINES_WRITE=FILE` writes the table there for an update).
+//! `OZ0_DOCS` names the folder holding a copy of `docs/` (`scripts/test`
+//! stages one where the test's user can read it).
 //!
 //! Needs: `qemu-system-x86_64`, the machine guest (`OZ0_MACHINE_GUEST`, a
 //! folder with the kernel and `initrd-machine.cpio`, from
@@ -470,13 +472,15 @@ fn the_node_reports_each_real_kernel_honestly() {
     if let Some(f) = std::env::var_os("OZ0_MACHINES_WRITE").filter(|f| !f.is_empty()) {
         std::fs::write(f, &table).unwrap();
     }
-    // The README's table is this one.
-    match std::env::var_os("OZ0_README")
+    // docs/linux.md's table is this one.
+    match std::env::var_os("OZ0_DOCS")
         .filter(|r| !r.is_empty())
         .map(PathBuf::from)
     {
-        Some(readme) => {
-            let text = std::fs::read_to_string(&readme).unwrap();
+        Some(docs) => {
+            let page = docs.join("linux.md");
+            let text = std::fs::read_to_string(&page)
+                .unwrap_or_else(|e| panic!("{}: {e}", page.display()));
             let inside: String = text
                 .split("<!-- machines -->")
                 .nth(1)
@@ -486,11 +490,11 @@ fn the_node_reports_each_real_kernel_honestly() {
             assert_eq!(
                 inside,
                 table.trim(),
-                "the README's table of machines is not what the node says on them: update it (OZ0_MACHINES_WRITE=FILE writes this run's)"
+                "docs/linux.md's table of machines is not what the node says on them: update it (OZ0_MACHINES_WRITE=FILE writes this run's)"
             );
         }
         None => {
-            skip("OZ0_README names no README to compare the table with (scripts/test stages it)");
+            skip("OZ0_DOCS names no copy of docs/ to compare the table with (scripts/test stages it)");
         }
     }
 }
