@@ -81,6 +81,7 @@ pub use token::Token;
 
 /// Why the proxy could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EgressError {
     /// The runtime did not start.
     #[error("could not start the egress proxy's runtime: {0}")]

@@ -15,9 +15,10 @@ use hyper::header::{self, HeaderValue};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
-use oz0_policy::net::{DenyReason, Verdict};
+use oz0_policy::net::{DenyReason, Host, HostName, Port, Verdict};
 
 use super::body::{empty, text_response, Meter, Metered};
 use super::handle::{wait_closed, RunCtx, Shared};
@@ -93,87 +94,49 @@ async fn handle(
     shared: Arc<Shared>,
     state: Arc<ConnState>,
 ) -> Response<ProxyBody> {
-    let start = Instant::now();
-    let method = req.method().clone();
-    let target = audit_target(&req.uri().to_string());
-    let record = |decision, status: StatusCode| {
-        let mut r = AuditRecord::new(&ctx.run_id, decision, status.as_u16(), method.as_str());
-        r.target = Some(target.clone());
-        r
+    let call = Call {
+        start: Instant::now(),
+        method: req.method().clone(),
+        target: audit_target(&req.uri().to_string()),
+        ctx,
+        shared,
     };
 
     // 1. The token, before anything else.
     let mut auth = req.headers().get_all(header::PROXY_AUTHORIZATION).iter();
     let authorized = match (auth.next(), auth.next()) {
-        (Some(v), None) => ctx.token.authorizes(v.as_bytes()),
+        (Some(v), None) => call.ctx.token.authorizes(v.as_bytes()),
         _ => false,
     };
     if !authorized {
-        let status = StatusCode::PROXY_AUTHENTICATION_REQUIRED;
-        let mut rec = record(Decision::Auth, status);
-        rec.reason = Some("missing or wrong proxy token".into());
-        emit(&shared, &ctx.token, rec, start);
-        let mut r = text_response(
-            status,
-            "proxy authentication required: use this run's proxy URL (HTTP_PROXY)".into(),
-        );
-        r.headers_mut().insert(
-            header::PROXY_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=\"oz0\""),
-        );
-        return r;
+        return call.auth_required();
     }
-
-    let bad = |why: String| {
-        let status = StatusCode::BAD_REQUEST;
-        let mut rec = record(Decision::Bad, status);
-        rec.reason = Some(why.clone());
-        emit(&shared, &ctx.token, rec, start);
-        let mut r = text_response(status, format!("bad request: {why}"));
-        r.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        r
-    };
 
     // 2. Size and shape.
     let head = head_size(&req);
-    if head > shared.limits.max_head_bytes {
-        return bad(format!(
+    if head > call.shared.limits.max_head_bytes {
+        return call.bad(format!(
             "the request head has {head} bytes, over the limit of {}",
-            shared.limits.max_head_bytes
+            call.shared.limits.max_head_bytes
         ));
     }
     let (host, port) = match target_of(&req) {
         Ok(t) => t,
-        Err(why) => return bad(why),
+        Err(why) => return call.bad(why),
     };
-    let with_target = |decision, status| {
-        let mut r = record(decision, status);
-        r.host = Some(host.to_string());
-        r.port = Some(port.get());
-        r
-    };
-    let deny = |reason: DenyReason| {
-        let status = StatusCode::FORBIDDEN;
-        let mut rec = with_target(Decision::Deny, status);
-        rec.reason = Some(reason.to_string());
-        emit(&shared, &ctx.token, rec, start);
-        text_response(status, format!("{host}:{port} refused: {reason}"))
-    };
-    let fail = |status: StatusCode, why: String| {
-        let mut rec = with_target(Decision::Allow, status);
-        rec.reason = Some(why.clone());
-        emit(&shared, &ctx.token, rec, start);
-        text_response(status, format!("{host}:{port}: {why}"))
+    let to = To {
+        call: &call,
+        host,
+        port,
     };
 
     // 3. The policy, then (for names) one lookup and the address check.
-    let verdict = ctx.egress.verdict(&host, port);
+    let verdict = call.ctx.egress.verdict(&to.host, to.port);
     if let Verdict::Deny(reason) = verdict {
-        return deny(reason);
+        return to.deny(reason);
     }
-    let key = (host.to_string(), port.get());
-    let reused = if method == Method::CONNECT {
+    let key = (to.host.to_string(), to.port.get());
+    let reused = if call.method == Method::CONNECT {
         None
     } else {
         let mut slot = state.upstream.lock().unwrap_or_else(|e| e.into_inner());
@@ -184,97 +147,22 @@ async fn handle(
     };
     let upstream_or_stream = match reused {
         Some(u) => Ok(u),
-        None => {
-            let addrs = match verdict {
-                Verdict::Deny(_) => unreachable!("handled above"),
-                Verdict::Forward(p) => vec![SocketAddr::new(Ipv4Addr::LOCALHOST.into(), p.get())],
-                Verdict::Literal(ip, p) => vec![SocketAddr::new(ip, p.get())],
-                Verdict::Resolve(name, p) => {
-                    let resolver = shared.resolver.clone();
-                    let n = name.clone();
-                    let lookup = tokio::task::spawn_blocking(move || resolver.resolve(&n, p.get()));
-                    let ips =
-                        match tokio::time::timeout(shared.limits.resolve_timeout, lookup).await {
-                            Ok(Ok(Ok(ips))) => ips,
-                            Ok(Ok(Err(e))) => {
-                                return fail(
-                                    StatusCode::BAD_GATEWAY,
-                                    format!("could not resolve {name}: {e}"),
-                                )
-                            }
-                            Ok(Err(e)) => {
-                                return fail(
-                                    StatusCode::BAD_GATEWAY,
-                                    format!("lookup of {name} failed: {e}"),
-                                )
-                            }
-                            Err(_) => {
-                                return fail(
-                                    StatusCode::GATEWAY_TIMEOUT,
-                                    format!("lookup of {name} timed out"),
-                                )
-                            }
-                        };
-                    let mut ok = Vec::new();
-                    let mut refused = None;
-                    for ip in ips {
-                        match ctx.egress.address_ok(ip, p, &ctx.own) {
-                            Ok(()) => ok.push(SocketAddr::new(ip.to_canonical(), p.get())),
-                            Err(class) => {
-                                refused.get_or_insert(class);
-                            }
-                        }
-                    }
-                    if ok.is_empty() {
-                        return deny(
-                            refused.map_or(DenyReason::NoAddress, DenyReason::RestrictedAddress),
-                        );
-                    }
-                    ok.dedup();
-                    ok
-                }
-            };
-            match dial(&addrs, shared.limits.connect_timeout).await {
-                Ok(pair) => Err(pair),
-                Err((status, why)) => return fail(status, why),
-            }
-        }
+        None => match to.dial(verdict).await {
+            Ok(pair) => Err(pair),
+            Err(refused) => return refused,
+        },
     };
 
     // 4. CONNECT: answer 200, then carry bytes both ways.
-    if method == Method::CONNECT {
+    if call.method == Method::CONNECT {
         let Err((tcp, addr)) = upstream_or_stream else {
             unreachable!("CONNECT never reuses")
         };
-        let mut rec = with_target(Decision::Allow, StatusCode::OK);
-        rec.addr = Some(addr.to_string());
-        let shared2 = shared.clone();
-        let ctx2 = ctx.clone();
-        let mut closed = ctx.closed.clone();
-        tokio::spawn(async move {
-            match hyper::upgrade::on(req).await {
-                Ok(upgraded) => {
-                    let (up, down, why) = tunnel(
-                        upgraded,
-                        tcp,
-                        shared2.limits.idle_timeout,
-                        &shared2.large_buffers,
-                        &mut closed,
-                    )
-                    .await;
-                    rec.bytes_up = up;
-                    rec.bytes_down = down;
-                    rec.reason = why;
-                }
-                Err(e) => rec.reason = Some(format!("the client left before the tunnel: {e}")),
-            }
-            emit(&shared2, &ctx2.token, rec, start);
-        });
-        return Response::new(empty());
+        return to.tunnel(req, tcp, addr);
     }
 
     // 5. Plain HTTP: forward with hop-by-hop and Proxy-* headers removed.
-    let mut upstream = match upstream_or_stream {
+    let upstream = match upstream_or_stream {
         Ok(u) => u,
         Err((tcp, addr)) => {
             let io = TokioIo::new(tcp);
@@ -286,80 +174,284 @@ async fn handle(
                     tokio::spawn(conn);
                     Upstream { key, addr, sender }
                 }
-                Err(e) => return fail(StatusCode::BAD_GATEWAY, format!("{addr}: {e}")),
+                Err(e) => return to.fail(StatusCode::BAD_GATEWAY, format!("{addr}: {e}")),
             }
         }
     };
-    let mut rec = with_target(Decision::Allow, StatusCode::OK);
-    rec.addr = Some(upstream.addr.to_string());
-    if upstream.sender.ready().await.is_err() {
-        return fail(
-            StatusCode::BAD_GATEWAY,
-            format!("{}: connection closed", upstream.addr),
+    to.forward(req, upstream, &state).await
+}
+
+/// One request in progress: what its audit record and its answers need.
+struct Call {
+    ctx: Arc<RunCtx>,
+    shared: Arc<Shared>,
+    start: Instant,
+    method: Method,
+    /// The request's target as the audit log shows it.
+    target: String,
+}
+
+impl Call {
+    fn record(&self, decision: Decision, status: StatusCode) -> AuditRecord {
+        let mut r = AuditRecord::new(
+            &self.ctx.run_id,
+            decision,
+            status.as_u16(),
+            self.method.as_str(),
         );
+        r.target = Some(self.target.clone());
+        r
     }
-    let meter = Arc::new(Meter {
-        record: Mutex::new(rec),
-        up: AtomicU64::new(0),
-        down: AtomicU64::new(0),
-        start,
-        sink: shared.audit.clone(),
-        token: ctx.token.clone(),
-    });
-    let (mut parts, body) = req.into_parts();
-    strip_hop_headers(&mut parts.headers);
-    let host_header = if port.get() == 80 {
-        host.to_string()
-    } else {
-        format!("{host}:{port}")
-    };
-    if let Ok(v) = HeaderValue::from_str(&host_header) {
-        parts.headers.insert(header::HOST, v);
+
+    fn emit(&self, record: AuditRecord) {
+        emit(&self.shared, &self.ctx.token, record, self.start);
     }
-    let origin = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |pq| pq.as_str())
-        .to_string();
-    parts.uri = origin
-        .parse::<Uri>()
-        .unwrap_or_else(|_| Uri::from_static("/"));
-    parts.version = Version::HTTP_11;
-    let idle = shared.limits.idle_timeout;
-    let body = Metered::new(body, meter.clone(), true, idle);
-    let sent = tokio::time::timeout(
-        idle,
-        upstream
-            .sender
-            .send_request(Request::from_parts(parts, body)),
-    )
-    .await;
-    let addr = upstream.addr;
-    {
-        let mut slot = state.upstream.lock().unwrap_or_else(|e| e.into_inner());
-        *slot = Some(upstream);
+
+    /// 407: no token, a wrong one, or two.
+    fn auth_required(&self) -> Response<ProxyBody> {
+        let status = StatusCode::PROXY_AUTHENTICATION_REQUIRED;
+        let mut rec = self.record(Decision::Auth, status);
+        rec.reason = Some("missing or wrong proxy token".into());
+        self.emit(rec);
+        let mut r = text_response(
+            status,
+            "proxy authentication required: use this run's proxy URL (HTTP_PROXY)".into(),
+        );
+        r.headers_mut().insert(
+            header::PROXY_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"oz0\""),
+        );
+        r
     }
-    let set_fail = |status: StatusCode, why: String| {
-        let mut r = meter.record.lock().unwrap_or_else(|e| e.into_inner());
-        r.status = status.as_u16();
-        r.reason = Some(why.clone());
+
+    /// 400, and the connection closes.
+    fn bad(&self, why: String) -> Response<ProxyBody> {
+        let status = StatusCode::BAD_REQUEST;
+        let mut rec = self.record(Decision::Bad, status);
+        rec.reason = Some(why.clone());
+        self.emit(rec);
+        let mut r = text_response(status, format!("bad request: {why}"));
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        r
+    }
+}
+
+/// A request whose target is known.
+struct To<'a> {
+    call: &'a Call,
+    host: Host,
+    port: Port,
+}
+
+impl To<'_> {
+    fn record(&self, decision: Decision, status: StatusCode) -> AuditRecord {
+        let mut r = self.call.record(decision, status);
+        r.host = Some(self.host.to_string());
+        r.port = Some(self.port.get());
+        r
+    }
+
+    /// 403: the policy or the address check refused the target.
+    fn deny(&self, reason: DenyReason) -> Response<ProxyBody> {
+        let status = StatusCode::FORBIDDEN;
+        let mut rec = self.record(Decision::Deny, status);
+        rec.reason = Some(reason.to_string());
+        self.call.emit(rec);
+        let (host, port) = (&self.host, self.port);
+        text_response(status, format!("{host}:{port} refused: {reason}"))
+    }
+
+    /// An allowed target that could not be reached.
+    fn fail(&self, status: StatusCode, why: String) -> Response<ProxyBody> {
+        let mut rec = self.record(Decision::Allow, status);
+        rec.reason = Some(why.clone());
+        self.call.emit(rec);
+        let (host, port) = (&self.host, self.port);
         text_response(status, format!("{host}:{port}: {why}"))
-    };
-    match sent {
-        Ok(Ok(resp)) => {
-            let (mut parts, body) = resp.into_parts();
-            strip_hop_headers(&mut parts.headers);
-            meter
-                .record
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .status = parts.status.as_u16();
-            Response::from_parts(parts, Metered::new(body, meter, false, idle).boxed())
+    }
+
+    /// A new connection to the target the policy allowed: for a name, one
+    /// lookup whose addresses each pass the address check.
+    async fn dial(&self, verdict: Verdict) -> Result<(TcpStream, SocketAddr), Response<ProxyBody>> {
+        let addrs = match verdict {
+            Verdict::Deny(reason) => return Err(self.deny(reason)),
+            Verdict::Forward(p) => vec![SocketAddr::new(Ipv4Addr::LOCALHOST.into(), p.get())],
+            Verdict::Literal(ip, p) => vec![SocketAddr::new(ip, p.get())],
+            Verdict::Resolve(name, p) => self.resolve(name, p).await?,
+        };
+        dial(&addrs, self.call.shared.limits.connect_timeout)
+            .await
+            .map_err(|(status, why)| self.fail(status, why))
+    }
+
+    /// The addresses of `name` the address check accepts.
+    async fn resolve(
+        &self,
+        name: HostName,
+        p: Port,
+    ) -> Result<Vec<SocketAddr>, Response<ProxyBody>> {
+        let (ctx, shared) = (&self.call.ctx, &self.call.shared);
+        let resolver = shared.resolver.clone();
+        let n = name.clone();
+        let lookup = tokio::task::spawn_blocking(move || resolver.resolve(&n, p.get()));
+        let ips = match tokio::time::timeout(shared.limits.resolve_timeout, lookup).await {
+            Ok(Ok(Ok(ips))) => ips,
+            Ok(Ok(Err(e))) => {
+                return Err(self.fail(
+                    StatusCode::BAD_GATEWAY,
+                    format!("could not resolve {name}: {e}"),
+                ))
+            }
+            Ok(Err(e)) => {
+                return Err(self.fail(
+                    StatusCode::BAD_GATEWAY,
+                    format!("lookup of {name} failed: {e}"),
+                ))
+            }
+            Err(_) => {
+                return Err(self.fail(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!("lookup of {name} timed out"),
+                ))
+            }
+        };
+        let mut ok = Vec::new();
+        let mut refused = None;
+        for ip in ips {
+            match ctx.egress.address_ok(ip, p, &ctx.own) {
+                Ok(()) => ok.push(SocketAddr::new(ip.to_canonical(), p.get())),
+                Err(class) => {
+                    refused.get_or_insert(class);
+                }
+            }
         }
-        Ok(Err(e)) => set_fail(StatusCode::BAD_GATEWAY, format!("{addr}: {e}")),
-        Err(_) => set_fail(
-            StatusCode::GATEWAY_TIMEOUT,
-            format!("{addr}: no response within {}s", idle.as_secs()),
-        ),
+        if ok.is_empty() {
+            return Err(
+                self.deny(refused.map_or(DenyReason::NoAddress, DenyReason::RestrictedAddress))
+            );
+        }
+        ok.dedup();
+        Ok(ok)
+    }
+
+    /// `CONNECT`: answers 200 now; the tunnel carries bytes both ways once
+    /// the client upgrades, and its record is written when it ends.
+    fn tunnel(
+        &self,
+        req: Request<Incoming>,
+        tcp: TcpStream,
+        addr: SocketAddr,
+    ) -> Response<ProxyBody> {
+        let mut rec = self.record(Decision::Allow, StatusCode::OK);
+        rec.addr = Some(addr.to_string());
+        let shared = self.call.shared.clone();
+        let ctx = self.call.ctx.clone();
+        let start = self.call.start;
+        let mut closed = ctx.closed.clone();
+        tokio::spawn(async move {
+            match hyper::upgrade::on(req).await {
+                Ok(upgraded) => {
+                    let (up, down, why) = tunnel(
+                        upgraded,
+                        tcp,
+                        shared.limits.idle_timeout,
+                        &shared.large_buffers,
+                        &mut closed,
+                    )
+                    .await;
+                    rec.bytes_up = up;
+                    rec.bytes_down = down;
+                    rec.reason = why;
+                }
+                Err(e) => rec.reason = Some(format!("the client left before the tunnel: {e}")),
+            }
+            emit(&shared, &ctx.token, rec, start);
+        });
+        Response::new(empty())
+    }
+
+    /// Plain HTTP: sends the request on `upstream` (kept for the
+    /// connection's next request) and meters both bodies into its record.
+    async fn forward(
+        &self,
+        req: Request<Incoming>,
+        mut upstream: Upstream,
+        state: &ConnState,
+    ) -> Response<ProxyBody> {
+        let (host, port) = (&self.host, self.port);
+        let (ctx, shared) = (&self.call.ctx, &self.call.shared);
+        let mut rec = self.record(Decision::Allow, StatusCode::OK);
+        rec.addr = Some(upstream.addr.to_string());
+        if upstream.sender.ready().await.is_err() {
+            return self.fail(
+                StatusCode::BAD_GATEWAY,
+                format!("{}: connection closed", upstream.addr),
+            );
+        }
+        let meter = Arc::new(Meter {
+            record: Mutex::new(rec),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+            start: self.call.start,
+            sink: shared.audit.clone(),
+            token: ctx.token.clone(),
+        });
+        let (mut parts, body) = req.into_parts();
+        strip_hop_headers(&mut parts.headers);
+        let host_header = if port.get() == 80 {
+            host.to_string()
+        } else {
+            format!("{host}:{port}")
+        };
+        if let Ok(v) = HeaderValue::from_str(&host_header) {
+            parts.headers.insert(header::HOST, v);
+        }
+        let origin = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |pq| pq.as_str())
+            .to_string();
+        parts.uri = origin
+            .parse::<Uri>()
+            .unwrap_or_else(|_| Uri::from_static("/"));
+        parts.version = Version::HTTP_11;
+        let idle = shared.limits.idle_timeout;
+        let body = Metered::new(body, meter.clone(), true, idle);
+        let sent = tokio::time::timeout(
+            idle,
+            upstream
+                .sender
+                .send_request(Request::from_parts(parts, body)),
+        )
+        .await;
+        let addr = upstream.addr;
+        {
+            let mut slot = state.upstream.lock().unwrap_or_else(|e| e.into_inner());
+            *slot = Some(upstream);
+        }
+        let set_fail = |status: StatusCode, why: String| {
+            let mut r = meter.record.lock().unwrap_or_else(|e| e.into_inner());
+            r.status = status.as_u16();
+            r.reason = Some(why.clone());
+            text_response(status, format!("{host}:{port}: {why}"))
+        };
+        match sent {
+            Ok(Ok(resp)) => {
+                let (mut parts, body) = resp.into_parts();
+                strip_hop_headers(&mut parts.headers);
+                meter
+                    .record
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .status = parts.status.as_u16();
+                Response::from_parts(parts, Metered::new(body, meter, false, idle).boxed())
+            }
+            Ok(Err(e)) => set_fail(StatusCode::BAD_GATEWAY, format!("{addr}: {e}")),
+            Err(_) => set_fail(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!("{addr}: no response within {}s", idle.as_secs()),
+            ),
+        }
     }
 }
