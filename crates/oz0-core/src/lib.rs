@@ -23,7 +23,9 @@ mod run;
 pub mod selftest;
 mod wall;
 
-pub use run::{Cancel, Ended, LimitHit, Outcome, RunError, RunIo, Stdio};
+pub use run::{
+    Cancel, Ended, Fault, LimitHit, Monitor, Outcome, Role, RunError, RunIo, RunOptions, Stdio,
+};
 pub use wall::{Check, Line, SelfTest};
 
 use oz0_policy::RunSpec;
@@ -33,10 +35,11 @@ pub trait Sandbox: Send + Sync {
     /// The tier of the wall (0: none, 1: an OS sandbox, 2: a microVM).
     fn tier(&self) -> u8;
 
-    /// Runs `spec` to its end, with `io` as the command's stdio, killing
-    /// every process of the run when `cancel` fires. `Err` means the
-    /// command never ran (the sandbox refused or could not start it).
-    fn run(&self, spec: &RunSpec, io: RunIo, cancel: Option<Cancel>) -> Result<Outcome, RunError>;
+    /// Runs `spec` to its end, with the options' stdio, killing every
+    /// process of the run when their cancel fires. `Err` means the command
+    /// never ran (the sandbox refused or could not start it, or cannot hold
+    /// what the options ask: a monitor, a fault).
+    fn run(&self, spec: &RunSpec, opts: RunOptions) -> Result<Outcome, RunError>;
 }
 
 /// What a platform says about its wall.

@@ -59,6 +59,92 @@ impl RunIo {
     }
 }
 
+/// Everything a caller sets for one run besides its spec.
+#[derive(Debug, Default)]
+pub struct RunOptions {
+    /// The command's stdio.
+    pub io: RunIo,
+    /// Fires when the run must be cancelled.
+    pub cancel: Option<Cancel>,
+    /// What the run is: a command (the default), or a VM monitor.
+    pub role: Role,
+    /// A deliberate weakness, for the self-test's own runs only (see
+    /// [`Fault`]).
+    pub fault: Option<Fault>,
+}
+
+impl RunOptions {
+    /// A command's run with `io`, cancelled by `cancel`.
+    pub fn new(io: RunIo, cancel: Option<Cancel>) -> RunOptions {
+        RunOptions {
+            io,
+            cancel,
+            ..RunOptions::default()
+        }
+    }
+}
+
+/// What a run is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Role {
+    /// A command (a shell job, a tool's server, `sandbox run`).
+    #[default]
+    Command,
+    /// A microVM's monitor (tier 2): the same wall, and what a VMM needs
+    /// beyond a command. A wall that cannot hold a monitor refuses it.
+    Monitor(Monitor),
+}
+
+/// What a VM monitor's run needs beyond a command's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Monitor {
+    /// Host devices it may use (`/dev/kvm`), by absolute path.
+    pub devices: Vec<String>,
+    /// The system calls a VMM needs beyond a command's (`userfaultfd`).
+    pub vmm_syscalls: bool,
+    /// Variables it reads by name (a microVM tool's settings and secrets,
+    /// so no value is on its command line), each name under the
+    /// platform's prefix for them.
+    pub secrets: Vec<(String, String)>,
+    /// A unix socket on the host (the VM's egress proxy) it reaches at a
+    /// fixed place inside.
+    pub egress_socket: Option<String>,
+}
+
+/// A deliberate weakness of one run. **It weakens the wall.** Only the
+/// self-test injects one, into its own runs, to prove that each of its
+/// checks can fail; a self-test with a fault injected never reports a tier
+/// above 0. A wall that cannot weaken itself that way refuses the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// Processes of the run may outlive it (the host's process space).
+    SharePid,
+    /// The run shares the host's network.
+    ShareNet,
+    /// This host folder (e.g. the data directory) is visible in the run.
+    Expose(String),
+    /// This host folder is visible, writable, at another place outside
+    /// every other rule (Linux: the proof that Landlock alone refuses).
+    ExposeAt {
+        /// Host folder.
+        src: String,
+        /// Where inside.
+        dest: String,
+    },
+    /// Protected paths are not held.
+    NoProtectedPaths,
+    /// This node variable reaches the command.
+    LeakEnv(String, String),
+    /// The wall's confinement of the run cannot be applied (its job, its
+    /// profile): a wall that fails closed never runs the command.
+    Unconfinable,
+    /// Linux: Landlock is not applied.
+    NoLandlock,
+    /// Linux: no seccomp filter.
+    NoSeccomp,
+}
+
 /// Fires when the run must be stopped: every process of the run is killed.
 /// On Unix a descriptor that becomes readable (or hung up): a signal's
 /// self-pipe, or a socket whose other end the caller writes or closes.

@@ -1,6 +1,6 @@
 //! The eight-property self-test through any wall on a Unix system: each
-//! check runs real commands through the wall under test ([`Runs`]:
-//! Seatbelt on a Mac), with the node binary's `sandbox probe` as the
+//! check runs real commands through the wall under test (a
+//! [`crate::Sandbox`]: Seatbelt on a Mac), with the node binary's `sandbox probe` as the
 //! witness inside, and judges what the probe reports and what the host
 //! sees. The checks run in order and stop at the first failure; the tier is
 //! 1 only when all eight hold. macOS's wall is proved with it; Linux's own
@@ -23,7 +23,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::{Cancel, Line, Outcome, RunError, RunIo, SelfTest};
+use crate::{Cancel, Line, Outcome, RunIo, RunOptions, Sandbox, SelfTest};
 use oz0_policy::facts::Property;
 use oz0_policy::{RunRequest, RunSpec};
 
@@ -34,20 +34,12 @@ pub mod parts;
 /// environment and looks for inside.
 pub const CANARY: &str = "OZ0_SELFTEST_CANARY";
 
-/// The wall under test.
-pub trait Runs: Sync {
-    /// Runs one command through the wall, to its end.
-    fn run(&self, spec: &RunSpec, io: RunIo, cancel: Option<Cancel>) -> Result<Outcome, RunError>;
-    /// Runs one command through the wall with its confinement made
-    /// impossible to apply (on a Mac: a profile `sandbox-exec` cannot
-    /// compile). A wall that fails closed never runs the command.
-    fn run_unconfinable(&self, spec: &RunSpec) -> Result<Outcome, RunError>;
-}
-
 /// What the self-test needs.
 pub struct Config<'a> {
-    /// The wall.
-    pub runs: &'a dyn Runs,
+    /// The wall under test. Its `fail_closed` check runs a command with the
+    /// wall's confinement made impossible to apply ([`crate::Fault::Unconfinable`]):
+    /// a wall that fails closed never runs it.
+    pub runs: &'a dyn Sandbox,
     /// The node binary as a run names it (its `sandbox probe` is the
     /// witness inside every run).
     pub probe: String,
@@ -283,7 +275,7 @@ impl Ctx<'_> {
         let spec = Self::spec(req)?;
         self.cfg
             .runs
-            .run(&spec, RunIo::quiet(), cancel)
+            .run(&spec, RunOptions::new(RunIo::quiet(), cancel))
             .map_err(|e| format!("the sandbox did not start: {e}"))
     }
 

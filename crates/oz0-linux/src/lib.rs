@@ -36,4 +36,4 @@ pub mod userns;
 
 pub use outcome::{RunOutcome, SandboxError};
 pub use record::{new_run_id, scratch_base, sweep_stale};
-pub use tier1::{Host, HostConfig, RunOptions};
+pub use tier1::{Host, HostConfig};

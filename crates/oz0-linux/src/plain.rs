@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use oz0_core::exit::{exec_failure_code, status_code, Exit};
-use oz0_core::{Cancel, Ended, Outcome, RunError, RunIo};
+use oz0_core::{Ended, Outcome, Role, RunError, RunOptions};
 use oz0_policy::RunSpec;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
@@ -32,7 +32,15 @@ impl oz0_core::Sandbox for Plain {
         0
     }
 
-    fn run(&self, spec: &RunSpec, io: RunIo, cancel: Option<Cancel>) -> Result<Outcome, RunError> {
+    /// A fault changes nothing here: with no wall, every weakness a fault
+    /// would make is there already.
+    fn run(&self, spec: &RunSpec, opts: RunOptions) -> Result<Outcome, RunError> {
+        let RunOptions {
+            io, cancel, role, ..
+        } = opts;
+        if role != Role::Command {
+            return Err("tier 0 has no wall, and a VM's monitor runs only inside tier 1".into());
+        }
         let started = Instant::now();
         let run_id = crate::record::new_run_id();
         let outcome = |ended, exit_code| Outcome {
@@ -117,7 +125,7 @@ impl oz0_core::Sandbox for Plain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oz0_core::Sandbox;
+    use oz0_core::{Cancel, RunIo, Sandbox};
     use oz0_policy::{Limits, RunRequest};
 
     fn spec(command: &[&str], limits: Limits, allow: Vec<String>) -> RunSpec {
@@ -142,7 +150,10 @@ mod tests {
             ..Default::default()
         };
         let err = Plain
-            .run(&spec(&["/bin/true"], memory, vec![]), RunIo::quiet(), None)
+            .run(
+                &spec(&["/bin/true"], memory, vec![]),
+                RunOptions::new(RunIo::quiet(), None),
+            )
             .unwrap_err();
         assert!(err.to_string().contains("tier 0 has no wall"), "{err}");
         let egress = spec(
@@ -150,7 +161,9 @@ mod tests {
             Limits::default(),
             vec!["example.com:443".into()],
         );
-        assert!(Plain.run(&egress, RunIo::quiet(), None).is_err());
+        assert!(Plain
+            .run(&egress, RunOptions::new(RunIo::quiet(), None))
+            .is_err());
     }
 
     /// The status, a command that is not there, the timeout and a cancel
@@ -159,7 +172,10 @@ mod tests {
     fn ends_as_a_shell_says() {
         let run = |cmd: &[&str], limits: Limits, cancel: Option<Cancel>| {
             Plain
-                .run(&spec(cmd, limits, vec![]), RunIo::quiet(), cancel)
+                .run(
+                    &spec(cmd, limits, vec![]),
+                    RunOptions::new(RunIo::quiet(), cancel),
+                )
                 .unwrap()
         };
         let o = run(&["/bin/sh", "-c", "exit 3"], Limits::default(), None);

@@ -7,9 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use oz0_core::{Cancel, RunIo};
+use oz0_core::{Cancel, Fault, Role, RunIo};
 use oz0_egress::EgressService;
 use oz0_limits::JobMode;
+use oz0_policy::AbsPath;
 use oz0_policy::RunSpec;
 
 use crate::launch::{self, Launch};
@@ -65,21 +66,19 @@ impl std::fmt::Debug for Host {
     }
 }
 
-/// What one run may set beyond its spec; the rest comes from the host.
+/// What one run sets beyond its spec, inside this crate; the rest comes
+/// from the host. Callers outside reach a run through
+/// [`oz0_core::Sandbox::run`] only.
 #[derive(Default)]
-pub struct RunOptions<'a> {
+pub(crate) struct RunOptions<'a> {
     /// The command's stdio.
     pub io: RunIo,
     /// Fires when the run must be cancelled.
     pub cancel: Option<Cancel>,
     /// Seccomp profile, devices, faults: what the caller adds to the spec.
     pub extras: plan::Extras,
-    /// Where the run's private host folder goes, instead of the host's.
-    pub scratch: Option<PathBuf>,
     /// Where the run's job goes, instead of the host's probed mode.
     pub jobs: Option<&'a JobMode>,
-    /// Serves the run's egress, instead of the host's proxy.
-    pub egress: Option<&'a dyn EgressService>,
 }
 
 impl Host {
@@ -116,6 +115,13 @@ impl Host {
     /// Does `policy` with what runs leave that host git would run.
     pub fn with_git(mut self, policy: gitlook::Policy) -> Host {
         self.git = policy;
+        self
+    }
+
+    /// Puts runs' jobs in `mode` instead of the probed one (the self-test's
+    /// host, which has probed it already).
+    pub fn with_job_mode(self, mode: JobMode) -> Host {
+        *self.jobs.lock().unwrap_or_else(|e| e.into_inner()) = Some(mode);
         self
     }
 
@@ -179,7 +185,11 @@ impl Host {
     }
 
     /// Runs `spec` to its end. `Err` means the command never ran.
-    pub fn run(&self, spec: &RunSpec, opts: RunOptions<'_>) -> Result<RunOutcome, SandboxError> {
+    pub(crate) fn run(
+        &self,
+        spec: &RunSpec,
+        opts: RunOptions<'_>,
+    ) -> Result<RunOutcome, SandboxError> {
         let bwrap = self.bwrap()?;
         let probed;
         let jobs = match (opts.jobs, spec.limits.needs_job()) {
@@ -195,10 +205,10 @@ impl Host {
             Launch {
                 bwrap: &bwrap,
                 node_exe: &self.node_exe,
-                scratch: opts.scratch.unwrap_or_else(|| self.scratch.clone()),
+                scratch: self.scratch.clone(),
                 io: opts.io,
                 cancel: opts.cancel,
-                egress: opts.egress.or(self.egress.as_deref()),
+                egress: self.egress.as_deref(),
                 jobs,
                 extras: opts.extras,
                 git: self.git,
@@ -215,15 +225,90 @@ impl oz0_core::Sandbox for Host {
     fn run(
         &self,
         spec: &RunSpec,
-        io: RunIo,
-        cancel: Option<Cancel>,
+        opts: oz0_core::RunOptions,
     ) -> Result<oz0_core::Outcome, oz0_core::RunError> {
-        let opts = RunOptions {
-            io,
-            cancel,
-            ..Default::default()
-        };
-        let outcome = Host::run(self, spec, opts)?;
+        let mut extras = plan::Extras::default();
+        if let Role::Monitor(m) = opts.role {
+            if m.vmm_syscalls {
+                extras.profile = crate::seccomp::Profile::Vmm;
+            }
+            extras.devices = m
+                .devices
+                .iter()
+                .map(|d| AbsPath::new(d))
+                .collect::<Result<_, _>>()?;
+            extras.egress_socket = m.egress_socket.as_deref().map(AbsPath::new).transpose()?;
+            extras.vm_secrets = m.secrets;
+        }
+        // A run that cannot be confined: its job goes where no cgroup can
+        // be made (a path through a file), so the launcher must refuse it.
+        let broken;
+        let unconfined_spec;
+        let mut spec = spec;
+        let mut jobs = None;
+        match opts.fault {
+            None => {}
+            Some(Fault::Unconfinable) => {
+                // Through its job: a run without limits is given one.
+                if !spec.limits.needs_job() {
+                    let mut s = spec.clone();
+                    s.limits.processes = Some(1024);
+                    unconfined_spec = s;
+                    spec = &unconfined_spec;
+                }
+                broken = unjoinable(&self.job_mode()?);
+                jobs = Some(&broken);
+            }
+            Some(f) => extras.fault = Some(plan_fault(f)?),
+        }
+        let outcome = Host::run(
+            self,
+            spec,
+            RunOptions {
+                io: opts.io,
+                cancel: opts.cancel,
+                extras,
+                jobs,
+            },
+        )?;
         Ok(outcome.into_core(self.audit_log()))
+    }
+}
+
+/// The Linux form of a self-test's fault.
+fn plan_fault(f: Fault) -> Result<plan::Fault, oz0_core::RunError> {
+    Ok(match f {
+        Fault::SharePid => plan::Fault::SharePid,
+        Fault::ShareNet => plan::Fault::ShareNet,
+        Fault::Expose(p) => plan::Fault::Expose(AbsPath::new(&p)?),
+        Fault::ExposeAt { src, dest } => plan::Fault::ExposeAt {
+            src: AbsPath::new(&src)?,
+            dest: AbsPath::new(&dest)?,
+        },
+        Fault::NoProtectedPaths => plan::Fault::NoProtectedPaths,
+        Fault::LeakEnv(n, v) => plan::Fault::LeakEnv(n, v),
+        Fault::NoLandlock => plan::Fault::NoLandlock,
+        Fault::NoSeccomp => plan::Fault::NoSeccomp,
+        other => return Err(format!("the Linux wall cannot inject {other:?}").into()),
+    })
+}
+
+/// `mode` with its job roots where no cgroup can be made.
+fn unjoinable(mode: &JobMode) -> JobMode {
+    let broken = |p: &Path| p.join("cgroup.procs").join("oz0-unconfinable");
+    match mode {
+        JobMode::V2 { root } => JobMode::V2 { root: broken(root) },
+        JobMode::V1 {
+            memory,
+            pids,
+            cpuacct,
+            freezer,
+        } => JobMode::V1 {
+            memory: broken(memory),
+            pids: broken(pids),
+            cpuacct: cpuacct.clone(),
+            freezer: freezer.clone(),
+        },
+        other => other.clone(),
     }
 }

@@ -89,12 +89,8 @@ pub fn run(cmd: VmCommand, host: &Host) -> i32 {
         monitor_limits: Default::default(),
     };
     let vm_host = VmHost {
-        host,
-        backend,
-        jobs: None,
-        tmp: std::env::temp_dir(),
         handle_signals: true,
-        cancel: None,
+        ..VmHost::on(host, backend)
     };
     match vm::run_vm(&req, vm_host, VmIo::inherit()) {
         Ok(o) => {

@@ -10,8 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use oz0_core::{Ended, RunIo};
-use oz0_linux::seccomp::Profile;
-use oz0_linux::{Host, HostConfig, RunOptions};
+use oz0_linux::{Host, HostConfig};
 use oz0_policy::facts::{Microvm, MicrovmBackend, MicrovmReason};
 use oz0_policy::{AbsPath, EnvVar, Limits, RunRequest, RunSpec};
 use serde::Serialize;
@@ -289,15 +288,16 @@ fn boot_smolvm(o: &ProbeOptions, host: &Host, vmm: &pin::Vmm, pinned: Option<boo
         Err(e) => return fail(MicrovmReason::NoKvmAccess, e.to_string()),
     };
     let started = Instant::now();
-    let r = host.run(
+    let r = oz0_core::Sandbox::run(
+        host,
         &spec,
-        RunOptions {
+        oz0_core::RunOptions {
             io: RunIo::quiet(),
-            extras: oz0_linux::plan::Extras {
-                profile: Profile::Vmm,
-                devices: vec![kvm],
+            role: oz0_core::Role::Monitor(oz0_core::Monitor {
+                devices: vec![kvm.as_str().to_string()],
+                vmm_syscalls: true,
                 ..Default::default()
-            },
+            }),
             ..Default::default()
         },
     );
@@ -401,12 +401,8 @@ fn probe_test_backend(o: &ProbeOptions) -> ProbeReport {
     let r = crate::vm::run_vm(
         &req,
         crate::vm::VmHost {
-            host: &host,
-            backend,
-            jobs: None,
             tmp: o.tmp.clone(),
-            handle_signals: false,
-            cancel: None,
+            ..crate::vm::VmHost::on(&host, backend)
         },
         crate::vm::VmIo {
             stdin: oz0_core::Stdio::Null,

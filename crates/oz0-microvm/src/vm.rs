@@ -1,8 +1,9 @@
 //! One VM per tool server: create, start, exec with MCP over the caller's
 //! stdin/stdout, delete — whatever ended it.
 //!
-//! The monitor is always a tier-1 run (through the node's host context,
-//! [`oz0_linux::Host::run`], seccomp profile `vmm`) that sees the system
+//! The monitor is always a tier-1 run through the node's one door to a
+//! run ([`oz0_core::Sandbox`], with the role of a monitor: seccomp profile
+//! `vmm`, `/dev/kvm`) that sees the system
 //! read-only, `/work`, the VM's own `vmm/` folder and the VMM's files,
 //! nothing else; it has no egress of its own. The run ends when the server exits (the guest reports its status),
 //! when the caller's input ends and the server does not exit within
@@ -22,9 +23,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use oz0_core::exit::Exit;
-use oz0_core::{Cancel, Ended, RunIo, Stdio};
-use oz0_linux::seccomp::Profile;
-use oz0_linux::{Host, RunOptions, RunOutcome};
+use oz0_core::{Cancel, Ended, Monitor, Outcome, Role, RunIo, RunOptions, Sandbox, Stdio};
+use oz0_linux::Host;
 use oz0_policy::{AbsPath, EnvVar, Limits, RunRequest, RunSpec};
 
 use crate::backend::{self, Backend, MonitorInput};
@@ -97,14 +97,16 @@ pub struct VmRequest {
 
 /// Where and with what the monitor runs.
 pub struct VmHost<'a> {
-    /// The node's host context: the monitor's tier-1 run goes through it,
-    /// its node binary is bound at `/oz0/oz0-node` (and, for the test
-    /// backend, is the guest agent), and its egress proxy serves the VM.
-    pub host: &'a Host,
+    /// The wall the monitor runs in (tier 1): its run goes through the
+    /// one door, [`Sandbox::run`], as every run does.
+    pub sandbox: &'a dyn Sandbox,
+    /// The node binary: bound at `/oz0/oz0-node` for the guest (the QEMU
+    /// test backend's agent, smolvm's egress bridge).
+    pub node_exe: &'a Path,
+    /// The node's egress proxy, which serves a VM with egress.
+    pub egress: Option<&'a dyn oz0_egress::EgressService>,
     /// The VMM.
     pub backend: Backend,
-    /// Where tier-1 jobs go; required with monitor limits that need one.
-    pub jobs: Option<&'a oz0_jobs::JobMode>,
     /// The temp dir for VM folders.
     pub tmp: PathBuf,
     /// Turn SIGTERM/SIGINT/SIGHUP into a stop of this VM.
@@ -112,6 +114,23 @@ pub struct VmHost<'a> {
     /// The caller's stop: when this descriptor turns readable or its other
     /// end is closed, the VM is stopped (a cancelled job).
     pub cancel: Option<OwnedFd>,
+}
+
+impl<'a> VmHost<'a> {
+    /// A VM of `backend` whose monitor runs through the node's tier-1
+    /// `host`, with its node binary and egress proxy; VM folders in the
+    /// temp dir, no signal handling, no caller's stop.
+    pub fn on(host: &'a Host, backend: Backend) -> VmHost<'a> {
+        VmHost {
+            sandbox: host,
+            node_exe: host.node_exe(),
+            egress: host.egress(),
+            backend,
+            tmp: std::env::temp_dir(),
+            handle_signals: false,
+            cancel: None,
+        }
+    }
 }
 
 /// The server's stdin, stdout and stderr: this process's own, the null
@@ -175,7 +194,7 @@ pub struct VmOutcome {
     pub bridge_port: Option<u16>,
     /// The monitor's tier-1 outcome.
     #[serde(skip)]
-    pub monitor: Option<RunOutcome>,
+    pub monitor: Option<Outcome>,
     /// The tail of the guest's console (test backend), for diagnosis.
     pub console_tail: String,
 }
@@ -236,7 +255,10 @@ pub enum VmError {
     NoProxy,
     /// Tier 1 refused the monitor: no VM runs outside it.
     #[error("the VM monitor could not run inside tier 1, so no VM runs: {0}")]
-    Tier1(#[from] oz0_linux::SandboxError),
+    Tier1(oz0_core::RunError),
+    /// The wall given is not tier 1.
+    #[error("the VM monitor runs only inside tier 1, and this wall is tier {0}: no VM runs")]
+    NotTier1(u8),
     /// Tier 1 refused the monitor's spec.
     #[error("the VM monitor could not run inside tier 1, so no VM runs: {0}")]
     Spec(#[from] oz0_policy::spec::SpecError),
@@ -276,6 +298,9 @@ fn console_tail(vmm: &Path) -> String {
 /// Runs one server in one VM, to its end.
 pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, VmError> {
     let started = Instant::now();
+    if host.sandbox.tier() < 1 {
+        return Err(VmError::NotTier1(host.sandbox.tier()));
+    }
     if req.command.is_empty() {
         return Err(VmError::NoCommand);
     }
@@ -310,7 +335,7 @@ pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutco
     let mut token = None;
     let egress_sock = vmdir.dir.join("egress.sock");
     if egress.is_enabled() {
-        let proxy = host.host.egress().ok_or(VmError::NoProxy)?;
+        let proxy = host.egress.ok_or(VmError::NoProxy)?;
         let t = oz0_egress::Token::generate()?;
         egress_guard = Some(proxy.open_socket(oz0_egress::RunEgress {
             run_id: format!("vm-{}", vmdir.id),
@@ -333,7 +358,7 @@ pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutco
     if guest_node {
         let made = std::fs::create_dir(&node_dir).and_then(|_| {
             let dest = node_dir.join(backend::NODE_IN_GUEST);
-            let node_exe = host.host.node_exe();
+            let node_exe = host.node_exe;
             std::fs::hard_link(node_exe, &dest)
                 .or_else(|_| std::fs::copy(node_exe, &dest).map(|_| ()))
         });
@@ -480,19 +505,17 @@ pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutco
 
     let opts = RunOptions {
         cancel: Some(Cancel(cancel_r)),
-        jobs: host.jobs,
-        extras: oz0_linux::plan::Extras {
-            profile: Profile::Vmm,
-            devices,
+        role: Role::Monitor(Monitor {
+            devices: devices.iter().map(|d| d.as_str().to_string()).collect(),
+            vmm_syscalls: true,
+            secrets: vm_secrets,
             egress_socket: match &host.backend {
                 Backend::Smolvm(_) if egress_guard.is_some() => {
-                    Some(AbsPath::from_path(&egress_sock)?)
+                    Some(AbsPath::from_path(&egress_sock)?.as_str().to_string())
                 }
                 _ => None,
             },
-            vm_secrets,
-            ..Default::default()
-        },
+        }),
         ..Default::default()
     };
     // smolvm's server has the monitor's stdio; QEMU's travels over the mux
@@ -529,7 +552,7 @@ pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutco
             let spec = &spec;
             let opts = std::mem::take(&mut opts);
             s.spawn(move || {
-                let r = host.host.run(spec, opts);
+                let r = host.sandbox.run(spec, opts).map_err(VmError::Tier1);
                 done.store(true, Ordering::SeqCst);
                 if let Some(st) = slot.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                     let _ = st.shutdown(Shutdown::Both);

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use oz0_core::exit::Exit;
-use oz0_core::{Cancel, Ended, LimitHit, Outcome, RunIo, Sandbox};
+use oz0_core::{Cancel, Ended, LimitHit, Outcome, RunIo, RunOptions, Sandbox};
 use oz0_linux::hostfs::OutFile;
 use oz0_linux::{Host, SandboxError};
 use oz0_policy::{EnvVar, RunRequest, RunSpec};
@@ -193,8 +193,7 @@ pub fn run(args: RunArgs) -> i32 {
     let sandbox: &dyn Sandbox = &host;
     let result = sandbox.run(
         &spec,
-        RunIo::inherit(),
-        crate::signals::cancel_pipe().map(Cancel),
+        RunOptions::new(RunIo::inherit(), crate::signals::cancel_pipe().map(Cancel)),
     );
     // The proxy (if a run started it) stops with the host.
     drop(host);

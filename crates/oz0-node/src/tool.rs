@@ -37,8 +37,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oz0_core::exit::Exit;
-use oz0_core::{Cancel, RunIo, Stdio};
-use oz0_linux::{Host, RunOptions};
+use oz0_core::{Cancel, RunIo, RunOptions, Sandbox, Stdio};
+use oz0_linux::Host;
 use oz0_microvm::backend::{backend_from_env, Backend, TestGuest};
 use oz0_microvm::vm::{self, VmHost, VmRequest, DEFAULT_MEMORY_MIB};
 use oz0_plugin::job::{container_refusal, CheckedToolJob, FILES_DIR};
@@ -280,12 +280,8 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, String> {
                     vm::run_vm(
                         &req,
                         VmHost {
-                            host,
-                            backend,
-                            jobs: None,
-                            tmp: std::env::temp_dir(),
-                            handle_signals: false,
                             cancel: Some(stop),
+                            ..VmHost::on(host, backend)
                         },
                         io,
                     )
@@ -316,18 +312,18 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, String> {
             let mut params = t.call_params(&work);
             args_at_work(&mut params["arguments"], &work);
             let (r, run) = call_over(params, deadline, &cancel, errors, move |io, stop| {
-                host.run(
-                    &spec,
-                    RunOptions {
-                        io,
-                        cancel: Some(Cancel(stop)),
-                        ..Default::default()
-                    },
-                )
-                .map_err(|e| e.to_string())
+                let sandbox: &dyn Sandbox = host;
+                sandbox
+                    .run(&spec, RunOptions::new(io, Some(Cancel(stop))))
+                    .map_err(|e| e.to_string())
             })?;
-            if let Ok(Some(g)) = run.as_ref().map(|o| o.git.as_ref()) {
-                look = Some((json!(g), g.failed()));
+            if let Some(g) = run.as_ref().ok().and_then(|o| o.report.get("git")) {
+                // A finding left in place fails the run (its own status then
+                // kept as `command_exit_code`).
+                let failed = run
+                    .as_ref()
+                    .is_ok_and(|o| o.report.contains_key("command_exit_code"));
+                look = Some((g.clone(), failed));
             }
             (
                 with_run_error(r, run.err(), "the sandbox"),

@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::TempDir;
-use oz0_core::selftest::{self, Config, Runs};
-use oz0_core::{Cancel, Ended, Outcome, RunError, RunIo, Sandbox};
+use oz0_core::selftest::{self, Config};
+use oz0_core::{Ended, Outcome, RunError, RunOptions, Sandbox};
 use oz0_policy::facts::Property;
 use oz0_policy::RunSpec;
 
@@ -39,25 +39,6 @@ fn quiet_proxy() -> Arc<oz0_egress::LazyProxy> {
 }
 
 // --- Linux tier 1 --------------------------------------------------------------
-
-/// Linux tier 1; unconfinable: the same with a job root no cgroup can be
-/// made under, for a run that needs a job.
-struct Tier1 {
-    host: oz0_linux::Host,
-    broken: oz0_linux::Host,
-}
-
-impl Runs for Tier1 {
-    fn run(&self, spec: &RunSpec, io: RunIo, cancel: Option<Cancel>) -> Result<Outcome, RunError> {
-        Sandbox::run(&self.host, spec, io, cancel)
-    }
-
-    fn run_unconfinable(&self, spec: &RunSpec) -> Result<Outcome, RunError> {
-        let mut s = spec.clone();
-        s.limits.processes = Some(16);
-        Sandbox::run(&self.broken, &s, RunIo::quiet(), None)
-    }
-}
 
 fn host(
     data: &std::path::Path,
@@ -84,11 +65,9 @@ fn the_eight_checks_hold_on_linux_tier_1() {
     std::fs::write(data.join("identity/node.key"), "key").unwrap();
     let scratch = d.join("scratch");
     std::fs::create_dir_all(&scratch).unwrap();
-    let runs = Tier1 {
-        host: host(&data, &scratch, None),
-        // A path through a file: no cgroup can ever be made under it.
-        broken: host(&data, &scratch, Some(data.join("identity/node.key/oz0"))),
-    };
+    // Linux tier 1 makes a run unconfinable (fail_closed) through its
+    // job: a root no cgroup can be made under.
+    let runs = host(&data, &scratch, None);
     let cfg = Config {
         runs: &runs,
         probe: "/oz0/oz0-node".into(),
@@ -115,19 +94,6 @@ fn the_eight_checks_hold_on_linux_tier_1() {
 
 // --- no wall -------------------------------------------------------------------
 
-/// No wall at all: Linux's tier 0 (refuses egress and limits).
-struct NoWall(oz0_linux::plain::Plain);
-
-impl Runs for NoWall {
-    fn run(&self, spec: &RunSpec, io: RunIo, cancel: Option<Cancel>) -> Result<Outcome, RunError> {
-        self.0.run(spec, io, cancel)
-    }
-
-    fn run_unconfinable(&self, spec: &RunSpec) -> Result<Outcome, RunError> {
-        self.0.run(spec, RunIo::quiet(), None)
-    }
-}
-
 /// The egress proxy but no wall: the command runs as a plain process group
 /// with the node's whole environment, the run's variables, a HOME and
 /// TMPDIR, and the proxy's variables with the run's token.
@@ -136,8 +102,15 @@ struct ProxyNoWall {
     home: PathBuf,
 }
 
-impl Runs for ProxyNoWall {
-    fn run(&self, spec: &RunSpec, _io: RunIo, cancel: Option<Cancel>) -> Result<Outcome, RunError> {
+impl Sandbox for ProxyNoWall {
+    fn tier(&self) -> u8 {
+        0
+    }
+
+    /// A fault changes nothing: with no wall, its weakness is there
+    /// already.
+    fn run(&self, spec: &RunSpec, opts: RunOptions) -> Result<Outcome, RunError> {
+        let cancel = opts.cancel;
         let token = oz0_egress::Token::generate()?;
         let guard = self.proxy.add_run_tcp(
             "t".into(),
@@ -193,13 +166,9 @@ impl Runs for ProxyNoWall {
             report: serde_json::Map::new(),
         })
     }
-
-    fn run_unconfinable(&self, spec: &RunSpec) -> Result<Outcome, RunError> {
-        self.run(spec, RunIo::quiet(), None)
-    }
 }
 
-fn config<'a>(runs: &'a dyn Runs, d: &TempDir) -> Config<'a> {
+fn config<'a>(runs: &'a dyn Sandbox, d: &TempDir) -> Config<'a> {
     Config {
         runs,
         probe: common::node().display().to_string(),
@@ -211,7 +180,8 @@ fn config<'a>(runs: &'a dyn Runs, d: &TempDir) -> Config<'a> {
 #[test]
 fn each_check_fails_without_a_wall_and_says_what_it_saw() {
     let d = TempDir::new("mst-nowall");
-    let plain = NoWall(oz0_linux::plain::Plain);
+    // No wall at all: Linux's tier 0 (refuses egress and limits).
+    let plain = oz0_linux::plain::Plain;
     let home = d.join("home");
     std::fs::create_dir_all(&home).unwrap();
     let leaky = ProxyNoWall {
@@ -224,7 +194,7 @@ fn each_check_fails_without_a_wall_and_says_what_it_saw() {
     };
     // The node's own variable the environment check looks for.
     std::env::set_var(selftest::CANARY, "node-only");
-    let cases: [(&dyn Runs, Property, &str); 8] = [
+    let cases: [(&dyn Sandbox, Property, &str); 8] = [
         (
             &plain,
             Property::Launch,

@@ -1,7 +1,7 @@
 //! The eight-property self-test (docs/ARCHITECTURE.md), Linux flavour.
 //!
 //! Each check runs real sandboxes through the node's one door to a run,
-//! [`oz0_linux::Host::run`], with the node binary itself as the probe
+//! [`oz0_core::Sandbox::run`] on Linux's tier 1, with the node binary itself as the probe
 //! inside, and judges what the probe reports and what the host sees. The
 //! checks run in order and stop at the first failure. The egress,
 //! protected-paths and environment verdicts are every platform's
@@ -15,9 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use oz0_core::selftest;
-use oz0_core::{Cancel, Ended, Line, RunIo, SelfTest as Outcome};
-use oz0_linux::plan::{Extras, Fault};
-use oz0_linux::{Host, RunOptions, RunOutcome};
+use oz0_core::{Cancel, Ended, Fault, Line, RunIo, RunOptions, Sandbox, SelfTest as Outcome};
+use oz0_linux::{Host, HostConfig};
 use oz0_policy::facts::Property;
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
 
@@ -26,13 +25,14 @@ use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
 pub use oz0_core::selftest::CANARY;
 
 /// What the self-test needs.
-pub struct Config<'a> {
-    /// The node's host context: its runs go through it (its node binary is
-    /// also the probe inside).
-    pub host: &'a Host,
+pub struct Config {
+    /// Where the node's host context comes from: the self-test's runs go
+    /// through a host made of it (its node binary is also the probe
+    /// inside), with its run folders in the self-test's own folder.
+    pub host: HostConfig,
     /// The egress proxy of the egress check's run (the node's own, or one
     /// whose records go nowhere: the check's decisions are no one's).
-    pub egress: &'a dyn oz0_egress::EgressService,
+    pub egress: std::sync::Arc<dyn oz0_egress::EgressService>,
     /// The node's real data directory, when it has one.
     pub data_dir: Option<PathBuf>,
     /// Where jobs go (None: job limits unavailable here).
@@ -88,7 +88,10 @@ use network::{check_egress, check_environment, check_ingress};
 use processes::{check_fail_closed, check_job_limits, check_launch};
 
 struct Ctx<'a> {
-    cfg: &'a Config<'a>,
+    cfg: &'a Config,
+    /// The wall the runs go through: the node's host, its run folders in
+    /// the self-test's folder.
+    host: Host,
     base: PathBuf,
     standin: PathBuf,
     spec_data_dir: String,
@@ -105,6 +108,24 @@ pub fn run(cfg: &Config, on_line: impl FnMut(&Line)) -> Outcome {
         Ok(w) => w,
         Err(e) => return selftest::failed_at_start(e, on_line, faulty),
     };
+    let host = match Host::open(HostConfig {
+        scratch: Some(ws.base.clone()),
+        ..cfg.host.clone()
+    }) {
+        Ok(h) => h,
+        Err(e) => {
+            return selftest::failed_at_start(
+                format!("the node's host context could not be made: {e}"),
+                on_line,
+                faulty,
+            )
+        }
+    };
+    let host = host.with_egress(cfg.egress.clone(), ws.base.join("egress-audit.jsonl"));
+    let host = match &cfg.job_mode {
+        Some(m) => host.with_job_mode(m.clone()),
+        None => host,
+    };
     let spec_data_dir = cfg
         .data_dir
         .as_ref()
@@ -113,6 +134,7 @@ pub fn run(cfg: &Config, on_line: impl FnMut(&Line)) -> Outcome {
         .to_string();
     let mut ctx = Ctx {
         cfg,
+        host,
         base: ws.base.clone(),
         standin: ws.standin.clone(),
         spec_data_dir,
@@ -149,9 +171,7 @@ impl Ctx<'_> {
     fn fault(&self) -> Option<Fault> {
         if let Some(layer) = self.cfg.layer_fault {
             return Some(match layer {
-                Layer::Mounts => Fault::Expose(
-                    oz0_policy::AbsPath::from_path(&self.standin).expect("temp dir is UTF-8"),
-                ),
+                Layer::Mounts => Fault::Expose(self.standin.display().to_string()),
                 Layer::Landlock => Fault::NoLandlock,
                 Layer::Seccomp => Fault::NoSeccomp,
             });
@@ -161,9 +181,7 @@ impl Ctx<'_> {
         }
         Some(match self.current {
             Property::Launch => Fault::SharePid,
-            Property::Files => Fault::Expose(
-                oz0_policy::AbsPath::from_path(&self.standin).expect("temp dir is UTF-8"),
-            ),
+            Property::Files => Fault::Expose(self.standin.display().to_string()),
             Property::Egress | Property::Ingress => Fault::ShareNet,
             Property::ProtectedPaths => Fault::NoProtectedPaths,
             Property::Environment => Fault::LeakEnv(CANARY.into(), "node-only".into()),
@@ -184,42 +202,31 @@ impl Ctx<'_> {
     fn launch(
         &self,
         req: RunRequest,
-        proxy: Option<&dyn oz0_egress::EgressService>,
-        jobs: Option<&oz0_limits::JobMode>,
         cancel: Option<std::os::fd::OwnedFd>,
-    ) -> Result<RunOutcome, String> {
-        self.launch_with(req, proxy, jobs, cancel, self.fault())
+    ) -> Result<oz0_core::Outcome, String> {
+        self.launch_with(req, cancel, self.fault())
     }
 
     /// A run of the probe with one layer of the sandbox deliberately taken
     /// away (`fault`), to show that another holds on its own.
-    fn launch_without(&self, req: RunRequest, fault: Fault) -> Result<RunOutcome, String> {
-        self.launch_with(req, None, None, None, Some(fault))
+    fn launch_without(&self, req: RunRequest, fault: Fault) -> Result<oz0_core::Outcome, String> {
+        self.launch_with(req, None, Some(fault))
     }
 
     fn launch_with(
         &self,
         req: RunRequest,
-        proxy: Option<&dyn oz0_egress::EgressService>,
-        jobs: Option<&oz0_limits::JobMode>,
         cancel: Option<std::os::fd::OwnedFd>,
         fault: Option<Fault>,
-    ) -> Result<RunOutcome, String> {
+    ) -> Result<oz0_core::Outcome, String> {
         let spec = RunSpec::new(req).map_err(|e| format!("self-test spec refused: {e}"))?;
-        let extras = Extras {
-            fault,
-            ..Default::default()
-        };
         let opts = RunOptions {
             io: RunIo::quiet(),
             cancel: cancel.map(Cancel),
-            extras,
-            scratch: Some(self.base.clone()),
-            jobs,
-            egress: proxy,
+            fault,
+            ..Default::default()
         };
-        self.cfg
-            .host
+        self.host
             .run(&spec, opts)
             .map_err(|e| format!("the sandbox did not start: {e}"))
     }

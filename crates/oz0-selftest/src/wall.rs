@@ -128,8 +128,8 @@ impl oz0_core::Wall for LinuxWall {
             Err(e) => (None, Some(e.to_string())),
         };
         let cfg = Config {
-            host: &host,
-            egress: &*self.egress,
+            host: self.host.clone(),
+            egress: self.egress.clone(),
             data_dir: Some(host.data_dir().to_path_buf()),
             job_mode,
             job_unavailable,

@@ -9,7 +9,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use oz0_core::exit::Exit;
-use oz0_core::{Cancel, Ended, Outcome, RunIo, Sandbox};
+use oz0_core::{Cancel, Ended, Outcome, RunIo, RunOptions, Sandbox};
 use oz0_edge::wire::ShellJob;
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
 
@@ -145,7 +145,10 @@ pub(super) fn run_job(
     cancel: OwnedFd,
 ) -> Result<JobEnd, String> {
     sandbox
-        .run(spec, RunIo::files(out, err), Some(Cancel(cancel)))
+        .run(
+            spec,
+            RunOptions::new(RunIo::files(out, err), Some(Cancel(cancel))),
+        )
         .map(|o| JobEnd::from_outcome(&o))
         .map_err(|e| e.to_string())
 }

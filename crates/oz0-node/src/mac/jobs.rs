@@ -11,7 +11,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-use oz0_core::{Cancel, Ended, RunIo, Sandbox};
+use oz0_core::{Cancel, Ended, RunIo, RunOptions, Sandbox};
 use oz0_edge::wire::ShellJob;
 use oz0_policy::{EnvVar, RunRequest, RunSpec};
 
@@ -78,7 +78,7 @@ impl Tier0 for MacTier0 {
         };
         let wait = move || {
             let io = RunIo::files(out, err);
-            match plain.run(&spec, io, Some(Cancel(OwnedFd::from(r)))) {
+            match plain.run(&spec, RunOptions::new(io, Some(Cancel(OwnedFd::from(r))))) {
                 Ok(o) => match o.ended {
                     Ended::Timeout => End::timed_out(),
                     Ended::NotExecuted { reason } => End {

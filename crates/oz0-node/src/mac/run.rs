@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use oz0_core::exit::Exit;
-use oz0_core::{RunIo, Sandbox};
+use oz0_core::{RunIo, RunOptions, Sandbox};
 use oz0_macos::check::SeatbeltAnswer;
 use oz0_policy::{RunRequest, RunSpec};
 
@@ -105,7 +105,10 @@ pub fn main(a: RunArgs) -> i32 {
     if !host::proven(&data_dir) {
         eprintln!("oz0-node: warning: no self-test of Seatbelt has passed on this Mac (`oz0-node sandbox check --self-test` says which property fails): this run's confinement is not proven");
     }
-    match wall.run(&spec, RunIo::inherit(), host::cancel_on_signals().ok()) {
+    match wall.run(
+        &spec,
+        RunOptions::new(RunIo::inherit(), host::cancel_on_signals().ok()),
+    ) {
         Ok(o) => {
             for w in &o.warnings {
                 eprintln!("oz0-node: warning: {w}");

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oz0_core::exit::{exec_failure_code, status_code, Exit};
-use oz0_core::{Cancel, Ended, Outcome, RunError, RunIo};
+use oz0_core::{Cancel, Ended, Outcome, Role, RunError, RunIo, RunOptions};
 use oz0_egress::EgressService;
 use oz0_macos::native::RunProcesses;
 use oz0_macos::seatbelt::{plan, tracking_argv, MacHost, ProxyPort};
@@ -360,7 +360,23 @@ impl oz0_core::Sandbox for Seatbelt {
         1
     }
 
-    fn run(&self, spec: &RunSpec, io: RunIo, cancel: Option<Cancel>) -> Result<Outcome, RunError> {
+    fn run(&self, spec: &RunSpec, opts: RunOptions) -> Result<Outcome, RunError> {
+        let RunOptions {
+            io,
+            cancel,
+            role,
+            fault,
+        } = opts;
+        if role != Role::Command {
+            return Err("a VM's monitor does not run in Seatbelt: microVMs run in Apple's container (sandbox vm)".into());
+        }
+        // The one fault Seatbelt makes: a profile sandbox-exec cannot
+        // compile, which it must refuse to run anything under.
+        let broken = match fault {
+            None => self.fault == Some(Fault::BrokenProfile),
+            Some(oz0_core::Fault::Unconfinable) => true,
+            Some(f) => return Err(format!("Seatbelt cannot inject {f:?}").into()),
+        };
         let temp = RunTemp::new(&self.temp_root)?;
         let host = MacHost {
             node_binary: self.node_binary.clone(),
@@ -385,7 +401,7 @@ impl oz0_core::Sandbox for Seatbelt {
             None
         };
         let mut plan = plan(spec, &host, port.as_ref())?;
-        if self.fault == Some(Fault::BrokenProfile) {
+        if broken {
             plan.profile.push_str("(oz0-no-such-operation)\n");
             plan.argv[2].clone_from(&plan.profile);
         }
@@ -412,7 +428,15 @@ impl oz0_core::Sandbox for Plain {
         0
     }
 
-    fn run(&self, spec: &RunSpec, io: RunIo, cancel: Option<Cancel>) -> Result<Outcome, RunError> {
+    /// A fault changes nothing here: with no wall, every weakness a fault
+    /// would make is there already.
+    fn run(&self, spec: &RunSpec, opts: RunOptions) -> Result<Outcome, RunError> {
+        let RunOptions {
+            io, cancel, role, ..
+        } = opts;
+        if role != Role::Command {
+            return Err("tier 0 has no wall, and a VM's monitor runs only inside one".into());
+        }
         if spec.limits.needs_job() || spec.egress.is_enabled() {
             return Err("tier 0 has no wall: it enforces neither job limits nor an egress allowlist, so a run that asks for them is refused".into());
         }

@@ -8,16 +8,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use oz0_core::selftest::{self, Config, Runs};
-use oz0_core::{Check, Line, Outcome, RunError, RunIo, Sandbox, SelfTest, Wall};
+use oz0_core::selftest::{self, Config};
+use oz0_core::{Check, Line, SelfTest, Wall};
 use oz0_egress::EgressService;
 use oz0_macos::check::{report, MacProbe};
 use oz0_macos::container::{availability, Arch, NotOffered};
 use oz0_policy::facts::{self as pf, Microvm, MicrovmReason, Os, Platform};
-use oz0_policy::RunSpec;
 
 use super::host;
-use super::seatbelt::{Fault, Seatbelt};
 
 /// The wall's name in the self-test's closing line.
 pub const WALL_NAME: &str = "Seatbelt (sandbox-exec)";
@@ -66,35 +64,6 @@ impl MacWall {
                 backend: None,
             },
         }
-    }
-}
-
-/// The wall the self-test runs through: Seatbelt, and Seatbelt with a
-/// profile `sandbox-exec` cannot compile (`fail_closed`).
-struct SeatbeltRuns {
-    wall: Seatbelt,
-    broken: Seatbelt,
-}
-
-impl Runs for SeatbeltRuns {
-    fn run(
-        &self,
-        spec: &RunSpec,
-        io: RunIo,
-        cancel: Option<oz0_core::Cancel>,
-    ) -> Result<Outcome, RunError> {
-        self.wall.run(spec, io, cancel)
-    }
-
-    fn run_unconfinable(&self, spec: &RunSpec) -> Result<Outcome, RunError> {
-        // sandbox-exec's complaint about the broken profile is expected:
-        // not on the check's output.
-        let io = RunIo {
-            stdin: oz0_core::Stdio::Null,
-            stdout: oz0_core::Stdio::Null,
-            stderr: oz0_core::Stdio::Null,
-        };
-        self.broken.run(spec, io, None)
     }
 }
 
@@ -148,12 +117,11 @@ impl Wall for MacWall {
         if check.tier == 0 {
             return None;
         }
-        let made = host::seatbelt(self.egress.clone(), None, None).and_then(|wall| {
-            let broken = host::seatbelt(self.egress.clone(), Some(Fault::BrokenProfile), None)?;
-            let base_root = host::temp_root()?;
-            Ok((SeatbeltRuns { wall, broken }, base_root))
-        });
-        let (runs, base_root) = match made {
+        // Seatbelt itself: its fail_closed check asks it for a run it cannot
+        // confine (a profile sandbox-exec cannot compile).
+        let made = host::seatbelt(self.egress.clone(), None, None)
+            .and_then(|wall| Ok((wall, host::temp_root()?)));
+        let (wall, base_root) = match made {
             Ok(m) => m,
             Err(e) => {
                 let t = failed_launch(format!("cannot set up the self-test: {e}"));
@@ -162,8 +130,8 @@ impl Wall for MacWall {
             }
         };
         let cfg = Config {
-            probe: runs.wall.node_binary.as_str().to_string(),
-            runs: &runs,
+            probe: wall.node_binary.as_str().to_string(),
+            runs: &wall,
             data_dir: self.data_dir.clone(),
             base_root,
         };

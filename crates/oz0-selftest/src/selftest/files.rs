@@ -17,16 +17,20 @@ pub(super) fn check_files(c: &mut Ctx) -> CheckResult {
     let mut args = vec!["--write".to_string(), "/etc/oz0-selftest".to_string()];
     args.extend(f.probe_args());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let o = c.launch(c.request(&work, probe_cmd(&out, &args)), None, None, None)?;
+    let o = c.launch(c.request(&work, probe_cmd(&out, &args)), None)?;
     let r = read_report(&out)?;
     let abi = oz0_sys::probe::landlock_abi();
-    match &o.landlock {
+    let enforced = o
+        .report
+        .get("enforced")
+        .and_then(|e| e["landlock"]["enforced"].as_str());
+    match enforced {
         _ if abi == 0 => {}
-        Some(l) if l.enforced == "full" || l.enforced == "partial" => {}
+        Some("full" | "partial") => {}
         other => {
             return Err(format!(
                 "landlock layer: the run's Landlock is {} though this kernel has ABI {abi}",
-                other.as_ref().map_or("missing", |l| l.enforced.as_str())
+                other.unwrap_or("missing")
             ))
         }
     }
@@ -77,8 +81,8 @@ fn landlock_alone(c: &mut Ctx) -> CheckResult {
         ),
     );
     let fault = Fault::ExposeAt {
-        src: oz0_policy::AbsPath::from_path(&c.standin).map_err(|e| e.to_string())?,
-        dest: oz0_policy::AbsPath::new(inside).expect("constant path"),
+        src: c.standin.display().to_string(),
+        dest: inside.to_string(),
     };
     c.launch_without(req, fault)?;
     let r = read_report(&out)?;
@@ -112,8 +116,6 @@ pub(super) fn check_protected(c: &mut Ctx) -> CheckResult {
             &work,
             vec!["/bin/sh".into(), "-c".into(), PROTECTED_SCRIPT.into()],
         ),
-        None,
-        None,
         None,
     )?;
     judge_protected(&work)

@@ -14,7 +14,7 @@ pub(super) fn check_egress(c: &mut Ctx) -> CheckResult {
     let mut req = c.request(&work, probe_cmd(&out, &args));
     req.allow = vec![e.allow()];
     req.forward = vec![e.forwarded.port];
-    c.launch(req, Some(c.cfg.egress), None, None)?;
+    c.launch(req, None)?;
     e.judge(&read_report(&out)?)
 }
 
@@ -37,7 +37,7 @@ pub(super) fn check_ingress(c: &mut Ctx) -> CheckResult {
     let t = Instant::now();
     let c = &*c;
     let (reached, run) = std::thread::scope(|s| {
-        let h = s.spawn(|| c.launch(req, None, None, Some(cancel_r)));
+        let h = s.spawn(|| c.launch(req, Some(cancel_r)));
         let deadline = Instant::now() + Duration::from_secs(10);
         while !out.exists() && Instant::now() < deadline && !h.is_finished() {
             std::thread::sleep(Duration::from_millis(5));
@@ -81,7 +81,7 @@ pub(super) fn check_environment(c: &mut Ctx) -> CheckResult {
     let mut req = c.request(&work, probe_cmd(&out, &["--env", "--proxy-get", &ua]));
     req.allow = vec![a];
     req.env = vec![EnvVar::new(GIVEN.0, GIVEN.1).map_err(|e| e.to_string())?];
-    c.launch(req, Some(c.cfg.egress), None, None)?;
+    c.launch(req, None)?;
     // Linux adds nothing of its own to a run's environment.
     judge_environment(&read_report(&out)?, &ua, &[])
 }

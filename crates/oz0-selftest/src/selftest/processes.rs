@@ -15,8 +15,6 @@ pub(super) fn check_launch(c: &mut Ctx) -> CheckResult {
     let o = c.launch(
         c.request(&work, vec!["/bin/sh".into(), "-c".into(), script]),
         None,
-        None,
-        None,
     );
     let leftover = processes_with(&m);
     kill_all(&m);
@@ -58,7 +56,7 @@ fn seccomp_alone(c: &mut Ctx) -> CheckResult {
         v.retain(|a| a != "--no-syscalls");
         v
     };
-    c.launch(c.request(&work, probe(&with)), None, None, None)?;
+    c.launch(c.request(&work, probe(&with)), None)?;
     c.launch_without(c.request(&work, probe(&without)), Fault::NoSeccomp)?;
     let (a, b) = (read_report(&with)?, read_report(&without)?);
     if a["seccomp"] != "2" {
@@ -104,7 +102,6 @@ pub(super) fn check_job_limits(c: &mut Ctx) -> CheckResult {
         ));
     };
     let faulty = c.cfg.fault == Some(Property::JobLimits);
-    let jobs = if faulty { None } else { Some(&mode) };
     let limits = |l: Limits| if faulty { Limits::default() } else { l };
     // Processes: 20 children under a limit of 8. The probe counts the
     // children the system let it start (no race with their start-up).
@@ -115,7 +112,7 @@ pub(super) fn check_job_limits(c: &mut Ctx) -> CheckResult {
         processes: Some(8),
         ..Default::default()
     });
-    c.launch(req, None, jobs, None)?;
+    c.launch(req, None)?;
     let r = read_report(&out)?;
     let started = r["spawned"]
         .as_u64()
@@ -134,13 +131,12 @@ pub(super) fn check_job_limits(c: &mut Ctx) -> CheckResult {
         memory_mib: Some(256),
         ..Default::default()
     });
-    let o = c.launch(req, None, jobs, None)?;
+    let o = c.launch(req, None)?;
     let r = read_report(&out).ok();
     if r.as_ref().is_some_and(|r| r["alloc"] == "ok") {
         return Err("512 MiB were allocated and touched under a limit of 256 MiB".into());
     }
-    let oom =
-        o.job.as_ref().and_then(|j| j.outcome.limit_hit) == Some(oz0_limits::LimitHit::Memory);
+    let oom = o.limit_hit == Some(oz0_core::LimitHit::Memory);
     // Closing the job kills its processes: its folders are gone.
     let mode_name = mode.name();
     Ok(format!(
@@ -153,33 +149,15 @@ pub(super) fn check_job_limits(c: &mut Ctx) -> CheckResult {
 // --- fail_closed --------------------------------------------------------------
 
 pub(super) fn check_fail_closed(c: &mut Ctx) -> CheckResult {
-    let Some(mode) = c.cfg.job_mode.clone() else {
+    if c.cfg.job_mode.is_none() {
         return Err(
             "no job limits on this machine, so placement cannot be shown to fail closed".into(),
         );
-    };
-    // A job root no one can create a cgroup under: a path through a file.
-    let broken = |p: &Path| p.join("cgroup.procs").join("oz0-selftest");
-    let bad = match &mode {
-        oz0_limits::JobMode::V2 { root } => oz0_limits::JobMode::V2 { root: broken(root) },
-        oz0_limits::JobMode::V1 {
-            memory,
-            pids,
-            cpuacct,
-            freezer,
-        } => oz0_limits::JobMode::V1 {
-            memory: broken(memory),
-            pids: broken(pids),
-            cpuacct: cpuacct.clone(),
-            freezer: freezer.clone(),
-        },
-        other => other.clone(),
-    };
-    let use_mode = if c.cfg.fault == Some(Property::FailClosed) {
-        mode
-    } else {
-        bad
-    };
+    }
+    // The run's job made impossible to join (the fault), unless this
+    // property's own fault is injected: then the job is a working one and
+    // the check must see that the command ran.
+    let fault = (c.cfg.fault != Some(Property::FailClosed)).then_some(Fault::Unconfinable);
     let work = c.dir("failclosed")?;
     let mut req = c.request(
         &work,
@@ -189,7 +167,7 @@ pub(super) fn check_fail_closed(c: &mut Ctx) -> CheckResult {
         processes: Some(16),
         ..Default::default()
     };
-    let r = c.launch(req, None, Some(&use_mode), None);
+    let r = c.launch_with(req, None, fault);
     if work.join("ran").exists() {
         return Err("a process whose job could not be made ran anyway".into());
     }
