@@ -31,6 +31,7 @@ pub const MIN_TOKEN_CHARS: usize = 16;
 /// Authentication failures (each answered with 401, or 403 for a node of
 /// another tenant).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AuthError {
     /// A header is missing or malformed.
     #[error("header {0} is missing or malformed: sign requests with oz0_edge::client")]

@@ -29,10 +29,12 @@ mod key;
 mod node;
 mod operator;
 
+use std::path::PathBuf;
+
 use serde::de::DeserializeOwned;
 
 use crate::http;
-pub use crate::http::Trust;
+pub use crate::http::{CertsError, Trust};
 use crate::wire::ApiError;
 pub use key::NodeKey;
 pub use node::{Lease, NodeClient};
@@ -67,6 +69,7 @@ pub const LEASE_MARGIN_DIVISOR: i64 = 10;
 
 /// A client failure.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// Not an edge URL.
     #[error("edge URL {0:?} is not one the client opens: use https://HOST[:PORT] (or http:// on loopback)")]

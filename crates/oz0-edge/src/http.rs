@@ -94,14 +94,26 @@ fn client_config(trust: &Trust) -> Result<Arc<rustls::ClientConfig>, ClientError
     Ok(Arc::new(cfg))
 }
 
+/// Why a PEM file's certificates cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CertsError {
+    /// The file cannot be read, or a PEM section does not parse.
+    #[error("{0}")]
+    Pem(rustls::pki_types::pem::Error),
+    /// The file holds no certificate.
+    #[error("no PEM certificate in it (-----BEGIN CERTIFICATE-----)")]
+    Empty,
+}
+
 /// The certificates of a PEM file (at least one).
-pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, CertsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| e.to_string())?
+        .map_err(CertsError::Pem)?
         .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
+        .map_err(CertsError::Pem)?;
     if certs.is_empty() {
-        return Err("no PEM certificate in it (-----BEGIN CERTIFICATE-----)".into());
+        return Err(CertsError::Empty);
     }
     Ok(certs)
 }

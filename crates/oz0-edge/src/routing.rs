@@ -125,6 +125,7 @@ pub struct Needs {
 
 /// A job the edge will not take.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum NeedsError {
     /// Tier out of range.
     #[error("tier {0} does not exist: ask for tier 0, 1 or 2")]

@@ -93,6 +93,7 @@ pub struct MechanismView {
 
 /// A report the edge refuses outright (as opposed to fields it drops).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FactsError {
     /// Unknown schema version.
     #[error("facts schema {got} is not supported: this edge reads schema {FACTS_SCHEMA}; upgrade the edge or run a node of the same release")]

@@ -88,31 +88,77 @@ pub struct ServerCert {
     current: RwLock<Arc<CertifiedKey>>,
 }
 
-fn load(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, String> {
-    let chain =
-        crate::http::read_certs(cert).map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?;
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-        format!(
-            "--tls-key {}: {e} (a PEM private key: PKCS#8, PKCS#1 or SEC1)",
-            key.display()
-        )
+/// Why the edge's certificate and key cannot be served; each names the
+/// file and the flag.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CertError {
+    /// The certificate file cannot be read or holds none.
+    #[error("--tls-cert {}: {err}", path.display())]
+    Cert {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        err: crate::client::CertsError,
+    },
+    /// The key file cannot be read or holds no private key.
+    #[error("--tls-key {}: {err} (a PEM private key: PKCS#8, PKCS#1 or SEC1)", path.display())]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        err: rustls::pki_types::pem::Error,
+    },
+    /// A key of a kind TLS cannot sign with.
+    #[error("--tls-key {}: {err}", path.display())]
+    KeyType {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        err: rustls::Error,
+    },
+    /// The key is not the certificate's.
+    #[error("--tls-key {} is not the key of --tls-cert {}: {err}", key.display(), cert.display())]
+    Mismatch {
+        /// The key file.
+        key: PathBuf,
+        /// The certificate file.
+        cert: PathBuf,
+        /// Why.
+        err: rustls::Error,
+    },
+    /// The TLS library offers no protocol version.
+    #[error("{0}")]
+    Config(rustls::Error),
+}
+
+fn load(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, CertError> {
+    let chain = crate::http::read_certs(cert).map_err(|err| CertError::Cert {
+        path: cert.to_path_buf(),
+        err,
     })?;
-    let signing = rustls::crypto::ring::sign::any_supported_type(&key_der)
-        .map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|err| CertError::Key {
+        path: key.to_path_buf(),
+        err,
+    })?;
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key_der).map_err(|err| {
+        CertError::KeyType {
+            path: key.to_path_buf(),
+            err,
+        }
+    })?;
     let ck = CertifiedKey::new(chain, signing);
-    ck.keys_match().map_err(|e| {
-        format!(
-            "--tls-key {} is not the key of --tls-cert {}: {e}",
-            key.display(),
-            cert.display()
-        )
+    ck.keys_match().map_err(|err| CertError::Mismatch {
+        key: key.to_path_buf(),
+        cert: cert.to_path_buf(),
+        err,
     })?;
     Ok(Arc::new(ck))
 }
 
 impl ServerCert {
     /// Loads the certificate chain and its key.
-    pub fn load(cert: &Path, key: &Path) -> Result<Arc<ServerCert>, String> {
+    pub fn load(cert: &Path, key: &Path) -> Result<Arc<ServerCert>, CertError> {
         Ok(Arc::new(ServerCert {
             cert: cert.to_path_buf(),
             key: key.to_path_buf(),
@@ -121,18 +167,18 @@ impl ServerCert {
     }
 
     /// Loads the files again; on an error the current ones stay.
-    pub fn reload(&self) -> Result<(), String> {
+    pub fn reload(&self) -> Result<(), CertError> {
         let next = load(&self.cert, &self.key)?;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = next;
         Ok(())
     }
 
     /// The TLS server configuration that presents this certificate.
-    pub fn config(self: &Arc<Self>) -> Result<Arc<rustls::ServerConfig>, String> {
+    pub fn config(self: &Arc<Self>) -> Result<Arc<rustls::ServerConfig>, CertError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .map_err(CertError::Config)?
             .with_no_client_auth()
             .with_cert_resolver(self.clone());
         cfg.alpn_protocols = vec![b"http/1.1".to_vec()];

@@ -74,6 +74,7 @@ pub const POSTGRES_CONNECTIONS: usize = 8;
 
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The URL names no store this edge opens.
     #[error("store URL starting {0:?} is not one this edge opens: use sqlite:PATH, sqlite::memory: or postgres://USER@HOST/DB")]

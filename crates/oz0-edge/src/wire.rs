@@ -404,27 +404,61 @@ pub struct ShellJob {
     pub tmp_size: Option<u64>,
 }
 
+/// Why a shell job's payload is refused; each names the field and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShellJobError {
+    /// Not a shell job's JSON (an unknown field, a wrong type).
+    #[error("the payload is not a shell job: {0} (give {{\"command\": [..], \"env\": {{..}}, \"allow\": [..], \"timeout\": S}})")]
+    Shape(String),
+    /// No command, or an empty program.
+    #[error("the job's command is empty: give \"command\": [PROGRAM, ARG...]")]
+    EmptyCommand,
+    /// A command the node could never run.
+    #[error(transparent)]
+    Command(oz0_policy::SpecError),
+    /// A variable the sandbox refuses.
+    #[error("env {name}: {err}")]
+    Env {
+        /// The variable's name.
+        name: String,
+        /// Why.
+        err: oz0_policy::env::EnvError,
+    },
+    /// An `allow` or `forward` entry that does not parse.
+    #[error(transparent)]
+    Egress(oz0_policy::net::NetError),
+    /// A limit out of range.
+    #[error(transparent)]
+    Limits(oz0_policy::limits::LimitError),
+}
+
 impl ShellJob {
     /// Reads and checks a payload: every field in its rules (the node
     /// checks again, with the same code).
-    pub fn from_value(v: &serde_json::Value) -> Result<ShellJob, String> {
-        let j: ShellJob = serde_json::from_value(v.clone()).map_err(|e| format!("the payload is not a shell job: {e} (give {{\"command\": [..], \"env\": {{..}}, \"allow\": [..], \"timeout\": S}})"))?;
+    pub fn from_value(v: &serde_json::Value) -> Result<ShellJob, ShellJobError> {
+        let j: ShellJob =
+            serde_json::from_value(v.clone()).map_err(|e| ShellJobError::Shape(e.to_string()))?;
         j.check()?;
         Ok(j)
     }
 
     /// Checks every field.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ShellJobError> {
         if self.command.is_empty() || self.command[0].is_empty() {
-            return Err("the job's command is empty: give \"command\": [PROGRAM, ARG...]".into());
+            return Err(ShellJobError::EmptyCommand);
         }
         // The node's own check, so a command it could never run is refused here.
-        oz0_policy::spec::check_command(&self.command).map_err(|e| e.to_string())?;
+        oz0_policy::spec::check_command(&self.command).map_err(ShellJobError::Command)?;
         for (k, v) in &self.env {
-            oz0_policy::EnvVar::new(k, v).map_err(|e| format!("env {k}: {e}"))?;
+            oz0_policy::EnvVar::new(k, v).map_err(|err| ShellJobError::Env {
+                name: k.clone(),
+                err,
+            })?;
         }
-        oz0_policy::net::Egress::parse(&self.allow, &self.forward).map_err(|e| e.to_string())?;
-        self.limits().validate().map_err(|e| e.to_string())
+        oz0_policy::net::Egress::parse(&self.allow, &self.forward)
+            .map_err(ShellJobError::Egress)?;
+        self.limits().validate().map_err(ShellJobError::Limits)
     }
 
     /// Its limits.

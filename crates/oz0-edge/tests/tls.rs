@@ -92,7 +92,7 @@ async fn clients_trust_only_what_verifies() {
     // A key that is not the certificate's is refused, and the one served stays.
     let (c2, _) = ca.leaf("mismatch", &["127.0.0.1"], None);
     std::fs::copy(&c2, &cert).unwrap();
-    let r = served.reload().unwrap_err();
+    let r = served.reload().unwrap_err().to_string();
     assert!(r.contains("is not the key of --tls-cert"), "{r}");
     let (c, k) = ca.leaf("again", &["127.0.0.1"], None);
     std::fs::copy(&c, &cert).unwrap();

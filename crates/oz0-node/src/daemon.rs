@@ -171,7 +171,7 @@ impl Jobs {
                     job.kind
                 ));
             }
-            let p = ShellJob::from_value(&job.payload)?;
+            let p = ShellJob::from_value(&job.payload).map_err(|e| e.to_string())?;
             tier0(&p, platform)?;
             fs::create_dir_all(&record)
                 .map_err(|e| format!("cannot create {}: {e}", record.display()))?;

@@ -149,7 +149,7 @@ pub(super) async fn submit_job(
     let bad = |e: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_job", e);
     match req.kind {
         JobKind::Shell => {
-            ShellJob::from_value(&req.payload).map_err(bad)?;
+            ShellJob::from_value(&req.payload).map_err(|e| bad(e.to_string()))?;
         }
         JobKind::Harness => {
             return Err(bad(

@@ -221,7 +221,7 @@ impl Runner {
                 job.kind
             ));
         }
-        let p = ShellJob::from_value(&job.payload)?;
+        let p = ShellJob::from_value(&job.payload).map_err(|e| e.to_string())?;
         let spec: RunSpec = spec_for(p, work, &self.s.data_dir)?;
         let sandbox = self.sandbox.clone();
         Ok(Box::new(move |cancel| {
