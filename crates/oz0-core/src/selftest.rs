@@ -3,9 +3,9 @@
 //! [`crate::Sandbox`]: Seatbelt on a Mac), with the node binary's `sandbox probe` as the
 //! witness inside, and judges what the probe reports and what the host
 //! sees. The checks run in order and stop at the first failure; the tier is
-//! 1 only when all eight hold. macOS's wall is proved with it; Linux's own
-//! self-test (`oz0-selftest`, which also proves each of its layers alone)
-//! shares its parts ([`parts`]).
+//! 1 only when all eight hold. Every platform's wall is proved with it: a
+//! platform adds proofs of its own after a check ([`Extra`]: Linux proves
+//! each layer of its wall alone), never a second self-test.
 //!
 //! Nothing here is a platform's but the wall itself: the checks use POSIX
 //! `sh`, the probe, loopback sockets and files, so they are run on Linux
@@ -23,7 +23,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::{Cancel, Line, Outcome, RunIo, RunOptions, Sandbox, SelfTest};
+use crate::{Cancel, Fault, Line, Outcome, RunIo, RunOptions, Sandbox, SelfTest};
 use oz0_policy::facts::Property;
 use oz0_policy::{RunRequest, RunSpec};
 
@@ -37,7 +37,7 @@ pub const CANARY: &str = "OZ0_SELFTEST_CANARY";
 /// What the self-test needs.
 pub struct Config<'a> {
     /// The wall under test. Its `fail_closed` check runs a command with the
-    /// wall's confinement made impossible to apply ([`crate::Fault::Unconfinable`]):
+    /// wall's confinement made impossible to apply ([`Fault::Unconfinable`]):
     /// a wall that fails closed never runs it.
     pub runs: &'a dyn Sandbox,
     /// The node binary as a run names it (its `sandbox probe` is the
@@ -47,6 +47,52 @@ pub struct Config<'a> {
     pub data_dir: Option<PathBuf>,
     /// Where the self-test's folder is made (by its real path).
     pub base_root: PathBuf,
+    /// The platform's own proofs, after each shared check held.
+    pub extra: Option<&'a dyn Extra>,
+    /// Variables the platform adds to every process it starts, besides
+    /// what the wall gives (macOS: CoreFoundation's text encoding).
+    pub env_adds: &'a [&'a str],
+    /// The layer of the wall that hides the data directory, named when a
+    /// stand-in was reached (`"mount layer: "`).
+    pub files_layer: &'a str,
+    /// Injects into this property's runs the fault that breaks it (the
+    /// self-test's own tests: each check can fail).
+    pub fault: Option<Property>,
+    /// A fault in every run, made from the stand-in data directory's path
+    /// (a platform's layer taken away, to show its other layers hold and
+    /// which one fails).
+    pub every_run: Option<&'a (dyn Fn(&Path) -> Fault + Sync)>,
+}
+
+impl<'a> Config<'a> {
+    /// The self-test of `runs`, with `probe` as the witness inside, its
+    /// folder under `base_root`; no platform proofs, no fault.
+    pub fn new(runs: &'a dyn Sandbox, probe: String, base_root: PathBuf) -> Config<'a> {
+        Config {
+            runs,
+            probe,
+            data_dir: None,
+            base_root,
+            extra: None,
+            env_adds: &[],
+            files_layer: "",
+            fault: None,
+            every_run: None,
+        }
+    }
+
+    /// Whether a fault is injected: the tier is then 0 whatever held.
+    pub fn faulty(&self) -> bool {
+        self.fault.is_some() || self.every_run.is_some()
+    }
+}
+
+/// A platform's proofs beyond the eight shared checks.
+pub trait Extra: Sync {
+    /// After property `p`'s shared check held: what more the platform
+    /// shows of it (`Ok(Some(detail))`, added to the line), or how it
+    /// failed.
+    fn prove(&self, p: Property, s: &mut Session<'_>) -> Result<Option<String>, String>;
 }
 
 type CheckResult = Result<String, String>;
@@ -186,13 +232,16 @@ pub fn failed_at_start(
     }
 }
 
-/// What each check works with.
-pub(crate) struct Ctx<'a> {
+/// What each check works with: its folders, its runs.
+pub struct Session<'a> {
     cfg: &'a Config<'a>,
     base: PathBuf,
     standin: PathBuf,
     seq: u32,
+    current: Property,
 }
+
+pub(crate) type Ctx<'a> = Session<'a>;
 
 /// Sets the node's own variable that must never reach a run (before any
 /// thread of the self-test starts).
@@ -207,32 +256,35 @@ pub fn run(cfg: &Config, on_line: impl FnMut(&Line)) -> SelfTest {
     plant_canary();
     let ws = match Workspace::new(&cfg.base_root) {
         Ok(w) => w,
-        Err(e) => return failed_at_start(e, on_line, false),
+        Err(e) => return failed_at_start(e, on_line, cfg.faulty()),
     };
-    let mut ctx = Ctx {
+    let mut ctx = Session {
         cfg,
         base: ws.base.clone(),
         standin: ws.standin.clone(),
         seq: 0,
+        current: Property::Launch,
     };
-    sequence(|p| check(&mut ctx, p), on_line, false)
+    sequence(|p| check(&mut ctx, p), on_line, cfg.faulty())
 }
 
 /// Runs one property's check on its own (in a folder of its own under
 /// `cfg.base_root`, removed after): what it showed, or how it failed.
 pub fn check_one(cfg: &Config, p: Property) -> Result<String, String> {
     let ws = Workspace::new(&cfg.base_root)?;
-    let mut ctx = Ctx {
+    let mut ctx = Session {
         cfg,
         base: ws.base.clone(),
         standin: ws.standin.clone(),
         seq: 0,
+        current: p,
     };
     check(&mut ctx, p)
 }
 
-fn check(c: &mut Ctx, p: Property) -> CheckResult {
-    match p {
+fn check(c: &mut Session, p: Property) -> CheckResult {
+    c.current = p;
+    let shared = match p {
         Property::Launch => checks::launch(c),
         Property::Files => checks::files(c),
         Property::Egress => checks::egress(c),
@@ -241,27 +293,46 @@ fn check(c: &mut Ctx, p: Property) -> CheckResult {
         Property::FailClosed => checks::fail_closed(c),
         Property::ProtectedPaths => checks::protected_paths(c),
         Property::Environment => checks::environment(c),
+    }?;
+    match c.cfg.extra {
+        None => Ok(shared),
+        Some(extra) => Ok(match extra.prove(p, c)? {
+            Some(more) => format!("{shared}; {more}"),
+            None => shared,
+        }),
     }
 }
 
-impl Ctx<'_> {
-    fn dir(&mut self, tag: &str) -> Result<PathBuf, String> {
+impl Session<'_> {
+    /// A new folder of the self-test's, named after `tag`.
+    pub fn dir(&mut self, tag: &str) -> Result<PathBuf, String> {
         self.seq += 1;
         let d = self.base.join(format!("{}-{tag}", self.seq));
         fs::create_dir(&d).map_err(|e| format!("cannot make {}: {e}", d.display()))?;
         Ok(d)
     }
 
-    fn request(&self, work: &Path, command: Vec<String>) -> RunRequest {
+    /// The stand-in for the node's data directory.
+    pub fn standin(&self) -> &Path {
+        &self.standin
+    }
+
+    /// The node's data directory as runs are told it: the real one, or the
+    /// stand-in.
+    pub fn data_dir(&self) -> &Path {
+        self.cfg.data_dir.as_deref().unwrap_or(&self.standin)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config<'_> {
+        self.cfg
+    }
+
+    /// A run of `command` in `work`, told the data directory.
+    pub fn request(&self, work: &Path, command: Vec<String>) -> RunRequest {
         RunRequest {
             work: work.display().to_string(),
-            data_dir: self
-                .cfg
-                .data_dir
-                .as_ref()
-                .unwrap_or(&self.standin)
-                .display()
-                .to_string(),
+            data_dir: self.data_dir().display().to_string(),
             command,
             ..Default::default()
         }
@@ -271,18 +342,58 @@ impl Ctx<'_> {
         RunSpec::new(req).map_err(|e| format!("self-test spec refused: {e}"))
     }
 
-    fn launch(&self, req: RunRequest, cancel: Option<Cancel>) -> Result<Outcome, String> {
+    /// Whether this property's own fault is injected.
+    pub fn faulted(&self, p: Property) -> bool {
+        self.cfg.fault == Some(p)
+    }
+
+    /// The fault each run of the current check gets: the current
+    /// property's own when it is injected, else the one every run gets.
+    fn fault(&self) -> Option<Fault> {
+        if self.cfg.fault != Some(self.current) {
+            return self.cfg.every_run.map(|f| f(&self.standin));
+        }
+        Some(match self.current {
+            Property::Launch => Fault::SharePid,
+            Property::Files => Fault::Expose(self.standin.display().to_string()),
+            Property::Egress | Property::Ingress => Fault::ShareNet,
+            Property::ProtectedPaths => Fault::NoProtectedPaths,
+            Property::Environment => Fault::LeakEnv(CANARY.into(), "node-only".into()),
+            // Broken by the checks themselves (no limits; a run that can
+            // be confined after all).
+            Property::JobLimits | Property::FailClosed => {
+                return self.cfg.every_run.map(|f| f(&self.standin))
+            }
+        })
+    }
+
+    /// Runs `req` through the wall, with the check's fault if any.
+    pub fn launch(&self, req: RunRequest, cancel: Option<Cancel>) -> Result<Outcome, String> {
+        self.launch_with(req, cancel, self.fault())
+    }
+
+    /// Runs `req` through the wall with `fault` (none: the wall whole).
+    pub fn launch_with(
+        &self,
+        req: RunRequest,
+        cancel: Option<Cancel>,
+        fault: Option<Fault>,
+    ) -> Result<Outcome, String> {
         let spec = Self::spec(req)?;
+        let opts = RunOptions {
+            fault,
+            ..RunOptions::new(RunIo::quiet(), cancel)
+        };
         self.cfg
             .runs
-            .run(&spec, RunOptions::new(RunIo::quiet(), cancel))
+            .run(&spec, opts)
             .map_err(|e| format!("the sandbox did not start: {e}"))
     }
 
     /// The probe's command line in a run.
-    fn probe_cmd(&self, out: &Path, args: &[&str]) -> Vec<String> {
+    pub fn probe_cmd(&self, out: &Path, args: &[&str]) -> Vec<String> {
         parts::probe_cmd(&self.cfg.probe, out, args)
     }
 }
 
-use parts::read_report;
+pub use parts::read_report;

@@ -4,6 +4,9 @@
 //! supervises the run's single process tree to its end. [`Host`] is the one
 //! door to a run: the context a node process makes once, implementing
 //! [`oz0_core::Sandbox`]; [`plain::Plain`] is tier 0 (no wall).
+//! [`wall::LinuxWall`] is Linux's [`oz0_core::Wall`]: the probes and their
+//! verdict ([`check`]) and the one self-test with Linux's proofs of each
+//! layer alone ([`selftest`]).
 //!
 //! Threat model: the command is hostile. It runs as the node's user inside
 //! fresh user, pid, ipc, uts, cgroup and network namespaces, with no
@@ -14,6 +17,7 @@
 //! that make up this boundary are listed in `docs/ARCHITECTURE.md`.
 
 pub mod bwrap;
+pub mod check;
 pub mod devfs;
 pub mod gitlook;
 pub mod hold;
@@ -29,11 +33,14 @@ pub mod pool;
 pub mod protocol;
 mod record;
 pub mod seccomp;
+pub mod selftest;
 mod spawn;
 pub mod stage;
 mod tier1;
 pub mod userns;
+pub mod wall;
 
 pub use outcome::{RunOutcome, SandboxError};
 pub use record::{new_run_id, scratch_base, sweep_stale};
 pub use tier1::{Host, HostConfig};
+pub use wall::{Fault, LinuxWall};

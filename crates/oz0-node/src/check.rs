@@ -2,7 +2,7 @@
 
 use clap::Args;
 use oz0_core::{Check, Line, SelfTest, Wall};
-use oz0_selftest::{Fault, LinuxWall};
+use oz0_linux::{Fault, LinuxWall};
 
 use crate::cli::HostArgs;
 use oz0_core::exit::Exit;

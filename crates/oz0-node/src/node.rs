@@ -11,7 +11,7 @@ use oz0_core::{Check, Wall};
 use oz0_edge::client::NodeKey;
 use oz0_linux::HostConfig;
 use oz0_policy::facts::{Microvm, MicrovmReason, NodeFacts};
-use oz0_selftest::LinuxWall;
+use oz0_linux::LinuxWall;
 
 use crate::cli::{DataDirArg, HostArgs};
 

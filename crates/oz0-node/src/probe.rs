@@ -516,17 +516,31 @@ fn abstract_connect(name: &str) -> io::Result<()> {
     }
 }
 
-/// Stays alive for `d`, rewriting `beat` (when named) every 50 ms.
+/// Stays alive for `d`, rewriting `beat` (when named) every 50 ms. It
+/// holds a lock on `beat` while it lives, when the wall lets it take one,
+/// and then says so in it (`locked …`): the host sees the lock go the
+/// moment this process dies, without watching the beats.
 fn hold(d: std::time::Duration, beat: Option<&std::path::Path>) {
     let until = std::time::Instant::now() + d;
+    let lock = beat.and_then(|b| {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(b)
+            .ok()?;
+        f.try_lock().ok().map(|()| f)
+    });
+    let word = if lock.is_some() { "locked" } else { "beat" };
     let mut n: u64 = 0;
     while std::time::Instant::now() < until {
         if let Some(b) = beat {
             n += 1;
-            let _ = std::fs::write(b, n.to_string());
+            let _ = std::fs::write(b, format!("{word} {n}"));
         }
         std::thread::sleep(std::time::Duration::from_millis(50).min(d));
     }
+    drop(lock);
 }
 
 /// Starts a copy of this probe in a process group of its own that writes

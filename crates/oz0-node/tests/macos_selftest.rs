@@ -69,10 +69,8 @@ fn the_eight_checks_hold_on_linux_tier_1() {
     // job: a root no cgroup can be made under.
     let runs = host(&data, &scratch, None);
     let cfg = Config {
-        runs: &runs,
-        probe: "/oz0/oz0-node".into(),
         data_dir: Some(data.clone()),
-        base_root: d.0.clone(),
+        ..Config::new(&runs, "/oz0/oz0-node".into(), d.0.clone())
     };
     let t = selftest::run(&cfg, |l| println!("{}", l.text()));
     if t.failed == Some(Property::JobLimits) && t.lines[4].detail.contains("cgroup") {
@@ -169,12 +167,7 @@ impl Sandbox for ProxyNoWall {
 }
 
 fn config<'a>(runs: &'a dyn Sandbox, d: &TempDir) -> Config<'a> {
-    Config {
-        runs,
-        probe: common::node().display().to_string(),
-        data_dir: None,
-        base_root: d.0.clone(),
-    }
+    Config::new(runs, common::node().display().to_string(), d.0.clone())
 }
 
 #[test]

@@ -9,18 +9,36 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::{Cancel, Ended, Fault, RunIo, RunOptions};
-use oz0_policy::{EnvVar, Limits};
+use oz0_policy::facts::Property;
+use oz0_policy::{EnvVar, Limits, RunSpec};
 
 use super::parts::{
     judge_environment, judge_protected, prepare_git, Egress, Files, Server, GIVEN, PROTECTED_SCRIPT,
 };
 use super::{read_report, CheckResult, Ctx};
 
-/// Whether a probe holding in a run still beats in `beat` (the file it
-/// rewrites every 50 ms while alive), looked at after the run ended: a
-/// process is a heartbeat, never a pid, since a run's pids may not be the
-/// host's.
+/// Whether a probe holding in a run is still alive, looked at after the
+/// run ended: a process is witnessed by its beat file, never by a pid,
+/// since a run's pids may not be the host's. A probe that could lock its
+/// beat file says so in it (`locked …`) and holds the lock while it lives:
+/// the lock is free the moment it dies. Else it rewrites the file every
+/// 50 ms while alive, and a file that changes is a process alive.
 fn beating(beat: &Path) -> bool {
+    if fs::read(beat).is_ok_and(|b| b.starts_with(b"locked")) {
+        let Ok(f) = fs::File::open(beat) else {
+            return false;
+        };
+        // A dying process's lock goes with its last descriptor; a killed
+        // run's processes are gone when it returns, a Mac's within moments.
+        let until = Instant::now() + Duration::from_secs(2);
+        loop {
+            match f.try_lock() {
+                Ok(()) => return false,
+                Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+                Err(_) => return true,
+            }
+        }
+    }
     std::thread::sleep(Duration::from_millis(300));
     let before = fs::read(beat).ok();
     std::thread::sleep(Duration::from_millis(300));
@@ -53,7 +71,7 @@ fn cancel_pair() -> Result<(Cancel, UnixStream), String> {
 fn start_held_pair(c: &Ctx) -> String {
     format!(
         "{} sandbox probe --no-syscalls --out bg.json --beat bg.beat --detach detached.json --hold-ms 20000 >/dev/null 2>&1 &",
-        shell_quote(&c.cfg.probe)
+        shell_quote(&c.config().probe)
     )
 }
 
@@ -123,13 +141,13 @@ pub(super) fn files(c: &mut Ctx) -> CheckResult {
     let out = work.join("r.json");
     let f = Files::new(
         &outside.join("written"),
-        &c.standin,
-        c.cfg.data_dir.as_deref(),
+        c.standin(),
+        c.config().data_dir.as_deref(),
     );
     let args = f.probe_args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     c.launch(c.request(&work, c.probe_cmd(&out, &args)), None)?;
-    f.judge(&read_report(&out)?, "")
+    f.judge(&read_report(&out)?, c.config().files_layer)
         .map(|data| format!("a write outside refused; {data}"))
 }
 
@@ -232,14 +250,17 @@ pub(super) fn job_limits(c: &mut Ctx) -> CheckResult {
         return Err("closing the run left its processes running".into());
     }
     let closed = "closing the run killed its processes, one in a process group of its own";
+    // This property's fault: the runs go without their limits.
+    let faulted = c.faulted(Property::JobLimits);
+    let limited = |l: Limits| if faulted { Limits::default() } else { l };
     // Processes: 20 children under a limit of 8.
     let work = c.dir("procs")?;
     let out = work.join("r.json");
     let mut req = c.request(&work, c.probe_cmd(&out, &["--spawn", "20"]));
-    req.limits = Limits {
+    req.limits = limited(Limits {
         processes: Some(8),
         ..Default::default()
-    };
+    });
     let o = c
         .launch(req, None)
         .map_err(|e| format!("{closed}; but a run limited to 8 processes was refused: {e}"))?;
@@ -262,10 +283,10 @@ pub(super) fn job_limits(c: &mut Ctx) -> CheckResult {
     let work = c.dir("mem")?;
     let out = work.join("r.json");
     let mut req = c.request(&work, c.probe_cmd(&out, &["--alloc", "512"]));
-    req.limits = Limits {
+    req.limits = limited(Limits {
         memory_mib: Some(256),
         ..Default::default()
-    };
+    });
     let o = c
         .launch(req, None)
         .map_err(|e| format!("{closed}; but a run limited to 256 MiB was refused: {e}"))?;
@@ -288,7 +309,7 @@ pub(super) fn fail_closed(c: &mut Ctx) -> CheckResult {
         &work,
         vec!["/bin/sh".into(), "-c".into(), "echo ran > ran".into()],
     );
-    let spec = super::Ctx::spec(req)?;
+    let spec = RunSpec::new(req).map_err(|e| format!("self-test spec refused: {e}"))?;
     // What the wall says of the confinement it cannot apply is expected:
     // not on the check's output.
     let io = RunIo {
@@ -296,11 +317,13 @@ pub(super) fn fail_closed(c: &mut Ctx) -> CheckResult {
         stdout: crate::Stdio::Null,
         stderr: crate::Stdio::Null,
     };
-    let r = c.cfg.runs.run(
+    // This property's fault: a run the wall can confine after all.
+    let fault = (!c.faulted(Property::FailClosed)).then_some(Fault::Unconfinable);
+    let r = c.config().runs.run(
         &spec,
         RunOptions {
             io,
-            fault: Some(Fault::Unconfinable),
+            fault,
             ..RunOptions::default()
         },
     );
@@ -335,10 +358,6 @@ pub(super) fn protected_paths(c: &mut Ctx) -> CheckResult {
 
 // --- environment --------------------------------------------------------------
 
-/// What macOS adds to a process it starts, besides what the wall gives:
-/// the user's text encoding (CoreFoundation's).
-const MACOS_ADDS: &[&str] = &["__CF_USER_TEXT_ENCODING"];
-
 pub(super) fn environment(c: &mut Ctx) -> CheckResult {
     let server = Server::start()?;
     let work = c.dir("env")?;
@@ -349,5 +368,5 @@ pub(super) fn environment(c: &mut Ctx) -> CheckResult {
     req.allow = vec![a];
     req.env = vec![EnvVar::new(GIVEN.0, GIVEN.1).map_err(|e| e.to_string())?];
     c.launch(req, None)?;
-    judge_environment(&read_report(&out)?, &ua, MACOS_ADDS)
+    judge_environment(&read_report(&out)?, &ua, c.config().env_adds)
 }

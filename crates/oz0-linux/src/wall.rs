@@ -1,13 +1,14 @@
 //! The Linux node's wall, as the node core asks for it
 //! ([`oz0_core::Wall`]): the probes and their verdict ([`crate::check`]),
-//! and the self-test ([`crate::selftest`]) through the node's host context.
+//! and the one self-test (`oz0_core::selftest`) through the node's tier 1
+//! with Linux's proofs of each layer ([`crate::selftest`]).
 
 use oz0_core::{Check, Line, SelfTest};
-use oz0_linux::{Host, HostConfig, SandboxError};
 use oz0_policy::facts::{Mechanism, Os, Platform, Property};
 
 use crate::check::{self, Probe};
-use crate::selftest::{self, Config, Layer};
+use crate::selftest::{Layer, LinuxProofs};
+use crate::{Host, HostConfig};
 
 /// What `--inject-fault` names: one property's runs to weaken, or one
 /// layer of the sandbox to take away from every run.
@@ -122,26 +123,34 @@ impl oz0_core::Wall for LinuxWall {
                 });
             }
         };
-        let (job_mode, job_unavailable) = match host.job_mode() {
-            Ok(m) => (Some(m), None),
-            Err(SandboxError::NoJob { reason, fix }) => (None, Some(format!("{reason} — {fix}"))),
-            Err(e) => (None, Some(e.to_string())),
+        // The job mode is probed once, for every run of the self-test. With
+        // none, job_limits fails with the reason and the fix (its runs are
+        // refused for it).
+        let (host, job_mode) = match host.job_mode() {
+            Ok(m) => {
+                let name = m.name();
+                (host.with_job_mode(m), Some(name))
+            }
+            Err(_) => (host, None),
         };
-        let cfg = Config {
-            host: self.host.clone(),
-            egress: self.egress.clone(),
-            data_dir: Some(host.data_dir().to_path_buf()),
-            job_mode,
-            job_unavailable,
-            fault: match self.fault {
-                Some(Fault::Property(p)) => Some(p),
-                _ => None,
-            },
-            layer_fault: match self.fault {
-                Some(Fault::Layer(l)) => Some(l),
-                _ => None,
-            },
+        let audit = host.data_dir().join("egress-audit.jsonl");
+        let host = host.with_egress(self.egress.clone(), audit);
+        let proofs = LinuxProofs { job_mode };
+        let mut cfg =
+            oz0_core::selftest::Config::new(&host, "/oz0/oz0-node".into(), std::env::temp_dir());
+        cfg.data_dir = Some(host.data_dir().to_path_buf());
+        cfg.extra = Some(&proofs);
+        cfg.files_layer = "mount layer: ";
+        let layer = match self.fault {
+            Some(Fault::Layer(l)) => Some(move |standin: &std::path::Path| l.fault(standin)),
+            _ => None,
         };
-        Some(selftest::run(&cfg, on_line))
+        cfg.every_run = layer
+            .as_ref()
+            .map(|f| f as &(dyn Fn(&std::path::Path) -> oz0_core::Fault + Sync));
+        if let Some(Fault::Property(p)) = self.fault {
+            cfg.fault = Some(p);
+        }
+        Some(oz0_core::selftest::run(&cfg, |l| on_line(l)))
     }
 }

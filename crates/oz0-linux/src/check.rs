@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use oz0_linux::bwrap::{self, BwrapInfo};
-use oz0_linux::userns::{self, Block};
+use crate::bwrap::{self, BwrapInfo};
+use crate::userns::{self, Block};
 use oz0_policy::facts::FixKind;
 use serde::Serialize;
 
