@@ -1,8 +1,25 @@
-//! `oz0-macos` owns macOS tier 1 and tier 2 as data: `sandbox check`'s
-//! lines and fix from what the probes found ([`check`]), the Seatbelt profile
-//! and `sandbox-exec` argument list generated from a run's spec
-//! ([`seatbelt`]), and Apple's `container` availability decision and
-//! argument list for one microVM tool server ([`container`]).
+//! `oz0-macos` owns macOS' walls: tier 1 (Seatbelt), tier 0 and tier 2
+//! (Apple's container), the portable decisions as data and a thin native
+//! part.
+//!
+//! Portable (tested on Linux):
+//! - [`check`]: `sandbox check`'s lines and fix from what the probes
+//!   ([`probe`]) found;
+//! - [`seatbelt`]: the Seatbelt profile and `sandbox-exec` argument list
+//!   generated from a run's spec;
+//! - [`container`]: Apple's `container` availability decision and argument
+//!   list for one microVM tool server;
+//! - [`tree`]: ending a run's every process over a process table;
+//! - `runs` (Unix): a run's id, its TEMP, its record on the host and the
+//!   sweep of what a killed node left.
+//!
+//! Native (macOS only, type-checked in CI):
+//! - `sandbox`: `Seatbelt` (tier 1) and `Plain` (tier 0) as
+//!   `oz0_core::Sandbox`, their launch and supervision;
+//! - `wall`: `MacWall`, the probes and the eight-property self-test
+//!   through Seatbelt as `oz0_core::Wall`;
+//! - `vm`: Apple's container launcher for one tool server;
+//! - `native`: the process table and `sandbox_check` (its only `unsafe`).
 //!
 //! # Threat model
 //!
@@ -28,8 +45,9 @@
 //!   text, the protections and their parameters, the refusals; the
 //!   `container` argument lists (golden), CPU rounding, the env file's rules,
 //!   mode 0600 and removal, and the availability table.
-//! - **Only type-checked** for `aarch64-apple-darwin`: the same code (there
-//!   is no native part yet; the caller runs the argv).
+//! - **Only type-checked** for `aarch64-apple-darwin` and
+//!   `x86_64-apple-darwin`: the native part (the sandboxes' launch and
+//!   supervision, the wall, the container launcher, the process table).
 //! - **Needs a real macOS 26 machine on Apple silicon**: that `sandbox-exec`
 //!   accepts the profile and enforces it as written (in particular that a
 //!   rename is refused by `file-write-unlink` on its source, and that the
@@ -40,8 +58,17 @@
 
 pub mod check;
 pub mod container;
+pub mod probe;
+#[cfg(unix)]
+pub mod runs;
 pub mod seatbelt;
 pub mod tree;
 
 #[cfg(target_os = "macos")]
 pub mod native;
+#[cfg(target_os = "macos")]
+pub mod sandbox;
+#[cfg(target_os = "macos")]
+pub mod vm;
+#[cfg(target_os = "macos")]
+pub mod wall;

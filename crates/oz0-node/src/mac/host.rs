@@ -1,38 +1,17 @@
-//! What every macOS command shares: the data directory, where runs' TEMPs
-//! go, the node binary's own path, the egress proxy and its audit log.
+//! What the macOS commands share besides `oz0_macos`' walls: the data
+//! directory, the egress proxy and its audit log, whether a self-test has
+//! passed here, and a cancel on this process's signals.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use oz0_core::Cancel;
-use oz0_egress::{EgressService, LazyProxy};
-use oz0_policy::AbsPath;
-
-use super::seatbelt::{Fault, Seatbelt};
+use oz0_egress::LazyProxy;
 
 /// A log past this size is begun anew, the old one kept as `<name>.1`.
 const MAX_LOG: u64 = 64 << 20;
 
 pub use crate::daemon::DataDirArg;
-
-/// Where runs' TEMPs are made: this user's temporary folder, by its real
-/// path (`/private/var/folders/…`: Seatbelt matches real paths).
-pub fn temp_root() -> Result<PathBuf, String> {
-    let t = std::env::temp_dir();
-    t.canonicalize()
-        .map_err(|e| format!("the temporary folder {}: {e}", t.display()))
-}
-
-/// This binary's real path.
-pub fn node_binary() -> Result<AbsPath, String> {
-    let p = std::env::current_exe()
-        .and_then(std::fs::canonicalize)
-        .map_err(|e| format!("cannot name the node binary: {e}"))?;
-    p.to_str()
-        .and_then(|s| AbsPath::new(s).ok())
-        .ok_or_else(|| format!("the node binary's path {} is not plain UTF-8", p.display()))
-}
 
 /// Opens the log at `path` for appending: made 0600 when missing, never
 /// through a link at its end, a regular file of this user's; one grown past
@@ -81,30 +60,9 @@ pub fn egress(audit: PathBuf) -> LazyProxy {
     LazyProxy::with_audit_file(move || Ok(open_private_log("the egress audit log", &audit)?))
 }
 
-/// Tier 1 with this node's binary and temporary folder; its live runs are
-/// recorded in `records` when given.
-pub fn seatbelt(
-    egress: Arc<dyn EgressService>,
-    fault: Option<Fault>,
-    records: Option<PathBuf>,
-) -> Result<Seatbelt, String> {
-    Ok(Seatbelt {
-        node_binary: node_binary()?,
-        temp_root: temp_root()?,
-        egress,
-        fault,
-        records,
-    })
-}
-
-/// `<data-dir>/runs`: the records of live runs.
-pub fn records(data_dir: &Path) -> PathBuf {
-    data_dir.join("runs")
-}
-
 /// Ends what runs of a killed node left, logging each.
 pub fn sweep(data_dir: &Path) {
-    for line in super::seatbelt::sweep_stale(&records(data_dir)) {
+    for line in oz0_macos::sandbox::sweep(data_dir) {
         eprintln!("oz0-node: {line}");
     }
 }

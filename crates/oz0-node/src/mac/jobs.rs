@@ -15,8 +15,8 @@ use oz0_core::{Cancel, Ended, RunIo, RunOptions, Sandbox};
 use oz0_edge::wire::ShellJob;
 use oz0_policy::{EnvVar, RunRequest, RunSpec};
 
-use super::seatbelt::Plain;
 use crate::daemon::{End, Started, Tier0};
+use oz0_macos::sandbox::Plain;
 
 /// macOS' tier-0 runner.
 pub struct MacTier0 {
@@ -74,7 +74,7 @@ impl Tier0 for MacTier0 {
             UnixStream::pair().map_err(|e| format!("cannot make a cancel channel: {e}"))?;
         let plain = Plain {
             temp_root: self.temp_root.clone(),
-            records: Some(super::host::records(&self.data_dir)),
+            records: Some(oz0_macos::runs::records(&self.data_dir)),
         };
         let wait = move || {
             let io = RunIo::files(out, err);

@@ -5,16 +5,19 @@
 //!   read, the processor, the macOS version, Apple's `container` and
 //!   whether its services answer. Their lines, tier and fix are
 //!   `oz0_macos::check::report`, pure code tested on Linux. `--self-test`
-//!   runs the eight-property self-test through Seatbelt ([`wall`]).
-//! - `sandbox run`: one command in Seatbelt ([`seatbelt`], [`run`]).
+//!   runs the eight-property self-test through Seatbelt
+//!   (`oz0_macos::wall`).
+//! - `sandbox run`: one command in Seatbelt ([`run`],
+//!   `oz0_macos::sandbox`).
 //! - `sandbox vm`: one tool server in a microVM of Apple's `container`
-//!   ([`vm`]).
+//!   ([`vm`], `oz0_macos::vm`).
 //! - `sandbox probe`: what a process can see and do (the self-test's witness).
 //! - `run`, `facts`: the daemon ([`node`]): facts, and tier-0 shell jobs
 //!   from an edge ([`jobs`]).
 //!
-//! The native part is type-checked for macOS in CI; it has not run on a
-//! Mac.
+//! This module is the command line around `oz0_macos`, which owns the
+//! walls; the native part is type-checked for macOS in CI; it has not run
+//! on a Mac.
 
 use std::ffi::OsString;
 use std::sync::Arc;
@@ -23,16 +26,14 @@ use clap::{Args, Parser, Subcommand};
 use oz0_core::exit::Exit;
 use oz0_core::facts::{assemble, SandboxMode};
 use oz0_core::Wall;
+use oz0_macos::wall::{MacWall, WALL_NAME};
 use oz0_policy::facts::Microvm;
 
 mod host;
 mod jobs;
 mod node;
-mod probe;
 mod run;
-mod seatbelt;
 mod vm;
-mod wall;
 
 /// OZ0 node for macOS: probes this Mac's sandbox (Seatbelt) and microVMs
 /// (Apple's container), proves what holds with its self-test, runs
@@ -171,7 +172,7 @@ fn check(a: &CheckArgs) -> i32 {
             ..Default::default()
         })
     }));
-    let wall = wall::MacWall::probe(data_dir, Arc::new(quiet));
+    let wall = MacWall::probe(data_dir, Arc::new(quiet));
     let r = oz0_macos::check::report(&wall.probe);
     let c = wall.check();
     if !a.json {
@@ -190,7 +191,7 @@ fn check(a: &CheckArgs) -> i32 {
         let t = wall.self_test(&c, &mut print);
         if !a.json {
             match &t {
-                Some(t) => println!("{}", t.closing(wall::WALL_NAME)),
+                Some(t) => println!("{}", t.closing(WALL_NAME)),
                 None => {
                     println!("Sandbox: tier 0: the self-test cannot run without Seatbelt (above)")
                 }

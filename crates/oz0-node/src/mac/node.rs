@@ -22,10 +22,10 @@ use oz0_policy::facts::NodeFacts;
 
 use super::host;
 use super::jobs::MacTier0;
-use super::wall::MacWall;
 use crate::daemon::{
     edge_settings, event_loop, fail, log, write_facts, DaemonFlags, Edge, Platform,
 };
+use oz0_macos::wall::MacWall;
 
 /// `run` flags.
 #[derive(Debug, Args)]
@@ -48,7 +48,7 @@ pub enum Sandbox {
 }
 
 fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
-    let temp = host::temp_root()?;
+    let temp = oz0_macos::sandbox::temp_root()?;
     let overlap = |a: &Path, b: &Path| a.starts_with(b) || b.starts_with(a);
     edge_settings(
         &a.daemon,

@@ -1,5 +1,5 @@
 //! `sandbox run` on macOS: one command through the node core's door, in
-//! Seatbelt ([`super::seatbelt::Seatbelt`]).
+//! Seatbelt (`oz0_macos::sandbox::Seatbelt`).
 //!
 //! Before the run, the Seatbelt probe of `sandbox check` must show a
 //! profile refusing a read: a Mac where profiles are not enforced runs
@@ -79,7 +79,7 @@ pub fn main(a: RunArgs) -> i32 {
         Ok(s) => s,
         Err(e) => return refuse(e),
     };
-    match super::probe::seatbelt() {
+    match oz0_macos::probe::seatbelt() {
         SeatbeltAnswer::Denies => {}
         other => {
             let l = oz0_macos::check::seatbelt_lines(&other);
@@ -96,9 +96,10 @@ pub fn main(a: RunArgs) -> i32 {
         .unwrap_or_else(|| data_dir.join("egress-audit.jsonl"));
     let records = data_dir.exists().then(|| {
         host::sweep(&data_dir);
-        host::records(&data_dir)
+        oz0_macos::runs::records(&data_dir)
     });
-    let wall = match host::seatbelt(Arc::new(host::egress(audit)), None, records) {
+    let wall = match oz0_macos::sandbox::Seatbelt::new(Arc::new(host::egress(audit)), None, records)
+    {
         Ok(w) => w,
         Err(e) => return refuse(e),
     };

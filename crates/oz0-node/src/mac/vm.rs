@@ -1,5 +1,7 @@
 //! `sandbox vm` on macOS: one tool server in a microVM of Apple's
-//! `container` (macOS 26, Apple silicon, container 1.5.0 or later).
+//! `container` (macOS 26, Apple silicon, container 1.5.0 or later), through
+//! `oz0_macos::vm::run_tool`; this module reads the flags and the
+//! variables named.
 //!
 //! The argument list is `oz0_macos::container::run_argv` (`--rm --network
 //! none --read-only --cap-drop ALL`, this user's uid:gid, whole CPUs, the
@@ -19,21 +21,11 @@
 //! not run on a Mac.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use clap::Args;
 use oz0_core::exit::Exit;
-use oz0_macos::container::{availability, run_argv, stop_argvs, EnvFile, VmTool, CONTAINER};
+use oz0_macos::container::{availability, VmTool};
 use oz0_policy::AbsPath;
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
-
-use super::host;
-use super::seatbelt::{new_run_id, RunTemp};
-
-/// Where the container CLI is looked up (its installer puts it in
-/// /usr/local/bin).
-const PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
 
 /// `sandbox vm` flags.
 #[derive(Debug, Args)]
@@ -78,30 +70,9 @@ fn refuse(msg: impl std::fmt::Display) -> i32 {
     Exit::Sandbox.code()
 }
 
-/// A `container` command with a clean environment.
-fn container(args: &[String]) -> Command {
-    let mut c = Command::new(&args[0]);
-    c.args(&args[1..]).env_clear().env("PATH", PATH);
-    if let Some(h) = std::env::var_os("HOME") {
-        c.env("HOME", h);
-    }
-    c
-}
-
-/// Stops and deletes the VM `name` (quietly: it may be gone already).
-fn stop(name: &str) {
-    for argv in stop_argvs(name) {
-        let _ = container(&argv)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
 /// Runs `sandbox vm`.
 pub fn main(a: VmArgs) -> i32 {
-    let probe = super::probe::probe();
+    let probe = oz0_macos::probe::probe();
     if a.probe {
         return match availability(&probe.mac) {
             Ok(()) => {
@@ -140,28 +111,6 @@ pub fn main(a: VmArgs) -> i32 {
             }
         }
     }
-    // The env file lives in a folder only this user can enter, removed
-    // with it.
-    let folder = match host::temp_root().and_then(|r| RunTemp::new(&r)) {
-        Ok(f) => f,
-        Err(e) => return refuse(e),
-    };
-    let env_path = folder.0.join("env");
-    let env_file = match EnvFile::create(&env_path, &vars) {
-        Ok(f) => f,
-        Err(e) => return refuse(e),
-    };
-    let Some(env_abs) = env_file.path().to_str().and_then(|s| AbsPath::new(s).ok()) else {
-        return refuse("the env file's path is not plain UTF-8");
-    };
-    let name = format!(
-        "oz0-{}",
-        new_run_id()
-            .chars()
-            .filter(char::is_ascii_alphanumeric)
-            .collect::<String>()
-            .to_ascii_lowercase()
-    );
     let tool = VmTool {
         image: a.image.clone().unwrap_or_default(),
         memory_mib: a.memory,
@@ -172,54 +121,13 @@ pub fn main(a: VmArgs) -> i32 {
         work,
         egress: None,
         command: a.command.clone(),
-        name: name.clone(),
+        // Named by the launcher.
+        name: String::new(),
     };
-    let argv = match run_argv(&tool, &env_abs) {
-        Ok(v) => v,
-        Err(e) => return refuse(e),
-    };
-    debug_assert_eq!(argv[0], CONTAINER);
     // The server's stdin and stdout are this command's (MCP over stdio).
-    let mut child = match container(&argv).spawn() {
-        Ok(c) => c,
-        Err(e) => return refuse(format!("cannot start {CONTAINER}: {e}")),
-    };
-    let cancel = crate::signals::cancel_pipe();
-    let code =
-        loop {
-            match child.try_wait() {
-                Ok(Some(st)) => break oz0_core::exit::status_code(st),
-                Ok(None) => {}
-                Err(e) => {
-                    stop(&name);
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    drop(env_file);
-                    return refuse(format!("cannot wait for {CONTAINER}: {e}"));
-                }
-            }
-            let t = Timespec {
-                tv_sec: 0,
-                tv_nsec: Duration::from_millis(50).as_nanos().try_into().unwrap_or(0),
-            };
-            let fired = cancel.as_ref().is_some_and(|c| {
-                let mut fds = [PollFd::new(c, PollFlags::IN)];
-                poll(&mut fds, Some(&t)).unwrap_or(0) > 0 && !fds[0].revents().is_empty()
-            });
-            if cancel.is_none() {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if fired {
-                stop(&name);
-                let _ = child.kill();
-                break oz0_core::exit::status_code(child.wait().unwrap_or_else(|_| {
-                    std::os::unix::process::ExitStatusExt::from_raw(128 + 15)
-                }));
-            }
-        };
-    // Whatever ended the server, its VM goes with it, then its env file.
-    stop(&name);
-    drop(env_file);
-    drop(folder);
-    code
+    let cancel = crate::signals::cancel_pipe().map(oz0_core::Cancel);
+    match oz0_macos::vm::run_tool(tool, &vars, cancel) {
+        Ok(code) => code,
+        Err(e) => refuse(e),
+    }
 }

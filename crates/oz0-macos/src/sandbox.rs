@@ -1,18 +1,19 @@
-//! macOS tier 1 as the node core's door: [`Seatbelt`] runs one command
-//! through `sandbox-exec` with the profile `oz0_macos::seatbelt::plan`
-//! makes from its spec, and [`Plain`] runs one with no wall (tier 0), its
-//! processes still told from all others by a profile that allows
-//! everything but the run's mark.
+//! macOS tier 1 and tier 0 as the node core's door (macOS only):
+//! [`Seatbelt`] runs one command through `sandbox-exec` with the profile
+//! `crate::seatbelt::plan` makes from its spec, and [`Plain`] runs one
+//! with no wall (tier 0), its processes still told from all others by a
+//! profile that allows everything but the run's mark.
 //!
-//! Each run gets a TEMP of its own (also `HOME`), made 0700 and removed
-//! after it, exactly the variables named plus what programs need and, with
-//! egress, the proxy's on a loopback TCP port (the profile's one network
-//! peer), with the run's token. It starts in a process group of its own.
-//! When its first process ends, its timeout passes or it is cancelled,
-//! its group is killed and then every process still carrying the run's
-//! mark, round after round until none is left (`oz0_macos::tree`): a
-//! process that started a group or a session of its own and was adopted by
-//! launchd still goes with the run.
+//! Each run gets a TEMP of its own (also `HOME`, [`crate::runs::RunTemp`]),
+//! exactly the variables named plus what programs need and, with egress,
+//! the proxy's on a loopback TCP port (the profile's one network peer),
+//! with the run's token. It starts in a process group of its own. When its
+//! first process ends, its timeout passes or it is cancelled, its group is
+//! killed and then every process still carrying the run's mark, round after
+//! round until none is left (`crate::tree`): a process that started a group
+//! or a session of its own and was adopted by launchd still goes with the
+//! run. While it may have processes the run is recorded
+//! ([`crate::runs::RunRecord`]).
 //!
 //! Limits Seatbelt cannot hold for a whole run (memory, processes, CPU
 //! time) are refused, never silently dropped. `sandbox-exec` fails closed:
@@ -27,11 +28,13 @@ use std::time::{Duration, Instant};
 use oz0_core::exit::{exec_failure_code, status_code, Exit};
 use oz0_core::{Cancel, Ended, Outcome, Role, RunError, RunIo, RunOptions};
 use oz0_egress::EgressService;
-use oz0_macos::native::RunProcesses;
-use oz0_macos::seatbelt::{plan, tracking_argv, MacHost, ProxyPort};
-use oz0_macos::tree::{end_run, Membership};
 use oz0_policy::{AbsPath, RunSpec};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+use crate::native::RunProcesses;
+use crate::runs::{new_run_id, RunRecord, RunTemp};
+use crate::seatbelt::{plan, tracking_argv, MacHost, ProxyPort};
+use crate::tree::{end_run, Membership};
 
 /// How often a run is looked at while it runs.
 const TICK: Duration = Duration::from_millis(20);
@@ -60,6 +63,24 @@ pub struct Seatbelt {
     pub records: Option<PathBuf>,
 }
 
+impl Seatbelt {
+    /// Tier 1 with this node's binary and temporary folder; its live runs
+    /// are recorded in `records` when given.
+    pub fn new(
+        egress: Arc<dyn EgressService>,
+        fault: Option<Fault>,
+        records: Option<PathBuf>,
+    ) -> Result<Seatbelt, String> {
+        Ok(Seatbelt {
+            node_binary: node_binary()?,
+            temp_root: temp_root()?,
+            egress,
+            fault,
+            records,
+        })
+    }
+}
+
 /// Tier 0 on macOS: no wall, the run's processes still ended together.
 pub struct Plain {
     /// Where each run's TEMP is made (canonical).
@@ -68,42 +89,34 @@ pub struct Plain {
     pub records: Option<PathBuf>,
 }
 
-/// A run's TEMP: a new folder only this user can enter, removed on drop.
-pub struct RunTemp(pub PathBuf);
-
-impl RunTemp {
-    /// A new folder under `root` (made with `mkdir`, so never one that was
-    /// there: the name need not be secret, and `root` is this user's own).
-    pub fn new(root: &Path) -> Result<RunTemp, String> {
-        use std::os::unix::fs::DirBuilderExt;
-        for _ in 0..16 {
-            let p = root.join(format!("oz0-run-{}", new_run_id()));
-            match std::fs::DirBuilder::new().mode(0o700).create(&p) {
-                Ok(()) => return Ok(RunTemp(p)),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(format!("cannot make the run's TEMP {}: {e}", p.display())),
-            }
-        }
-        Err(format!(
-            "cannot make a new run TEMP under {}",
-            root.display()
-        ))
-    }
-
-    /// Its path as a run's spec takes it.
-    pub fn abs(&self) -> Result<AbsPath, String> {
-        self.0
-            .to_str()
-            .and_then(|s| AbsPath::new(s).ok())
-            .ok_or_else(|| format!("the run's TEMP {} has no plain path", self.0.display()))
-    }
+/// Where runs' TEMPs are made: this user's temporary folder, by its real
+/// path (`/private/var/folders/…`: Seatbelt matches real paths).
+pub fn temp_root() -> Result<PathBuf, String> {
+    let t = std::env::temp_dir();
+    t.canonicalize()
+        .map_err(|e| format!("the temporary folder {}: {e}", t.display()))
 }
 
-impl Drop for RunTemp {
-    fn drop(&mut self) {
-        // std's removal opens each folder without following links.
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// This binary's real path.
+pub fn node_binary() -> Result<AbsPath, String> {
+    let p = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .map_err(|e| format!("cannot name the node binary: {e}"))?;
+    p.to_str()
+        .and_then(|s| AbsPath::new(s).ok())
+        .ok_or_else(|| format!("the node binary's path {} is not plain UTF-8", p.display()))
+}
+
+/// Ends what runs of a killed node left (their records in
+/// `<data-dir>/runs`): what each ended, for the log.
+pub fn sweep(data_dir: &Path) -> Vec<String> {
+    let alive = |pid: i32| {
+        rustix::process::Pid::from_raw(pid)
+            .is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
+    };
+    crate::runs::sweep_stale(&crate::runs::records(data_dir), &alive, &mut |m| {
+        end_all(0, m)
+    })
 }
 
 fn stdio(s: oz0_core::Stdio) -> Stdio {
@@ -112,98 +125,6 @@ fn stdio(s: oz0_core::Stdio) -> Stdio {
         oz0_core::Stdio::Null => Stdio::null(),
         oz0_core::Stdio::File(f) => Stdio::from(f),
     }
-}
-
-/// A run id unique on this machine while the node runs: the node's pid,
-/// the time and a count.
-pub fn new_run_id() -> String {
-    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{}-{t:x}-{n}", std::process::id())
-}
-
-/// A live run's record in `<data-dir>/runs/`: the node's pid and the
-/// run's marks, so that a later start of the node ends the processes of a
-/// run whose node was killed before it could (macOS ends nothing with its
-/// parent). Removed when the run has ended.
-pub struct RunRecord(PathBuf);
-
-impl RunRecord {
-    /// Writes the record of a run with marks `m` in `dir` (made 0700).
-    pub fn write(dir: &Path, m: &Membership) -> Result<RunRecord, String> {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        let _ = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir);
-        let p = dir.join(format!("{}.run", new_run_id()));
-        let text = format!("{}\n{}\n{}\n", std::process::id(), m.denied, m.allowed);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&p)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
-            .map_err(|e| format!("cannot record the run in {}: {e}", p.display()))?;
-        Ok(RunRecord(p))
-    }
-}
-
-impl Drop for RunRecord {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// Ends the processes of every run recorded in `dir` whose node is gone,
-/// and removes their records: what each ended, for the log.
-pub fn sweep_stale(dir: &Path) -> Vec<String> {
-    let mut said = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return said;
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        if path.extension().and_then(|x| x.to_str()) != Some("run") {
-            continue;
-        }
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        let mut lines = text.lines();
-        let (Some(pid), Some(denied), Some(allowed)) = (lines.next(), lines.next(), lines.next())
-        else {
-            let _ = std::fs::remove_file(&path);
-            continue;
-        };
-        let alive = pid
-            .parse::<i32>()
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-            .is_some_and(|p| rustix::process::test_kill_process(p).is_ok());
-        if alive {
-            continue;
-        }
-        let m = Membership {
-            denied: denied.to_string(),
-            allowed: allowed.to_string(),
-        };
-        match end_all(0, &m) {
-            None => {
-                said.push(format!(
-                    "ended what was left of a run whose node (pid {pid}) had been killed"
-                ));
-                let _ = std::fs::remove_file(&path);
-            }
-            Some(err) => said.push(format!(
-                "processes of a run whose node (pid {pid}) was killed may be left: {err}"
-            )),
-        }
-    }
-    said
 }
 
 /// Ends every process of a run: its group, then every process carrying its
@@ -246,7 +167,7 @@ fn supervise(
 ) -> Result<Outcome, RunError> {
     let (argv, env, work, timeout, membership) = (l.argv, l.env, l.work, l.timeout, l.membership);
     let record = records
-        .map(|d| RunRecord::write(d, membership))
+        .map(|d| RunRecord::write(d, std::process::id(), membership))
         .transpose()?;
     let started = Instant::now();
     let run_id = new_run_id();
@@ -328,11 +249,10 @@ fn supervise(
     };
     // The first process ended: everything it started goes with it.
     let left = swept.unwrap_or_else(|| end_all(pgid, membership));
-    if left.is_none() {
-        drop(record);
-    } else {
-        // Kept: the next start of the node tries again.
-        std::mem::forget(record);
+    // Kept when processes may be left: the next start of the node tries
+    // again.
+    if let Some(r) = record.filter(|_| left.is_some()) {
+        r.keep();
     }
     let mut warnings: Vec<String> = left
         .map(|e| format!("processes of the run may be left: {e}"))
@@ -352,7 +272,7 @@ fn is_member(pid: u32, m: &Membership) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
         return false;
     };
-    RunProcesses::new(m).is_ok_and(|mut t| oz0_macos::tree::ProcessTable::is_member(&mut t, pid))
+    RunProcesses::new(m).is_ok_and(|mut t| crate::tree::ProcessTable::is_member(&mut t, pid))
 }
 
 impl oz0_core::Sandbox for Seatbelt {
@@ -442,7 +362,7 @@ impl oz0_core::Sandbox for Plain {
         }
         let temp = RunTemp::new(&self.temp_root)?;
         let (argv, membership) = tracking_argv(&temp.abs()?, &spec.command);
-        let env = spec.env_with_path(oz0_macos::seatbelt::DEFAULT_PATH);
+        let env = spec.env_with_path(crate::seatbelt::DEFAULT_PATH);
         let o = supervise(
             &Launch {
                 argv: &argv,

@@ -1,6 +1,7 @@
-//! macOS' wall as the node core asks for it ([`oz0_core::Wall`]): the check
-//! is `oz0_macos::check::report` of what the probes found; the self-test is
-//! `oz0_core::selftest` through Seatbelt ([`super::seatbelt::Seatbelt`]),
+//! macOS' wall as the node core asks for it ([`oz0_core::Wall`], macOS
+//! only): the check is `crate::check::report` of what the probes
+//! (`crate::probe`) found; the self-test is `oz0_core::selftest` through
+//! Seatbelt ([`crate::sandbox::Seatbelt`]),
 //! with this binary's `sandbox probe` as the witness inside. The facts are
 //! `oz0_core::facts::assemble`'s, as on every platform: a tier only when
 //! the self-test showed it on this Mac.
@@ -11,11 +12,11 @@ use std::sync::Arc;
 use oz0_core::selftest::{self, Config};
 use oz0_core::{Check, Line, SelfTest, Wall};
 use oz0_egress::EgressService;
-use oz0_macos::check::{report, MacProbe};
-use oz0_macos::container::{availability, Arch, NotOffered};
 use oz0_policy::facts::{self as pf, Microvm, MicrovmReason, Os, Platform};
 
-use super::host;
+use crate::check::{report, MacProbe};
+use crate::container::{availability, Arch, NotOffered};
+use crate::sandbox::{temp_root, Seatbelt};
 
 /// The wall's name in the self-test's closing line.
 pub const WALL_NAME: &str = "Seatbelt (sandbox-exec)";
@@ -35,7 +36,7 @@ impl MacWall {
     /// Probes this Mac once.
     pub fn probe(data_dir: Option<PathBuf>, egress: Arc<dyn EgressService>) -> MacWall {
         MacWall {
-            probe: super::probe::probe(),
+            probe: crate::probe::probe(),
             data_dir,
             egress,
         }
@@ -119,8 +120,8 @@ impl Wall for MacWall {
         }
         // Seatbelt itself: its fail_closed check asks it for a run it cannot
         // confine (a profile sandbox-exec cannot compile).
-        let made = host::seatbelt(self.egress.clone(), None, None)
-            .and_then(|wall| Ok((wall, host::temp_root()?)));
+        let made = Seatbelt::new(self.egress.clone(), None, None)
+            .and_then(|wall| Ok((wall, temp_root()?)));
         let (wall, base_root) = match made {
             Ok(m) => m,
             Err(e) => {

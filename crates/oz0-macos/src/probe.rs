@@ -1,15 +1,18 @@
 //! The Mac's probes: each asks the system and records what it answered.
 //!
 //! Every program is started with a clean environment (a fixed PATH, the
-//! user's HOME for `container`), its stdin closed.
+//! user's HOME for `container`), its stdin closed. Plain std code: it
+//! builds everywhere, asks real questions only on a Mac (elsewhere
+//! `sandbox-exec` is missing and every answer is "none"); what it makes of
+//! the answers ([`version3`], `crate::check`) is tested on Linux.
 
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use oz0_macos::check::{MacProbe, SeatbeltAnswer};
-use oz0_macos::container::{Arch, MacFacts};
-use oz0_macos::seatbelt::SANDBOX_EXEC;
+use crate::check::{MacProbe, SeatbeltAnswer};
+use crate::container::{Arch, MacFacts};
+use crate::seatbelt::SANDBOX_EXEC;
 
 /// Where programs are looked up (Apple's container installs to /usr/local/bin).
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
@@ -115,7 +118,7 @@ fn arch() -> Arch {
 }
 
 /// The first `X.Y.Z` in `s`.
-fn version3(s: &str) -> Option<(u32, u32, u32)> {
+pub fn version3(s: &str) -> Option<(u32, u32, u32)> {
     s.split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .find_map(|w| {
             let mut it = w.split('.').map(|n| n.parse::<u32>().ok());
@@ -153,5 +156,21 @@ pub fn probe() -> MacProbe {
             services_answer,
         },
         macos_version,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version3;
+
+    #[test]
+    fn the_first_three_part_version_is_read() {
+        assert_eq!(
+            version3("container CLI version 1.5.0 (build: release)"),
+            Some((1, 5, 0))
+        );
+        assert_eq!(version3("0.9 then 10.2.3-beta"), Some((10, 2, 3)));
+        assert_eq!(version3("1.5"), None);
+        assert_eq!(version3(""), None);
     }
 }
