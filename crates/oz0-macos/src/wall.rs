@@ -131,10 +131,11 @@ impl Wall for MacWall {
             }
         };
         let cfg = Config {
-            probe: wall.node_binary.as_str().to_string(),
-            runs: &wall,
             data_dir: self.data_dir.clone(),
-            base_root,
+            // What macOS adds to a process it starts, besides what the wall
+            // gives: the user's text encoding (CoreFoundation's).
+            env_adds: &["__CF_USER_TEXT_ENCODING"],
+            ..Config::new(&wall, wall.node_binary.as_str().to_string(), base_root)
         };
         Some(selftest::run(&cfg, |l| on_line(l)))
     }
