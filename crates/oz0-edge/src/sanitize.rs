@@ -8,7 +8,9 @@
 //! routed tier is recomputed here, so the routing rule does not depend on the
 //! node telling the truth about it.
 
-use oz0_policy::facts::{FixKind, MicrovmReason, NodeFacts, Os, Property, SelfTest, FACTS_SCHEMA};
+use oz0_policy::facts::{
+    FixKind, Mechanism, MicrovmReason, NodeFacts, Os, Property, SelfTest, FACTS_SCHEMA,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -159,8 +161,41 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
         "node_version",
         &mut dropped,
     );
+    let mechanism = mechanism(&f.mechanism, os, &mut dropped);
+    let (self_test, failed_property) = match f.self_test {
+        SelfTest::NotRun => ("not_run", None),
+        SelfTest::Passed => ("passed", None),
+        SelfTest::Failed(p) => ("failed", Some(p)),
+    };
+    let t = tiers(f, &mechanism.kind, &mut dropped);
+    let (labels, oci_ready) = labels(f, arch.as_ref(), &t, &mut dropped);
+    Ok(Outcome {
+        facts: Sanitized {
+            os: os_name.to_string(),
+            arch,
+            build,
+            node_version,
+            tier_proven: t.proven,
+            tier_routed: t.routed,
+            tier_claimed_routed: t.claimed_routed,
+            mechanism,
+            self_test: self_test.to_string(),
+            failed_property,
+            fix_kind: f.fix,
+            microvm_ready: t.microvm_ready,
+            microvm_reason: f.microvm.reason,
+            microvm_pinned: f.microvm.pinned,
+            microvm_backend: f.microvm.backend.filter(|_| t.microvm_ready),
+            oci_ready,
+            labels,
+        },
+        dropped,
+    })
+}
 
-    let m = &f.mechanism;
+/// The sandbox mechanism: a kind from the platform's closed set, each
+/// detail kept only when it matches its pattern.
+fn mechanism(m: &Mechanism, os: Os, dropped: &mut Vec<&'static str>) -> MechanismView {
     let kind_ok = match os {
         Os::Linux => ["bubblewrap", "none"].contains(&m.kind.as_str()),
         Os::Macos => ["seatbelt", "none"].contains(&m.kind.as_str()),
@@ -175,7 +210,7 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
     let bwrap_version = m
         .bwrap_version
         .as_deref()
-        .and_then(|v| keep(v, is_version, "mechanism.bwrap_version", &mut dropped));
+        .and_then(|v| keep(v, is_version, "mechanism.bwrap_version", dropped));
     let landlock_abi = m.landlock_abi.and_then(|a| {
         if a <= 64 {
             Some(a)
@@ -189,7 +224,7 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
             c,
             |c| matches!(c, "cgroup_v2" | "cgroup_v1" | "none"),
             "mechanism.cgroup_mode",
-            &mut dropped,
+            dropped,
         )
     });
     let psec_contract = m.psec_contract.as_deref().and_then(|c| {
@@ -197,7 +232,7 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
             c,
             |c| is_version(c) && c.split('.').count() == 2 && c.len() <= 7,
             "mechanism.psec_contract",
-            &mut dropped,
+            dropped,
         )
     });
     let mut psec_features = Vec::new();
@@ -206,19 +241,35 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
             dropped.push("mechanism.psec_features");
             break;
         }
-        if let Some(v) = keep(feat, is_feature, "mechanism.psec_features", &mut dropped) {
+        if let Some(v) = keep(feat, is_feature, "mechanism.psec_features", dropped) {
             if !psec_features.contains(&v) {
                 psec_features.push(v);
             }
         }
     }
+    MechanismView {
+        kind,
+        bwrap_version,
+        landlock_abi,
+        seccomp: m.seccomp,
+        cgroup_mode,
+        psec_contract,
+        psec_features,
+    }
+}
 
-    // The tier, as the edge accepts it: nothing without a passed self-test.
-    let (self_test, failed_property) = match f.self_test {
-        SelfTest::NotRun => ("not_run", None),
-        SelfTest::Passed => ("passed", None),
-        SelfTest::Failed(p) => ("failed", Some(p)),
-    };
+/// The tiers as the edge accepts them.
+struct Tiers {
+    proven: u8,
+    routed: u8,
+    claimed_routed: u8,
+    microvm_ready: bool,
+}
+
+/// The tier, as the edge accepts it: nothing without a passed self-test
+/// and a mechanism; tier 2 only with a microVM booted inside tier 1.
+fn tiers(f: &NodeFacts, kind: &str, dropped: &mut Vec<&'static str>) -> Tiers {
+    let os = f.platform.os;
     let mut tier_proven = f.tier_proven;
     if tier_proven > MAX_TIER {
         dropped.push("tier_proven");
@@ -253,8 +304,23 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
     } else {
         base.min(1)
     };
+    Tiers {
+        proven: tier_proven,
+        routed: tier_routed,
+        claimed_routed: tier_claimed_routed,
+        microvm_ready,
+    }
+}
 
-    // Labels: a closed set of keys; the edge derives the values it can.
+/// Labels: a closed set of keys; the edge derives the values it can.
+/// Returns them and whether the node runs OCI containers.
+fn labels(
+    f: &NodeFacts,
+    arch: Option<&String>,
+    t: &Tiers,
+    dropped: &mut Vec<&'static str>,
+) -> (BTreeMap<String, String>, bool) {
+    let microvm_ready = t.microvm_ready;
     let mut oci_ready = false;
     for (i, (k, v)) in f.labels.iter().enumerate() {
         if i >= MAX_LABELS {
@@ -271,12 +337,12 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
                 }
             }
             "sandbox.tier" if v.len() == 1 && v.as_bytes()[0].is_ascii_digit() => {}
-            "arch" if Some(v) == arch.as_ref() => {}
+            "arch" if Some(v) == arch => {}
             _ => dropped.push("labels"),
         }
     }
     let mut labels = BTreeMap::new();
-    labels.insert("sandbox.tier".to_string(), tier_routed.to_string());
+    labels.insert("sandbox.tier".to_string(), t.routed.to_string());
     labels.insert(
         "isolation.microvm".to_string(),
         if microvm_ready {
@@ -290,40 +356,10 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
         "runtime.oci".to_string(),
         if oci_ready { "ready" } else { "unavailable" }.to_string(),
     );
-    if let Some(a) = &arch {
+    if let Some(a) = arch {
         labels.insert("arch".to_string(), a.clone());
     }
-
-    Ok(Outcome {
-        facts: Sanitized {
-            os: os_name.to_string(),
-            arch,
-            build,
-            node_version,
-            tier_proven,
-            tier_routed,
-            tier_claimed_routed,
-            mechanism: MechanismView {
-                kind,
-                bwrap_version,
-                landlock_abi,
-                seccomp: m.seccomp,
-                cgroup_mode,
-                psec_contract,
-                psec_features,
-            },
-            self_test: self_test.to_string(),
-            failed_property,
-            fix_kind: f.fix,
-            microvm_ready,
-            microvm_reason: f.microvm.reason,
-            microvm_pinned: f.microvm.pinned,
-            microvm_backend: f.microvm.backend.filter(|_| microvm_ready),
-            oci_ready,
-            labels,
-        },
-        dropped,
-    })
+    (labels, oci_ready)
 }
 
 #[cfg(test)]

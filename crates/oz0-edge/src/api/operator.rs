@@ -132,56 +132,15 @@ pub(super) async fn submit_job(
     known_tenant(&edge, &tenant)?;
     let req: JobRequest = parse_json(&body, "job")?;
     let payload = serde_json::to_string(&req.payload).unwrap_or_else(|_| "null".into());
-    let limit = match req.kind {
-        JobKind::Tool => MAX_TOOL_JOB_BYTES,
-        _ => MAX_PAYLOAD_BYTES,
-    };
-    if payload.len() > limit {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!(
-                "a {} job's payload is at most {limit} bytes of JSON",
-                req.kind.as_str()
-            ),
-        ));
-    }
-    let bad = |e: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_job", e);
-    match req.kind {
-        JobKind::Shell => {
-            ShellJob::from_value(&req.payload).map_err(|e| bad(e.to_string()))?;
-        }
-        JobKind::Harness => {
-            return Err(bad(
-                "no node runs harness sessions yet: submit the session's commands as shell jobs"
-                    .into(),
-            ));
-        }
-        // Checked with its manifest by `needs`.
-        JobKind::Tool => {}
-    }
-    if let Some(k) = &req.idempotency_key {
-        if k.is_empty() || k.len() > 128 || !k.bytes().all(|b| (0x21..0x7f).contains(&b)) {
-            return Err(bad(
-                "an idempotency_key is 1-128 printable ASCII characters, without spaces".into(),
-            ));
-        }
-    }
-    let needs = req.needs().map_err(|e| bad(e.to_string()))?;
+    check_job(&req, &payload)?;
+    let needs = req.needs().map_err(|e| bad_job(e.to_string()))?;
     let now = now_ms();
     let live_since = now - edge.cfg.node_live_ms;
     let eligible = edge
         .store
         .eligible_nodes(&tenant, &needs, live_since)
         .await?;
-    let hash = {
-        use sha2::Digest;
-        let text = serde_json::to_string(&req).unwrap_or_default();
-        sha2::Sha256::digest(text.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    };
+    let hash = request_hash(&req);
     // A retry of a request already taken is answered with that job, even
     // when no node could take a new one now.
     if let Some(k) = &req.idempotency_key {
@@ -228,31 +187,74 @@ pub(super) async fn submit_job(
             now,
         )
         .await?;
+    let accepted = |job_id, existing| Accepted {
+        job_id,
+        existing,
+        tier: needs.tier,
+        eligible_nodes: eligible,
+    };
     match queued {
-        Queued::New => Ok((
-            StatusCode::ACCEPTED,
-            Json(Accepted {
-                job_id: id,
-                existing: false,
-                tier: needs.tier,
-                eligible_nodes: eligible,
-            }),
-        )),
-        Queued::Existing { id, same } => {
-            if !same {
-                return Err(conflict_key());
-            }
-            Ok((
-                StatusCode::OK,
-                Json(Accepted {
-                    job_id: id,
-                    existing: true,
-                    tier: needs.tier,
-                    eligible_nodes: eligible,
-                }),
-            ))
+        Queued::New => Ok((StatusCode::ACCEPTED, Json(accepted(id, false)))),
+        Queued::Existing { id, same: true } => Ok((StatusCode::OK, Json(accepted(id, true)))),
+        Queued::Existing { same: false, .. } => Err(conflict_key()),
+    }
+}
+
+fn bad_job(why: String) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "bad_job", why)
+}
+
+/// What a job request must be before the edge looks for a node: its
+/// payload's size, a kind some node runs, a shell job's every field, an
+/// idempotency key's form (a tool job is checked with its manifest by
+/// `needs`).
+fn check_job(req: &JobRequest, payload: &str) -> ApiResult<()> {
+    let limit = match req.kind {
+        JobKind::Tool => MAX_TOOL_JOB_BYTES,
+        _ => MAX_PAYLOAD_BYTES,
+    };
+    if payload.len() > limit {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "a {} job's payload is at most {limit} bytes of JSON",
+                req.kind.as_str()
+            ),
+        ));
+    }
+    match req.kind {
+        JobKind::Shell => {
+            ShellJob::from_value(&req.payload).map_err(|e| bad_job(e.to_string()))?;
+        }
+        JobKind::Harness => {
+            return Err(bad_job(
+                "no node runs harness sessions yet: submit the session's commands as shell jobs"
+                    .into(),
+            ));
+        }
+        // Checked with its manifest by `needs`.
+        JobKind::Tool => {}
+    }
+    if let Some(k) = &req.idempotency_key {
+        if k.is_empty() || k.len() > 128 || !k.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+            return Err(bad_job(
+                "an idempotency_key is 1-128 printable ASCII characters, without spaces".into(),
+            ));
         }
     }
+    Ok(())
+}
+
+/// The request's digest: a retry with the same idempotency key must be
+/// the same request.
+fn request_hash(req: &JobRequest) -> String {
+    use sha2::Digest;
+    let text = serde_json::to_string(req).unwrap_or_default();
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
 }
 
 fn conflict_key() -> ApiError {

@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -244,38 +245,8 @@ async fn main() -> Result<()> {
         "json" => oz0_edge::log::set_json(true),
         other => bail!("--log-format {other:?}: give text or json"),
     }
-    // Each connection is an open file.
-    let mut max_connections = args.max_connections.max(1);
-    #[cfg(unix)]
-    {
-        use oz0_edge::serve::open_files;
-        let (fits, said) = open_files::plan(max_connections, &open_files::raise());
-        max_connections = fits;
-        match said {
-            Some((oz0_edge::log::Level::Info, text)) => oz0_edge::log::info(&text, None),
-            Some((_, text)) => oz0_edge::log::warn(&text, None),
-            None => {}
-        }
-    }
-    let mut tenants = BTreeMap::new();
-    for (i, line) in read_secret_file(&args.tenant_tokens)?.iter().enumerate() {
-        let Some((t, secret)) = line.split_once('=') else {
-            bail!(
-                "{} line {}: write TENANT=TOKEN",
-                args.tenant_tokens.display(),
-                i + 1
-            );
-        };
-        if !is_tenant(t) {
-            bail!(
-                "{} line {}: a tenant is lower-case letters, digits, - and _ (at most 63)",
-                args.tenant_tokens.display(),
-                i + 1
-            );
-        }
-        check_token(secret, &args.tenant_tokens, i + 1)?;
-        tenants.insert(t.to_string(), TokenDigest::new(secret));
-    }
+    let max_connections = connections_that_fit(args.max_connections.max(1));
+    let tenants = tenants(&args.tenant_tokens)?;
     let mut operators = Vec::new();
     for (i, t) in read_secret_file(&args.operator_tokens)?.iter().enumerate() {
         check_token(t, &args.operator_tokens, i + 1)?;
@@ -310,7 +281,74 @@ async fn main() -> Result<()> {
             .next()
             .with_context(|| format!("--listen {}: no address", args.listen))?,
     };
-    let tls = match (&args.tls_cert, &args.tls_key) {
+    let tls = server_cert(&args, addr)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr}"))?;
+    let addr = listener.local_addr()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    oz0_edge::term::print(&format!(
+        "oz0-edge: listening on {scheme}://{addr} (store {}, {n_tenants} tenant(s))\n",
+        store.kind()
+    ))
+    .context("writing to standard output")?;
+    let config = match &tls {
+        Some(cert) => Some(tls_config(cert)?),
+        None => None,
+    };
+    let limits = Limits {
+        max_connections,
+        max_connections_per_client: args.max_connections_per_client.max(1),
+        ..Limits::default()
+    };
+    oz0_edge::serve_with(listener, Edge::new(store, cfg), config, limits)
+        .await
+        .context("serving")?;
+    Ok(())
+}
+
+/// How many of `wanted` connections the open-file limit fits (each
+/// connection is an open file), raising the soft limit first.
+fn connections_that_fit(wanted: usize) -> usize {
+    #[cfg(unix)]
+    {
+        use oz0_edge::serve::open_files;
+        let (fits, said) = open_files::plan(wanted, &open_files::raise());
+        match said {
+            Some((oz0_edge::log::Level::Info, text)) => oz0_edge::log::info(&text, None),
+            Some((_, text)) => oz0_edge::log::warn(&text, None),
+            None => {}
+        }
+        fits
+    }
+    #[cfg(not(unix))]
+    wanted
+}
+
+/// The tenant file's `TENANT=TOKEN` lines.
+fn tenants(path: &Path) -> Result<BTreeMap<String, TokenDigest>> {
+    let mut tenants = BTreeMap::new();
+    for (i, line) in read_secret_file(path)?.iter().enumerate() {
+        let Some((t, secret)) = line.split_once('=') else {
+            bail!("{} line {}: write TENANT=TOKEN", path.display(), i + 1);
+        };
+        if !is_tenant(t) {
+            bail!(
+                "{} line {}: a tenant is lower-case letters, digits, - and _ (at most 63)",
+                path.display(),
+                i + 1
+            );
+        }
+        check_token(secret, path, i + 1)?;
+        tenants.insert(t.to_string(), TokenDigest::new(secret));
+    }
+    Ok(tenants)
+}
+
+/// The certificate and key to serve HTTPS with; plain HTTP only on
+/// loopback.
+fn server_cert(args: &Args, addr: std::net::SocketAddr) -> Result<Option<Arc<ServerCert>>> {
+    match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => {
             if let Ok(m) = std::fs::metadata(k) {
                 #[cfg(unix)]
@@ -324,57 +362,36 @@ async fn main() -> Result<()> {
                 #[cfg(not(unix))]
                 let _ = m;
             }
-            Some(ServerCert::load(c, k).map_err(anyhow::Error::msg)?)
+            Ok(Some(ServerCert::load(c, k).map_err(anyhow::Error::msg)?))
         }
         _ if !addr.ip().is_loopback() => bail!(
             "--listen {addr} is off loopback, and the edge serves plain HTTP only on loopback (tokens, jobs and their secrets would cross the network in clear): give --tls-cert FILE and --tls-key FILE, or listen on 127.0.0.1"
         ),
-        _ => None,
-    };
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("listening on {addr}"))?;
-    let addr = listener.local_addr()?;
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    oz0_edge::term::print(&format!(
-        "oz0-edge: listening on {scheme}://{addr} (store {}, {n_tenants} tenant(s))\n",
-        store.kind()
-    ))
-    .context("writing to standard output")?;
-    let config = match &tls {
-        Some(cert) => {
-            #[cfg(unix)]
-            {
-                let cert = cert.clone();
-                let mut hup =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-                        .context("watching for SIGHUP")?;
-                tokio::spawn(async move {
-                    while hup.recv().await.is_some() {
-                        match cert.reload() {
-                            Ok(()) => oz0_edge::log::info(
-                                "SIGHUP: the TLS certificate and key were loaded again",
-                                None,
-                            ),
-                            Err(e) => oz0_edge::log::error(
-                                &format!("SIGHUP: {e}; still serving the previous certificate"),
-                                None,
-                            ),
-                        }
-                    }
-                });
+        _ => Ok(None),
+    }
+}
+
+/// The TLS configuration that presents `cert`, which SIGHUP loads again.
+fn tls_config(cert: &Arc<ServerCert>) -> Result<Arc<rustls::ServerConfig>> {
+    #[cfg(unix)]
+    {
+        let cert = cert.clone();
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("watching for SIGHUP")?;
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                match cert.reload() {
+                    Ok(()) => oz0_edge::log::info(
+                        "SIGHUP: the TLS certificate and key were loaded again",
+                        None,
+                    ),
+                    Err(e) => oz0_edge::log::error(
+                        &format!("SIGHUP: {e}; still serving the previous certificate"),
+                        None,
+                    ),
+                }
             }
-            Some(cert.config().map_err(anyhow::Error::msg)?)
-        }
-        None => None,
-    };
-    let limits = Limits {
-        max_connections,
-        max_connections_per_client: args.max_connections_per_client.max(1),
-        ..Limits::default()
-    };
-    oz0_edge::serve_with(listener, Edge::new(store, cfg), config, limits)
-        .await
-        .context("serving")?;
-    Ok(())
+        });
+    }
+    cert.config().map_err(anyhow::Error::msg)
 }

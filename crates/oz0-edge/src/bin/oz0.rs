@@ -36,8 +36,11 @@ use clap::{Parser, Subcommand};
 use oz0_edge::client::OperatorClient;
 use oz0_edge::routing::{Isolation, JobKind, JobRequest, Origin};
 use oz0_edge::term;
-use oz0_edge::wire::{JobView, NodeView, ShellJob};
+use oz0_edge::wire::{JobView, ShellJob};
 use oz0_plugin::job::{CallArgs, ToolJob};
+
+#[path = "oz0/show.rs"]
+mod show;
 
 #[derive(Parser, Debug)]
 #[command(name = "oz0", version, about = "Operate an OZ0 edge")]
@@ -342,111 +345,6 @@ impl Out {
     }
 }
 
-fn show(n: &NodeView) -> String {
-    let mut s = String::new();
-    let name = n
-        .name
-        .as_deref()
-        .map(|x| format!(" ({x})"))
-        .unwrap_or_default();
-    s.push_str(&format!("Node {}{name}, tenant {}\n", n.id, n.tenant));
-    s.push_str(&format!("State: {} (last seen {})\n", n.state, n.last_seen));
-    s.push_str(&format!("Platform: {}\n", n.platform_line));
-    s.push_str(&format!("Tier: {}\n", n.tier_line));
-    if let Some(note) = &n.routed_note {
-        s.push_str(&format!("Routing: {note}\n"));
-    }
-    s.push_str(&format!("Mechanism: {}\n", n.mechanism_line));
-    s.push_str(&format!("Fix: {}\n", n.fix.as_deref().unwrap_or("none")));
-    s.push_str(&format!("MicroVMs: {}\n", n.microvm_line));
-    if let Some(f) = &n.facts {
-        let labels: Vec<String> = f.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        s.push_str(&format!("Labels: {}\n", labels.join(" ")));
-    }
-    s.push_str(&format!(
-        "Last report: {}{}\n",
-        n.last_report.as_deref().unwrap_or("never"),
-        if n.dropped_last > 0 {
-            format!(" ({} field(s) dropped)", n.dropped_last)
-        } else {
-            String::new()
-        }
-    ));
-    s
-}
-
-/// A job, in lines.
-fn show_job(j: &JobView) -> String {
-    let mut s = format!(
-        "Job {} ({}, tier {}): {}\n",
-        j.job_id, j.kind, j.tier, j.state
-    );
-    if let Some(n) = &j.node_id {
-        s.push_str(&format!("Node: {n} (attempts: {})\n", j.attempts));
-    }
-    if let Some(c) = j.exit_code {
-        s.push_str(&format!("Exit code: {c}\n"));
-    }
-    if let Some(e) = &j.error {
-        s.push_str(&format!("Error: {e}\n"));
-    }
-    if let Some(l) = &j.look {
-        s.push_str(&show_look(l));
-    }
-    if let Some(r) = &j.result {
-        if r["isError"] == true {
-            s.push_str("The tool reported an error.\n");
-        }
-        s.push_str("Result:\n");
-        s.push_str(&oz0_plugin::mcp::result_text(r));
-    }
-    s
-}
-
-/// What the node's look after the run found, for `job show`.
-fn show_look(l: &oz0_edge::wire::JobLook) -> String {
-    let mut s = String::new();
-    let total = l.findings.len() as u64 + l.findings_more;
-    if total > 0 || !l.complete {
-        s.push_str(&format!(
-            "Look after the run: {total} finding(s){}{}\n",
-            if l.complete {
-                ""
-            } else {
-                "; NOT every entry was examined"
-            },
-            if l.left_in_place > 0 {
-                format!("; {} LEFT IN PLACE", l.left_in_place)
-            } else {
-                String::new()
-            }
-        ));
-    }
-    for f in &l.findings {
-        let done = match (&f.aside, &f.left) {
-            (Some(a), _) => format!("renamed aside to {a}"),
-            (None, Some(why)) => format!("LEFT IN PLACE: {why}"),
-            (None, None) => "left in place (report only)".into(),
-        };
-        s.push_str(&format!("  {} at {}: {done}\n", f.what, f.path));
-    }
-    if l.findings_more > 0 {
-        s.push_str(&format!("  and {} more\n", l.findings_more));
-    }
-    if !l.changed_host_exec.is_empty() {
-        s.push_str(
-            "Changed files that tools on the host execute (review them before running them):\n",
-        );
-        for p in &l.changed_host_exec {
-            s.push_str(&format!("  {p}\n"));
-        }
-        if l.changed_host_exec_more > 0 {
-            s.push_str(&format!("  and {} more\n", l.changed_host_exec_more));
-        }
-    }
-    s
-}
-
 fn origin(s: &str) -> Result<Origin> {
     Ok(match s {
         "internal" => Origin::Internal,
@@ -473,7 +371,7 @@ fn print_job(out: Out, j: &JobView, json: bool) -> Result<()> {
     if json {
         out.json(j)
     } else {
-        out.text(&show_job(j))
+        out.text(&show::job(j))
     }
 }
 
@@ -524,20 +422,9 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd, out: Out) -> Result<()> 
             raw: _,
             command,
         } => {
-            let mut vars = std::collections::BTreeMap::new();
-            for e in env {
-                let (k, v) = match e.split_once('=') {
-                    Some((k, v)) => (k.to_string(), v.to_string()),
-                    None => (
-                        e.clone(),
-                        std::env::var(e).with_context(|| format!("--env {e}: {e} is not set here: export it, or give --env {e}=VALUE"))?,
-                    ),
-                };
-                vars.insert(k, v);
-            }
             let shell = ShellJob {
                 command: command.clone(),
-                env: vars,
+                env: vars(env)?,
                 allow: allow.clone(),
                 timeout: *timeout,
                 memory: *memory,
@@ -565,24 +452,7 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd, out: Out) -> Result<()> 
             if *json {
                 out.json(&page)?;
             } else {
-                let mut text = String::new();
-                for j in &page.jobs {
-                    text.push_str(&format!(
-                        "{}  {:<6} {:<9} tier {}  {:<10} attempts {}/{}  submitted {}{}\n",
-                        j.job_id,
-                        j.kind,
-                        j.origin,
-                        j.tier,
-                        j.state,
-                        j.attempts,
-                        j.max_attempts,
-                        oz0_edge::time::format_utc(j.submitted_ms),
-                        j.exit_code
-                            .map(|c| format!("  exit {c}"))
-                            .unwrap_or_default()
-                    ));
-                }
-                out.text(&text)?;
+                out.text(&show::jobs(&page.jobs))?;
             }
         }
         JobCmd::Logs {
@@ -592,29 +462,7 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd, out: Out) -> Result<()> 
             if *json {
                 out.json(&l)?;
             } else {
-                let mut text = String::new();
-                for (name, tail, total) in [
-                    ("stdout", &l.stdout_tail, l.stdout_bytes),
-                    ("stderr", &l.stderr_tail, l.stderr_bytes),
-                ] {
-                    let total = total.unwrap_or(0);
-                    let kept = tail.as_ref().map_or(0, |t| t.len());
-                    text.push_str(&format!(
-                        "== {name}: {total} byte(s){}\n",
-                        if usize::try_from(total).unwrap_or(usize::MAX) > kept {
-                            format!(", the last {kept} kept")
-                        } else {
-                            String::new()
-                        }
-                    ));
-                    if let Some(t) = tail {
-                        text.push_str(t);
-                        if !t.is_empty() && !t.ends_with('\n') {
-                            text.push('\n');
-                        }
-                    }
-                }
-                out.text(&text)?;
+                out.text(&show::logs(&l))?;
             }
         }
         JobCmd::Show {
@@ -627,6 +475,24 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd, out: Out) -> Result<()> 
         }
     }
     Ok(())
+}
+
+/// `--env NAME=VALUE`, or `--env NAME` for this shell's value.
+fn vars(env: &[String]) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut vars = std::collections::BTreeMap::new();
+    for e in env {
+        let (k, v) = match e.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (
+                e.clone(),
+                std::env::var(e).with_context(|| {
+                    format!("--env {e}: {e} is not set here: export it, or give --env {e}=VALUE")
+                })?,
+            ),
+        };
+        vars.insert(k, v);
+    }
+    Ok(vars)
 }
 
 /// A job request: its tier and isolation are the edge's to decide.
@@ -717,20 +583,7 @@ async fn run(args: Args) -> Result<()> {
             if *json {
                 out.json(&nodes)?;
             } else {
-                let mut text = String::new();
-                for n in &nodes {
-                    text.push_str(&format!(
-                        "{}  {:<20} {:<10} {:<16} {:<32} MicroVMs: {}  last seen: {}\n",
-                        n.id,
-                        n.name.as_deref().unwrap_or("-"),
-                        n.tenant,
-                        n.state,
-                        n.tier_line,
-                        n.microvm_line,
-                        n.last_seen
-                    ));
-                }
-                out.text(&text)?;
+                out.text(&show::nodes(&nodes))?;
             }
         }
         Cmd::Node {
@@ -756,7 +609,7 @@ async fn run(args: Args) -> Result<()> {
             if *json {
                 out.json(&n)?;
             } else {
-                out.text(&show(&n))?;
+                out.text(&show::node(&n))?;
             }
         }
         Cmd::Node {
@@ -766,7 +619,7 @@ async fn run(args: Args) -> Result<()> {
             if *json {
                 out.json(&n)?;
             } else {
-                out.text(&show(&n))?;
+                out.text(&show::node(&n))?;
             }
         }
     }
