@@ -320,12 +320,12 @@ pub enum ToolFileError {
         spec: String,
     },
     /// The file cannot be read.
-    #[error("--file {}: {source}", path.display())]
+    #[error("--file {}: {err}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
         /// What the system said.
-        source: std::io::Error,
+        err: std::io::Error,
     },
     /// Over [`MAX_TOOL_JOB_BYTES`].
     #[error("--file {}: over {MAX_TOOL_JOB_BYTES} bytes, the most a tool job carries", path.display())]
@@ -359,9 +359,9 @@ impl ToolFile {
                 f.take(MAX_TOOL_JOB_BYTES as u64 + 1)
                     .read_to_end(&mut bytes)
             })
-            .map_err(|source| ToolFileError::Read {
+            .map_err(|err| ToolFileError::Read {
                 path: path.to_path_buf(),
-                source,
+                err,
             })?;
         if bytes.len() > MAX_TOOL_JOB_BYTES {
             return Err(ToolFileError::TooLarge {
