@@ -147,9 +147,15 @@ pub enum Fault {
 
 /// Fires when the run must be stopped: every process of the run is killed.
 /// On Unix a descriptor that becomes readable (or hung up): a signal's
-/// self-pipe, or a socket whose other end the caller writes or closes.
+/// self-pipe, or a socket whose other end the caller writes or closes. On
+/// Windows a handle that becomes signalled: an event the caller sets (its
+/// Ctrl-C handler's, or one it sets when it drops the run), which the
+/// sandbox waits on together with the run's processes.
 #[derive(Debug)]
-pub struct Cancel(#[cfg(unix)] pub std::os::fd::OwnedFd);
+pub struct Cancel(
+    #[cfg(unix)] pub std::os::fd::OwnedFd,
+    #[cfg(windows)] pub std::os::windows::io::OwnedHandle,
+);
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -12,6 +12,11 @@
 //!   command line ([`cmdline`]) and the protected entries, as plain data.
 //! - [`launch`]: the launch contract (suspended → in a kill-on-close job →
 //!   resumed; not placed ⇒ never runs) as a sequence over a trait.
+//! - The walls as the node core's door (`oz0_core::Sandbox`): [`psec`]
+//!   (tier 1: a PSEC container) and [`tier0`] (no wall: a job object
+//!   around every process of the run); both watched to their end by
+//!   [`supervise`] (one wait on the first process and the cancel together,
+//!   bounded by the timeout); [`wall`]: the probe as `oz0_core::Wall`.
 //! - [`route`] and [`relay`]: bridge or relay, decided once and handed on as
 //!   `OZ0_SANDBOX_PSEC_ROUTE`; the relay's ports; the firewall facts the
 //!   relay route relies on and the scoped rule the node prints.
@@ -72,7 +77,11 @@ pub mod launch;
 pub mod native;
 pub mod plan;
 pub mod probe;
+pub mod psec;
 pub mod psec_wire;
 pub mod relay;
 pub mod route;
+pub mod supervise;
+pub mod tier0;
+pub mod wall;
 pub mod winpath;

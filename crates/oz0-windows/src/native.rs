@@ -15,6 +15,9 @@
 //!   calls: a PSEC environment from a run's whole spec
 //!   (`crate::psec_wire::encode`), the command created suspended inside it,
 //!   placed in its job, resumed.
+//! - `wait_for`, `CancelEvent`, `cancel_on_ctrl_c` (Windows only): one
+//!   wait on a run's first process and its cancel (an event) together;
+//!   `JobRunner`: `crate::tier0`'s operations.
 //!
 //! On other systems [`probe`] and [`Job::create`] return
 //! [`NativeError::NotWindows`]. This module is type-checked for
@@ -129,10 +132,14 @@ pub use imp::{
 pub use imp::psec::{PsecChild, PsecEnv, PsecLauncher};
 
 #[cfg(windows)]
+pub use imp::run::{cancel_on_ctrl_c, wait_for, CancelEvent, JobRun, JobRunner};
+
+#[cfg(windows)]
 mod imp {
     use std::ffi::c_void;
 
     pub mod psec;
+    pub mod run;
 
     use windows_sys::Win32::Foundation::{
         CloseHandle, GetLastError, ERROR_SUCCESS, HANDLE, HMODULE,

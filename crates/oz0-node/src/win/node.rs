@@ -15,10 +15,10 @@ use oz0_core::Wall;
 use oz0_edge::client::NodeKey;
 use oz0_policy::facts::NodeFacts;
 
-use super::wall::{self, WindowsWall};
 use crate::daemon::{
     edge_settings, event_loop, fail, log, write_facts, DaemonFlags, Edge, Platform,
 };
+use oz0_windows::wall::{self, WindowsWall};
 
 /// `run` flags.
 #[derive(Debug, Args)]

@@ -12,8 +12,8 @@ use clap::Args;
 use oz0_core::exit::Exit;
 use oz0_windows::route::{parse_route_env, ROUTE_ENV};
 
-use super::wall::WindowsWall;
 use super::{DataDirArg, PREVIEW_ENV};
+use oz0_windows::wall::WindowsWall;
 
 /// `sandbox run` flags.
 #[derive(Debug, Args)]
@@ -122,7 +122,11 @@ pub fn main(a: RunArgs) -> i32 {
                 Err(e) => return refuse(e),
             };
             eprintln!("oz0-node: warning: the PSEC preview: this machine's self-test of PSEC (`sandbox check --psec`) does not run in this build, so the run's confinement is not proven here");
-            match super::psec_run::run(r, facts) {
+            let psec = match oz0_windows::psec::Psec::new(facts) {
+                Ok(p) => p,
+                Err(e) => return refuse(e),
+            };
+            match super::psec_run::run(r, &psec) {
                 Ok(code) => code,
                 Err(e) => refuse(format!("{e}; nothing is left running")),
             }
@@ -146,7 +150,8 @@ fn request(a: &RunArgs) -> Result<super::psec_run::Request, String> {
         write: flags.write,
         env,
         limits: a.wall.limits(None),
-        egress: !a.wall.allow.is_empty() || !a.wall.forward.is_empty(),
+        allow: a.wall.allow.clone(),
+        forward: a.wall.forward.clone(),
         data_dir: a.data.resolve()?,
         command: a
             .command

@@ -77,6 +77,13 @@ unsafe impl Send for PsecChild {}
 // SAFETY: as for PsecChild.
 unsafe impl Send for PsecEnv {}
 
+impl std::os::windows::io::AsHandle for PsecChild {
+    fn as_handle(&self) -> std::os::windows::io::BorrowedHandle<'_> {
+        // SAFETY: the process handle is ours and open as long as `self`.
+        unsafe { std::os::windows::io::BorrowedHandle::borrow_raw(self.process) }
+    }
+}
+
 impl PsecChild {
     /// Waits up to `ms` milliseconds: its exit code once it has exited.
     pub fn wait_ms(&self, ms: u32) -> Result<Option<u32>, SysError> {

@@ -1,0 +1,222 @@
+//! Windows' wall: the PSEC probe as [`oz0_core::Wall`] ([`WindowsWall`]),
+//! and the node's facts from it ([`facts`]).
+//!
+//! The check is `crate::check::report` of what `crate::native::probe`
+//! found: the lines, the tier and the kind of fix of the seed's table, pure
+//! code tested on Linux. The self-test runs in PSEC containers; this build
+//! starts them only for the preview's `sandbox run` and has no self-test
+//! of them yet, so on a machine whose probes find PSEC the self-test fails
+//! at its first property (`launch`) and says why: the node never reports a
+//! PSEC property it did not see hold. Where the probes find no PSEC there
+//! is nothing to test, and the check says the probes' reason and fix.
+
+use oz0_core::{Check, Line, SelfTest, Wall};
+use oz0_policy::facts::{self as pf, Os, Platform, Property};
+
+use crate::check::{self as wcheck, CheckReport};
+use crate::native::NativeError;
+use crate::probe::{Feature, PsecProbe};
+
+/// Why the self-test stops at `launch` on a machine with PSEC.
+pub const NO_LAUNCHER: &str = "this build of oz0-node starts commands in PSEC containers only for the preview's `sandbox run` and has no self-test of them yet, so none of the eight properties is shown on this machine";
+
+/// Windows' wall as this node has it.
+pub struct WindowsWall {
+    /// Started with `--sandbox psec` (or `sandbox check --psec`).
+    pub psec: bool,
+    /// What the probe found, or why it could not ask.
+    pub probe: Result<PsecProbe, NativeError>,
+}
+
+impl WindowsWall {
+    /// Probes Windows once.
+    pub fn probe(psec: bool) -> WindowsWall {
+        WindowsWall {
+            psec,
+            probe: crate::native::probe(),
+        }
+    }
+
+    /// The seed's report for these facts and this self-test.
+    pub fn report(&self, self_test: Option<&SelfTest>) -> Option<CheckReport> {
+        let probe = self.probe.as_ref().ok()?;
+        let st = self_test.map(|t| match t.lines.iter().find(|l| !l.ok) {
+            Some(l) => wcheck::SelfTest::Failed {
+                property: l.property,
+                how: l.detail.clone(),
+            },
+            None if t.tier() == 1 => wcheck::SelfTest::Passed,
+            None => wcheck::SelfTest::Failed {
+                property: Property::ALL[t.lines.len().min(Property::ALL.len() - 1)],
+                how: "the self-test stopped before its end".into(),
+            },
+        });
+        Some(wcheck::report(probe, self.psec, st.as_ref()))
+    }
+}
+
+/// The platform facts: Windows, this architecture, the build read.
+fn platform(probe: Option<&PsecProbe>) -> Platform {
+    Platform {
+        os: Os::Windows,
+        arch: std::env::consts::ARCH.to_string(),
+        build_raw: probe
+            .and_then(|p| p.build.as_ref())
+            .map_or_else(String::new, |b| b.to_string()),
+    }
+}
+
+/// A feature's wire name, as the edge keeps it.
+fn feature_name(f: Feature) -> &'static str {
+    match f {
+        Feature::DenyPaths => "deny_paths",
+        Feature::EnumeratePaths => "enumerate_paths",
+        Feature::IngressTable => "ingress_table",
+    }
+}
+
+/// The policy's kind of fix for the report's.
+fn fix_kind(f: &wcheck::FixKind) -> Option<pf::FixKind> {
+    match f {
+        wcheck::FixKind::StartWithPsec => Some(pf::FixKind::PsecStartWithFlag),
+        wcheck::FixKind::None => None,
+        wcheck::FixKind::SelfTestFailed { .. } | wcheck::FixKind::SelfTestNotRun => {
+            Some(pf::FixKind::SelfTestFailed)
+        }
+        wcheck::FixKind::NoPsec { .. } => Some(pf::FixKind::PsecMissing),
+        wcheck::FixKind::WindowsServer => Some(pf::FixKind::WindowsServer),
+    }
+}
+
+impl Wall for WindowsWall {
+    fn check(&self) -> Check {
+        let probe_json = match &self.probe {
+            Ok(p) => serde_json::to_value(p).expect("the probe serialises"),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        };
+        let Some(r) = self.report(None) else {
+            let e = self.probe.as_ref().err().map(ToString::to_string);
+            let why = e.unwrap_or_default();
+            return Check {
+                tier: 0,
+                headline: format!("Sandbox: tier 0: the PSEC probe could not ask Windows: {why}"),
+                facts_line: format!("Windows on {}: probe failed", std::env::consts::ARCH),
+                fix_kind: Some(pf::FixKind::PsecMissing),
+                fix: Some(format!(
+                    "Fix: the probe failed ({why}); run `oz0-node sandbox check --json` as the node's user to see the step"
+                )),
+                platform: platform(None),
+                mechanism: pf::Mechanism {
+                    kind: "none".into(),
+                    ..Default::default()
+                },
+                wall_name: "PSEC".into(),
+                probe: probe_json,
+            };
+        };
+        let probe = self.probe.as_ref().ok();
+        let facts = probe.and_then(|p| p.psec().ok());
+        let mechanism = pf::Mechanism {
+            kind: if facts.is_some() { "psec" } else { "none" }.into(),
+            psec_contract: facts.map(|f| f.contract.to_string()),
+            psec_features: facts
+                .map(|f| {
+                    Feature::ALL
+                        .into_iter()
+                        .filter(|x| f.supports(*x))
+                        .map(|x| feature_name(x).to_string())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            ..Default::default()
+        };
+        // Tier 1 is possible only with PSEC here and the node told to use
+        // it; the self-test proves it.
+        let tier = u8::from(facts.is_some() && self.psec);
+        Check {
+            tier,
+            headline: r.tier_line.clone(),
+            facts_line: r.facts_line.clone(),
+            fix_kind: if tier == 1 { None } else { fix_kind(&r.fix) },
+            fix: Some(r.fix_line.clone()),
+            platform: platform(probe),
+            mechanism,
+            wall_name: facts.map_or_else(
+                || "PSEC".to_string(),
+                |f| format!("PSEC contract {}", f.contract),
+            ),
+            probe: probe_json,
+        }
+    }
+
+    fn self_test(&self, check: &Check, on_line: &mut dyn FnMut(&Line)) -> Option<SelfTest> {
+        if check.tier == 0 {
+            return None;
+        }
+        // The first property, launch, needs a PSEC container: this build
+        // starts none, so the test stops there (see the module docs).
+        let line = Line {
+            property: Property::Launch,
+            ok: false,
+            ms: 0,
+            detail: NO_LAUNCHER.into(),
+        };
+        on_line(&line);
+        Some(SelfTest {
+            lines: vec![line],
+            failed: Some(Property::Launch),
+            fault_injected: false,
+            total_ms: 0,
+        })
+    }
+}
+
+/// The node's facts from the check and the self-test: the same assembly
+/// as every platform's, then routed at tier 0 (a Windows node always is).
+pub fn facts(
+    check: &Check,
+    self_test: Option<&SelfTest>,
+    none: bool,
+) -> oz0_policy::facts::NodeFacts {
+    let mode = if none {
+        oz0_core::facts::SandboxMode::None
+    } else {
+        oz0_core::facts::SandboxMode::Auto
+    };
+    let microvm = pf::Microvm {
+        ready: false,
+        reason: Some(pf::MicrovmReason::Unsupported),
+        pinned: None,
+        backend: None,
+    };
+    let mut f =
+        oz0_core::facts::assemble(check, self_test, mode, microvm, env!("CARGO_PKG_VERSION"));
+    f.tier_routed = 0;
+    f.derive_labels(false);
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(not(windows))]
+    #[test]
+    fn where_the_probe_cannot_ask_the_check_is_tier_0_with_the_step_to_see() {
+        // Off Windows the probe answers NotWindows: the path of a probe
+        // that failed.
+        let w = WindowsWall::probe(true);
+        let c = w.check();
+        assert_eq!(c.tier, 0);
+        assert!(
+            c.headline
+                .starts_with("Sandbox: tier 0: the PSEC probe could not ask Windows"),
+            "{}",
+            c.headline
+        );
+        assert_eq!(c.fix_kind, Some(pf::FixKind::PsecMissing));
+        assert!(w.self_test(&c, &mut |_| {}).is_none());
+        let f = facts(&c, None, false);
+        assert_eq!((f.tier_proven, f.tier_routed), (0, 0));
+    }
+}
