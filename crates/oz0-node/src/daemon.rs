@@ -15,17 +15,24 @@
 //! - its output in `<data-dir>/jobs/<id>/stdout` and `stderr`, whose last
 //!   64 KiB reach the edge;
 //! - every process it starts ends when its first one ends, its timeout
-//!   passes, its lease is lost or the node stops: how is the platform's
-//!   ([`Tier0`]).
+//!   passes, its lease is lost or the node stops: the platform's tier-0
+//!   sandbox holds them together (a job object on Windows, the run's mark
+//!   on macOS), and the job runs through it as every run does, through
+//!   the node core's door ([`run_job`]: `oz0_core::Sandbox::run`, its
+//!   output files as the command's stdio, a cancel that fires when the
+//!   job is dropped).
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oz0_core::exit::Exit;
+use oz0_core::{Cancel, Ended, Outcome, RunIo, RunOptions, Sandbox};
 use oz0_edge::client::{ClientError, Completion, Lease, NodeClient, NodeKey, Trust};
 use oz0_edge::wire::ShellJob;
 use oz0_policy::facts::NodeFacts;
+use oz0_policy::{EnvVar, RunRequest, RunSpec};
 
 use crate::record::{safe_id, tail};
 
@@ -81,28 +88,113 @@ impl End {
     }
 }
 
-/// A started job: `wait` runs it to its end on a blocking thread; dropping
-/// `guard` ends every process of the job (its lease was lost, the node is
-/// stopping).
-pub struct Started {
-    /// Runs the job to its end.
-    pub wait: Box<dyn FnOnce() -> End + Send>,
-    /// Ends the job when dropped.
-    pub guard: Box<dyn Send>,
+impl End {
+    /// How a run through the door ended, as the edge is told.
+    pub fn from_outcome(o: &Outcome) -> End {
+        match &o.ended {
+            Ended::Exited => End::exited(o.exit_code),
+            Ended::Timeout => End::timed_out(),
+            Ended::CpuTime => End {
+                succeeded: false,
+                exit_code: Some(o.exit_code),
+                error: Some("the job's cpu_seconds were used up".into()),
+            },
+            Ended::Cancelled => End {
+                succeeded: false,
+                exit_code: Some(o.exit_code),
+                error: Some("the job was cancelled".into()),
+            },
+            Ended::NotExecuted { reason } => End {
+                succeeded: false,
+                exit_code: Some(o.exit_code),
+                error: Some(reason.clone()),
+            },
+        }
+    }
 }
 
-/// How a platform runs a tier-0 job.
-pub trait Tier0: Send + Sync {
-    /// The node's platform, for refusals (`Windows`, `macOS`).
-    fn platform(&self) -> &'static str;
-    /// Starts `p` in `work` with its output into `out` and `err`.
-    fn start(
-        &self,
-        p: &ShellJob,
-        work: &Path,
-        out: fs::File,
-        err: fs::File,
-    ) -> Result<Started, String>;
+/// Runs one job to its end (blocking) through the node's tier-0 sandbox,
+/// its output into its files, until it ends or `cancel` fires.
+pub fn run_job(
+    sandbox: &dyn Sandbox,
+    spec: &RunSpec,
+    out: fs::File,
+    err: fs::File,
+    cancel: Cancel,
+) -> End {
+    match sandbox.run(spec, RunOptions::new(RunIo::files(out, err), Some(cancel))) {
+        Ok(o) => End::from_outcome(&o),
+        Err(e) => End::refused(e.to_string()),
+    }
+}
+
+/// How a platform writes a host path into a run's spec (on Windows
+/// `C:\a` travels as `/C:/a`): `what` names it in an error.
+pub type Carry = fn(what: &str, p: &Path) -> Result<String, String>;
+
+/// A shell job's run spec, in its work folder.
+fn spec_for(p: ShellJob, work: &Path, data_dir: &Path, carry: Carry) -> Result<RunSpec, String> {
+    let env = p
+        .env
+        .iter()
+        .map(|(k, v)| EnvVar::new(k, v).map_err(|e| format!("the job's variable {k}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    RunSpec::new(RunRequest {
+        work: carry("the work folder", work)?,
+        data_dir: carry("the data directory", data_dir)?,
+        env,
+        allow: p.allow,
+        forward: p.forward,
+        limits: oz0_policy::Limits {
+            memory_mib: p.memory,
+            processes: p.processes,
+            cpu_seconds: p.cpu_seconds,
+            timeout_seconds: p.timeout,
+            tmp_mib: p.tmp_size,
+        },
+        command: p.command,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// A run's cancel, and what fires it when dropped (the job's lease was
+/// lost, the node is stopping): on Unix the other end of a socket pair,
+/// on Windows an event.
+fn cancel_pair() -> Result<(Cancel, Box<dyn Send>), String> {
+    #[cfg(unix)]
+    {
+        use std::io::Write;
+        /// Cancels the run when dropped.
+        struct CancelOnDrop(std::os::unix::net::UnixStream);
+        impl Drop for CancelOnDrop {
+            fn drop(&mut self) {
+                let _ = self.0.write_all(b"x");
+            }
+        }
+        let (r, w) = std::os::unix::net::UnixStream::pair()
+            .map_err(|e| format!("cannot make a cancel channel: {e}"))?;
+        Ok((
+            Cancel(std::os::fd::OwnedFd::from(r)),
+            Box::new(CancelOnDrop(w)),
+        ))
+    }
+    #[cfg(windows)]
+    {
+        use oz0_windows::native::CancelEvent;
+        /// Cancels the run when dropped.
+        struct SetOnDrop(CancelEvent);
+        impl Drop for SetOnDrop {
+            fn drop(&mut self) {
+                self.0.set();
+            }
+        }
+        let e = CancelEvent::new().map_err(|e| format!("cannot make a cancel event: {e}"))?;
+        let c = e
+            .cancel()
+            .map_err(|e| format!("cannot make a cancel event: {e}"))?;
+        Ok((c, Box::new(SetOnDrop(e))))
+    }
 }
 
 /// What tier 0 cannot give, named: Err with the refusal.
@@ -137,8 +229,14 @@ pub struct Jobs {
     pub records: PathBuf,
     /// Where each job's work folder is made.
     pub work_root: PathBuf,
-    /// The platform's runner.
-    pub runner: Box<dyn Tier0>,
+    /// The node's data directory (named in each run's spec, never seen).
+    pub data_dir: PathBuf,
+    /// The platform's tier-0 sandbox.
+    pub sandbox: Arc<dyn Sandbox>,
+    /// The node's platform, for refusals (`Windows`, `macOS`).
+    pub platform: &'static str,
+    /// How a host path is written into a run's spec.
+    pub carry: Carry,
 }
 
 impl Jobs {
@@ -146,7 +244,7 @@ impl Jobs {
     pub async fn take(&self, client: &NodeClient, mut lease: Lease) {
         let job = lease.job.clone();
         let id = job.job_id.clone();
-        let platform = self.runner.platform();
+        let platform = self.platform;
         if !safe_id(&id) {
             log("the edge handed out a job whose id is not plain letters and digits: not run");
             return;
@@ -164,7 +262,7 @@ impl Jobs {
         ));
         let record = self.records.join(&id);
         let work = self.work_root.join(format!("job-{id}-{}", job.attempt));
-        let prepared = (|| -> Result<(ShellJob, fs::File, fs::File), String> {
+        let prepared = (|| -> Result<(RunSpec, fs::File, fs::File), String> {
             if job.kind != "shell" {
                 return Err(format!(
                     "a {} job: its server runs only behind a wall, and this {platform} node runs at tier 0; not run",
@@ -182,16 +280,23 @@ impl Jobs {
                 fs::File::create(record.join(n))
                     .map_err(|e| format!("cannot create {}: {e}", record.join(n).display()))
             };
-            Ok((p, open("stdout")?, open("stderr")?))
+            let spec = spec_for(p, &work, &self.data_dir, self.carry)?;
+            Ok((spec, open("stdout")?, open("stderr")?))
         })();
         let started = Instant::now();
-        let end = match prepared.and_then(|(p, out, err)| self.runner.start(&p, &work, out, err)) {
+        let prepared = prepared.and_then(|(spec, out, err)| {
+            cancel_pair().map(|(cancel, guard)| (spec, out, err, cancel, guard))
+        });
+        let end = match prepared {
             Err(e) => {
                 log(&format!("job {id} refused: {e}"));
                 End::refused(e)
             }
-            Ok(Started { wait, guard }) => {
-                let handle = tokio::task::spawn_blocking(wait);
+            Ok((spec, out, err, cancel, guard)) => {
+                let sandbox = self.sandbox.clone();
+                let handle = tokio::task::spawn_blocking(move || {
+                    run_job(&*sandbox, &spec, out, err, cancel)
+                });
                 let r = client.run_leased(&mut lease, handle).await;
                 match r {
                     Ok(Ok(end)) => end,
@@ -201,8 +306,9 @@ impl Jobs {
                         error: Some(format!("the job's thread failed: {e}")),
                     },
                     Err(e) => {
-                        // Its processes end with the guard; the lease is
-                        // gone, so the result is no one's.
+                        // Its processes end when the guard fires its
+                        // cancel; the lease is gone, so the result is no
+                        // one's.
                         drop(guard);
                         log(&format!("job {id} killed: {e}"));
                         let _ = fs::remove_dir_all(&work);
@@ -339,8 +445,12 @@ pub struct Platform<'a> {
     pub temp: PathBuf,
     /// Whether two paths overlap as this system compares them.
     pub overlap: &'a dyn Fn(&Path, &Path) -> bool,
-    /// How jobs run here.
-    pub runner: Box<dyn Tier0>,
+    /// The tier-0 sandbox jobs run through.
+    pub sandbox: Arc<dyn Sandbox>,
+    /// The node's platform, for refusals (`Windows`, `macOS`).
+    pub platform: &'static str,
+    /// How a host path is written into a run's spec.
+    pub carry: Carry,
 }
 
 /// What `--edge` needs, checked before anything starts (None without it).
@@ -394,7 +504,10 @@ pub fn edge_settings(
         jobs: Jobs {
             records: data_dir.join("jobs"),
             work_root,
-            runner: p.runner,
+            data_dir: data_dir.to_path_buf(),
+            sandbox: p.sandbox,
+            platform: p.platform,
+            carry: p.carry,
         },
     }))
 }

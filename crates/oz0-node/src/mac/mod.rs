@@ -13,7 +13,7 @@
 //!   ([`vm`], `oz0_macos::vm`).
 //! - `sandbox probe`: what a process can see and do (the self-test's witness).
 //! - `run`, `facts`: the daemon ([`node`]): facts, and tier-0 shell jobs
-//!   from an edge ([`jobs`]).
+//!   from an edge through `oz0_macos::sandbox::Plain`.
 //!
 //! This module is the command line around `oz0_macos`, which owns the
 //! walls; the native part is type-checked for macOS in CI; it has not run
@@ -30,7 +30,6 @@ use oz0_macos::wall::{MacWall, WALL_NAME};
 use oz0_policy::facts::Microvm;
 
 mod host;
-mod jobs;
 mod node;
 mod run;
 mod vm;

@@ -5,8 +5,8 @@
 //! `--sandbox none`), logging each check, writes `<data-dir>/facts.json`
 //! with the tier the self-test proved (never one it did not), and with
 //! `--edge` registers and reports the facts. It takes tier-0 shell jobs one
-//! at a time (the shared loop of `crate::daemon`, macOS' runner in
-//! `jobs.rs`) until Ctrl-C or SIGTERM: a Mac proves no tier 1 (see
+//! at a time (the shared loop of `crate::daemon`, through
+//! `oz0_macos::sandbox::Plain`) until Ctrl-C or SIGTERM: a Mac proves no tier 1 (see
 //! `oz0_core::selftest`: macOS cannot limit a whole run's processes or
 //! memory), so the edge routes it at tier 0.
 
@@ -21,7 +21,6 @@ use oz0_edge::client::NodeKey;
 use oz0_policy::facts::NodeFacts;
 
 use super::host;
-use super::jobs::MacTier0;
 use crate::daemon::{
     edge_settings, event_loop, fail, log, write_facts, DaemonFlags, Edge, Platform,
 };
@@ -62,10 +61,12 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
                 .map(|h| h.split('.').next().unwrap_or(h).to_ascii_lowercase()),
             temp: temp.clone(),
             overlap: &overlap,
-            runner: Box::new(MacTier0 {
+            sandbox: Arc::new(oz0_macos::sandbox::Plain {
                 temp_root: temp,
-                data_dir: data_dir.to_path_buf(),
+                records: Some(oz0_macos::runs::records(data_dir)),
             }),
+            platform: "macOS",
+            carry: crate::flags::utf8,
         },
     )
 }

@@ -17,7 +17,7 @@
 //! - `sandbox relay [--remove-profile]`: the relay route's forwarder, and
 //!   the removal of its AppContainer profile.
 //! - `run`: the node daemon: probe, facts, and with `--edge` registration,
-//!   reports and tier-0 shell jobs ([`jobs`]).
+//!   reports and tier-0 shell jobs through `oz0_windows::tier0::JobObject`.
 //! - `facts`: what the last `run` wrote.
 //!
 //! The portable decisions (the probe's facts → lines, tier and fix; the
@@ -29,7 +29,6 @@ use std::ffi::OsString;
 
 use clap::{Parser, Subcommand};
 
-mod jobs;
 mod node;
 mod proxy;
 mod psec_run;

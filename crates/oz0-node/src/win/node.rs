@@ -5,7 +5,8 @@
 //! and with `--edge` registers and reports the facts. The edge routes a
 //! Windows node at tier 0 whatever it proved; the node polls the tier-0
 //! queue and runs its shell jobs one at a time with no wall (the shared
-//! loop of `crate::daemon`, Windows' runner in `jobs.rs`), until Ctrl-C.
+//! loop of `crate::daemon`, through `oz0_windows::tier0::JobObject`), until
+//! Ctrl-C.
 
 use std::path::{Path, PathBuf};
 
@@ -66,7 +67,9 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
                 .map(|h| h.trim().to_ascii_lowercase()),
             temp: std::env::temp_dir(),
             overlap: &overlap,
-            runner: Box::new(super::jobs::WindowsTier0),
+            sandbox: std::sync::Arc::new(oz0_windows::tier0::JobObject::new()),
+            platform: "Windows",
+            carry: |what, p| oz0_windows::tier0::carry(p).map_err(|e| format!("{what}: {e}")),
         },
     )
 }
