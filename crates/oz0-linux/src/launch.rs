@@ -229,6 +229,68 @@ fn execute(
     (holders, ready): (&mut Holders, OwnedFd),
 ) -> Result<RunOutcome, SandboxError> {
     let own_pid_ns = plan.namespaces.contains(&plan::Namespace::Pid);
+    let wiring = wire(plan, opts, job, (bridge, channel), ready)?;
+    let mut child = start(
+        plan,
+        opts,
+        spec,
+        run_id,
+        holders,
+        wiring.setup,
+        wiring.capture_w,
+    )?;
+    // Open until bubblewrap exits: it writes there again when the run ends.
+    let mut json = io::BufReader::new(File::from(wiring.json));
+    let (init, outer) = watch(&child, &mut json)?;
+    let mut status = File::from(wiring.status);
+    let mut status_buf = Vec::new();
+    let killed = supervise(
+        Watch {
+            outer: &outer,
+            init: init.as_ref().filter(|_| own_pid_ns),
+            kill_init: init.as_ref(),
+            cancel: opts.cancel.as_ref(),
+            job,
+        },
+        oz0_limits::Supervisor::new(&spec.limits, started),
+        (holders, plan),
+        (&mut status, &mut status_buf),
+    )?;
+    let exit = child.wait().map_err(|source| SandboxError::Supervise {
+        what: "waiting for bubblewrap",
+        source,
+    })?;
+    // Whatever the stage wrote before the end.
+    let _ = status.read_to_end(&mut status_buf);
+    let mut captured = String::new();
+    let _ = File::from(wiring.capture_r).read_to_string(&mut captured);
+    let report = StageReport::parse(&status_buf);
+    outcome(plan, opts, run_id, started, exit, report, captured, killed)
+}
+
+/// What bubblewrap is started with: its descriptors at their numbers (and
+/// the job it joins), and the node's ends of its pipes.
+struct Wiring {
+    setup: oz0_sys::spawn::ChildSetup,
+    /// bubblewrap's JSON status.
+    json: OwnedFd,
+    /// The stage's report.
+    status: OwnedFd,
+    /// bubblewrap's own stderr: the node's end, and bubblewrap's.
+    capture_r: OwnedFd,
+    capture_w: OwnedFd,
+}
+
+/// Puts bubblewrap's arguments and the stage's configuration in sealed
+/// memory files, makes the protocol's pipes and hands every descriptor to
+/// the child at its number ([`fds`]); the job's cgroups too.
+fn wire(
+    plan: &Plan,
+    opts: &Launch<'_>,
+    job: Option<&oz0_limits::Job>,
+    (bridge, channel): (Option<BridgeConfig>, Option<OwnedFd>),
+    ready: OwnedFd,
+) -> Result<Wiring, SandboxError> {
     let mut args = Vec::new();
     for a in plan.bwrap_args() {
         args.extend_from_slice(a.as_bytes());
@@ -293,7 +355,27 @@ fn execute(
             setup.join_cgroup(f);
         }
     }
+    Ok(Wiring {
+        setup,
+        json: json_r,
+        status: status_r,
+        capture_r,
+        capture_w,
+    })
+}
 
+/// Starts bubblewrap, then, while it builds the sandbox, records the run
+/// and makes its placeholders. A run that cannot be recorded is stopped:
+/// its stage, which waits for the word before anything, is told why.
+fn start(
+    plan: &Plan,
+    opts: &Launch<'_>,
+    spec: &RunSpec,
+    run_id: &str,
+    holders: &mut Holders,
+    setup: oz0_sys::spawn::ChildSetup,
+    capture_w: OwnedFd,
+) -> Result<crate::spawn::Bwrap, SandboxError> {
     let io = (&opts.io.stdin, &opts.io.stdout);
     let mut child =
         spawn_bwrap(opts.bwrap, io, capture_w, &setup).map_err(|source| SandboxError::Exec {
@@ -301,9 +383,6 @@ fn execute(
             source,
         })?;
     drop(setup);
-    // While bubblewrap builds the sandbox: the run's record and the
-    // placeholders. A run that cannot be recorded is stopped:
-    // its stage, which waits for the word before anything, is told why.
     if let Err(e) = holders.start(&plan.placeholders, spec.data_dir.as_path(), run_id) {
         if let Some(pid) = rustix::process::Pid::from_raw(child.id()) {
             let _ = rustix::process::kill_process(pid, Signal::KILL);
@@ -311,11 +390,17 @@ fn execute(
         let _ = child.wait();
         return Err(e);
     }
+    Ok(child)
+}
 
-    // bubblewrap reports its init's pid first; no report means it failed
-    // before creating the sandbox.
-    let mut json = io::BufReader::new(File::from(json_r));
-    let init_pid = read_child_pid(&mut json);
+/// Descriptors of the run's init (when bubblewrap reported it) and of
+/// bubblewrap itself. bubblewrap reports its init's pid first; no report
+/// means it failed before creating the sandbox.
+fn watch(
+    child: &crate::spawn::Bwrap,
+    json: &mut io::BufReader<File>,
+) -> Result<(Option<OwnedFd>, OwnedFd), SandboxError> {
+    let init_pid = read_child_pid(json);
     let init = init_pid.and_then(|p| {
         rustix::process::Pid::from_raw(p).and_then(|pid| pidfd_open(pid, PidfdFlags::empty()).ok())
     });
@@ -325,10 +410,30 @@ fn execute(
             what: "cannot watch bubblewrap (pidfd_open)",
             source: io::Error::last_os_error(),
         })?;
+    Ok((init, outer))
+}
 
-    let mut supervisor = oz0_limits::Supervisor::new(&spec.limits, started);
-    let mut status = File::from(status_r);
-    let mut status_buf = Vec::new();
+/// What the supervision waits on, and whom it stops.
+struct Watch<'a> {
+    /// bubblewrap: the run is over when it exits.
+    outer: &'a OwnedFd,
+    /// The run's init, watched when the run has a pid namespace of its own.
+    init: Option<&'a OwnedFd>,
+    /// The run's init, killed with bubblewrap.
+    kill_init: Option<&'a OwnedFd>,
+    cancel: Option<&'a Cancel>,
+    job: Option<&'a oz0_limits::Job>,
+}
+
+/// Supervises the run until bubblewrap exits: reads the stage's report as it
+/// comes, removes the placeholders when the init is gone, and kills the
+/// run on a cancel or a limit. How it was stopped, if it was.
+fn supervise(
+    w: Watch<'_>,
+    mut supervisor: oz0_limits::Supervisor,
+    (holders, plan): (&mut Holders, &Plan),
+    (status, status_buf): (&mut File, &mut Vec<u8>),
+) -> Result<Option<Ended>, SandboxError> {
     let mut status_open = true;
     let mut killed: Option<Ended> = None;
     loop {
@@ -336,16 +441,16 @@ fn execute(
             None => supervisor.next_poll(Instant::now()),
             Some(_) => None,
         };
-        let mut pfds = vec![PollFd::new(&outer, PollFlags::IN)];
+        let mut pfds = vec![PollFd::new(w.outer, PollFlags::IN)];
         if status_open {
-            pfds.push(PollFd::new(&status, PollFlags::IN));
+            pfds.push(PollFd::new(&*status, PollFlags::IN));
         }
-        let cancel_idx = opts.cancel.as_ref().map(|c| {
+        let cancel_idx = w.cancel.map(|c| {
             pfds.push(PollFd::new(&c.0, PollFlags::IN));
             pfds.len() - 1
         });
-        let init_idx = match &init {
-            Some(fd) if own_pid_ns && !holders.removed => {
+        let init_idx = match w.init {
+            Some(fd) if !holders.removed => {
                 pfds.push(PollFd::new(fd, PollFlags::IN));
                 Some(pfds.len() - 1)
             }
@@ -387,38 +492,53 @@ fn execute(
         if killed.is_some() {
             continue;
         }
-        if cancelled {
-            killed = Some(Ended::Cancelled);
-        } else {
-            // The supervisor kills the job itself on a verdict; a failure to
-            // read the job's counters is treated as a verdict (fail closed).
-            killed = match supervisor.check(job, Instant::now()) {
-                Ok(None) => None,
-                Ok(Some(oz0_limits::Verdict::Timeout { .. })) => Some(Ended::Timeout),
-                Ok(Some(oz0_limits::Verdict::CpuTime { .. })) => Some(Ended::CpuTime),
-                Err(e) => {
-                    eprintln!("oz0-node: stopping the run: {e}");
-                    Some(Ended::Cancelled)
-                }
-            };
-        }
+        killed = stop_reason(cancelled, &mut supervisor, w.job);
         if killed.is_some() {
-            if let Some(j) = job {
+            if let Some(j) = w.job {
                 let _ = j.kill();
             }
-            kill_tree(init.as_ref(), &outer);
+            kill_tree(w.kill_init, w.outer);
         }
     }
-    let exit = child.wait().map_err(|source| SandboxError::Supervise {
-        what: "waiting for bubblewrap",
-        source,
-    })?;
-    // Whatever the stage wrote before the end.
-    let _ = status.read_to_end(&mut status_buf);
-    let mut captured = String::new();
-    let _ = File::from(capture_r).read_to_string(&mut captured);
+    Ok(killed)
+}
 
-    let report = StageReport::parse(&status_buf);
+/// Why the run must stop now, if it must: a cancel, or the supervisor's
+/// verdict. The supervisor kills the job itself on a verdict; a failure to
+/// read the job's counters is treated as a verdict (fail closed).
+fn stop_reason(
+    cancelled: bool,
+    supervisor: &mut oz0_limits::Supervisor,
+    job: Option<&oz0_limits::Job>,
+) -> Option<Ended> {
+    if cancelled {
+        return Some(Ended::Cancelled);
+    }
+    match supervisor.check(job, Instant::now()) {
+        Ok(None) => None,
+        Ok(Some(oz0_limits::Verdict::Timeout { .. })) => Some(Ended::Timeout),
+        Ok(Some(oz0_limits::Verdict::CpuTime { .. })) => Some(Ended::CpuTime),
+        Err(e) => {
+            eprintln!("oz0-node: stopping the run: {e}");
+            Some(Ended::Cancelled)
+        }
+    }
+}
+
+/// The run's outcome from how it ended: bubblewrap's status, the stage's
+/// report, bubblewrap's own messages, and how it was stopped. `Err` when
+/// the command never ran.
+#[allow(clippy::too_many_arguments)]
+fn outcome(
+    plan: &Plan,
+    opts: &Launch<'_>,
+    run_id: &str,
+    started: Instant,
+    exit: std::process::ExitStatus,
+    report: StageReport,
+    captured: String,
+    killed: Option<Ended>,
+) -> Result<RunOutcome, SandboxError> {
     // A run its limit killed while the sandbox was still being made (the
     // start counts toward --cpu-seconds and --timeout) ended at that limit,
     // not in a failure of bubblewrap: it is reported as the limit.

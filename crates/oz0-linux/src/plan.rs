@@ -294,63 +294,140 @@ fn abs(s: &str) -> AbsPath {
     AbsPath::new(s).expect("constant or checked path is valid")
 }
 
+/// What the steps of [`plan`] add to, in order: the mounts bubblewrap
+/// makes, the Landlock rules, and the binds the stage checks.
+#[derive(Default)]
+struct Layers {
+    mounts: Vec<Mount>,
+    landlock: LandlockRules,
+    expect: Vec<Expect>,
+}
+
 /// Makes the plan. Pure: everything about the host comes from `host`.
 pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, PlanError> {
-    let mut mounts = Vec::new();
-    let mut landlock = LandlockRules::default();
-    let mut expect = Vec::new();
-
+    let mut l = Layers::default();
     // 1. The system, read-only. Merged-/usr links stay links.
+    system(host, &mut l)?;
+    // 2. Kernel interfaces and the private TEMP.
+    let tmp = kernel_and_tmp(spec, host, &mut l)?;
+    // 3. The node binary, for the stage.
+    node_binary(host, &mut l)?;
+    // 3b. The run's own proxy socket (its only way out), and devices.
+    let devices = socket_and_devices(extras, &mut l)?;
+
+    // 4. The caller's paths and the protected paths, parents before children.
+    let mut user = caller_paths(spec, host, &mut l)?;
+    let (protected, placeholders, holds) = protected_paths(host, extras)?;
+    user.extend(fault_mount(extras));
+    refuse_protected_writes(spec, &protected)?;
+    // A stable sort by depth puts every mount after the mounts of its parents.
+    user.sort_by_key(|m| m.dest().depth());
+    l.mounts.extend(user);
+    // The stage binds the protected paths after all of these, then mounts
+    // the placeholders (so they are never hidden under a later mount), then
+    // makes the root read-only.
+
+    let env = environment(spec, extras)?;
+    let namespaces = namespaces(extras);
+
+    let Layers {
+        mounts,
+        landlock,
+        expect,
+    } = l;
+    let mount_points = mount_points(&mounts, &host.mounts, &devices, &holds, &placeholders);
+    Ok(Plan {
+        namespaces,
+        mounts,
+        devices,
+        tmp,
+        protected,
+        placeholders,
+        expect,
+        holds,
+        mount_points,
+        env,
+        cwd: spec.work.clone(),
+        argv: spec.command.clone(),
+        landlock,
+        landlock_off: extras.fault == Some(Fault::NoLandlock),
+        seccomp: extras.profile,
+        seccomp_off: extras.fault == Some(Fault::NoSeccomp),
+        deny_unix_sockets: !spec.allow_unix_sockets && extras.profile == Profile::Default,
+    })
+}
+
+/// Step 1: the system's folders bound read-only, its links kept as links.
+fn system(host: &HostFacts, l: &mut Layers) -> Result<(), PlanError> {
     for (path, entry) in &host.system {
         match entry {
             Entry::Dir => {
-                mounts.push(Mount::RoBind {
+                l.mounts.push(Mount::RoBind {
                     src: path.clone(),
                     dest: path.clone(),
                 });
-                landlock.read.push(path.to_string());
-                expect.push(Expect::of(host, path, true)?);
+                l.landlock.read.push(path.to_string());
+                l.expect.push(Expect::of(host, path, true)?);
             }
-            Entry::Symlink(target) => mounts.push(Mount::Symlink {
+            Entry::Symlink(target) => l.mounts.push(Mount::Symlink {
                 target: target.clone(),
                 dest: path.clone(),
             }),
             Entry::Missing | Entry::File | Entry::Other => {}
         }
     }
-    // 2. Kernel interfaces and the private TEMP.
-    mounts.push(Mount::Proc { dest: abs("/proc") });
-    mounts.push(Mount::DevBind {
+    Ok(())
+}
+
+/// Step 2: `/proc`, the host's `/dev` for the stage alone, and the private
+/// TEMP with its size.
+fn kernel_and_tmp(
+    spec: &RunSpec,
+    host: &HostFacts,
+    l: &mut Layers,
+) -> Result<TmpfsSize, PlanError> {
+    l.mounts.push(Mount::Proc { dest: abs("/proc") });
+    l.mounts.push(Mount::DevBind {
         src: abs("/dev"),
         dest: abs(HOST_DEV_INSIDE),
     });
-    expect.push(Expect::at(host, &abs("/dev"), abs(HOST_DEV_INSIDE), false)?);
+    l.expect
+        .push(Expect::at(host, &abs("/dev"), abs(HOST_DEV_INSIDE), false)?);
     let tmp = TmpfsSize {
         size_mib: spec.limits.tmp_size_mib(),
         inodes: spec.limits.tmp_inodes(),
     };
-    mounts.push(Mount::Tmpfs {
+    l.mounts.push(Mount::Tmpfs {
         dest: abs(TMP_INSIDE),
         size: tmp,
     });
-    landlock
+    l.landlock
         .write
         .extend(["/proc", "/dev", TMP_INSIDE].map(String::from));
-    // 3. The node binary, for the stage.
-    mounts.push(Mount::RoBind {
+    Ok(tmp)
+}
+
+/// Step 3: the node binary, read-only at [`NODE_BIN_INSIDE`], for the stage.
+fn node_binary(host: &HostFacts, l: &mut Layers) -> Result<(), PlanError> {
+    l.mounts.push(Mount::RoBind {
         src: host.node_exe.clone(),
         dest: abs(NODE_BIN_INSIDE),
     });
-    landlock.read.push(NODE_BIN_INSIDE.to_string());
-    expect.push(Expect::at(
+    l.landlock.read.push(NODE_BIN_INSIDE.to_string());
+    l.expect.push(Expect::at(
         host,
         &host.node_exe,
         abs(NODE_BIN_INSIDE),
         true,
     )?);
-    // 3b. The run's own proxy socket (its only way out), and devices.
+    Ok(())
+}
+
+/// Step 3b: the run's own proxy socket (its only way out), and the names
+/// of its devices: [`DEV_NODES`] and the launcher's, each under `/dev`.
+fn socket_and_devices(extras: &Extras, l: &mut Layers) -> Result<Vec<String>, PlanError> {
     if let Some(sock) = &extras.egress_socket {
-        mounts.push(Mount::RoBind {
+        l.mounts.push(Mount::RoBind {
             src: sock.clone(),
             dest: abs(EGRESS_SOCKET_INSIDE),
         });
@@ -363,8 +440,12 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
             None => return Err(PlanError::NotADevice(d.clone())),
         }
     }
+    Ok(devices)
+}
 
-    // 4. The caller's paths and the protected paths, parents before children.
+/// Step 4: the work folder and the `--read`/`--write` paths, each checked
+/// against what the node found on the host; their mounts, unsorted.
+fn caller_paths(spec: &RunSpec, host: &HostFacts, l: &mut Layers) -> Result<Vec<Mount>, PlanError> {
     let mut user = Vec::new();
     let roots = std::iter::once((&spec.work, true))
         .chain(spec.read.iter().map(|p| (p, false)))
@@ -394,7 +475,7 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
                 src: path.clone(),
                 dest: path.clone(),
             });
-            landlock.write.push(path.to_string());
+            l.landlock.write.push(path.to_string());
             if host.node_exe.starts_with(path) {
                 return Err(PlanError::NodeInWritable {
                     node: host.node_exe.clone(),
@@ -406,11 +487,19 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
                 src: path.clone(),
                 dest: path.clone(),
             });
-            landlock.read.push(path.to_string());
+            l.landlock.read.push(path.to_string());
         }
-        expect.push(Expect::of(host, path, !writable)?);
+        l.expect.push(Expect::of(host, path, !writable)?);
     }
+    Ok(user)
+}
 
+/// How each protected path is held, the placeholders to make, the holds.
+type ProtectedPlan = (Vec<Protected>, Vec<Placeholder>, Vec<Hold>);
+
+/// The protected paths of every root, unless a fault says not to, with the
+/// holds parents first.
+fn protected_paths(host: &HostFacts, extras: &Extras) -> Result<ProtectedPlan, PlanError> {
     let mut protected = Vec::new();
     let mut placeholders = Vec::new();
     let mut holds = Vec::new();
@@ -427,17 +516,26 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
     }
     // Parents before children (a stable sort keeps the order otherwise).
     holds.sort_by_key(|h| h.path.depth());
+    Ok((protected, placeholders, holds))
+}
+
+/// The self-test's exposure of a host folder, when that is its fault.
+fn fault_mount(extras: &Extras) -> Option<Mount> {
     match &extras.fault {
-        Some(Fault::Expose(p)) => user.push(Mount::RoBind {
+        Some(Fault::Expose(p)) => Some(Mount::RoBind {
             src: p.clone(),
             dest: p.clone(),
         }),
-        Some(Fault::ExposeAt { src, dest }) => user.push(Mount::Bind {
+        Some(Fault::ExposeAt { src, dest }) => Some(Mount::Bind {
             src: src.clone(),
             dest: dest.clone(),
         }),
-        _ => {}
+        _ => None,
     }
+}
+
+/// Refuses a `--write` path inside a protected path that is held read-only.
+fn refuse_protected_writes(spec: &RunSpec, protected: &[Protected]) -> Result<(), PlanError> {
     for w in &spec.write {
         if protected
             .iter()
@@ -446,13 +544,12 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
             return Err(PlanError::ProtectedWritable(w.clone()));
         }
     }
-    // A stable sort by depth puts every mount after the mounts of its parents.
-    user.sort_by_key(|m| m.dest().depth());
-    mounts.extend(user);
-    // The stage binds the protected paths after all of these, then mounts
-    // the placeholders (so they are never hidden under a later mount), then
-    // makes the root read-only.
+    Ok(())
+}
 
+/// Exactly the command's environment: the caller's with `PATH`, `HOME` and
+/// `TMPDIR`, then a fault's leak, then a VM monitor's secrets (each checked).
+fn environment(spec: &RunSpec, extras: &Extras) -> Result<Vec<(String, String)>, PlanError> {
     let mut env = spec.env_with_path(DEFAULT_PATH);
     env.push(("HOME".into(), TMP_INSIDE.into()));
     env.push(("TMPDIR".into(), TMP_INSIDE.into()));
@@ -467,7 +564,12 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
         }
         env.push((n.clone(), v.clone()));
     }
-    let namespaces = NAMESPACES
+    Ok(env)
+}
+
+/// [`NAMESPACES`], less the one a self-test fault shares with the host.
+fn namespaces(extras: &Extras) -> Vec<Namespace> {
+    NAMESPACES
         .iter()
         .copied()
         .filter(|n| match extras.fault {
@@ -475,28 +577,7 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
             Some(Fault::ShareNet) => *n != Namespace::Net,
             _ => true,
         })
-        .collect();
-
-    let mount_points = mount_points(&mounts, &host.mounts, &devices, &holds, &placeholders);
-    Ok(Plan {
-        namespaces,
-        mounts,
-        devices,
-        tmp,
-        protected,
-        placeholders,
-        expect,
-        holds,
-        mount_points,
-        env,
-        cwd: spec.work.clone(),
-        argv: spec.command.clone(),
-        landlock,
-        landlock_off: extras.fault == Some(Fault::NoLandlock),
-        seccomp: extras.profile,
-        seccomp_off: extras.fault == Some(Fault::NoSeccomp),
-        deny_unix_sockets: !spec.allow_unix_sockets && extras.profile == Profile::Default,
-    })
+        .collect()
 }
 
 impl Plan {

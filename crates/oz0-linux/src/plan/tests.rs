@@ -458,149 +458,136 @@ fn git_file_is_read_only_and_absent_git_is_reported() {
     }));
 }
 
+/// Plans the spec on its host, which must refuse with an error `want`
+/// takes (and one that says something).
+fn refuses(name: &str, (s, h): (RunSpec, HostFacts), want: fn(&PlanError) -> bool) {
+    let e = plan(&s, &h, &Extras::default()).expect_err(name);
+    assert!(want(&e), "{name}: {e:?}");
+    assert!(!e.to_string().is_empty());
+}
+
 #[test]
-fn refusals() {
-    type Case = (
-        &'static str,
-        fn() -> (RunSpec, HostFacts),
-        fn(&PlanError) -> bool,
+fn refusals_of_the_work_folder() {
+    refuses(
+        "missing work",
+        (spec(|_| {}), host(vec![root("/w", Entry::Missing)], vec![])),
+        |e| matches!(e, PlanError::Missing(_)),
     );
-    let cases: &[Case] = &[
+    refuses(
+        "work is a file",
+        (spec(|_| {}), host(vec![root("/w", Entry::File)], vec![])),
+        |e| matches!(e, PlanError::WorkNotDir(_)),
+    );
+    refuses(
+        "work is a link",
         (
-            "missing work",
-            || (spec(|_| {}), host(vec![root("/w", Entry::Missing)], vec![])),
-            |e| matches!(e, PlanError::Missing(_)),
+            spec(|_| {}),
+            host(
+                vec![RootFact {
+                    path: p("/w"),
+                    entry: Entry::Symlink("/etc".into()),
+                    canonical: Some("/etc".into()),
+                }],
+                vec![],
+            ),
         ),
+        |e| matches!(e, PlanError::Symlinked { .. }),
+    );
+    refuses(
+        "parent is a link",
         (
-            "work is a file",
-            || (spec(|_| {}), host(vec![root("/w", Entry::File)], vec![])),
-            |e| matches!(e, PlanError::WorkNotDir(_)),
+            spec(|_| {}),
+            host(
+                // What `gather` records when a folder on the way
+                // is a link: the link met, and where it leads.
+                vec![RootFact {
+                    path: p("/w"),
+                    entry: Entry::Symlink("/".into()),
+                    canonical: Some("/real/w".into()),
+                }],
+                vec![],
+            ),
         ),
+        |e| matches!(e, PlanError::Symlinked { resolved, .. } if resolved == "/real/w"),
+    );
+}
+
+#[test]
+fn refusals_of_the_callers_paths() {
+    refuses(
+        "the node binary in a writable folder",
         (
-            "work is a link",
-            || {
-                (
-                    spec(|_| {}),
-                    host(
-                        vec![RootFact {
-                            path: p("/w"),
-                            entry: Entry::Symlink("/etc".into()),
-                            canonical: Some("/etc".into()),
-                        }],
-                        vec![],
-                    ),
-                )
-            },
-            |e| matches!(e, PlanError::Symlinked { .. }),
+            spec(|r| r.write = vec!["/opt/oz0".into()]),
+            host(
+                vec![root("/w", Entry::Dir), root("/opt/oz0", Entry::Dir)],
+                vec![
+                    prot("/w", Entry::Missing, &[]),
+                    prot("/opt/oz0", Entry::Missing, &[]),
+                ],
+            ),
         ),
+        |e| matches!(e, PlanError::NodeInWritable { .. }),
+    );
+    refuses(
+        "socket",
         (
-            "parent is a link",
-            || {
-                (
-                    spec(|_| {}),
-                    host(
-                        // What `gather` records when a folder on the way
-                        // is a link: the link met, and where it leads.
-                        vec![RootFact {
-                            path: p("/w"),
-                            entry: Entry::Symlink("/".into()),
-                            canonical: Some("/real/w".into()),
-                        }],
-                        vec![],
-                    ),
-                )
-            },
-            |e| matches!(e, PlanError::Symlinked { resolved, .. } if resolved == "/real/w"),
+            spec(|r| r.read = vec!["/run/x.sock".into()]),
+            host(
+                vec![root("/w", Entry::Dir), root("/run/x.sock", Entry::Other)],
+                vec![],
+            ),
         ),
+        |e| matches!(e, PlanError::Special(_)),
+    );
+}
+
+#[test]
+fn refusals_of_protected_paths() {
+    let mut pf = prot("/w", Entry::Missing, &[]);
+    pf.names[2].2 = Entry::Symlink("/home/u/.ssh".into());
+    refuses(
+        "protected link",
+        (spec(|_| {}), host(vec![root("/w", Entry::Dir)], vec![pf])),
+        |e| matches!(e, PlanError::ProtectedSymlink(_)),
+    );
+    refuses(
+        "git link",
         (
-            "the node binary in a writable folder",
-            || {
-                (
-                    spec(|r| r.write = vec!["/opt/oz0".into()]),
-                    host(
-                        vec![root("/w", Entry::Dir), root("/opt/oz0", Entry::Dir)],
-                        vec![
-                            prot("/w", Entry::Missing, &[]),
-                            prot("/opt/oz0", Entry::Missing, &[]),
-                        ],
-                    ),
-                )
-            },
-            |e| matches!(e, PlanError::NodeInWritable { .. }),
+            spec(|_| {}),
+            host(
+                vec![root("/w", Entry::Dir)],
+                vec![prot("/w", Entry::Symlink("/x".into()), &[])],
+            ),
         ),
+        |e| matches!(e, PlanError::ProtectedSymlink(_)),
+    );
+    refuses(
+        "hooks link",
         (
-            "socket",
-            || {
-                (
-                    spec(|r| r.read = vec!["/run/x.sock".into()]),
-                    host(
-                        vec![root("/w", Entry::Dir), root("/run/x.sock", Entry::Other)],
-                        vec![],
-                    ),
-                )
-            },
-            |e| matches!(e, PlanError::Special(_)),
+            spec(|_| {}),
+            host(
+                vec![root("/w", Entry::Dir)],
+                vec![prot(
+                    "/w",
+                    Entry::Dir,
+                    &[("hooks", Entry::Symlink("/x".into()))],
+                )],
+            ),
         ),
+        |e| matches!(e, PlanError::ProtectedSymlink(_)),
+    );
+    refuses(
+        "write a protected path",
         (
-            "protected link",
-            || {
-                let mut pf = prot("/w", Entry::Missing, &[]);
-                pf.names[2].2 = Entry::Symlink("/home/u/.ssh".into());
-                (spec(|_| {}), host(vec![root("/w", Entry::Dir)], vec![pf]))
-            },
-            |e| matches!(e, PlanError::ProtectedSymlink(_)),
+            spec(|r| r.write = vec!["/w/.claude".into()]),
+            host(
+                vec![root("/w", Entry::Dir), root("/w/.claude", Entry::Dir)],
+                vec![
+                    prot("/w", Entry::Missing, &[]),
+                    prot("/w/.claude", Entry::Missing, &[]),
+                ],
+            ),
         ),
-        (
-            "git link",
-            || {
-                (
-                    spec(|_| {}),
-                    host(
-                        vec![root("/w", Entry::Dir)],
-                        vec![prot("/w", Entry::Symlink("/x".into()), &[])],
-                    ),
-                )
-            },
-            |e| matches!(e, PlanError::ProtectedSymlink(_)),
-        ),
-        (
-            "hooks link",
-            || {
-                (
-                    spec(|_| {}),
-                    host(
-                        vec![root("/w", Entry::Dir)],
-                        vec![prot(
-                            "/w",
-                            Entry::Dir,
-                            &[("hooks", Entry::Symlink("/x".into()))],
-                        )],
-                    ),
-                )
-            },
-            |e| matches!(e, PlanError::ProtectedSymlink(_)),
-        ),
-        (
-            "write a protected path",
-            || {
-                (
-                    spec(|r| r.write = vec!["/w/.claude".into()]),
-                    host(
-                        vec![root("/w", Entry::Dir), root("/w/.claude", Entry::Dir)],
-                        vec![
-                            prot("/w", Entry::Missing, &[]),
-                            prot("/w/.claude", Entry::Missing, &[]),
-                        ],
-                    ),
-                )
-            },
-            |e| matches!(e, PlanError::ProtectedWritable(_)),
-        ),
-    ];
-    for (name, make, want) in cases {
-        let (s, h) = make();
-        let e = plan(&s, &h, &Extras::default()).expect_err(name);
-        assert!(want(&e), "{name}: {e:?}");
-        assert!(!e.to_string().is_empty());
-    }
+        |e| matches!(e, PlanError::ProtectedWritable(_)),
+    );
 }
