@@ -52,6 +52,8 @@ mod mac;
 mod node;
 #[cfg(target_os = "linux")]
 mod out;
+#[cfg(not(target_os = "linux"))]
+mod platform;
 #[cfg(target_os = "linux")]
 mod plugin;
 #[cfg(unix)]

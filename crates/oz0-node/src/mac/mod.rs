@@ -26,7 +26,7 @@ use clap::{Args, Parser, Subcommand};
 use oz0_core::exit::Exit;
 use oz0_core::facts::{assemble, SandboxMode};
 use oz0_core::Wall;
-use oz0_macos::wall::{MacWall, WALL_NAME};
+use oz0_macos::wall::WALL_NAME;
 use oz0_policy::facts::Microvm;
 
 mod host;
@@ -171,7 +171,11 @@ fn check(a: &CheckArgs) -> i32 {
             ..Default::default()
         })
     }));
-    let wall = MacWall::probe(data_dir, Arc::new(quiet));
+    let walls = crate::platform::platform(crate::platform::Settings {
+        data_dir,
+        egress: Arc::new(quiet),
+    });
+    let wall = walls.wall();
     let r = oz0_macos::check::report(&wall.probe);
     let c = wall.check();
     if !a.json {

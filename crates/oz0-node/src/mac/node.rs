@@ -24,7 +24,7 @@ use super::host;
 use crate::daemon::{
     edge_settings, event_loop, fail, log, write_facts, DaemonFlags, Edge, Platform,
 };
-use oz0_macos::wall::MacWall;
+use crate::platform::{platform, Platform as Walls, Settings};
 
 /// `run` flags.
 #[derive(Debug, Args)]
@@ -48,6 +48,10 @@ pub enum Sandbox {
 
 fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
     let temp = oz0_macos::sandbox::temp_root()?;
+    let walls = platform(Settings {
+        data_dir: Some(data_dir.to_path_buf()),
+        egress: Arc::new(host::egress(data_dir.join(oz0_egress::AUDIT_LOG_NAME))),
+    });
     let overlap = |a: &Path, b: &Path| a.starts_with(b) || b.starts_with(a);
     edge_settings(
         &a.daemon,
@@ -59,13 +63,10 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
                 .to_str()
                 .ok()
                 .map(|h| h.split('.').next().unwrap_or(h).to_ascii_lowercase()),
-            temp: temp.clone(),
+            temp,
             overlap: &overlap,
-            sandbox: Arc::new(oz0_macos::sandbox::Plain {
-                temp_root: temp,
-                records: Some(oz0_macos::runs::records(data_dir)),
-            }),
-            platform: "macOS",
+            sandbox: walls.tier0()?,
+            platform: Walls::NAME,
             carry: crate::flags::utf8,
         },
     )
@@ -74,8 +75,11 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
 /// Probes, self-tests unless told not to, and assembles the facts, logging
 /// each step.
 fn assess(sandbox: Sandbox, data_dir: &Path) -> NodeFacts {
-    let egress = Arc::new(host::egress(data_dir.join(oz0_egress::AUDIT_LOG_NAME)));
-    let wall = MacWall::probe(Some(data_dir.to_path_buf()), egress);
+    let walls = platform(Settings {
+        data_dir: Some(data_dir.to_path_buf()),
+        egress: Arc::new(host::egress(data_dir.join(oz0_egress::AUDIT_LOG_NAME))),
+    });
+    let wall = walls.wall();
     let check = wall.check();
     log(&check.headline);
     log(&check.facts_line);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use oz0_core::exit::Exit;
-use oz0_core::{RunIo, RunOptions, Sandbox};
+use oz0_core::{RunIo, RunOptions};
 use oz0_macos::check::SeatbeltAnswer;
 use oz0_policy::{RunRequest, RunSpec};
 
@@ -94,12 +94,17 @@ pub fn main(a: RunArgs) -> i32 {
         .audit_log
         .clone()
         .unwrap_or_else(|| data_dir.join("egress-audit.jsonl"));
-    let records = data_dir.exists().then(|| {
+    // Live runs are recorded in the data directory when there is one;
+    // what runs of a killed node left is ended first.
+    let recorded = data_dir.exists().then(|| {
         host::sweep(&data_dir);
-        oz0_macos::runs::records(&data_dir)
+        data_dir.clone()
     });
-    let wall = match oz0_macos::sandbox::Seatbelt::new(Arc::new(host::egress(audit)), None, records)
-    {
+    let walls = crate::platform::platform(crate::platform::Settings {
+        data_dir: recorded,
+        egress: Arc::new(host::egress(audit)),
+    });
+    let wall = match walls.tier1() {
         Ok(w) => w,
         Err(e) => return refuse(e),
     };

@@ -19,7 +19,9 @@ use oz0_policy::facts::NodeFacts;
 use crate::daemon::{
     edge_settings, event_loop, fail, log, write_facts, DaemonFlags, Edge, Platform,
 };
-use oz0_windows::wall::{self, WindowsWall};
+use oz0_windows::wall;
+
+use crate::platform::{platform, Platform as Walls, Settings};
 
 /// `run` flags.
 #[derive(Debug, Args)]
@@ -67,8 +69,12 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
                 .map(|h| h.trim().to_ascii_lowercase()),
             temp: std::env::temp_dir(),
             overlap: &overlap,
-            sandbox: std::sync::Arc::new(oz0_windows::tier0::JobObject::new()),
-            platform: "Windows",
+            sandbox: platform(Settings {
+                data_dir: Some(data_dir.to_path_buf()),
+                psec: false,
+            })
+            .tier0()?,
+            platform: Walls::NAME,
             carry: |what, p| oz0_windows::tier0::carry(p).map_err(|e| format!("{what}: {e}")),
         },
     )
@@ -76,7 +82,11 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
 
 /// Probes, self-tests when asked, and assembles the facts, logging each step.
 fn assess(sandbox: Sandbox) -> NodeFacts {
-    let wall = WindowsWall::probe(sandbox == Sandbox::Psec);
+    let walls = platform(Settings {
+        data_dir: None,
+        psec: sandbox == Sandbox::Psec,
+    });
+    let wall = walls.wall();
     let check = wall.check();
     log(&check.headline);
     log(&check.facts_line);

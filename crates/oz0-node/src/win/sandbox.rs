@@ -13,7 +13,7 @@ use oz0_core::exit::Exit;
 use oz0_windows::route::{parse_route_env, ROUTE_ENV};
 
 use super::{DataDirArg, PREVIEW_ENV};
-use oz0_windows::wall::WindowsWall;
+use crate::platform::{platform, Settings};
 
 /// `sandbox run` flags.
 #[derive(Debug, Args)]
@@ -103,7 +103,11 @@ pub fn main(a: RunArgs) -> i32 {
             a.wall.work.display()
         ));
     }
-    let wall = WindowsWall::probe(true);
+    let walls = platform(Settings {
+        data_dir: None,
+        psec: true,
+    });
+    let wall = walls.wall();
     let probe = match &wall.probe {
         Ok(p) => p,
         Err(e) => return refuse(format!("the PSEC probe could not ask Windows: {e}")),
@@ -116,17 +120,17 @@ pub fn main(a: RunArgs) -> i32 {
                 r.fix_line
             ))
         }
-        Ok(facts) => {
+        Ok(_) => {
             let r = match request(&a) {
                 Ok(r) => r,
                 Err(e) => return refuse(e),
             };
             eprintln!("oz0-node: warning: the PSEC preview: this machine's self-test of PSEC (`sandbox check --psec`) does not run in this build, so the run's confinement is not proven here");
-            let psec = match oz0_windows::psec::Psec::new(facts) {
+            let psec = match walls.tier1() {
                 Ok(p) => p,
                 Err(e) => return refuse(e),
             };
-            match super::psec_run::run(r, &psec) {
+            match super::psec_run::run(r, &*psec) {
                 Ok(code) => code,
                 Err(e) => refuse(format!("{e}; nothing is left running")),
             }

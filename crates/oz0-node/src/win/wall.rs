@@ -2,10 +2,10 @@
 //! (the PSEC probe as `oz0_core::Wall`); this module prints its lines, the
 //! self-test's with `--psec`, and the JSON document.
 
+use crate::platform::{platform, Settings};
 use clap::Args;
 use oz0_core::exit::Exit;
 use oz0_core::{SelfTest, Wall};
-use oz0_windows::wall::WindowsWall;
 
 /// `sandbox check` flags.
 #[derive(Debug, Args)]
@@ -30,7 +30,11 @@ pub fn main(a: CheckArgs) -> i32 {
         eprintln!("oz0-node: --self-test is the Linux and macOS spelling; on Windows the self-test of PSEC is `sandbox check --psec`");
         return Exit::Usage.code();
     }
-    let wall = WindowsWall::probe(a.psec);
+    let walls = platform(Settings {
+        data_dir: None,
+        psec: a.psec,
+    });
+    let wall = walls.wall();
     let check = wall.check();
     let json = a.json;
     if !json {

@@ -1,0 +1,109 @@
+//! The one place the node chooses its platform's walls, by target: the
+//! tier-1 sandbox, the tier-0 sandbox and the wall (its check and
+//! self-test), each the platform crate's (`oz0_macos`, `oz0_windows`).
+//! `sandbox run`, `sandbox check` and the daemon take them from here and
+//! run through the node core's door (`oz0_core::Sandbox`,
+//! `oz0_core::Wall`); none of them names a platform's runner.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use oz0_core::Sandbox;
+
+/// This platform's wall: what it has, and the self-test.
+#[cfg(target_os = "macos")]
+pub type PlatformWall = oz0_macos::wall::MacWall;
+/// This platform's wall: what it has, and the self-test.
+#[cfg(windows)]
+pub type PlatformWall = oz0_windows::wall::WindowsWall;
+
+/// What the walls are made with.
+pub struct Settings {
+    /// The node's data directory, when it has one (no run may see it; on
+    /// macOS live runs are recorded in it).
+    pub data_dir: Option<PathBuf>,
+    /// The egress proxy runs with `--allow`/`--forward` reach (macOS).
+    #[cfg(target_os = "macos")]
+    pub egress: Arc<dyn oz0_egress::EgressService>,
+    /// The node was told to use PSEC (`--sandbox psec`, `--psec`).
+    #[cfg(windows)]
+    pub psec: bool,
+}
+
+/// This node's walls.
+pub struct Platform {
+    s: Settings,
+    /// The wall, probed once, when first asked for.
+    wall: OnceLock<PlatformWall>,
+}
+
+/// The walls of this platform, made with `s`.
+pub fn platform(s: Settings) -> Platform {
+    Platform {
+        s,
+        wall: OnceLock::new(),
+    }
+}
+
+#[cfg(target_os = "macos")]
+impl Platform {
+    /// The platform's name, in refusals.
+    pub const NAME: &'static str = "macOS";
+
+    /// The wall: the Mac probed once (Seatbelt, the processor, macOS,
+    /// Apple's container).
+    pub fn wall(&self) -> &PlatformWall {
+        self.wall.get_or_init(|| {
+            oz0_macos::wall::MacWall::probe(self.s.data_dir.clone(), self.s.egress.clone())
+        })
+    }
+
+    /// Tier 1: Seatbelt, its live runs recorded in the data directory.
+    pub fn tier1(&self) -> Result<Box<dyn Sandbox>, String> {
+        let records = self.s.data_dir.as_deref().map(oz0_macos::runs::records);
+        Ok(Box::new(oz0_macos::sandbox::Seatbelt::new(
+            self.s.egress.clone(),
+            None,
+            records,
+        )?))
+    }
+
+    /// Tier 0: no wall, every process of a run still ended with it.
+    pub fn tier0(&self) -> Result<Arc<dyn Sandbox>, String> {
+        Ok(Arc::new(oz0_macos::sandbox::Plain {
+            temp_root: oz0_macos::sandbox::temp_root()?,
+            records: self.s.data_dir.as_deref().map(oz0_macos::runs::records),
+        }))
+    }
+}
+
+#[cfg(windows)]
+impl Platform {
+    /// The platform's name, in refusals.
+    pub const NAME: &'static str = "Windows";
+
+    /// The wall: PSEC probed once.
+    pub fn wall(&self) -> &PlatformWall {
+        self.wall
+            .get_or_init(|| oz0_windows::wall::WindowsWall::probe(self.s.psec))
+    }
+
+    /// Tier 1: a PSEC container, where the probes find PSEC (else why not).
+    pub fn tier1(&self) -> Result<Box<dyn Sandbox>, String> {
+        let probe = self
+            .wall()
+            .probe
+            .as_ref()
+            .map_err(|e| format!("the PSEC probe could not ask Windows: {e}"))?;
+        let facts = probe
+            .psec()
+            .map_err(|why| format!("this machine has no PSEC ({why})"))?;
+        Ok(Box::new(oz0_windows::psec::Psec::new(facts)?))
+    }
+
+    /// Tier 0: no wall, every process of a run in its job object.
+    pub fn tier0(&self) -> Result<Arc<dyn Sandbox>, String> {
+        let _ = &self.s.data_dir;
+        Ok(Arc::new(oz0_windows::tier0::JobObject::new()))
+    }
+}
