@@ -1,4 +1,4 @@
-//! Windows tier 1 as the node core's door: [`Psec`] runs one command in a
+//! Windows tier 1 as the node core's door: `Psec` runs one command in a
 //! PSEC container (the preview's `sandbox run` where the probes found
 //! PSEC).
 //!
