@@ -216,65 +216,7 @@ fn boot_smolvm(o: &ProbeOptions, host: &Host, vmm: &pin::Vmm, pinned: Option<boo
         );
     }
     let log = vmm_dir.join("smolvm.log");
-    // The guest says which kernel it runs (in its working folder, /work):
-    // a VM has a kernel of its own
-    // (another boot id); a VMM that runs the command on this node's own
-    // kernel is no microVM, whatever it answers.
-    let cmd: Vec<String> = [
-        "/bin/sh",
-        "-c",
-        "cat /proc/sys/kernel/random/boot_id > .oz0-boot-id",
-    ]
-    .map(String::from)
-    .to_vec();
-    let run = SmolvmRun {
-        m: MonitorInput {
-            work: &work,
-            vmm_dir: &vmm_dir,
-            memory_mib: 256,
-            cpus: 1,
-            node_dir: &vmm_dir,
-            image: None,
-        },
-        name: format!("oz0-probe-{}", vmdir.id),
-        uid: rustix::process::getuid().as_raw(),
-        gid: rustix::process::getgid().as_raw(),
-        env_names: Vec::new(),
-        egress: false,
-        command: &cmd,
-        log: Some(log.clone()),
-        interactive: false,
-    };
-    let s = |p: &Path| p.display().to_string();
-    let env: Result<Vec<EnvVar>, _> = backend::smolvm_env(vmm, &vmm_dir)
-        .iter()
-        .map(|(k, v)| EnvVar::new(k, v))
-        .collect();
-    let spec = env.map_err(|e| e.to_string()).and_then(|env| {
-        RunSpec::new(RunRequest {
-            work: s(&work),
-            read: vec![s(&vmm.dir)],
-            write: vec![s(&vmm_dir)],
-            env,
-            allow: Vec::new(),
-            forward: Vec::new(),
-            // The limits every VM's monitor gets, so the probe proves what
-            // a tool's VM will have.
-            limits: crate::vm::monitor_limits(
-                256,
-                &Limits {
-                    timeout_seconds: Some(o.timeout.as_secs().max(1)),
-                    ..Limits::default()
-                },
-            ),
-            // The monitor talks to its guest over unix sockets in its own folder.
-            allow_unix_sockets: true,
-            data_dir: s(&o.data_dir),
-            command: backend::smolvm_argv(vmm, &run),
-        })
-        .map_err(|e| e.to_string())
-    });
-    let spec = match spec {
+    let spec = match test_vm_spec(o, vmm, &vmdir, &work, &log) {
         Ok(s) => s,
         Err(e) => {
             return fail(
@@ -303,15 +245,99 @@ fn boot_smolvm(o: &ProbeOptions, host: &Host, vmm: &pin::Vmm, pinned: Option<boo
     );
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    let kernel = guest_kernel(&work);
+    drop(vmdir);
+    let mut rep = judge_boot(o, r, kernel, &log_text, ms, pinned);
+    rep.boot_ms = Some(ms);
+    rep
+}
+
+/// The test VM's monitor as a tier-1 run: smolvm booting a guest that says
+/// which kernel it runs (in its working folder, /work). A VM has a kernel
+/// of its own (another boot id); a VMM that runs the command on this
+/// node's own kernel is no microVM, whatever it answers.
+fn test_vm_spec(
+    o: &ProbeOptions,
+    vmm: &pin::Vmm,
+    vmdir: &VmDir,
+    work: &Path,
+    log: &Path,
+) -> Result<RunSpec, String> {
+    let vmm_dir = vmdir.vmm();
+    let cmd: Vec<String> = [
+        "/bin/sh",
+        "-c",
+        "cat /proc/sys/kernel/random/boot_id > .oz0-boot-id",
+    ]
+    .map(String::from)
+    .to_vec();
+    let run = SmolvmRun {
+        m: MonitorInput {
+            work,
+            vmm_dir: &vmm_dir,
+            memory_mib: 256,
+            cpus: 1,
+            node_dir: &vmm_dir,
+            image: None,
+        },
+        name: format!("oz0-probe-{}", vmdir.id),
+        uid: rustix::process::getuid().as_raw(),
+        gid: rustix::process::getgid().as_raw(),
+        env_names: Vec::new(),
+        egress: false,
+        command: &cmd,
+        log: Some(log.to_path_buf()),
+        interactive: false,
+    };
+    let s = |p: &Path| p.display().to_string();
+    let env = backend::smolvm_env(vmm, &vmm_dir)
+        .iter()
+        .map(|(k, v)| EnvVar::new(k, v))
+        .collect::<Result<Vec<EnvVar>, _>>()
+        .map_err(|e| e.to_string())?;
+    RunSpec::new(RunRequest {
+        work: s(work),
+        read: vec![s(&vmm.dir)],
+        write: vec![s(&vmm_dir)],
+        env,
+        allow: Vec::new(),
+        forward: Vec::new(),
+        // The limits every VM's monitor gets, so the probe proves what
+        // a tool's VM will have.
+        limits: crate::vm::monitor_limits(
+            256,
+            &Limits {
+                timeout_seconds: Some(o.timeout.as_secs().max(1)),
+                ..Limits::default()
+            },
+        ),
+        // The monitor talks to its guest over unix sockets in its own folder.
+        allow_unix_sockets: true,
+        data_dir: s(&o.data_dir),
+        command: backend::smolvm_argv(vmm, &run),
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// The verdict on a test boot: ready only when the monitor's run exited 0
+/// and the guest said it runs a kernel of its own; else why not, with the
+/// end of smolvm's log.
+fn judge_boot(
+    o: &ProbeOptions,
+    r: Result<oz0_core::Outcome, oz0_core::RunError>,
+    kernel: Kernel,
+    log_text: &str,
+    ms: u64,
+    pinned: Option<bool>,
+) -> ProbeReport {
+    let fail = |r, d: String| no(r, pinned, d);
     let tail: String = log_text
         .lines()
         .rev()
         .take(3)
         .collect::<Vec<_>>()
         .join(" | ");
-    let kernel = guest_kernel(&work);
-    drop(vmdir);
-    let mut rep = match r {
+    match r {
         Err(e) => fail(MicrovmReason::NoTier1, format!("tier 1 refused the test VM's monitor: {e}")),
         Ok(out) if out.ended == Ended::Exited && out.exit_code == 0 && kernel != Kernel::Own => fail(
             MicrovmReason::TestVmDidNotBoot,
@@ -340,16 +366,14 @@ fn boot_smolvm(o: &ProbeOptions, host: &Host, vmm: &pin::Vmm, pinned: Option<boo
             ),
         ),
         Ok(out) => fail(
-            classify_failure(&log_text),
+            classify_failure(log_text),
             format!(
                 "the test VM did not boot inside tier 1 (status {} after {ms} ms){}",
                 out.exit_code,
                 if tail.is_empty() { String::new() } else { format!(": {tail}") }
             ),
         ),
-    };
-    rep.boot_ms = Some(ms);
-    rep
+    }
 }
 
 /// The QEMU test backend, in a test build only: a test VM boots in it

@@ -32,6 +32,7 @@ use crate::guest::GuestConfig;
 use crate::mux::{self, Kind};
 use crate::vmdir::VmDir;
 
+mod prepare;
 mod session;
 
 use session::{drive, Session, SessionCtx};
@@ -298,28 +299,7 @@ fn console_tail(vmm: &Path) -> String {
 /// Runs one server in one VM, to its end.
 pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutcome, VmError> {
     let started = Instant::now();
-    if host.sandbox.tier() < 1 {
-        return Err(VmError::NotTier1(host.sandbox.tier()));
-    }
-    if req.command.is_empty() {
-        return Err(VmError::NoCommand);
-    }
-    for (n, _) in &req.env {
-        if let Some(why) = crate::manifest::vm_variable_refusal(n) {
-            return Err(VmError::Variable(why));
-        }
-    }
-    let work = std::fs::canonicalize(&req.work).map_err(|source| VmError::Work {
-        path: req.work.clone(),
-        source,
-    })?;
-    let egress = oz0_policy::net::Egress::parse(&req.allow, &req.forward)?;
-    if let (Backend::QemuTcg(g), Some(image)) = (&host.backend, &req.image) {
-        g.check_image(image)?;
-    }
-    if let Backend::Smolvm(v) = &host.backend {
-        crate::pin::recheck(v)?;
-    }
+    let (work, egress) = prepare::check(req, &host)?;
     crate::vmdir::cleanup_stale(&host.tmp, &req.data_dir);
     let vmdir = VmDir::create(&host.tmp, &req.data_dir).map_err(|source| VmError::Folder {
         tmp: host.tmp.clone(),
@@ -327,170 +307,29 @@ pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutco
         source,
     })?;
     let vmm_dir = vmdir.vmm();
-
-    // The VM's proxy run: its socket is outside `vmm/`. The QEMU guest
-    // reaches it through the mux; smolvm mounts it into its guest from the
-    // monitor's tier-1 run, which gets it as every run with egress does.
-    let mut egress_guard = None;
-    let mut token = None;
-    let egress_sock = vmdir.dir.join("egress.sock");
-    if egress.is_enabled() {
-        let proxy = host.egress.ok_or(VmError::NoProxy)?;
-        let t = oz0_egress::Token::generate()?;
-        egress_guard = Some(proxy.open_socket(oz0_egress::RunEgress {
-            run_id: format!("vm-{}", vmdir.id),
-            token: t.clone(),
-            egress: egress.clone(),
-            socket_path: egress_sock.clone(),
-        })?);
-        token = Some(t);
-    }
-
-    // The guest's `/oz0`: a folder holding only the node binary (a link
-    // when the file system allows, else a copy), read-only for the monitor.
-    // QEMU's guest always runs the node's agent; a smolvm guest needs the
-    // node only for its egress bridge.
+    let net = prepare::open_egress(&host, &vmdir, &egress)?;
     let node_dir = vmdir.dir.join("node");
-    let guest_node = match &host.backend {
-        Backend::QemuTcg(_) => true,
-        Backend::Smolvm(_) => egress_guard.is_some(),
-    };
-    if guest_node {
-        let made = std::fs::create_dir(&node_dir).and_then(|_| {
-            let dest = node_dir.join(backend::NODE_IN_GUEST);
-            let node_exe = host.node_exe;
-            std::fs::hard_link(node_exe, &dest)
-                .or_else(|_| std::fs::copy(node_exe, &dest).map(|_| ()))
-        });
-        made.map_err(|source| VmError::Folder {
-            tmp: host.tmp.clone(),
-            what: "the node binary for the guest",
-            source,
-        })?;
-    }
-    let input = MonitorInput {
+    let guest_node = prepare::place_node(&host, &node_dir, net.lease.is_some())?;
+
+    // The monitor's tier-1 run.
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    let folders = prepare::Folders {
         work: &work,
         vmm_dir: &vmm_dir,
         node_dir: &node_dir,
-        memory_mib: req.memory_mib,
-        cpus: req.cpus.max(1),
-        image: req.image.as_deref(),
+        guest_node,
     };
-    let uid = rustix::process::getuid().as_raw();
-    let gid = rustix::process::getgid().as_raw();
-    let (argv, env, read, devices) = match &host.backend {
-        Backend::QemuTcg(g) => (
-            backend::qemu_argv(g, &input),
-            Vec::new(),
-            vec![utf8(&g.dir)?, utf8(&node_dir)?],
-            Vec::new(),
-        ),
-        Backend::Smolvm(v) => {
-            let run = backend::SmolvmRun {
-                m: input.clone(),
-                name: format!("oz0-{}", vmdir.id),
-                uid,
-                gid,
-                env_names: req.env.iter().map(|(n, _)| n.as_str()).collect(),
-                egress: egress_guard.is_some(),
-                command: &req.command,
-                log: None,
-                interactive: true,
-            };
-            let mut read = vec![utf8(&v.dir)?];
-            if guest_node {
-                read.push(utf8(&node_dir)?);
-            }
-            (
-                backend::smolvm_argv(v, &run),
-                backend::smolvm_env(v, &vmm_dir),
-                read,
-                vec![AbsPath::new(KVM_DEVICE)?],
-            )
-        }
-    };
-    // smolvm reads the server's variables, and the token of its egress
-    // bridge, from its own environment by name: the values travel in the
-    // tier-1 stage's sealed configuration, never on a command line or disk.
-    let mut vm_secrets = Vec::new();
-    if let Backend::Smolvm(_) = &host.backend {
-        let prefix = oz0_linux::plan::VM_SECRET_PREFIX;
-        vm_secrets.extend(
-            req.env
-                .iter()
-                .map(|(n, v)| (format!("{prefix}{n}"), v.clone())),
-        );
-        if let Some(t) = &token {
-            vm_secrets.push((
-                format!("{prefix}{}", crate::smolguest::TOKEN_VAR),
-                t.expose().to_string(),
-            ));
-        }
-    }
-    let spec = RunSpec::new(RunRequest {
-        work: utf8(&work)?,
-        read,
-        write: vec![utf8(&vmm_dir)?],
-        env: env_vars(&env)?,
-        allow: Vec::new(),
-        forward: Vec::new(),
-        limits: monitor_limits(req.memory_mib, &req.monitor_limits),
-        // The monitor talks to its guest over unix sockets in its own folder.
-        allow_unix_sockets: true,
-        data_dir: utf8(&req.data_dir)?,
-        command: argv,
-    })?;
+    let name = format!("oz0-{}", vmdir.id);
+    let cmd =
+        prepare::monitor_command(req, &host, &folders, name, (uid, gid), net.lease.is_some())?;
+    let secrets = prepare::vm_secrets(req, &host.backend, net.token.as_ref());
+    let (spec, devices) = prepare::monitor_spec(req, &work, &vmm_dir, cmd)?;
 
+    // What stops it: a signal, the caller's stop.
     let (cancel_r, cancel_w) = cancel_pair(&host.tmp)?;
-    let signalled = Arc::new(AtomicBool::new(false));
-    if host.handle_signals {
-        for sig in [
-            signal_hook::consts::SIGINT,
-            signal_hook::consts::SIGTERM,
-            signal_hook::consts::SIGHUP,
-        ] {
-            let _ = signal_hook::flag::register(sig, signalled.clone());
-            if let Ok(w) = cancel_w.try_clone() {
-                let _ = signal_hook::low_level::pipe::register(sig, w);
-            }
-        }
-    }
-
-    // The caller's stop writes the cancel byte; the watcher ends with the
-    // VM (its `ended` end is dropped when run_vm returns).
-    let (_ended, watcher) = match host.cancel.take() {
-        None => (None, None),
-        Some(ext) => {
-            let (ended_r, ended_w) = UnixStream::pair().map_err(|source| VmError::Folder {
-                tmp: host.tmp.clone(),
-                what: "the VM's cancel watcher",
-                source,
-            })?;
-            let w = cancel_w.try_clone().map_err(|source| VmError::Folder {
-                tmp: host.tmp.clone(),
-                what: "the VM's cancel watcher",
-                source,
-            })?;
-            let t = thread::spawn(move || {
-                use rustix::event::{poll, PollFd, PollFlags};
-                let mut fds = [
-                    PollFd::new(&ext, PollFlags::IN),
-                    PollFd::new(&ended_r, PollFlags::IN),
-                ];
-                loop {
-                    match poll(&mut fds, None) {
-                        Err(rustix::io::Errno::INTR) => continue,
-                        Err(_) => return,
-                        Ok(_) => break,
-                    }
-                }
-                if !fds[0].revents().is_empty() && fds[1].revents().is_empty() {
-                    let _ = (&w).write_all(b"x");
-                }
-            });
-            (Some(ended_w), Some(t))
-        }
-    };
+    let signalled = prepare::on_signals(host.handle_signals, &cancel_w);
+    let (ended_w, watcher) = prepare::watch_cancel(host.cancel.take(), &cancel_w, &host.tmp)?;
 
     let listener = match &host.backend {
         Backend::QemuTcg(_) => Some(UnixListener::bind(vmm_dir.join("mux.sock")).map_err(
@@ -502,124 +341,41 @@ pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutco
         )?),
         Backend::Smolvm(_) => None,
     };
-
-    let opts = RunOptions {
-        cancel: Some(Cancel(cancel_r)),
-        role: Role::Monitor(Monitor {
-            devices: devices.iter().map(|d| d.as_str().to_string()).collect(),
-            vmm_syscalls: true,
-            secrets: vm_secrets,
-            egress_socket: match &host.backend {
-                Backend::Smolvm(_) if egress_guard.is_some() => {
-                    Some(AbsPath::from_path(&egress_sock)?.as_str().to_string())
-                }
-                _ => None,
+    let (opts, streams) =
+        prepare::monitor_options(&host.backend, cancel_r, (devices, secrets), &net, io)?;
+    let guest = match (&listener, streams) {
+        (Some(listener), Some(io)) => Some(Guest {
+            listener,
+            io,
+            cfg: GuestConfig {
+                argv: req.command.clone(),
+                env: req.env.clone(),
+                uid,
+                gid,
+                egress_token: net.token.as_ref().map(|t| t.expose().to_string()),
             },
+            started,
+            boot_timeout: req.boot_timeout,
+            egress_sock: net.lease.as_ref().map(|_| net.socket.clone()),
         }),
-        ..Default::default()
+        _ => None,
     };
-    // smolvm's server has the monitor's stdio; QEMU's travels over the mux
-    // and QEMU itself gets no input and writes its own messages where the
-    // server's errors go.
-    let (mut opts, streams) = match host.backend {
-        Backend::Smolvm(_) => (RunOptions { io, ..opts }, None),
-        Backend::QemuTcg(_) => {
-            let qemu_err = match &io.stderr {
-                Stdio::File(f) => f.try_clone().map_or(Stdio::Null, Stdio::File),
-                Stdio::Inherit => Stdio::Inherit,
-                Stdio::Null => Stdio::Null,
-            };
-            let monitor_io = RunIo {
-                stdin: Stdio::Null,
-                stdout: Stdio::Null,
-                stderr: qemu_err,
-            };
-            (
-                RunOptions {
-                    io: monitor_io,
-                    ..opts
-                },
-                Some(io),
-            )
-        }
-    };
-    let done = Arc::new(AtomicBool::new(false));
-    let stream_slot: Arc<Mutex<Option<UnixStream>>> = Arc::new(Mutex::new(None));
+    let (monitor, session) = run_monitor(host.sandbox, (&spec, opts), guest, &cancel_w);
 
-    let (monitor, session) = thread::scope(|s| {
-        let launcher = {
-            let (done, slot) = (done.clone(), stream_slot.clone());
-            let spec = &spec;
-            let opts = std::mem::take(&mut opts);
-            s.spawn(move || {
-                let r = host.sandbox.run(spec, opts).map_err(VmError::Tier1);
-                done.store(true, Ordering::SeqCst);
-                if let Some(st) = slot.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-                    let _ = st.shutdown(Shutdown::Both);
-                }
-                r
-            })
-        };
-        let session = match (&listener, streams) {
-            (Some(l), Some(io)) => {
-                let (input, mut output, mut errors) = (
-                    reader(io.stdin),
-                    writer(io.stdout, false),
-                    writer(io.stderr, true),
-                );
-                let cfg = GuestConfig {
-                    argv: req.command.clone(),
-                    env: req.env.clone(),
-                    uid,
-                    gid,
-                    egress_token: token.as_ref().map(|t| t.expose().to_string()),
-                };
-                let ctx = SessionCtx {
-                    listener: l,
-                    done: &done,
-                    slot: &stream_slot,
-                    cancel: &cancel_w,
-                    started,
-                    boot_timeout: req.boot_timeout,
-                    egress_sock: egress_guard.as_ref().map(|_| egress_sock.clone()),
-                };
-                drive(&ctx, &cfg, input, &mut *output, &mut *errors)
-            }
-            _ => Session::default(),
-        };
-        // Whatever ended the session ends the VM. A smolvm VM has no
-        // session here (its server's stdio is the monitor's own): it ends
-        // with its server, its input, a signal (which writes the cancel
-        // byte) or its monitor, so the launcher is only waited for.
-        if listener.is_some() {
-            let _ = (&cancel_w).write_all(b"x");
-        }
-        let monitor = launcher.join().expect("the launcher thread does not panic");
-        (monitor, session)
-    });
-    drop(egress_guard);
-    drop(_ended);
+    drop(net);
+    drop(ended_w);
     if let Some(t) = watcher {
         let _ = t.join();
     }
     let tail = console_tail(&vmm_dir);
     drop(vmdir);
     let monitor = monitor?;
-    let signalled = signalled.load(Ordering::SeqCst);
-    let (ended, exit_code) = match (&host.backend, session.exit) {
-        (Backend::Smolvm(_), _) => match monitor.ended {
-            _ if signalled => (VmEnded::Signalled, 143),
-            Ended::Exited => (VmEnded::ServerExited, monitor.exit_code),
-            Ended::Timeout => (VmEnded::BootTimeout, monitor.exit_code),
-            _ => (VmEnded::MonitorEnded, monitor.exit_code),
-        },
-        (_, Some(code)) => (VmEnded::ServerExited, code),
-        (_, None) if signalled => (VmEnded::Signalled, 143),
-        (_, None) => match session.failure {
-            Some(f) => (f, EXIT_VM_FAILED),
-            None => (VmEnded::MonitorEnded, EXIT_VM_FAILED),
-        },
-    };
+    let (ended, exit_code) = verdict(
+        &host.backend,
+        &monitor,
+        (session.exit, session.failure),
+        signalled.load(Ordering::SeqCst),
+    );
     Ok(VmOutcome {
         vm_id: monitor.run_id.clone(),
         ended,
@@ -629,4 +385,93 @@ pub fn run_vm(req: &VmRequest, mut host: VmHost<'_>, io: VmIo) -> Result<VmOutco
         monitor: Some(monitor),
         console_tail: tail,
     })
+}
+
+/// The QEMU test guest's side of a VM: its mux's listener, the server's
+/// stdio, the agent's configuration, and its deadlines and egress.
+struct Guest<'a> {
+    listener: &'a UnixListener,
+    io: RunIo,
+    cfg: GuestConfig,
+    started: Instant,
+    boot_timeout: Duration,
+    egress_sock: Option<PathBuf>,
+}
+
+/// Runs the monitor through `sandbox` on a thread of its own and, with a
+/// QEMU guest, the session with it on this one. Whatever ended the session
+/// ends the VM. A smolvm VM has no session here (its server's stdio is the
+/// monitor's own): it ends with its server, its input, a signal (which
+/// writes the cancel byte) or its monitor, so the monitor is only waited
+/// for.
+fn run_monitor(
+    sandbox: &dyn Sandbox,
+    (spec, opts): (&RunSpec, RunOptions),
+    guest: Option<Guest<'_>>,
+    cancel_w: &UnixStream,
+) -> (Result<Outcome, VmError>, Session) {
+    let done = Arc::new(AtomicBool::new(false));
+    let stream_slot: Arc<Mutex<Option<UnixStream>>> = Arc::new(Mutex::new(None));
+    thread::scope(|s| {
+        let launcher = {
+            let (done, slot) = (done.clone(), stream_slot.clone());
+            s.spawn(move || {
+                let r = sandbox.run(spec, opts).map_err(VmError::Tier1);
+                done.store(true, Ordering::SeqCst);
+                if let Some(st) = slot.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                    let _ = st.shutdown(Shutdown::Both);
+                }
+                r
+            })
+        };
+        let session = match guest {
+            Some(g) => {
+                let (input, mut output, mut errors) = (
+                    reader(g.io.stdin),
+                    writer(g.io.stdout, false),
+                    writer(g.io.stderr, true),
+                );
+                let ctx = SessionCtx {
+                    listener: g.listener,
+                    done: &done,
+                    slot: &stream_slot,
+                    cancel: cancel_w,
+                    started: g.started,
+                    boot_timeout: g.boot_timeout,
+                    egress_sock: g.egress_sock,
+                };
+                let session = drive(&ctx, &g.cfg, input, &mut *output, &mut *errors);
+                let _ = (&*cancel_w).write_all(b"x");
+                session
+            }
+            None => Session::default(),
+        };
+        let monitor = launcher.join().expect("the launcher thread does not panic");
+        (monitor, session)
+    })
+}
+
+/// How the VM ended and its status: from the monitor's outcome for
+/// smolvm, else from the session's (the server's status, or why it has
+/// none); a signal's stop is 143.
+fn verdict(
+    backend: &Backend,
+    monitor: &Outcome,
+    (exit, failure): (Option<i32>, Option<VmEnded>),
+    signalled: bool,
+) -> (VmEnded, i32) {
+    match (backend, exit) {
+        (Backend::Smolvm(_), _) => match monitor.ended {
+            _ if signalled => (VmEnded::Signalled, 143),
+            Ended::Exited => (VmEnded::ServerExited, monitor.exit_code),
+            Ended::Timeout => (VmEnded::BootTimeout, monitor.exit_code),
+            _ => (VmEnded::MonitorEnded, monitor.exit_code),
+        },
+        (_, Some(code)) => (VmEnded::ServerExited, code),
+        (_, None) if signalled => (VmEnded::Signalled, 143),
+        (_, None) => match failure {
+            Some(f) => (f, EXIT_VM_FAILED),
+            None => (VmEnded::MonitorEnded, EXIT_VM_FAILED),
+        },
+    }
 }

@@ -52,47 +52,20 @@ fn accept(ctx: &SessionCtx<'_>) -> Option<UnixStream> {
 pub(super) fn drive(
     ctx: &SessionCtx<'_>,
     cfg: &GuestConfig,
-    mut input: Box<dyn Read + Send>,
+    input: Box<dyn Read + Send>,
     output: &mut (dyn Write + Send),
     errors: &mut (dyn Write + Send),
 ) -> Session {
     let mut session = Session::default();
-    let Some(stream) = accept(ctx) else {
-        session.failure = Some(if ctx.done.load(Ordering::SeqCst) {
-            VmEnded::MonitorEnded
-        } else {
-            VmEnded::BootTimeout
-        });
-        return session;
+    let (mut reader, writer) = match handshake(ctx, cfg) {
+        Ok(ends) => ends,
+        Err(failure) => {
+            session.failure = failure;
+            return session;
+        }
     };
-    if let Ok(c) = stream.try_clone() {
-        *ctx.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
-    }
-    if ctx.done.load(Ordering::SeqCst) {
-        return session;
-    }
-    let mut reader = match stream.try_clone() {
-        Ok(r) => r,
-        Err(_) => return session,
-    };
-    let writer: Shared = Arc::new(Mutex::new(stream));
-    let Ok(cfg_json) = serde_json::to_vec(cfg) else {
-        return session;
-    };
-    if cfg_json.len() > mux::MAX_CONFIG {
-        session.failure = Some(VmEnded::GuestFailed {
-            reason: "the server's command and variables exceed 64 KiB".into(),
-        });
-        return session;
-    }
-    if send(&writer, Kind::Config, 0, &cfg_json).is_err() {
-        return session;
-    }
-    // Until the agent answers, reads time out at the boot deadline.
-    let remaining = (ctx.started + ctx.boot_timeout).saturating_duration_since(Instant::now());
-    let _ = reader.set_read_timeout(Some(remaining.max(Duration::from_millis(1))));
-
-    let conns: Arc<Mutex<HashMap<u32, UnixStream>>> = Arc::new(Mutex::new(HashMap::new()));
+    let mut input = Some(input);
+    let conns: Conns = Arc::new(Mutex::new(HashMap::new()));
     loop {
         let frame = match mux::read_frame(&mut reader) {
             Ok(Some(f)) => f,
@@ -126,28 +99,9 @@ pub(super) fn drive(
                         Some(u16::from_be_bytes([frame.payload[0], frame.payload[1]]));
                 }
                 let _ = reader.set_read_timeout(None);
-                let (w, cancel) = (writer.clone(), ctx.cancel.try_clone().ok());
-                let mut inp = std::mem::replace(&mut input, Box::new(std::io::empty()));
-                // Detached: a caller's input that never ends must not hold
-                // the VM's end.
-                thread::spawn(move || {
-                    let mut buf = vec![0u8; 32 * 1024];
-                    loop {
-                        match inp.read(&mut buf) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => {
-                                if send(&w, Kind::Stdin, 0, &buf[..n]).is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                    }
-                    let _ = send(&w, Kind::StdinEof, 0, &[]);
-                    thread::sleep(EOF_GRACE);
-                    if let Some(mut c) = cancel {
-                        let _ = c.write_all(b"e");
-                    }
-                });
+                if let Some(inp) = input.take() {
+                    pump_input(inp, writer.clone(), ctx.cancel.try_clone().ok());
+                }
             }
             Kind::Stdout => {
                 let _ = output
@@ -194,12 +148,71 @@ pub(super) fn drive(
     session
 }
 
-fn open_conn(
+/// The guest's proxy connections, by channel.
+type Conns = Arc<Mutex<HashMap<u32, UnixStream>>>;
+
+/// Takes the guest agent's connection and sends it the server's
+/// configuration: the stream's read end (reads time out at the boot
+/// deadline until the agent answers) and its shared write end. `Err` when
+/// the session ends here, with why (none when the monitor ended at once or
+/// the stream failed).
+fn handshake(
     ctx: &SessionCtx<'_>,
-    writer: &Shared,
-    conns: &Arc<Mutex<HashMap<u32, UnixStream>>>,
-    chan: u32,
-) {
+    cfg: &GuestConfig,
+) -> Result<(UnixStream, Shared), Option<VmEnded>> {
+    let Some(stream) = accept(ctx) else {
+        return Err(Some(if ctx.done.load(Ordering::SeqCst) {
+            VmEnded::MonitorEnded
+        } else {
+            VmEnded::BootTimeout
+        }));
+    };
+    if let Ok(c) = stream.try_clone() {
+        *ctx.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+    }
+    if ctx.done.load(Ordering::SeqCst) {
+        return Err(None);
+    }
+    let reader = stream.try_clone().map_err(|_| None)?;
+    let writer: Shared = Arc::new(Mutex::new(stream));
+    let cfg_json = serde_json::to_vec(cfg).map_err(|_| None)?;
+    if cfg_json.len() > mux::MAX_CONFIG {
+        return Err(Some(VmEnded::GuestFailed {
+            reason: "the server's command and variables exceed 64 KiB".into(),
+        }));
+    }
+    send(&writer, Kind::Config, 0, &cfg_json).map_err(|_| None)?;
+    // Until the agent answers, reads time out at the boot deadline.
+    let remaining = (ctx.started + ctx.boot_timeout).saturating_duration_since(Instant::now());
+    let _ = reader.set_read_timeout(Some(remaining.max(Duration::from_millis(1))));
+    Ok((reader, writer))
+}
+
+/// Sends the caller's input to the server, then its end; [`EOF_GRACE`]
+/// later, the cancel byte (`e`). Detached: a caller's input that never
+/// ends must not hold the VM's end.
+fn pump_input(mut inp: Box<dyn Read + Send>, w: Shared, cancel: Option<UnixStream>) {
+    thread::spawn(move || {
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match inp.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if send(&w, Kind::Stdin, 0, &buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = send(&w, Kind::StdinEof, 0, &[]);
+        thread::sleep(EOF_GRACE);
+        if let Some(mut c) = cancel {
+            let _ = c.write_all(b"e");
+        }
+    });
+}
+
+fn open_conn(ctx: &SessionCtx<'_>, writer: &Shared, conns: &Conns, chan: u32) {
     let refuse = || {
         let _ = send(writer, Kind::Close, chan, &[]);
     };
