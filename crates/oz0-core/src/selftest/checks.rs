@@ -32,7 +32,7 @@ fn beating(beat: &Path) -> bool {
         // run's processes are gone when it returns, a Mac's within moments.
         let until = Instant::now() + Duration::from_secs(2);
         loop {
-            match f.try_lock() {
+            match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
                 Ok(()) => return false,
                 Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
                 Err(_) => return true,
