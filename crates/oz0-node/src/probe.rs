@@ -281,17 +281,61 @@ pub fn main(a: ProbeArgs) -> i32 {
     report.insert("pid", json!(std::process::id()));
     #[cfg(target_os = "linux")]
     linux_facts(&mut report);
+    if let Some((results, hits)) = raced {
+        report.insert("open_rw", results);
+        report.insert("open_rw_hits", hits);
+    }
+    try_files(&a, &mut report);
+    try_connections(&a, &mut report);
+    try_links(&a, &mut report);
+    try_proxy(&a, &mut report);
+    if a.env {
+        let vars: BTreeMap<String, String> = std::env::vars().collect();
+        report.insert("env", json!(vars));
+    }
+    // The children end with the run; the listener is held with the probe.
+    let _children = try_resources(&a, &mut report);
+    let listener = a
+        .listen
+        .map(|p| std::net::TcpListener::bind(("127.0.0.1", p)));
+    if let Some(l) = &listener {
+        report.insert(
+            "listen",
+            json!(match l {
+                Ok(_) => "ok".to_string(),
+                Err(e) => errno_name(e),
+            }),
+        );
+    }
 
+    #[cfg(target_os = "linux")]
+    if !a.no_syscalls {
+        report.insert("syscalls", json!(syscalls()));
+    }
+    if let Some(out) = &a.detach {
+        report.insert("detached", res(detach(out, a.hold_ms)));
+    }
+    if let Err(code) = write_report(&report, a.out.as_deref()) {
+        return code;
+    }
+    if a.hold_ms > 0 {
+        hold(
+            std::time::Duration::from_millis(a.hold_ms),
+            a.beat.as_deref(),
+        );
+    }
+    drop(listener);
+    Exit::Ok.code()
+}
+
+/// `--read`, `--write` (create or append) and `--list`, in that order.
+fn try_files(a: &ProbeArgs, report: &mut BTreeMap<&str, Value>) {
     let mut reads = BTreeMap::new();
     for p in &a.read {
         let r = std::fs::File::open(p).and_then(|mut f| f.read(&mut [0u8; 16]).map(|_| ()));
         reads.insert(p.display().to_string(), res(r));
     }
     report.insert("read", json!(reads));
-    if let Some((results, hits)) = raced {
-        report.insert("open_rw", results);
-        report.insert("open_rw_hits", hits);
-    }
     let mut writes = BTreeMap::new();
     for p in &a.write {
         let r = std::fs::OpenOptions::new()
@@ -310,6 +354,10 @@ pub fn main(a: ProbeArgs) -> i32 {
         );
     }
     report.insert("list", json!(lists));
+}
+
+/// `--connect` (TCP, 1 s deadline) and `--unix` (a path or `@NAME`).
+fn try_connections(a: &ProbeArgs, report: &mut BTreeMap<&str, Value>) {
     let mut connects = BTreeMap::new();
     for t in &a.connect {
         let r = std::net::ToSocketAddrs::to_socket_addrs(t.as_str()).and_then(|mut it| {
@@ -332,6 +380,10 @@ pub fn main(a: ProbeArgs) -> i32 {
         unixes.insert(u.clone(), res(r));
     }
     report.insert("unix", json!(unixes));
+}
+
+/// `--link SRC:DST`: hard links.
+fn try_links(a: &ProbeArgs, report: &mut BTreeMap<&str, Value>) {
     let mut links = BTreeMap::new();
     for l in &a.link {
         let r = match l.split_once(':') {
@@ -341,7 +393,11 @@ pub fn main(a: ProbeArgs) -> i32 {
         links.insert(l.clone(), res(r));
     }
     report.insert("link", json!(links));
+}
 
+/// The `--proxy-get*` requests (with the run's token, none, a wrong one),
+/// then `--resolve`.
+fn try_proxy(a: &ProbeArgs, report: &mut BTreeMap<&str, Value>) {
     let mut gets = BTreeMap::new();
     for (kind, urls, auth) in [
         ("auth", &a.proxy_get, proxy_auth_from_env(false)),
@@ -365,10 +421,11 @@ pub fn main(a: ProbeArgs) -> i32 {
         resolved.insert(n.clone(), res(r));
     }
     report.insert("resolve", json!(resolved));
-    if a.env {
-        let vars: BTreeMap<String, String> = std::env::vars().collect();
-        report.insert("env", json!(vars));
-    }
+}
+
+/// `--spawn` and `--alloc`: the children started (kept, to end with the
+/// run), and the memory touched.
+fn try_resources(a: &ProbeArgs, report: &mut BTreeMap<&str, Value>) -> Vec<std::process::Child> {
     let mut children = Vec::new();
     if let Some(n) = a.spawn {
         let mut refused = 0;
@@ -398,54 +455,32 @@ pub fn main(a: ProbeArgs) -> i32 {
         report.insert("alloc", json!("ok"));
         drop(v);
     }
-    let listener = a
-        .listen
-        .map(|p| std::net::TcpListener::bind(("127.0.0.1", p)));
-    if let Some(l) = &listener {
-        report.insert(
-            "listen",
-            json!(match l {
-                Ok(_) => "ok".to_string(),
-                Err(e) => errno_name(e),
-            }),
-        );
-    }
+    children
+}
 
-    #[cfg(target_os = "linux")]
-    if !a.no_syscalls {
-        report.insert("syscalls", json!(syscalls()));
-    }
-    if let Some(out) = &a.detach {
-        report.insert("detached", res(detach(out, a.hold_ms)));
-    }
-    let text = match serde_json::to_string(&report) {
+/// Writes the report to `out` (then renamed into place, so a reader never
+/// sees half a report) or stdout; the exit status when it cannot.
+fn write_report(report: &BTreeMap<&str, Value>, out: Option<&std::path::Path>) -> Result<(), i32> {
+    let text = match serde_json::to_string(report) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("oz0-node: probe: {e}");
-            return Exit::CheckFailed.code();
+            return Err(Exit::CheckFailed.code());
         }
     };
-    match &a.out {
+    match out {
         Some(path) => {
-            // Write then rename, so a reader never sees half a report.
             let tmp = path.with_extension("partial");
             if let Err(e) =
                 std::fs::write(&tmp, text + "\n").and_then(|_| std::fs::rename(&tmp, path))
             {
                 eprintln!("oz0-node: probe: cannot write {}: {e}", path.display());
-                return Exit::CheckFailed.code();
+                return Err(Exit::CheckFailed.code());
             }
         }
         None => println!("{text}"),
     }
-    if a.hold_ms > 0 {
-        hold(
-            std::time::Duration::from_millis(a.hold_ms),
-            a.beat.as_deref(),
-        );
-    }
-    drop(listener);
-    Exit::Ok.code()
+    Ok(())
 }
 
 /// What the sandbox's seccomp filter, namespaces and capabilities answer
@@ -529,7 +564,9 @@ fn hold(d: std::time::Duration, beat: Option<&std::path::Path>) {
             .write(true)
             .open(b)
             .ok()?;
-        f.try_lock().ok().map(|()| f)
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+            .ok()
+            .map(|()| f)
     });
     let word = if lock.is_some() { "locked" } else { "beat" };
     let mut n: u64 = 0;

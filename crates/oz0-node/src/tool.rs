@@ -206,11 +206,6 @@ fn args_at_work(v: &mut Value, work: &str) {
 /// Runs one call to its end (blocking).
 pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, String> {
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(t.job.timeout_s());
-    let run_limits = Limits {
-        timeout_seconds: Some(t.job.timeout_s() + RUN_GRACE_S),
-        ..Limits::default()
-    };
     match t.tool.isolation {
         Isolation::Container => return Err(container_refusal(&t.tool.id)),
         Isolation::Microvm => {
@@ -220,7 +215,15 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, String> {
         }
         Isolation::Sandbox => {}
     }
-    let env = variables(t, ctx.env_allowed)?;
+    let call = Call {
+        t,
+        deadline: started + Duration::from_secs(t.job.timeout_s()),
+        limits: Limits {
+            timeout_seconds: Some(t.job.timeout_s() + RUN_GRACE_S),
+            ..Limits::default()
+        },
+        env: variables(t, ctx.env_allowed)?,
+    };
     place_files(ctx.work, &t.files)?;
     let work = ctx
         .work
@@ -232,109 +235,13 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, String> {
         .to_str()
         .ok_or("the data directory's path is not UTF-8")?
         .to_string();
-    let Ctx {
-        host,
-        cancel,
-        errors,
-        ..
-    } = ctx;
-    let mut look = None;
-    let (r, backend, vm_answered) = match t.tool.isolation {
-        Isolation::Microvm => {
-            if t.tool.command.is_empty() {
-                return Err(format!(
-                    "tool {:?}: this node does not read an image's entrypoint: give the server's command: in oz0-plugin.yaml",
-                    t.tool.id
-                ));
-            }
-            let (backend, warning) =
-                backend_from_env().map_err(|e| left_out(&t.tool.id, &e.to_string()))?;
-            if let Some(w) = warning {
-                crate::edge::log(&format!("warning: {w}"));
-            }
-            let package = t.tool.package.clone().unwrap_or_default();
-            let image = match &backend {
-                Backend::Smolvm(_) => package,
-                Backend::QemuTcg(_) => TestGuest::image_for(&package),
-            };
-            let described = backend.describe();
-            let req = VmRequest {
-                work: ctx.work.to_path_buf(),
-                memory_mib: t.tool.vm_memory_mib(DEFAULT_MEMORY_MIB),
-                cpus: t.tool.resources.vcpus().unwrap_or(1),
-                allow: t.tool.egress.iter().map(ToString::to_string).collect(),
-                forward: Vec::new(),
-                env,
-                image: Some(image),
-                command: t.tool.command.clone(),
-                data_dir: ctx.data_dir.to_path_buf(),
-                boot_timeout: deadline.saturating_duration_since(Instant::now()),
-                monitor_limits: run_limits,
-            };
-            let (r, vm) = call_over(
-                t.call_params(WORK_IN_VM),
-                deadline,
-                &cancel,
-                errors,
-                move |io, stop| {
-                    vm::run_vm(
-                        &req,
-                        VmHost {
-                            cancel: Some(stop),
-                            ..VmHost::on(host, backend)
-                        },
-                        io,
-                    )
-                    .map_err(|e| e.to_string())
-                },
-            )?;
-            let answered = vm.as_ref().ok().and_then(|o| o.answered_ms);
-            (with_run_error(r, vm.err(), "the VM"), described, answered)
-        }
-        Isolation::Sandbox => {
-            let command = t.tool.command.iter().map(|a| at_work(a, &work)).collect();
-            let spec = RunSpec::new(RunRequest {
-                work: work.clone(),
-                read: vec![],
-                write: vec![],
-                env: env
-                    .iter()
-                    .map(|(k, v)| EnvVar::new(k, v).map_err(|e| format!("variable {k}: {e}")))
-                    .collect::<Result<_, _>>()?,
-                allow: t.tool.egress.iter().map(ToString::to_string).collect(),
-                forward: vec![],
-                limits: run_limits,
-                data_dir,
-                allow_unix_sockets: false,
-                command,
-            })
-            .map_err(|e| e.to_string())?;
-            let mut params = t.call_params(&work);
-            args_at_work(&mut params["arguments"], &work);
-            let (r, run) = call_over(params, deadline, &cancel, errors, move |io, stop| {
-                let sandbox: &dyn Sandbox = host;
-                sandbox
-                    .run(&spec, RunOptions::new(io, Some(Cancel(stop))))
-                    .map_err(|e| e.to_string())
-            })?;
-            if let Some(g) = run.as_ref().ok().and_then(|o| o.report.get("git")) {
-                // A finding left in place fails the run (its own status then
-                // kept as `command_exit_code`).
-                let failed = run
-                    .as_ref()
-                    .is_ok_and(|o| o.report.contains_key("command_exit_code"));
-                look = Some((g.clone(), failed));
-            }
-            (
-                with_run_error(r, run.err(), "the sandbox"),
-                "tier-1 sandbox (bubblewrap, seccomp, Landlock)",
-                None,
-            )
-        }
+    let served = match t.tool.isolation {
+        Isolation::Microvm => in_vm(ctx, call)?,
+        Isolation::Sandbox => in_sandbox(ctx, call, work, data_dir)?,
         Isolation::Container => unreachable!("refused above"),
     };
-    let mut end = end_of(r, started, backend, vm_answered);
-    if let Some((look, failed)) = look {
+    let mut end = end_of(served.result, started, served.backend, served.vm_answered);
+    if let Some((look, failed)) = served.look {
         if failed {
             // What host git would run is still in the work folder: the call
             // fails, whatever the tool answered.
@@ -345,6 +252,148 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, String> {
         end.look = Some(look);
     }
     Ok(end)
+}
+
+/// One call as its server is started: the job, its deadline, the limits of
+/// the server's run, and the tool's variables with their values.
+struct Call<'t> {
+    t: &'t CheckedToolJob,
+    deadline: Instant,
+    limits: Limits,
+    env: Vec<(String, String)>,
+}
+
+/// What serving a call gave: its result (or why none), the wall it ran
+/// behind, when a VM's guest answered, and the look after a tier-1 run
+/// (with whether it left a finding in place).
+struct Served {
+    result: Result<CallResult, String>,
+    backend: &'static str,
+    vm_answered: Option<u64>,
+    look: Option<(Value, bool)>,
+}
+
+/// Serves the call from a microVM of its own.
+fn in_vm(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, String> {
+    let t = call.t;
+    if t.tool.command.is_empty() {
+        return Err(format!(
+            "tool {:?}: this node does not read an image's entrypoint: give the server's command: in oz0-plugin.yaml",
+            t.tool.id
+        ));
+    }
+    let (backend, warning) =
+        backend_from_env().map_err(|e| left_out(&t.tool.id, &e.to_string()))?;
+    if let Some(w) = warning {
+        crate::edge::log(&format!("warning: {w}"));
+    }
+    let package = t.tool.package.clone().unwrap_or_default();
+    let image = match &backend {
+        Backend::Smolvm(_) => package,
+        Backend::QemuTcg(_) => TestGuest::image_for(&package),
+    };
+    let described = backend.describe();
+    let req = VmRequest {
+        work: ctx.work.to_path_buf(),
+        memory_mib: t.tool.vm_memory_mib(DEFAULT_MEMORY_MIB),
+        cpus: t.tool.resources.vcpus().unwrap_or(1),
+        allow: t.tool.egress.iter().map(ToString::to_string).collect(),
+        forward: Vec::new(),
+        env: call.env,
+        image: Some(image),
+        command: t.tool.command.clone(),
+        data_dir: ctx.data_dir.to_path_buf(),
+        boot_timeout: call.deadline.saturating_duration_since(Instant::now()),
+        monitor_limits: call.limits,
+    };
+    let Ctx {
+        host,
+        cancel,
+        errors,
+        ..
+    } = ctx;
+    let (r, vm) = call_over(
+        t.call_params(WORK_IN_VM),
+        call.deadline,
+        &cancel,
+        errors,
+        move |io, stop| {
+            vm::run_vm(
+                &req,
+                VmHost {
+                    cancel: Some(stop),
+                    ..VmHost::on(host, backend)
+                },
+                io,
+            )
+            .map_err(|e| e.to_string())
+        },
+    )?;
+    let answered = vm.as_ref().ok().and_then(|o| o.answered_ms);
+    Ok(Served {
+        result: with_run_error(r, vm.err(), "the VM"),
+        backend: described,
+        vm_answered: answered,
+        look: None,
+    })
+}
+
+/// Serves the call from the node's tier-1 sandbox, with `/work` in its
+/// command and arguments standing for the work folder.
+fn in_sandbox(
+    ctx: Ctx<'_>,
+    call: Call<'_>,
+    work: String,
+    data_dir: String,
+) -> Result<Served, String> {
+    let t = call.t;
+    let command = t.tool.command.iter().map(|a| at_work(a, &work)).collect();
+    let spec = RunSpec::new(RunRequest {
+        work: work.clone(),
+        read: vec![],
+        write: vec![],
+        env: call
+            .env
+            .iter()
+            .map(|(k, v)| EnvVar::new(k, v).map_err(|e| format!("variable {k}: {e}")))
+            .collect::<Result<_, _>>()?,
+        allow: t.tool.egress.iter().map(ToString::to_string).collect(),
+        forward: vec![],
+        limits: call.limits,
+        data_dir,
+        allow_unix_sockets: false,
+        command,
+    })
+    .map_err(|e| e.to_string())?;
+    let mut params = t.call_params(&work);
+    args_at_work(&mut params["arguments"], &work);
+    let Ctx {
+        host,
+        cancel,
+        errors,
+        ..
+    } = ctx;
+    let (r, run) = call_over(params, call.deadline, &cancel, errors, move |io, stop| {
+        let sandbox: &dyn Sandbox = host;
+        sandbox
+            .run(&spec, RunOptions::new(io, Some(Cancel(stop))))
+            .map_err(|e| e.to_string())
+    })?;
+    let mut look = None;
+    if let Some(g) = run.as_ref().ok().and_then(|o| o.report.get("git")) {
+        // A finding left in place fails the run (its own status then
+        // kept as `command_exit_code`).
+        let failed = run
+            .as_ref()
+            .is_ok_and(|o| o.report.contains_key("command_exit_code"));
+        look = Some((g.clone(), failed));
+    }
+    Ok(Served {
+        result: with_run_error(r, run.err(), "the sandbox"),
+        backend: "tier-1 sandbox (bubblewrap, seccomp, Landlock)",
+        vm_answered: None,
+        look,
+    })
 }
 
 /// The call's result, or its error with the run's own failure added.
