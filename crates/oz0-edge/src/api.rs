@@ -24,10 +24,10 @@ mod operator;
 
 pub use operator::node_view;
 
-use node::{complete, poll, register, release, renew, report_facts, rotate, whoami};
+use node::{complete, output, poll, register, release, renew, report_facts, rotate, whoami};
 use operator::{
-    cancel_job, change_node, job_logs, job_status, list_jobs, list_nodes, nodes_page, show_node,
-    submit_job,
+    cancel_job, change_node, job_logs, job_status, list_jobs, list_nodes, list_tenants, nodes_page,
+    rerun_job, show_node, submit_job,
 };
 
 /// Counter of fields dropped from reports, all nodes.
@@ -54,6 +54,9 @@ pub struct EdgeConfig {
     pub keep_jobs_ms: i64,
     /// At most this many finished jobs are kept (the oldest go first).
     pub keep_jobs: i64,
+    /// Nodes not heard from in this long are left out of the node list
+    /// and the Nodes page (`all` shows them).
+    pub forget_nodes_ms: i64,
 }
 
 impl EdgeConfig {
@@ -72,6 +75,7 @@ impl EdgeConfig {
             max_attempts: 3,
             keep_jobs_ms: 7 * 24 * 3600 * 1000,
             keep_jobs: 100_000,
+            forget_nodes_ms: 24 * 3600 * 1000,
         }
     }
 }
@@ -85,19 +89,125 @@ pub struct Edge {
     last_lease_sweep: AtomicI64,
     last_retention: AtomicI64,
     requests: crate::metrics::Requests,
+    wakes: crate::wake::Wakes,
+    presence: std::sync::Mutex<std::collections::HashMap<String, Presence>>,
 }
 
+/// What this replica knows of a node between its requests.
+#[derive(Debug, Default, Clone, Copy)]
+struct Presence {
+    /// Its last request here began then.
+    last_ms: i64,
+    /// Its held requests open here now.
+    open: usize,
+}
+
+/// A node whose held request (a long poll, a held renewal) broke, and
+/// that sent nothing in this long, is taken for dead: its leases end at
+/// once (its jobs go back to their queues), and it is shown down.
+pub const GONE_AFTER_MS: i64 = 2_000;
+
 impl Edge {
-    /// An edge over a store.
+    /// An edge over a store. With PostgreSQL, it listens for the other
+    /// replicas' wakes (a runtime must be running).
     pub fn new(store: Store, cfg: EdgeConfig) -> Arc<Edge> {
-        Arc::new(Edge {
+        let edge = Arc::new(Edge {
             store,
             cfg,
             last_sweep: AtomicI64::new(0),
             last_lease_sweep: AtomicI64::new(0),
             last_retention: AtomicI64::new(0),
             requests: Default::default(),
-        })
+            wakes: Default::default(),
+            presence: Default::default(),
+        });
+        if edge.store.kind() == "postgres" {
+            edge.store.listen_for_wakes(Arc::downgrade(&edge));
+        }
+        edge
+    }
+
+    pub(crate) fn wakes(&self) -> &crate::wake::Wakes {
+        &self.wakes
+    }
+
+    /// Held requests waiting now on this replica.
+    pub fn held_requests(&self) -> usize {
+        self.wakes.waiting()
+    }
+
+    fn presence(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Presence>> {
+        self.presence.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A request of `node` began here at `now`.
+    pub(crate) fn seen_here(&self, node: &str, now: i64) {
+        let mut p = self.presence();
+        match p.get_mut(node) {
+            Some(e) => e.last_ms = e.last_ms.max(now),
+            None => {
+                p.insert(
+                    node.to_string(),
+                    Presence {
+                        last_ms: now,
+                        open: 0,
+                    },
+                );
+            }
+        }
+    }
+
+    /// A held request of `node` begins: until [`Held::answered`], its
+    /// end by a broken connection may mean the node died.
+    pub(crate) fn hold(self: &Arc<Self>, node: &str) -> Held {
+        self.presence().entry(node.to_string()).or_default().open += 1;
+        Held {
+            edge: self.clone(),
+            node: node.to_string(),
+            answered: false,
+        }
+    }
+
+    /// A held request of `node` broke at `at`: when nothing else comes
+    /// from it within [`GONE_AFTER_MS`], it is dead and its leases end.
+    fn broken(self: &Arc<Self>, node: String, at: i64) {
+        let edge = self.clone();
+        tokio::spawn(async move {
+            let seen = match edge.store.node_by_id(&node).await {
+                Ok(Some(n)) => n.last_seen_ms,
+                _ => return,
+            };
+            tokio::time::sleep(std::time::Duration::from_millis(GONE_AFTER_MS as u64)).await;
+            let here = edge.presence().get(&node).copied().unwrap_or_default();
+            if here.open > 0 || here.last_ms > at {
+                return;
+            }
+            match edge.store.gone(&node, seen, at).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    crate::log::error(&format!("node {node}: marking it gone: {e}"), None);
+                    return;
+                }
+            }
+            match edge.store.release_dead(&node, crate::time::now_ms()).await {
+                Ok(s) => {
+                    for (tenant, tier) in &s.queues {
+                        edge.wakes.queued(tenant, *tier);
+                    }
+                    crate::log::info(
+                        &format!(
+                            "node {node}: its connection broke and it sent nothing for {} s: taken for dead; {} job(s) back in their queue, {} failed (attempts used up)",
+                            GONE_AFTER_MS / 1000,
+                            s.requeued,
+                            s.failed
+                        ),
+                        None,
+                    );
+                }
+                Err(e) => crate::log::error(&format!("node {node}: ending its leases: {e}"), None),
+            }
+        });
     }
 
     /// The store.
@@ -130,15 +240,40 @@ impl Edge {
         };
         if due(&self.last_lease_sweep, 1_000) {
             match self.store.sweep_leases(now).await {
-                Ok(s) if s.failed > 0 => crate::log::info(
-                    &format!("{} job(s) failed: their attempts were used up", s.failed),
-                    None,
-                ),
-                Ok(_) => {}
+                Ok(s) => {
+                    if s.failed > 0 {
+                        crate::log::info(
+                            &format!("{} job(s) failed: their attempts were used up", s.failed),
+                            None,
+                        );
+                    }
+                    for (tenant, tier) in &s.queues {
+                        self.wakes.queued(tenant, *tier);
+                    }
+                }
                 Err(e) => crate::log::error(&format!("sweeping expired leases: {e}"), None),
+            }
+            match self.store.sweep_drains(now).await {
+                Ok(moved) => {
+                    for (job, node, tenant, tier) in &moved {
+                        self.wakes.queued(tenant, *tier);
+                        self.wakes.key(&crate::wake::cancel_key(job));
+                        self.wakes.key(&crate::wake::stops_key(node));
+                        crate::log::info(
+                            &format!("node {node}: its drain deadline passed; job {job} goes back to its queue"),
+                            None,
+                        );
+                    }
+                }
+                Err(e) => {
+                    crate::log::error(&format!("ending drains past their deadline: {e}"), None)
+                }
             }
         }
         if due(&self.last_retention, 60_000) {
+            // What this replica knows of nodes quiet for a minute goes.
+            self.presence()
+                .retain(|_, p| p.open > 0 || now - p.last_ms < 60_000);
             let store = self.store.clone();
             let (older, keep) = (now - self.cfg.keep_jobs_ms, self.cfg.keep_jobs);
             tokio::spawn(async move {
@@ -146,6 +281,36 @@ impl Edge {
                     crate::log::error(&format!("removing finished jobs: {e}"), None);
                 }
             });
+        }
+    }
+}
+
+/// A held request of a node; dropped unanswered (its connection broke),
+/// it starts the check of whether the node died.
+pub(crate) struct Held {
+    edge: Arc<Edge>,
+    node: String,
+    answered: bool,
+}
+
+impl Held {
+    /// The request is answered (not broken).
+    pub(crate) fn answered(mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let now = crate::time::now_ms();
+        let last = {
+            let mut p = self.edge.presence();
+            let e = p.entry(self.node.clone()).or_default();
+            e.open = e.open.saturating_sub(1);
+            e.open == 0
+        };
+        if !self.answered && last {
+            self.edge.broken(std::mem::take(&mut self.node), now);
         }
     }
 }
@@ -191,6 +356,7 @@ impl Routes {
         .add("POST", "/v1/node/whoami", post(whoami))
         .add("POST", "/v1/node/jobs/{job}/renew", post(renew))
         .add("POST", "/v1/node/jobs/{job}/release", post(release))
+        .add("POST", "/v1/node/jobs/{job}/output", post(output))
         .add(
             "POST",
             "/v1/node/jobs/{job}/complete",
@@ -201,6 +367,7 @@ impl Routes {
             "/v1/tenants/{tenant}/jobs",
             post(submit_job).layer(DefaultBodyLimit::max(MAX_LARGE_BODY_BYTES)),
         )
+        .add("GET", "/v1/tenants", get(list_tenants))
         .add("GET", "/v1/tenants/{tenant}/jobs", get(list_jobs))
         .add("GET", "/v1/tenants/{tenant}/jobs/{job}", get(job_status))
         .add("GET", "/v1/tenants/{tenant}/jobs/{job}/logs", get(job_logs))
@@ -208,6 +375,11 @@ impl Routes {
             "POST",
             "/v1/tenants/{tenant}/jobs/{job}/cancel",
             post(cancel_job),
+        )
+        .add(
+            "POST",
+            "/v1/tenants/{tenant}/jobs/{job}/rerun",
+            post(rerun_job),
         )
         .add("GET", "/v1/nodes", get(list_nodes))
         .add("GET", "/v1/nodes/{node}", get(show_node))
@@ -244,6 +416,19 @@ pub async fn serve_with(
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: crate::serve::Limits,
 ) -> std::io::Result<()> {
+    // Leases that lapsed and drains past their deadline are swept each
+    // second even while no node polls.
+    let ticking = Arc::downgrade(&edge);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            match ticking.upgrade() {
+                Some(e) => e.sweep_jobs(crate::time::now_ms()).await,
+                None => return,
+            }
+        }
+    });
     crate::serve::serve(listener, Routes::build().into_router(edge), tls, limits).await
 }
 

@@ -37,7 +37,7 @@ use crate::http;
 pub use crate::http::{CertsError, Trust};
 use crate::wire::ApiError;
 pub use key::NodeKey;
-pub use node::{Lease, NodeClient};
+pub use node::{Lease, NodeClient, Polled, HOLD_RENEWAL_AFTER};
 pub use operator::{raw_request, raw_request_with, OperatorClient};
 
 /// How a job ended, as a node reports it.
@@ -106,10 +106,12 @@ pub enum ClientError {
         refusal: ApiError,
     },
     /// The lease is gone: the job must stop.
-    #[error("the lease on job {job} is lost (expired or taken): stop the job")]
+    #[error("{}", if *cancelled { format!("job {job} was cancelled by an operator: stop the job") } else { format!("the lease on job {job} is lost (expired or taken): stop the job") })]
     LeaseLost {
         /// The job.
         job: String,
+        /// An operator cancelled it (rather than the lease lapsing).
+        cancelled: bool,
     },
     /// The edge answered something unexpected.
     #[error("the edge's answer (status {status}) does not parse: {detail}")]

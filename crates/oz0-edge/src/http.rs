@@ -1,6 +1,12 @@
-//! A minimal HTTP/1 client over one connection per request (hyper), over
-//! TLS (rustls, verified against the system's CAs or the operator's own)
-//! or, on loopback only, plain TCP.
+//! A minimal HTTP/1 client (hyper) over TLS (rustls, verified against the
+//! system's CAs or the operator's own) or, on loopback only, plain TCP.
+//!
+//! Connections are kept open and used again (keep-alive): a client makes
+//! one TLS handshake, not one a request. A connection idle for
+//! [`IDLE_REUSE`] is not used again (the edge closes idle ones after 10
+//! s); a request that a kept connection could not send (it closed
+//! meanwhile) is sent once more on a new one, and never when it may have
+//! reached the edge.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -18,6 +24,42 @@ use crate::client::ClientError;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest response the client reads.
 pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+/// A kept connection idle this long is closed rather than used again.
+pub const IDLE_REUSE: Duration = Duration::from_secs(5);
+/// Most idle connections a client keeps.
+pub const MAX_IDLE: usize = 8;
+
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+/// A client's kept connections.
+#[derive(Default)]
+struct Pool {
+    idle: std::sync::Mutex<Vec<(std::time::Instant, Sender)>>,
+    opened: std::sync::atomic::AtomicU64,
+}
+
+impl Pool {
+    fn take(&self) -> Option<Sender> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some((at, s)) = idle.pop() {
+            if at.elapsed() < IDLE_REUSE && s.is_ready() && !s.is_closed() {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    fn put(&self, s: Sender) {
+        if s.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.retain(|(at, s)| at.elapsed() < IDLE_REUSE && !s.is_closed());
+        if idle.len() < MAX_IDLE {
+            idle.push((std::time::Instant::now(), s));
+        }
+    }
+}
 
 /// Which certificates an `https://` edge is verified against.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,6 +85,7 @@ pub struct EdgeUrl {
     host: String,
     port: u16,
     tls: Option<Arc<rustls::ClientConfig>>,
+    pool: Arc<Pool>,
 }
 
 impl std::fmt::Debug for EdgeUrl {
@@ -158,7 +201,18 @@ impl EdgeUrl {
         } else {
             None
         };
-        Ok(EdgeUrl { host, port, tls })
+        Ok(EdgeUrl {
+            host,
+            port,
+            tls,
+            pool: Arc::default(),
+        })
+    }
+
+    /// Connections (TCP, and TLS handshakes over them) this URL's
+    /// clients opened so far.
+    pub fn connections_opened(&self) -> u64 {
+        self.pool.opened.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn authority(&self) -> String {
@@ -202,14 +256,59 @@ async fn request_inner(
     headers: &[(&str, String)],
     body: Vec<u8>,
 ) -> Result<(u16, Bytes), ClientError> {
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", url.authority())
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, v);
+    }
+    let mut req = req
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| ClientError::Http(e.to_string()))?;
+    loop {
+        let (mut sender, kept) = match url.pool.take() {
+            Some(s) => (s, true),
+            None => (connect(url).await?, false),
+        };
+        let resp = match sender.try_send_request(req).await {
+            Ok(r) => r,
+            Err(mut e) => match e.take_message() {
+                // Not sent: the kept connection had closed. Once more on a
+                // new one.
+                Some(r) if kept => {
+                    req = r;
+                    continue;
+                }
+                _ => return Err(ClientError::Http(e.into_error().to_string())),
+            },
+        };
+        let status = resp.status().as_u16();
+        let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES)
+            .collect()
+            .await
+            .map_err(|e| ClientError::Http(e.to_string()))?
+            .to_bytes();
+        url.pool.put(sender);
+        return Ok((status, body));
+    }
+}
+
+/// A new connection to the edge, over TLS unless on loopback.
+async fn connect(url: &EdgeUrl) -> Result<Sender, ClientError> {
     let stream = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
         .await
         .map_err(|source| ClientError::Connect {
             edge: url.to_string(),
             source,
         })?;
-    let mut sender = match &url.tls {
-        None => handshake(stream).await?,
+    let _ = stream.set_nodelay(true);
+    url.pool
+        .opened
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    match &url.tls {
+        None => handshake(stream).await,
         Some(cfg) => {
             let name = ServerName::try_from(url.host.clone())
                 .map_err(|e| tls_error(format!("{}: {e}", url.host)))?;
@@ -219,31 +318,9 @@ async fn request_inner(
                 .map_err(|e| {
                     tls_error(format!("with the edge at {url}: {e} (is the edge's certificate valid now, for this host name, and signed by a CA this client trusts: the system's, or the one --edge-ca names?)"))
                 })?;
-            handshake(tls).await?
+            handshake(tls).await
         }
-    };
-    let mut req = hyper::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", url.authority())
-        .header("content-type", "application/json");
-    for (k, v) in headers {
-        req = req.header(*k, v);
     }
-    let req = req
-        .body(Full::new(Bytes::from(body)))
-        .map_err(|e| ClientError::Http(e.to_string()))?;
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| ClientError::Http(e.to_string()))?;
-    let status = resp.status().as_u16();
-    let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES)
-        .collect()
-        .await
-        .map_err(|e| ClientError::Http(e.to_string()))?
-        .to_bytes();
-    Ok((status, body))
 }
 
 async fn handshake<S>(

@@ -78,6 +78,8 @@ pub mod serve;
 pub mod store;
 pub mod term;
 pub mod time;
+#[cfg(feature = "server")]
+mod wake;
 pub mod wire;
 
 #[cfg(feature = "server")]

@@ -29,7 +29,7 @@ h1{font-size:20px;margin:0 0 4px}p.sub{color:#57606a;margin:0 0 16px}\
 table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #d0d7de;padding:6px 8px;text-align:left;vertical-align:top}\
 th{background:#f6f8fa;font-weight:600}td.t1{color:#116329;font-weight:600}td.t0{color:#9a6700;font-weight:600}\
 small{color:#57606a}code{font-family:ui-monospace,monospace;font-size:12px}\
-td.s-up{color:#116329;font-weight:600}td.s-down{color:#cf222e;font-weight:600}td.s-wait{color:#9a6700;font-weight:600}";
+td.t-off{color:#57606a}td.s-up{color:#116329;font-weight:600}td.s-down{color:#cf222e;font-weight:600}td.s-wait{color:#9a6700;font-weight:600}";
 
 /// Renders the page.
 pub fn render_nodes(page: &NodePage, tenant: Option<&str>, now_ms: i64) -> String {
@@ -42,17 +42,24 @@ pub fn render_nodes(page: &NodePage, tenant: Option<&str>, now_ms: i64) -> Strin
         Some(t) => h.push_str(&format!("Tenant {} · ", escape(t))),
         None => h.push_str("All tenants · "),
     }
-    let routed1 = nodes.iter().filter(|n| n.tier_routed >= 1).count();
+    let routed1 = nodes.iter().filter(|n| n.up && n.tier_routed >= 1).count();
     let up = nodes.iter().filter(|n| n.state == "up").count();
     h.push_str(&format!(
-        "{} node(s), {up} up, {} routed at tier 1 or higher · {}</p>",
+        "{} node(s), {up} up, {} up and routed at tier 1 or higher · {}</p>",
         nodes.len(),
         routed1,
         escape(&format_utc(now_ms))
     ));
     h.push_str("<table><thead><tr><th>Node</th><th>Tenant</th><th>State</th><th>Platform</th><th>Tier</th><th>Mechanism</th><th>Fix</th><th>MicroVMs</th><th>Last report</th></tr></thead><tbody>");
     for n in nodes {
-        let class = if n.tier_routed >= 1 { "t1" } else { "t0" };
+        // A node that is not up takes no work, whatever it proved.
+        let class = if !n.up {
+            "t-off"
+        } else if n.tier_routed >= 1 {
+            "t1"
+        } else {
+            "t0"
+        };
         let sclass = match n.state.as_str() {
             "up" => "s-up",
             "down" => "s-down",

@@ -21,7 +21,9 @@ mod schema;
 mod sql;
 mod value;
 
-pub use jobs::{NewJob, Queued, Swept, LEASES_EXPIRED, LEASES_GRANTED};
+pub use jobs::{
+    bounded_tail, JobOutput, NewJob, Piece, Queued, Stream, Swept, LEASES_EXPIRED, LEASES_GRANTED,
+};
 pub use rows::{JobEnd, JobRow, LeasedJob, NodeChange, NodeRow, Registration, Report};
 pub use schema::MIGRATIONS;
 pub use value::{Row, Val};

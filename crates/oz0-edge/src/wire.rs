@@ -113,6 +113,55 @@ pub struct NodeView {
 pub struct PollRequest {
     /// The queue's tier.
     pub tier: u8,
+    /// Hold the answer up to this long (at most [`MAX_WAIT_MS`]) while
+    /// there is nothing to hand out and nothing to stop: the edge answers
+    /// the moment a job for this node is queued or one it holds is
+    /// cancelled. 0 (the default) answers at once.
+    #[serde(default)]
+    pub wait_ms: u64,
+    /// Also the queues of the tiers below `tier`, the highest first.
+    #[serde(default)]
+    pub below: bool,
+    /// Take a job (the default); false: only learn which of `holding` to
+    /// stop (a node running all the jobs it may).
+    #[serde(default = "yes")]
+    pub take: bool,
+    /// The jobs this node runs (at most [`MAX_HOLDING`]): the answer's
+    /// `stop` names those it must stop.
+    #[serde(default)]
+    pub holding: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Longest a poll, a renewal or a follow of a job's output is held.
+pub const MAX_WAIT_MS: u64 = 20_000;
+/// Most jobs a poll says its node holds.
+pub const MAX_HOLDING: usize = 256;
+
+impl PollRequest {
+    /// A poll of one tier's queue, answered at once.
+    pub fn tier(tier: u8) -> PollRequest {
+        PollRequest {
+            tier,
+            wait_ms: 0,
+            below: false,
+            take: true,
+            holding: Vec::new(),
+        }
+    }
+}
+
+/// A job its node must stop, and why.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StopJob {
+    /// The job.
+    pub job_id: String,
+    /// `cancelled` (by an operator), or `lost` (its lease is not this
+    /// node's any more, or the job ended).
+    pub reason: String,
 }
 
 /// A job handed out.
@@ -145,6 +194,17 @@ pub struct PollResponse {
     /// operator approves the node, or its facts change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier_routed: Option<u8>,
+    /// Jobs of the poll's `holding` the node must stop now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<StopJob>,
+    /// How long the edge held the poll before it answered (a job's lease
+    /// runs from then).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A lease renewal.
@@ -153,6 +213,33 @@ pub struct PollResponse {
 pub struct RenewRequest {
     /// The lease.
     pub lease_id: String,
+    /// After renewing, hold the answer up to this long (at most
+    /// [`MAX_WAIT_MS`]): a cancel of the job is refused at once
+    /// (`job_cancelled`), so its node stops it within milliseconds.
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+/// A piece of a running job's output.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputRequest {
+    /// The lease.
+    pub lease_id: String,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    /// Bytes of this stream sent before `data` (the edge skips what it
+    /// already has, so a piece sent again is kept once).
+    pub offset: u64,
+    /// The bytes, as text (at most [`crate::MAX_TAIL_BYTES`]).
+    pub data: String,
+}
+
+/// The answer to a piece of output.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OutputTaken {
+    /// Bytes of the stream the edge has counted in all.
+    pub bytes: u64,
 }
 
 /// The answer to a renewal.
@@ -322,12 +409,14 @@ pub struct ReleaseRequest {
     pub lease_id: String,
 }
 
-/// A job's output, as its node sent it when the job ended.
+/// A job's output, as its node sent it while it ran and when it ended.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct JobLogs {
-    /// The end of its stdout (at most `bound_bytes`).
+    /// The end of its stdout (at most `bound_bytes`); with
+    /// `stdout_after`, only what came after that byte.
     pub stdout_tail: Option<String>,
-    /// The end of its stderr (at most `bound_bytes`).
+    /// The end of its stderr (at most `bound_bytes`); with
+    /// `stderr_after`, only what came after that byte.
     pub stderr_tail: Option<String>,
     /// Bytes written to stdout in all.
     pub stdout_bytes: Option<i64>,
@@ -335,6 +424,36 @@ pub struct JobLogs {
     pub stderr_bytes: Option<i64>,
     /// The most of each stream the edge keeps: its end.
     pub bound_bytes: usize,
+    /// The byte of stdout `stdout_tail` starts at (what came between the
+    /// query's `stdout_after` and it was not kept).
+    #[serde(default)]
+    pub stdout_from: i64,
+    /// The byte of stderr `stderr_tail` starts at.
+    #[serde(default)]
+    pub stderr_from: i64,
+    /// The job's state when the answer was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Its exit status, once it ended with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+}
+
+/// Query of a job's output: what came after the given bytes, held up to
+/// `wait_ms` until there is some or the job ended (`oz0 job logs -f`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogsQuery {
+    /// Only stdout after this many bytes.
+    #[serde(default)]
+    pub stdout_after: Option<i64>,
+    /// Only stderr after this many bytes.
+    #[serde(default)]
+    pub stderr_after: Option<i64>,
+    /// Hold the answer up to this long (at most [`MAX_WAIT_MS`]) while
+    /// nothing came after those bytes and the job has not ended.
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
 }
 
 /// A page of a tenant's jobs, newest first.
@@ -535,6 +654,16 @@ pub struct JobView {
     /// Ended, Unix ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub done_ms: Option<i64>,
+    /// A shell job's command (one job's view, not a list's; its variables
+    /// are never shown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// A tool job's tool and MCP tool (one job's view).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The name of the node holding or having held it (one job's view).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
 }
 
 /// Query of the node list.
@@ -550,4 +679,24 @@ pub struct NodesQuery {
     /// The previous page's `next`.
     #[serde(default)]
     pub after: Option<String>,
+    /// Also nodes not heard from for a day and more.
+    #[serde(default)]
+    pub all: Option<bool>,
+}
+
+/// How an operator drains a node.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainQuery {
+    /// The jobs it still runs after this many seconds go back to their
+    /// queues, and it stops them.
+    #[serde(default)]
+    pub deadline_s: Option<u64>,
+}
+
+/// The tenants the edge serves.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Tenants {
+    /// Their names.
+    pub tenants: Vec<String>,
 }

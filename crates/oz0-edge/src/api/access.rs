@@ -123,6 +123,18 @@ impl Edge {
         let key = auth::decode_key(&node.public_key)?;
         let now = self.check_signed(method, uri, &s, &key, body).await?;
         crate::serve::proven();
+        self.seen_here(&node.id, now);
+        // Taken for dead, it speaks again: it is up (whatever it asks).
+        let node = if node.gone_ms.is_some() {
+            self.store.back(&node.id, now).await?;
+            NodeRow {
+                gone_ms: None,
+                last_seen_ms: now,
+                ..node
+            }
+        } else {
+            node
+        };
         Ok((node, now))
     }
 

@@ -17,7 +17,7 @@ use super::{node_view, Edge, DROPPED_COUNTER};
 use crate::auth::{self, AuthError};
 use crate::routing::is_tenant;
 use crate::sanitize::{is_usable_node_name, sanitize, NODE_NAME_FORM};
-use crate::store::{JobEnd, Registration, Report};
+use crate::store::{JobEnd, NodeRow, Registration, Report};
 use crate::wire::*;
 use crate::MAX_REPORT_BYTES;
 
@@ -283,14 +283,7 @@ pub(super) async fn poll(
             format!("node {} waits for an operator's approval and takes no work until then: an operator approves it with oz0 node approve {}", node.id, node.id),
         ));
     }
-    if node.drained {
-        edge.heard_from(&node, now).await?;
-        return Ok(Json(PollResponse {
-            job: None,
-            tier_routed: Some(node.tier_taken()),
-        }));
-    }
-    if req.tier > node.tier_routed {
+    if req.tier > node.tier_routed && !node.drained {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "tier_not_routed",
@@ -302,14 +295,85 @@ pub(super) async fn poll(
             ),
         ));
     }
-    edge.sweep_jobs(now).await;
-    let lease_id = auth::random_id();
-    let leased = edge
-        .store
-        .lease(&node, req.tier, &lease_id, now + edge.cfg.lease_ms, now)
-        .await?;
-    edge.heard_from(&node, now).await?;
-    let job = leased.map(|j| LeasedJobView {
+    if req.holding.len() > MAX_HOLDING || !req.holding.iter().all(|j| auth::is_nonce(j)) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_poll",
+            format!("holding names at most {MAX_HOLDING} job ids"),
+        ));
+    }
+    let tiers: Vec<u8> = if req.below {
+        (0..=req.tier).rev().collect()
+    } else {
+        vec![req.tier]
+    };
+    // A drained node takes nothing, but still learns what to stop.
+    let take = req.take && !node.drained;
+    // The node must be heard from within its liveness window while it
+    // waits: at most half of it.
+    let wait = req
+        .wait_ms
+        .min(MAX_WAIT_MS)
+        .min(u64::try_from(edge.cfg.node_live_ms / 2).unwrap_or(0));
+    let start = tokio::time::Instant::now();
+    let until = start + std::time::Duration::from_millis(wait);
+    let held = (wait > 0).then(|| edge.hold(&node.id));
+    let waiter = crate::wake::Wakes::waiter();
+    // Woken by a change of the node (a cancel, a drain, an approval): one
+    // more look, then the answer.
+    let mut last = false;
+    let (job, stop, held_ms) = loop {
+        let looked = start.elapsed();
+        if wait > 0 {
+            crate::wake::Wakes::new_round(&waiter);
+            if take {
+                for t in &tiers {
+                    edge.wakes().listen_queue(&waiter, &node.tenant, *t);
+                }
+            }
+            edge.wakes()
+                .listen_key(&waiter, &crate::wake::node_key(&node.id));
+            if !req.holding.is_empty() {
+                edge.wakes()
+                    .listen_key(&waiter, &crate::wake::stops_key(&node.id));
+            }
+        }
+        let now = crate::time::now_ms();
+        edge.sweep_jobs(now).await;
+        let stop = stops(&edge, &node, &req.holding).await?;
+        let mut job = None;
+        if take {
+            for t in &tiers {
+                let lease_id = auth::random_id();
+                if let Some(j) = edge
+                    .store
+                    .lease(&node, *t, &lease_id, now + edge.cfg.lease_ms, now)
+                    .await?
+                {
+                    job = Some((j, lease_id));
+                    break;
+                }
+            }
+        }
+        let woke = waiter.take_wake();
+        if job.is_some() || !stop.is_empty() || last || tokio::time::Instant::now() >= until {
+            break (job, stop, u64::try_from(looked.as_millis()).unwrap_or(0));
+        }
+        // Woken for a job another node took, or one this node may not
+        // take: the next waiter gets the wake.
+        if let Some(w) = woke {
+            edge.wakes().pass_on(w);
+        }
+        tokio::select! {
+            _ = waiter.woken() => last = waiter.take_changed(),
+            _ = tokio::time::sleep_until(until) => {}
+        }
+    };
+    if let Some(h) = held {
+        h.answered();
+    }
+    edge.heard_from(&node, crate::time::now_ms()).await?;
+    let job = job.map(|(j, lease_id)| LeasedJobView {
         job_id: j.id,
         lease_id,
         lease_ms: edge.cfg.lease_ms,
@@ -322,7 +386,31 @@ pub(super) async fn poll(
     Ok(Json(PollResponse {
         job,
         tier_routed: Some(node.tier_taken()),
+        stop,
+        held_ms,
     }))
+}
+
+/// Which of the jobs a node says it runs it must stop: those whose lease
+/// is not its own any more (cancelled, lapsed, ended).
+async fn stops(edge: &Edge, node: &NodeRow, holding: &[String]) -> ApiResult<Vec<StopJob>> {
+    if holding.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mine = edge.store.held_by(&node.id).await?;
+    let mut stop = Vec::new();
+    for j in holding.iter().filter(|j| !mine.contains(j)) {
+        let cancelled = edge
+            .store
+            .job(&node.tenant, j)
+            .await?
+            .is_some_and(|r| r.state == "cancelled");
+        stop.push(StopJob {
+            job_id: j.clone(),
+            reason: if cancelled { "cancelled" } else { "lost" }.into(),
+        });
+    }
+    Ok(stop)
 }
 
 /// A stopping node gives its job back to the queue at once, instead of
@@ -338,13 +426,15 @@ pub(super) async fn release(
     let (node, now) = edge.node_request(&method, &uri, &h, &body).await?;
     job_id_ok(&job)?;
     let req: ReleaseRequest = parse_json(&body, "release")?;
-    if !edge
+    let Some((tenant, tier)) = edge
         .store
         .release(&job, &node.id, &req.lease_id, now)
         .await?
-    {
+    else {
         return Err(lease_lost(&job));
-    }
+    };
+    edge.wakes().queued(&tenant, tier);
+    edge.wakes().key(&crate::wake::job_key(&job));
     crate::log::info(
         &format!("node {}: gave job {job} back (stopping)", node.id),
         None,
@@ -354,6 +444,23 @@ pub(super) async fn release(
 
 fn lease_lost(job: &str) -> ApiError {
     ApiError::new(StatusCode::CONFLICT, "lease_lost", format!("the lease on job {job} expired or is not this node's: stop the job now; it may run elsewhere"))
+}
+
+fn job_cancelled(job: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "job_cancelled",
+        format!("job {job} was cancelled by an operator: stop it now"),
+    )
+}
+
+/// The refusal for a lease that is not this node's any more: cancelled,
+/// or lost.
+async fn not_yours(edge: &Edge, node: &NodeRow, job: &str) -> ApiError {
+    match edge.store.job(&node.tenant, job).await {
+        Ok(Some(j)) if j.state == "cancelled" => job_cancelled(job),
+        _ => lease_lost(job),
+    }
 }
 
 pub(super) fn job_id_ok(job: &str) -> ApiResult<()> {
@@ -379,17 +486,106 @@ pub(super) async fn renew(
     let (node, now) = edge.node_request(&method, &uri, &h, &body).await?;
     job_id_ok(&job)?;
     let req: RenewRequest = parse_json(&body, "renewal")?;
+    let wait = req
+        .wait_ms
+        .min(MAX_WAIT_MS)
+        .min(u64::try_from(edge.cfg.lease_ms / 3).unwrap_or(0));
+    let waiter = crate::wake::Wakes::waiter();
+    if wait > 0 {
+        edge.wakes()
+            .listen_key(&waiter, &crate::wake::cancel_key(&job));
+    }
     if !edge
         .store
         .renew(&job, &node.id, &req.lease_id, now + edge.cfg.lease_ms, now)
         .await?
     {
-        return Err(lease_lost(&job));
+        return Err(not_yours(&edge, &node, &job).await);
     }
     edge.heard_from(&node, now).await?;
+    if wait > 0 {
+        // Held: answered at once when the job is cancelled, else when the
+        // wait is over (the node renews again then).
+        let held = edge.hold(&node.id);
+        let until = tokio::time::Instant::now() + std::time::Duration::from_millis(wait);
+        loop {
+            tokio::select! {
+                _ = waiter.woken() => {}
+                _ = tokio::time::sleep_until(until) => break,
+            }
+            let still = edge
+                .store
+                .job(&node.tenant, &job)
+                .await?
+                .is_some_and(|j| j.state == "leased" && j.node_id.as_deref() == Some(&node.id));
+            if !still {
+                held.answered();
+                return Err(not_yours(&edge, &node, &job).await);
+            }
+            edge.wakes()
+                .listen_key(&waiter, &crate::wake::cancel_key(&job));
+        }
+        held.answered();
+        edge.seen_here(&node.id, crate::time::now_ms());
+    }
     Ok(Json(Renewed {
         lease_ms: edge.cfg.lease_ms,
     }))
+}
+
+/// A piece of a running job's output, kept in its stream's bounded tail.
+pub(super) async fn output(
+    State(edge): State<Arc<Edge>>,
+    Path(job): Path<String>,
+    method: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<OutputTaken>> {
+    let (node, now) = edge.node_request(&method, &uri, &h, &body).await?;
+    job_id_ok(&job)?;
+    let req: OutputRequest = parse_json(&body, "output")?;
+    let stream = match req.stream.as_str() {
+        "stdout" => crate::store::Stream::Stdout,
+        "stderr" => crate::store::Stream::Stderr,
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_output",
+                "a job's output stream is stdout or stderr",
+            ))
+        }
+    };
+    if req.data.len() > crate::MAX_TAIL_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "a piece of output is at most {} bytes: send its end, with the offset of where it starts",
+                crate::MAX_TAIL_BYTES
+            ),
+        ));
+    }
+    let Some(bytes) = edge
+        .store
+        .append_output(
+            &job,
+            &node.id,
+            &req.lease_id,
+            crate::store::Piece {
+                stream,
+                offset: req.offset,
+                data: &req.data,
+            },
+            now,
+        )
+        .await?
+    else {
+        return Err(not_yours(&edge, &node, &job).await);
+    };
+    edge.wakes().key(&crate::wake::job_key(&job));
+    edge.heard_from(&node, now).await?;
+    Ok(Json(OutputTaken { bytes }))
 }
 
 pub(super) async fn complete(
@@ -485,8 +681,9 @@ pub(super) async fn complete(
         .complete(&job, &node.id, &req.lease_id, &end, now)
         .await?
     {
-        return Err(lease_lost(&job));
+        return Err(not_yours(&edge, &node, &job).await);
     }
+    edge.wakes().key(&crate::wake::job_key(&job));
     edge.heard_from(&node, now).await?;
     Ok(Json(serde_json::json!({"ok": true})))
 }

@@ -57,7 +57,7 @@ pub fn node_view(n: &NodeRow, live_since_ms: i64) -> NodeView {
                     None,
                 ),
             };
-        let up = n.last_seen_ms >= live_since_ms && n.removed_ms.is_none();
+        let up = n.last_seen_ms >= live_since_ms && n.removed_ms.is_none() && n.gone_ms.is_none();
         let state = if n.removed_ms.is_some() {
             "removed"
         } else if !n.approved {
@@ -69,10 +69,12 @@ pub fn node_view(n: &NodeRow, live_since_ms: i64) -> NodeView {
         } else {
             "down"
         };
-        let tier_line = if n.approved || facts.is_none() {
-            tier_line
-        } else {
+        let tier_line = if !n.approved && facts.is_some() {
             format!("tier {tier_proven} proven; takes no work until an operator approves it")
+        } else if !up && n.removed_ms.is_none() && facts.is_some() {
+            format!("down: takes no work (tier {tier_proven} proven when last seen)")
+        } else {
+            tier_line
         };
         let routed_note = if n.approved {
             routed_note
@@ -194,7 +196,10 @@ pub(super) async fn submit_job(
         eligible_nodes: eligible,
     };
     match queued {
-        Queued::New => Ok((StatusCode::ACCEPTED, Json(accepted(id, false)))),
+        Queued::New => {
+            edge.wakes().queued(&tenant, needs.tier);
+            Ok((StatusCode::ACCEPTED, Json(accepted(id, false))))
+        }
         Queued::Existing { id, same: true } => Ok((StatusCode::OK, Json(accepted(id, true)))),
         Queued::Existing { same: false, .. } => Err(conflict_key()),
     }
@@ -290,9 +295,108 @@ pub(super) async fn job_status(
     Path((tenant, job)): Path<(String, String)>,
     h: HeaderMap,
 ) -> ApiResult<Json<JobView>> {
-    Ok(Json(job_view(
-        operator_job(&edge, &h, &tenant, &job, None).await?,
-    )))
+    let mut v = job_view(operator_job(&edge, &h, &tenant, &job, None).await?);
+    // What it runs: a shell job's command (never its variables), a tool
+    // job's tool; and its node's name.
+    if let Some((_, payload)) = edge.store.job_spec(&tenant, &v.job_id).await? {
+        let p: serde_json::Value = serde_json::from_str(&payload).unwrap_or_default();
+        if v.kind == "shell" {
+            v.command = p["command"].as_array().map(|c| {
+                c.iter()
+                    .map(|a| a.as_str().unwrap_or_default().to_string())
+                    .collect()
+            });
+        } else if let Some(t) = p["tool"].as_str() {
+            v.tool = Some(match p["name"].as_str() {
+                Some(n) if n != t => format!("{t} ({n})"),
+                _ => t.to_string(),
+            });
+        }
+    }
+    if let Some(n) = &v.node_id {
+        v.node_name = edge.store.node_by_id(n).await?.and_then(|n| n.name);
+    }
+    Ok(Json(v))
+}
+
+/// The tenants the edge serves (their names only).
+pub(super) async fn list_tenants(
+    State(edge): State<Arc<Edge>>,
+    h: HeaderMap,
+) -> ApiResult<Json<Tenants>> {
+    edge.operator(&h)?;
+    Ok(Json(Tenants {
+        tenants: edge.cfg.tenant_tokens.keys().cloned().collect(),
+    }))
+}
+
+/// Queues a job again: a new job with the kind, origin, needs and payload
+/// of the one named, refused like a submission when no live node can
+/// take it.
+pub(super) async fn rerun_job(
+    State(edge): State<Arc<Edge>>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    Path((tenant, job)): Path<(String, String)>,
+    h: HeaderMap,
+) -> ApiResult<(StatusCode, Json<Accepted>)> {
+    let old = operator_job(&edge, &h, &tenant, &job, None).await?;
+    let (needs, _) = edge
+        .store
+        .job_spec(&tenant, &old.id)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "no_job", "no such job"))?;
+    let now = now_ms();
+    let live_since = now - edge.cfg.node_live_ms;
+    let eligible = edge
+        .store
+        .eligible_nodes(&tenant, &needs, live_since)
+        .await?;
+    if eligible == 0 {
+        let held = edge.store.held_back(&tenant, &needs, live_since).await?;
+        let reason = if held.is_empty() {
+            let offers = edge.store.live_offers(&tenant, live_since).await?;
+            let origin = match old.origin.as_str() {
+                "webhook" => crate::routing::Origin::Webhook,
+                "event" => crate::routing::Origin::Event,
+                "chat" => crate::routing::Origin::Chat,
+                _ => crate::routing::Origin::Internal,
+            };
+            needs.refusal(&tenant, origin, &offers)
+        } else {
+            needs.held_back(&tenant, &held)
+        };
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_eligible_node",
+            reason,
+        ));
+    }
+    let id = auth::job_id();
+    if !edge
+        .store
+        .rerun(&tenant, &old.id, &id, edge.cfg.max_attempts, now)
+        .await?
+    {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_job",
+            "no such job",
+        ));
+    }
+    edge.wakes().queued(&tenant, needs.tier);
+    crate::log::info(
+        &format!("tenant {tenant}: job {} queued again as job {id}", old.id),
+        Some(client),
+    );
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(Accepted {
+            job_id: id,
+            existing: false,
+            tier: needs.tier,
+            eligible_nodes: eligible,
+        }),
+    ))
 }
 
 /// An operator's job, after `act` (the time it acts at) was done to it;
@@ -316,6 +420,15 @@ async fn operator_job(
         .job(tenant, job)
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "no_job", "no such job"))?;
+    if cancelled == Some(true) {
+        // Its node stops it now: a held renewal or a long poll of the node
+        // is answered at once.
+        if let Some(n) = &j.node_id {
+            edge.wakes().key(&crate::wake::stops_key(n));
+        }
+        edge.wakes().key(&crate::wake::cancel_key(&j.id));
+        edge.wakes().key(&crate::wake::job_key(&j.id));
+    }
     if cancelled == Some(false) {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -348,27 +461,90 @@ fn job_view(j: crate::store::JobRow) -> JobView {
         submitted_ms: j.enqueued_ms,
         leased_ms: j.leased_ms,
         done_ms: j.done_ms,
+        command: None,
+        tool: None,
+        node_name: None,
     }
 }
 
 pub(super) async fn job_logs(
     State(edge): State<Arc<Edge>>,
     Path((tenant, job)): Path<(String, String)>,
+    Query(q): Query<LogsQuery>,
     h: HeaderMap,
 ) -> ApiResult<Json<JobLogs>> {
     let j = operator_job(&edge, &h, &tenant, &job, None).await?;
-    let (stdout_tail, stderr_tail) = edge
-        .store
-        .job_logs(&tenant, &j.id)
-        .await?
-        .unwrap_or_default();
-    Ok(Json(JobLogs {
-        stdout_tail,
-        stderr_tail,
-        stdout_bytes: j.stdout_bytes,
-        stderr_bytes: j.stderr_bytes,
-        bound_bytes: crate::MAX_TAIL_BYTES,
-    }))
+    let wait = q.wait_ms.unwrap_or(0).min(MAX_WAIT_MS);
+    let until = tokio::time::Instant::now() + std::time::Duration::from_millis(wait);
+    let following = q.stdout_after.is_some() || q.stderr_after.is_some();
+    loop {
+        // Listening first: output that comes while the store is read wakes
+        // the next look.
+        let waiter = crate::wake::Wakes::waiter();
+        if wait > 0 {
+            edge.wakes()
+                .listen_key(&waiter, &crate::wake::job_key(&j.id));
+        }
+        let o = edge
+            .store
+            .job_output(&tenant, &j.id)
+            .await?
+            .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "no_job", "no such job"))?;
+        let ended = !matches!(o.state.as_str(), "queued" | "leased");
+        let fresh =
+            |bytes: Option<i64>, after: Option<i64>| bytes.unwrap_or(0) > after.unwrap_or(-1);
+        let news = !following
+            || fresh(o.stdout_bytes, q.stdout_after)
+            || fresh(o.stderr_bytes, q.stderr_after);
+        if news || ended || tokio::time::Instant::now() >= until {
+            let (stdout_tail, stdout_from) = after(o.stdout_tail, o.stdout_bytes, q.stdout_after);
+            let (stderr_tail, stderr_from) = after(o.stderr_tail, o.stderr_bytes, q.stderr_after);
+            return Ok(Json(JobLogs {
+                stdout_tail,
+                stderr_tail,
+                stdout_bytes: o.stdout_bytes,
+                stderr_bytes: o.stderr_bytes,
+                bound_bytes: crate::MAX_TAIL_BYTES,
+                stdout_from,
+                stderr_from,
+                state: Some(o.state),
+                exit_code: o.exit_code,
+            }));
+        }
+        // Woken by output or the job's end on this replica; another
+        // replica's is seen within a second.
+        tokio::select! {
+            _ = waiter.woken() => {}
+            _ = tokio::time::sleep_until(until.min(tokio::time::Instant::now() + std::time::Duration::from_secs(1))) => {}
+        }
+    }
+}
+
+/// The part of a kept tail after byte `after` of its stream (the whole
+/// tail without one), and the byte it starts at.
+fn after(tail: Option<String>, bytes: Option<i64>, after: Option<i64>) -> (Option<String>, i64) {
+    let total = bytes.unwrap_or(0);
+    let Some(tail) = tail else {
+        return (None, total);
+    };
+    let len = i64::try_from(tail.len()).unwrap_or(i64::MAX);
+    let start = (total - len).max(0);
+    let Some(a) = after else {
+        return (Some(tail), start);
+    };
+    if a <= start {
+        return (Some(tail), start);
+    }
+    let mut at = usize::try_from(a - start)
+        .unwrap_or(usize::MAX)
+        .min(tail.len());
+    while !tail.is_char_boundary(at) {
+        at += 1;
+    }
+    (
+        Some(tail[at..].to_string()),
+        start + i64::try_from(at).unwrap_or(0),
+    )
 }
 
 /// A tenant's jobs, newest first, a page at a time.
@@ -462,12 +638,18 @@ async fn nodes_of(edge: &Edge, q: &NodesQuery) -> ApiResult<NodePage> {
             Some((t.to_string(), id.to_string()))
         }
     };
+    let seen_since = if q.all == Some(true) {
+        i64::MIN
+    } else {
+        now_ms() - edge.cfg.forget_nodes_ms
+    };
     let rows = edge
         .store
         .nodes_page(
             q.tenant.as_deref(),
             after.as_ref().map(|(t, i)| (t.as_str(), i.as_str())),
             limit,
+            seen_since,
         )
         .await?;
     let next = (i64::try_from(rows.len()).unwrap_or(0) == limit)
@@ -516,12 +698,18 @@ pub(super) async fn change_node(
     State(edge): State<Arc<Edge>>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     Path((node, action)): Path<(String, String)>,
+    Query(q): Query<DrainQuery>,
     h: HeaderMap,
 ) -> ApiResult<Json<NodeView>> {
     edge.operator(&h)?;
     let change = match action.as_str() {
         "approve" => NodeChange::Approve,
-        "drain" => NodeChange::Drain(true),
+        "drain" => match q.deadline_s {
+            Some(s) => NodeChange::DrainBy(
+                now_ms().saturating_add(i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
+            ),
+            None => NodeChange::Drain(true),
+        },
         "undrain" => NodeChange::Drain(false),
         "remove" => NodeChange::Remove,
         _ => {
@@ -553,6 +741,8 @@ pub(super) async fn change_node(
             format!("node {} was removed: there is nothing to {action}", n.id),
         ));
     }
+    // A held poll of the node answers, so it polls again as it is now.
+    edge.wakes().key(&crate::wake::node_key(&n.id));
     crate::log::info(
         &format!(
             "node {} of tenant {}: {action} by an operator",

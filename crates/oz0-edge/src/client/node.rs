@@ -14,8 +14,8 @@ use super::{decode, ClientError, Completion, NodeKey, Trust, LEASE_MARGIN_DIVISO
 use crate::auth;
 use crate::http::{self, EdgeUrl};
 use crate::wire::{
-    CompleteRequest, LeasedJobView, NodeView, PollRequest, PollResponse, RegisterRequest,
-    Registered, RenewRequest, Renewed,
+    CompleteRequest, LeasedJobView, NodeView, OutputRequest, OutputTaken, PollRequest,
+    PollResponse, RegisterRequest, Registered, RenewRequest, Renewed, StopJob,
 };
 
 /// A job this node holds under a lease.
@@ -46,6 +46,23 @@ impl Lease {
     }
 }
 
+/// The answer to a poll.
+#[derive(Debug, Clone)]
+pub struct Polled {
+    /// A job, under a lease.
+    pub lease: Option<Lease>,
+    /// The tier the edge routes this node at now.
+    pub tier_routed: Option<u8>,
+    /// Jobs of the poll's `holding` this node must stop now (cancelled,
+    /// or their lease is not this node's any more).
+    pub stop: Vec<StopJob>,
+}
+
+/// A running job's first held renewal is sent this long after it started
+/// (a shorter job ends with no renewal at all); from then on one is
+/// always held, so a cancel reaches the node at once.
+pub const HOLD_RENEWAL_AFTER: Duration = Duration::from_millis(250);
+
 /// A node's connection to the edge.
 #[derive(Debug)]
 pub struct NodeClient {
@@ -73,6 +90,12 @@ impl NodeClient {
             tenant: tenant.to_string(),
             key,
         })
+    }
+
+    /// Connections (and TLS handshakes) this client opened so far: one
+    /// is kept open and used again for request after request.
+    pub fn connections_opened(&self) -> u64 {
+        self.edge.connections_opened()
     }
 
     /// This node's id.
@@ -155,27 +178,55 @@ impl NodeClient {
     /// Polls one tier's queue: a job or none, and the tier the edge routes
     /// this node at now.
     pub async fn poll(&self, tier: u8) -> Result<(Option<Lease>, Option<u8>), ClientError> {
+        let p = self.poll_with(&PollRequest::tier(tier)).await?;
+        Ok((p.lease, p.tier_routed))
+    }
+
+    /// Polls as `req` says: with `wait_ms`, a long poll the edge answers
+    /// the moment a job for this node is queued or one of `holding` is
+    /// cancelled (or when the wait is over); with `below`, the queues of
+    /// the lower tiers too; with `take: false`, only what to stop.
+    ///
+    /// A node waits for work with one long poll after another:
+    /// `PollRequest { tier: routed, below: true, wait_ms: 15_000,
+    /// take: free_slot, holding: running_job_ids }`.
+    pub async fn poll_with(&self, req: &PollRequest) -> Result<Polled, ClientError> {
         let sent = Instant::now();
         let r: PollResponse = self
             .signed(
                 "/v1/node/poll",
-                serde_json::to_vec(&PollRequest { tier }).expect("serializes"),
+                serde_json::to_vec(req).expect("serializes"),
                 None,
             )
             .await?;
+        // The edge leased the job no sooner than `held_ms` after the poll
+        // was sent.
+        let leased = sent + Duration::from_millis(r.held_ms.min(crate::wire::MAX_WAIT_MS));
         let lease = r.job.map(|j| {
             let ms = j.lease_ms;
-            Lease::new(j, sent, ms)
+            Lease::new(j, leased, ms)
         });
-        Ok((lease, r.tier_routed))
+        Ok(Polled {
+            lease,
+            tier_routed: r.tier_routed,
+            stop: r.stop,
+        })
     }
 
     /// Renews a lease; [`ClientError::LeaseLost`] when it is gone.
     pub async fn renew_lease(&self, lease: &mut Lease) -> Result<(), ClientError> {
+        self.renew_held(lease, Duration::ZERO).await
+    }
+
+    /// Renews a lease, then holds the answer up to `wait` (at most a
+    /// third of the lease): a cancel of the job answers at once with
+    /// [`ClientError::LeaseLost`] (`cancelled: true`).
+    pub async fn renew_held(&self, lease: &mut Lease, wait: Duration) -> Result<(), ClientError> {
         let sent = Instant::now();
         let path = format!("/v1/node/jobs/{}/renew", lease.job.job_id);
         let body = serde_json::to_vec(&RenewRequest {
             lease_id: lease.job.lease_id.clone(),
+            wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
         })
         .expect("serializes");
         match self.signed::<Renewed>(&path, body, None).await {
@@ -186,6 +237,32 @@ impl NodeClient {
             }
             Err(e) => Err(lost(e, &lease.job.job_id)),
         }
+    }
+
+    /// Sends a piece of a running job's output: `data` is the stream's
+    /// bytes from `offset` on (bytes it wrote before them); the edge keeps
+    /// the last [`crate::MAX_TAIL_BYTES`] of each stream and skips what it
+    /// already has. Returns the stream's byte count at the edge;
+    /// [`ClientError::LeaseLost`] when the lease is gone.
+    pub async fn append_output(
+        &self,
+        lease: &Lease,
+        stream: &str,
+        offset: u64,
+        data: &str,
+    ) -> Result<u64, ClientError> {
+        let path = format!("/v1/node/jobs/{}/output", lease.job.job_id);
+        let body = serde_json::to_vec(&OutputRequest {
+            lease_id: lease.job.lease_id.clone(),
+            stream: stream.to_string(),
+            offset,
+            data: data.to_string(),
+        })
+        .expect("serializes");
+        self.signed::<OutputTaken>(&path, body, None)
+            .await
+            .map(|t| t.bytes)
+            .map_err(|e| lost(e, &lease.job.job_id))
     }
 
     /// Reports a job's end; [`ClientError::LeaseLost`] when the lease was gone.
@@ -243,9 +320,11 @@ impl NodeClient {
             .map_err(|e| lost(e, &lease.job.job_id))
     }
 
-    /// Runs `work` while renewing the lease every third of it. When a
-    /// renewal is refused or the deadline passes first, `work` is dropped
-    /// (the caller's future must stop its processes when dropped) and
+    /// Runs `work` under the lease: from [`HOLD_RENEWAL_AFTER`] on, one
+    /// held renewal after another (each held up to a third of the lease),
+    /// so a cancel stops the job within milliseconds. When a renewal is
+    /// refused or the deadline passes first, `work` is dropped (the
+    /// caller's future must stop its processes when dropped) and
     /// [`ClientError::LeaseLost`] is returned.
     pub async fn run_leased<F: Future>(
         &self,
@@ -253,27 +332,37 @@ impl NodeClient {
         work: F,
     ) -> Result<F::Output, ClientError> {
         tokio::pin!(work);
+        let lease_ms = u64::try_from(lease.job.lease_ms).unwrap_or(0);
+        let hold = Duration::from_millis(lease_ms / 3);
+        let mut next = Instant::now() + HOLD_RENEWAL_AFTER.min(hold);
         loop {
-            let now = Instant::now();
-            if now >= lease.deadline {
+            if Instant::now() >= lease.deadline {
                 return Err(ClientError::LeaseLost {
                     job: lease.job.job_id.clone(),
+                    cancelled: false,
                 });
             }
-            let renew_at = now + (lease.deadline - now) / 3;
+            let deadline = lease.deadline;
+            let mut copy = lease.clone();
+            let renewal = async {
+                tokio::time::sleep_until(next.into()).await;
+                self.renew_held(&mut copy, hold).await
+            };
             tokio::select! {
                 out = &mut work => return Ok(out),
-                _ = tokio::time::sleep_until(lease.deadline.into()) => {
-                    return Err(ClientError::LeaseLost { job: lease.job.job_id.clone() });
+                _ = tokio::time::sleep_until(deadline.into()) => {
+                    return Err(ClientError::LeaseLost { job: lease.job.job_id.clone(), cancelled: false });
                 }
-                _ = tokio::time::sleep_until(renew_at.into()) => {
-                    match self.renew_lease(lease).await {
-                        Ok(()) => {}
-                        Err(e @ ClientError::LeaseLost { .. }) => return Err(e),
-                        // A renewal that did not get through is retried until the deadline.
-                        Err(_) => {}
+                r = renewal => match r {
+                    Ok(()) => {
+                        lease.deadline = copy.deadline;
+                        next = Instant::now();
                     }
-                }
+                    Err(e @ ClientError::LeaseLost { .. }) => return Err(e),
+                    // A renewal that did not get through is tried again
+                    // each second until the deadline.
+                    Err(_) => next = Instant::now() + Duration::from_secs(1),
+                },
             }
         }
     }
@@ -281,8 +370,9 @@ impl NodeClient {
 
 fn lost(e: ClientError, job: &str) -> ClientError {
     match e.refusal_code() {
-        Some("lease_lost") => ClientError::LeaseLost {
+        Some(code @ ("lease_lost" | "job_cancelled")) => ClientError::LeaseLost {
             job: job.to_string(),
+            cancelled: code == "job_cancelled",
         },
         _ => e,
     }

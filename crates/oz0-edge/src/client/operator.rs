@@ -48,13 +48,23 @@ impl OperatorClient {
         .await
     }
 
-    /// Nodes, of one tenant or all.
+    /// Nodes, of one tenant or all, heard from within a day.
     pub async fn nodes(&self, tenant: Option<&str>) -> Result<Vec<NodeView>, ClientError> {
+        self.nodes_with(tenant, false).await
+    }
+
+    /// Nodes, of one tenant or all; with `all`, also those not heard from
+    /// for a day and more.
+    pub async fn nodes_with(
+        &self,
+        tenant: Option<&str>,
+        all_nodes: bool,
+    ) -> Result<Vec<NodeView>, ClientError> {
         let mut all = Vec::new();
         let mut after: Option<String> = None;
         loop {
             let page = self
-                .node_page(tenant, after.as_deref(), Some(crate::MAX_PAGE))
+                .node_page_with(tenant, after.as_deref(), Some(crate::MAX_PAGE), all_nodes)
                 .await?;
             all.extend(page.nodes);
             match page.next {
@@ -71,7 +81,21 @@ impl OperatorClient {
         after: Option<&str>,
         limit: Option<i64>,
     ) -> Result<crate::wire::NodePage, ClientError> {
+        self.node_page_with(tenant, after, limit, false).await
+    }
+
+    /// One page of nodes; with `all`, also those not heard from for a day.
+    pub async fn node_page_with(
+        &self,
+        tenant: Option<&str>,
+        after: Option<&str>,
+        limit: Option<i64>,
+        all: bool,
+    ) -> Result<crate::wire::NodePage, ClientError> {
         let mut q = Vec::new();
+        if all {
+            q.push("all=true".to_string());
+        }
         match tenant {
             Some(t) if crate::routing::is_tenant(t) => q.push(format!("tenant={t}")),
             Some(t) => return Err(ClientError::Url(format!("tenant {t:?}"))),
@@ -118,6 +142,44 @@ impl OperatorClient {
         }
         let (s, b) = self
             .call("POST", &format!("/v1/nodes/{id_or_name}/{action}"), vec![])
+            .await?;
+        decode(s, &b)
+    }
+
+    /// Drains a node: no new work; the jobs it still runs after
+    /// `deadline_s` seconds go back to their queues (it stops them).
+    pub async fn drain_node(
+        &self,
+        id_or_name: &str,
+        deadline_s: Option<u64>,
+    ) -> Result<NodeView, ClientError> {
+        if !(auth::is_node_id(id_or_name) || crate::sanitize::is_node_name(id_or_name)) {
+            return Err(ClientError::Url(format!("node {id_or_name:?}")));
+        }
+        let q = deadline_s
+            .map(|d| format!("?deadline_s={d}"))
+            .unwrap_or_default();
+        let (s, b) = self
+            .call("POST", &format!("/v1/nodes/{id_or_name}/drain{q}"), vec![])
+            .await?;
+        decode(s, &b)
+    }
+
+    /// The tenants the edge serves.
+    pub async fn tenants(&self) -> Result<Vec<String>, ClientError> {
+        let (s, b) = self.call("GET", "/v1/tenants", vec![]).await?;
+        decode::<crate::wire::Tenants>(s, &b).map(|t| t.tenants)
+    }
+
+    /// Queues a job again (a new job with its kind, origin, needs and
+    /// payload).
+    pub async fn rerun_job(&self, tenant: &str, job_id: &str) -> Result<Accepted, ClientError> {
+        let (s, b) = self
+            .call(
+                "POST",
+                &format!("/v1/tenants/{tenant}/jobs/{job_id}/rerun"),
+                vec![],
+            )
             .await?;
         decode(s, &b)
     }
@@ -188,6 +250,40 @@ impl OperatorClient {
             )
             .await?;
         decode(s, &b)
+    }
+
+    /// What a job wrote after byte `stdout_after` of its stdout and
+    /// `stderr_after` of its stderr, held up to `wait_ms` (at most
+    /// [`crate::wire::MAX_WAIT_MS`]) until there is some or the job
+    /// ended; the answer has its state and exit status.
+    pub async fn job_logs_after(
+        &self,
+        tenant: &str,
+        job_id: &str,
+        stdout_after: Option<i64>,
+        stderr_after: Option<i64>,
+        wait_ms: u64,
+    ) -> Result<crate::wire::JobLogs, ClientError> {
+        let mut q = vec![format!("wait_ms={wait_ms}")];
+        if let Some(a) = stdout_after {
+            q.push(format!("stdout_after={a}"));
+        }
+        if let Some(a) = stderr_after {
+            q.push(format!("stderr_after={a}"));
+        }
+        let (s, b) = self
+            .call(
+                "GET",
+                &format!("/v1/tenants/{tenant}/jobs/{job_id}/logs?{}", q.join("&")),
+                vec![],
+            )
+            .await?;
+        decode(s, &b)
+    }
+
+    /// Connections (and TLS handshakes) this client opened so far.
+    pub fn connections_opened(&self) -> u64 {
+        self.edge.connections_opened()
     }
 
     /// Cancels a job that has not ended: a queued one is never handed out,

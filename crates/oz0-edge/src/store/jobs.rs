@@ -44,12 +44,77 @@ pub enum Queued {
 }
 
 /// What a sweep of expired leases did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Swept {
     /// Jobs back in their queue.
     pub requeued: u64,
     /// Jobs failed: their attempts were used up.
     pub failed: u64,
+    /// The queues (tenant, tier) the requeued jobs went back to.
+    pub queues: Vec<(String, u8)>,
+}
+
+/// A job's output as the edge keeps it, and its state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobOutput {
+    /// The end of its stdout.
+    pub stdout_tail: Option<String>,
+    /// The end of its stderr.
+    pub stderr_tail: Option<String>,
+    /// Bytes written to stdout in all.
+    pub stdout_bytes: Option<i64>,
+    /// Bytes written to stderr in all.
+    pub stderr_bytes: Option<i64>,
+    /// `queued`, `leased`, `succeeded`, `failed` or `cancelled`.
+    pub state: String,
+    /// Its exit status.
+    pub exit_code: Option<i64>,
+}
+
+/// A piece of a running job's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece<'a> {
+    /// Its stream.
+    pub stream: Stream,
+    /// Bytes of the stream before it.
+    pub offset: u64,
+    /// The bytes, as text.
+    pub data: &'a str,
+}
+
+/// Which of a job's output streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Its standard output.
+    Stdout,
+    /// Its standard error.
+    Stderr,
+}
+
+/// The end of `tail + data` that fits in `bound` bytes, cut at a
+/// character boundary.
+pub fn bounded_tail(tail: &str, data: &str, bound: usize) -> String {
+    let total = tail.len() + data.len();
+    if total <= bound {
+        return format!("{tail}{data}");
+    }
+    let mut joined = String::with_capacity(bound.min(total));
+    let skip = total - bound;
+    if skip < tail.len() {
+        let mut at = skip;
+        while !tail.is_char_boundary(at) {
+            at += 1;
+        }
+        joined.push_str(&tail[at..]);
+        joined.push_str(data);
+    } else {
+        let mut at = skip - tail.len();
+        while !data.is_char_boundary(at) {
+            at += 1;
+        }
+        joined.push_str(&data[at..]);
+    }
+    joined
 }
 
 const JOB_COLS: &str = "id, tenant, state, tier_need, node_id, lease_until_ms, attempts, exit_code, kind, result, error, enqueued_ms, leased_ms, done_ms, origin, max_attempts, stdout_bytes, stderr_bytes, look";
@@ -185,17 +250,196 @@ impl Store {
             vec![now_ms.into()],
         )
         .await?;
-        let requeued = self
-            .exec(
-                "UPDATE jobs SET state = 'queued', lease_id = NULL, lease_until_ms = NULL WHERE state = 'leased' AND lease_until_ms < $1",
+        let rows = self
+            .query(
+                "UPDATE jobs SET state = 'queued', lease_id = NULL, lease_until_ms = NULL WHERE state = 'leased' AND lease_until_ms < $1 RETURNING tenant, tier_need",
                 vec![now_ms.into()],
             )
             .await?;
+        let requeued = rows.len() as u64;
         let expired = i64::try_from(failed + requeued).unwrap_or(i64::MAX);
         if expired > 0 {
             self.count(LEASES_EXPIRED, expired).await?;
         }
-        Ok(Swept { requeued, failed })
+        Ok(Swept {
+            requeued,
+            failed,
+            queues: queues(&rows)?,
+        })
+    }
+
+    /// The leases of a node taken for dead end now: each job goes back to
+    /// its queue (the attempt counts, as for a lease that lapsed), or
+    /// fails once it was handed out as often as it may be.
+    pub async fn release_dead(&self, node: &str, now_ms: i64) -> Result<Swept, StoreError> {
+        let failed = self.exec(
+            "UPDATE jobs SET state = 'failed', done_ms = $1, lease_id = NULL, lease_until_ms = NULL, error = 'handed out ' || CAST(attempts AS TEXT) || ' time(s), the most it may be, and its node died or lost the edge each time: not handed out again' WHERE node_id = $2 AND state = 'leased' AND attempts >= max_attempts",
+            vec![now_ms.into(), node.into()],
+        )
+        .await?;
+        let rows = self
+            .query(
+                "UPDATE jobs SET state = 'queued', lease_id = NULL, lease_until_ms = NULL WHERE node_id = $1 AND state = 'leased' RETURNING tenant, tier_need",
+                vec![node.into()],
+            )
+            .await?;
+        let requeued = rows.len() as u64;
+        let expired = i64::try_from(failed + requeued).unwrap_or(i64::MAX);
+        if expired > 0 {
+            self.count(LEASES_EXPIRED, expired).await?;
+        }
+        Ok(Swept {
+            requeued,
+            failed,
+            queues: queues(&rows)?,
+        })
+    }
+
+    /// The jobs of nodes whose drain deadline passed go back to their
+    /// queues (the attempt does not count: the operator moved them).
+    /// Returns (job, node, tenant, tier) of each.
+    pub async fn sweep_drains(
+        &self,
+        now_ms: i64,
+    ) -> Result<Vec<(String, String, String, u8)>, StoreError> {
+        let rows = self
+            .query(
+                "UPDATE jobs SET state = 'queued', lease_id = NULL, lease_until_ms = NULL, attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END WHERE state = 'leased' AND node_id IN (SELECT id FROM nodes WHERE drained = 1 AND drain_until_ms IS NOT NULL AND drain_until_ms <= $1) RETURNING id, node_id, tenant, tier_need",
+                vec![now_ms.into()],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| Ok((text(r, 0)?, text(r, 1)?, text(r, 2)?, tier_col(r, 3)?)))
+            .collect()
+    }
+
+    /// What a job needs of a node, and its payload (JSON text).
+    pub async fn job_spec(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<(Needs, String)>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT tier_need, need_microvm, need_oci, need_arch, payload FROM jobs WHERE tenant = $1 AND id = $2",
+                vec![tenant.into(), id.into()],
+            )
+            .await?;
+        rows.first()
+            .map(|r| {
+                Ok((
+                    Needs {
+                        tier: tier_col(r, 0)?,
+                        microvm: int(r, 1)? != 0,
+                        oci: int(r, 2)? != 0,
+                        arch: opt_text(r, 3)?,
+                    },
+                    text(r, 4)?,
+                ))
+            })
+            .transpose()
+    }
+
+    /// Queues a new job `new_id` with the kind, origin, needs and payload
+    /// of job `id`; false when there is no such job.
+    pub async fn rerun(
+        &self,
+        tenant: &str,
+        id: &str,
+        new_id: &str,
+        max_attempts: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .exec(
+                "INSERT INTO jobs (id, tenant, origin, kind, tier_need, need_microvm, need_oci, need_arch, payload, state, enqueued_ms, max_attempts) SELECT $3, tenant, origin, kind, tier_need, need_microvm, need_oci, need_arch, payload, 'queued', $4, $5 FROM jobs WHERE tenant = $1 AND id = $2",
+                vec![tenant.into(), id.into(), new_id.into(), now_ms.into(), max_attempts.into()],
+            )
+            .await?
+            == 1)
+    }
+
+    /// The jobs a node holds a lease on now.
+    pub async fn held_by(&self, node: &str) -> Result<Vec<String>, StoreError> {
+        self.query(
+            "SELECT id FROM jobs WHERE node_id = $1 AND state = 'leased'",
+            vec![node.into()],
+        )
+        .await?
+        .iter()
+        .map(|r| text(r, 0))
+        .collect()
+    }
+
+    /// Appends a piece of a running job's output to its stream's kept
+    /// tail, when the lease is still this node's: the part of `data` the
+    /// edge already has (from `offset`) is skipped. Returns the stream's
+    /// byte count, or `None` when the lease is gone.
+    pub async fn append_output(
+        &self,
+        job: &str,
+        node: &str,
+        lease_id: &str,
+        piece: Piece<'_>,
+        now_ms: i64,
+    ) -> Result<Option<u64>, StoreError> {
+        let Piece {
+            stream,
+            offset,
+            data,
+        } = piece;
+        let (tail_col, bytes_col) = match stream {
+            Stream::Stdout => ("stdout_tail", "stdout_bytes"),
+            Stream::Stderr => ("stderr_tail", "stderr_bytes"),
+        };
+        let lease = "id = $1 AND node_id = $2 AND lease_id = $3 AND state = 'leased' AND lease_until_ms >= $4";
+        // One writer a job (its node sends a stream's pieces in order);
+        // the byte count in the WHERE makes a concurrent one retry.
+        for _ in 0..4 {
+            let rows = self
+                .query(
+                    &format!("SELECT {tail_col}, {bytes_col} FROM jobs WHERE {lease}"),
+                    vec![job.into(), node.into(), lease_id.into(), now_ms.into()],
+                )
+                .await?;
+            let Some(r) = rows.first() else {
+                return Ok(None);
+            };
+            let tail = opt_text(r, 0)?.unwrap_or_default();
+            let had = opt_int(r, 1)?;
+            let have = u64::try_from(had.unwrap_or(0)).unwrap_or(0);
+            let end = offset.saturating_add(data.len() as u64);
+            if end <= have {
+                return Ok(Some(have));
+            }
+            // Skip what the edge has; a gap (pieces the node could not
+            // send) is counted, not filled.
+            let mut skip = usize::try_from(have.saturating_sub(offset)).unwrap_or(usize::MAX);
+            while skip < data.len() && !data.is_char_boundary(skip) {
+                skip += 1;
+            }
+            let new = data.get(skip..).unwrap_or("");
+            let joined = bounded_tail(&tail, new, crate::MAX_TAIL_BYTES);
+            let total = i64::try_from(end).unwrap_or(i64::MAX);
+            let changed = self
+                .exec(
+                    &format!("UPDATE jobs SET {tail_col} = $5, {bytes_col} = $6 WHERE {lease} AND COALESCE({bytes_col}, -1) = $7"),
+                    vec![
+                        job.into(),
+                        node.into(),
+                        lease_id.into(),
+                        now_ms.into(),
+                        joined.into(),
+                        total.into(),
+                        had.unwrap_or(-1).into(),
+                    ],
+                )
+                .await?;
+            if changed == 1 {
+                return Ok(Some(end));
+            }
+        }
+        Ok(None)
     }
 
     /// Removes finished jobs that ended before `older_than_ms`, and the
@@ -242,21 +486,25 @@ impl Store {
             .transpose()
     }
 
-    /// Gives a job back to its queue at once: its node is stopping.
+    /// Gives a job back to its queue at once: its node is stopping. The
+    /// attempt does not count (the job did not fail; its node left), so
+    /// a job given back never shows more attempts than its cap. Returns
+    /// its queue (tenant, tier), or `None` when the lease was not this
+    /// node's.
     pub async fn release(
         &self,
         job: &str,
         node: &str,
         lease_id: &str,
         now_ms: i64,
-    ) -> Result<bool, StoreError> {
-        Ok(self
-            .exec(
-                "UPDATE jobs SET state = 'queued', lease_id = NULL, lease_until_ms = NULL WHERE id = $1 AND node_id = $2 AND lease_id = $3 AND state = 'leased' AND lease_until_ms >= $4",
+    ) -> Result<Option<(String, u8)>, StoreError> {
+        let rows = self
+            .query(
+                "UPDATE jobs SET state = 'queued', lease_id = NULL, lease_until_ms = NULL, attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END WHERE id = $1 AND node_id = $2 AND lease_id = $3 AND state = 'leased' AND lease_until_ms >= $4 RETURNING tenant, tier_need",
                 vec![job.into(), node.into(), lease_id.into(), now_ms.into()],
             )
-            .await?
-            == 1)
+            .await?;
+        Ok(queues(&rows)?.into_iter().next())
     }
 
     /// Extends a lease that is still this node's and not expired.
@@ -288,7 +536,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         Ok(self
             .exec(
-                "UPDATE jobs SET state = $1, exit_code = $2, done_ms = $3, lease_until_ms = NULL, result = $7, error = $8, stdout_tail = $9, stderr_tail = $10, stdout_bytes = $11, stderr_bytes = $12, look = $13 WHERE id = $4 AND node_id = $5 AND lease_id = $6 AND state = 'leased' AND lease_until_ms >= $3",
+                "UPDATE jobs SET state = $1, exit_code = $2, done_ms = $3, lease_until_ms = NULL, result = $7, error = $8, stdout_tail = COALESCE($9, stdout_tail), stderr_tail = COALESCE($10, stderr_tail), stdout_bytes = COALESCE($11, stdout_bytes), stderr_bytes = COALESCE($12, stderr_bytes), look = $13 WHERE id = $4 AND node_id = $5 AND lease_id = $6 AND state = 'leased' AND lease_until_ms >= $3",
                 vec![
                     if end.succeeded { "succeeded" } else { "failed" }.into(),
                     end.exit_code.into(),
@@ -351,6 +599,33 @@ impl Store {
             .transpose()
     }
 
+    /// A job's output as the edge keeps it, with its state: the tails,
+    /// the byte counts, the state and the exit status.
+    pub async fn job_output(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<JobOutput>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT stdout_tail, stderr_tail, stdout_bytes, stderr_bytes, state, exit_code FROM jobs WHERE tenant = $1 AND id = $2",
+                vec![tenant.into(), id.into()],
+            )
+            .await?;
+        rows.first()
+            .map(|r| {
+                Ok(JobOutput {
+                    stdout_tail: opt_text(r, 0)?,
+                    stderr_tail: opt_text(r, 1)?,
+                    stdout_bytes: opt_int(r, 2)?,
+                    stderr_bytes: opt_int(r, 3)?,
+                    state: text(r, 4)?,
+                    exit_code: opt_int(r, 5)?,
+                })
+            })
+            .transpose()
+    }
+
     /// A tenant's jobs, newest first, in one state or any: at most `limit`
     /// submitted before the `(enqueued_ms, id)` cursor.
     pub async fn jobs(
@@ -369,6 +644,16 @@ impl Store {
             .await?;
         rows.iter().map(job_row).collect()
     }
+}
+
+fn queues(rows: &[super::Row]) -> Result<Vec<(String, u8)>, StoreError> {
+    let mut q: Vec<(String, u8)> = rows
+        .iter()
+        .map(|r| Ok((text(r, 0)?, tier_col(r, 1)?)))
+        .collect::<Result<_, StoreError>>()?;
+    q.sort();
+    q.dedup();
+    Ok(q)
 }
 
 /// Counter: leases handed out.

@@ -10,7 +10,7 @@ use crate::routing::{HeldBack, Needs};
 /// The nodes of a tenant, live and reported, that fit a job's needs by
 /// their facts (`$1` tenant, `$2` tier, `$3` microVM, `$4` OCI, `$5`
 /// architecture or '', `$6` live since), whether or not they take work.
-const FITS: &str = "tenant = $1 AND tier_routed >= $2 AND microvm_ready >= $3 AND oci_ready >= $4 AND (arch = $5 OR $5 = '') AND last_seen_ms >= $6 AND last_report_ms IS NOT NULL AND removed_ms IS NULL";
+const FITS: &str = "tenant = $1 AND tier_routed >= $2 AND microvm_ready >= $3 AND oci_ready >= $4 AND (arch = $5 OR $5 = '') AND last_seen_ms >= $6 AND gone_ms IS NULL AND last_report_ms IS NOT NULL AND removed_ms IS NULL";
 
 fn fits_params(tenant: &str, needs: &Needs, live_since_ms: i64) -> Vec<Val> {
     vec![
@@ -84,7 +84,8 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let (sql, params): (&str, Vec<Val>) = match change {
             NodeChange::Approve => ("UPDATE nodes SET approved = 1 WHERE id = $1 AND removed_ms IS NULL", vec![id.into()]),
-            NodeChange::Drain(on) => ("UPDATE nodes SET drained = $2 WHERE id = $1 AND removed_ms IS NULL", vec![id.into(), on.into()]),
+            NodeChange::Drain(on) => ("UPDATE nodes SET drained = $2, drain_until_ms = NULL WHERE id = $1 AND removed_ms IS NULL", vec![id.into(), on.into()]),
+            NodeChange::DrainBy(until) => ("UPDATE nodes SET drained = 1, drain_until_ms = $2 WHERE id = $1 AND removed_ms IS NULL", vec![id.into(), until.into()]),
             NodeChange::Remove => ("UPDATE nodes SET removed_ms = $2, drained = 1 WHERE id = $1 AND removed_ms IS NULL", vec![id.into(), now_ms.into()]),
         };
         Ok(self.exec(sql, params).await? == 1)
@@ -138,17 +139,19 @@ impl Store {
 
     /// A page of nodes not removed, of one tenant or all, by tenant and id:
     /// at most `limit` after the `(tenant, id)` cursor.
+    /// Only nodes heard from since `seen_since_ms` (`i64::MIN`: all).
     pub async fn nodes_page(
         &self,
         tenant: Option<&str>,
         after: Option<(&str, &str)>,
         limit: i64,
+        seen_since_ms: i64,
     ) -> Result<Vec<NodeRow>, StoreError> {
         let (t, id) = after.unwrap_or(("", ""));
         let rows = self
             .query(
-                &format!("SELECT {NODE_COLS} FROM nodes WHERE removed_ms IS NULL AND ($1 = '' OR tenant = $1) AND (tenant > $2 OR (tenant = $2 AND id > $3)) ORDER BY tenant, id LIMIT $4"),
-                vec![tenant.unwrap_or("").into(), t.into(), id.into(), limit.into()],
+                &format!("SELECT {NODE_COLS} FROM nodes WHERE removed_ms IS NULL AND ($1 = '' OR tenant = $1) AND (tenant > $2 OR (tenant = $2 AND id > $3)) AND last_seen_ms >= $5 ORDER BY tenant, id LIMIT $4"),
+                vec![tenant.unwrap_or("").into(), t.into(), id.into(), limit.into(), seen_since_ms.into()],
             )
             .await?;
         rows.iter().map(node_row).collect()
@@ -210,6 +213,30 @@ impl Store {
         )
         .await?;
         Ok(())
+    }
+
+    /// Records that a node was heard from again after it was taken for
+    /// gone.
+    pub async fn back(&self, node: &str, now_ms: i64) -> Result<(), StoreError> {
+        self.exec(
+            "UPDATE nodes SET last_seen_ms = $1, gone_ms = NULL WHERE id = $2",
+            vec![now_ms.into(), node.into()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Takes a node for gone since `at_ms` when the store still has it
+    /// last heard from at `seen_ms` (nothing came from it since, on any
+    /// replica); returns whether it did.
+    pub async fn gone(&self, node: &str, seen_ms: i64, at_ms: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .exec(
+                "UPDATE nodes SET gone_ms = $1 WHERE id = $2 AND last_seen_ms = $3 AND gone_ms IS NULL",
+                vec![at_ms.into(), node.into(), seen_ms.into()],
+            )
+            .await?
+            == 1)
     }
 
     /// Saves a sanitized report.
@@ -308,7 +335,7 @@ impl Store {
         let mut f = crate::metrics::StoreFigures::default();
         for r in self
             .query(
-                "SELECT CASE WHEN approved = 1 THEN tier_routed ELSE 0 END, approved, drained, CASE WHEN last_seen_ms >= $1 THEN 1 ELSE 0 END, COUNT(*) FROM nodes WHERE removed_ms IS NULL GROUP BY 1, 2, 3, 4",
+                "SELECT CASE WHEN approved = 1 THEN tier_routed ELSE 0 END, approved, drained, CASE WHEN last_seen_ms >= $1 AND gone_ms IS NULL THEN 1 ELSE 0 END, COUNT(*) FROM nodes WHERE removed_ms IS NULL GROUP BY 1, 2, 3, 4",
                 vec![live_since_ms.into()],
             )
             .await?
@@ -355,7 +382,7 @@ impl Store {
     ) -> Result<Vec<(u8, bool, bool, Option<String>)>, StoreError> {
         let rows = self
             .query(
-                "SELECT tier_routed, microvm_ready, oci_ready, arch FROM nodes WHERE tenant = $1 AND last_seen_ms >= $2 AND last_report_ms IS NOT NULL AND approved = 1 AND drained = 0 AND removed_ms IS NULL LIMIT 10000",
+                "SELECT tier_routed, microvm_ready, oci_ready, arch FROM nodes WHERE tenant = $1 AND last_seen_ms >= $2 AND gone_ms IS NULL AND last_report_ms IS NOT NULL AND approved = 1 AND drained = 0 AND removed_ms IS NULL LIMIT 10000",
                 vec![tenant.into(), live_since_ms.into()],
             )
             .await?;

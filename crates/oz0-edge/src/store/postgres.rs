@@ -54,3 +54,107 @@ impl PgPool {
         Ok(g)
     }
 }
+
+/// The channel replicas wake each other on.
+const WAKE_CHANNEL: &str = "oz0_edge_wake";
+
+impl super::Store {
+    /// Sends what `edge` wakes to the other replicas on this PostgreSQL
+    /// store (`NOTIFY`), and wakes `edge`'s waiters on theirs (`LISTEN`,
+    /// on a connection of its own, opened again when it closes; each
+    /// time, every waiter looks at the store again, for what it missed).
+    /// Both tasks end with the edge.
+    pub(crate) fn listen_for_wakes(&self, edge: std::sync::Weak<crate::api::Edge>) {
+        let super::Backend::Postgres(pool) = &self.backend else {
+            return;
+        };
+        let me = crate::auth::random_id();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        if let Some(e) = edge.upgrade() {
+            e.wakes().outbox(tx);
+        }
+        let store = self.clone();
+        let from = me.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = rx.recv().await {
+                let payload = format!("{from} {msg}");
+                if let Err(e) = store
+                    .exec(
+                        "SELECT pg_notify($1, $2)",
+                        vec![WAKE_CHANNEL.into(), payload.into()],
+                    )
+                    .await
+                {
+                    crate::log::warn(&format!("waking the other replicas: {e}"), None);
+                }
+            }
+        });
+        let config = pool.config.clone();
+        tokio::spawn(async move {
+            let mut failing = false;
+            loop {
+                if edge.strong_count() == 0 {
+                    return;
+                }
+                match listen_once(&config, &edge, &me).await {
+                    Ok(()) => failing = false,
+                    Err(e) if !failing => {
+                        failing = true;
+                        crate::log::warn(
+                            &format!("listening for the other replicas' wakes: {e}; trying again every second (meanwhile a job queued through another replica waits for the next poll)"),
+                            None,
+                        );
+                    }
+                    Err(_) => {}
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        });
+    }
+}
+
+/// One `LISTEN` connection, until it closes.
+async fn listen_once(
+    config: &tokio_postgres::Config,
+    edge: &std::sync::Weak<crate::api::Edge>,
+    me: &str,
+) -> Result<(), StoreError> {
+    let (client, mut conn) = config.connect(tokio_postgres::NoTls).await?;
+    let (edge2, me2) = (edge.clone(), me.to_string());
+    let driver = tokio::spawn(async move {
+        loop {
+            let m = tokio::select! {
+                m = std::future::poll_fn(|cx| conn.poll_message(cx)) => m,
+                // An edge that ended (a test's) lets its connection go.
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
+                    if edge2.strong_count() == 0 {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let Some(m) = m else { return };
+            let Ok(tokio_postgres::AsyncMessage::Notification(n)) = m else {
+                if m.is_err() {
+                    return;
+                }
+                continue;
+            };
+            let Some(e) = edge2.upgrade() else { return };
+            if let Some((from, msg)) = n.payload().split_once(' ') {
+                if from != me2 {
+                    e.wakes().received(msg);
+                }
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN {WAKE_CHANNEL}"))
+        .await?;
+    // What was queued while no connection listened is looked for again.
+    if let Some(e) = edge.upgrade() {
+        e.wakes().all_here();
+    }
+    let _ = driver.await;
+    Ok(())
+}

@@ -43,6 +43,9 @@ pub struct NodeRow {
     pub drained: bool,
     /// When an operator removed it (its key is refused from then on).
     pub removed_ms: Option<i64>,
+    /// When a held request of its broke with nothing from it since (its
+    /// next request clears it).
+    pub gone_ms: Option<i64>,
 }
 
 impl NodeRow {
@@ -57,7 +60,7 @@ impl NodeRow {
     }
 }
 
-pub(super) const NODE_COLS: &str = "id, tenant, public_key, name, registered_ms, last_seen_ms, last_report_ms, facts, tier_routed, microvm_ready, oci_ready, arch, reports, dropped_last, dropped_total, approved, drained, removed_ms";
+pub(super) const NODE_COLS: &str = "id, tenant, public_key, name, registered_ms, last_seen_ms, last_report_ms, facts, tier_routed, microvm_ready, oci_ready, arch, reports, dropped_last, dropped_total, approved, drained, removed_ms, gone_ms";
 
 pub(super) fn node_row(r: &Row) -> Result<NodeRow, StoreError> {
     Ok(NodeRow {
@@ -79,6 +82,7 @@ pub(super) fn node_row(r: &Row) -> Result<NodeRow, StoreError> {
         approved: int(r, 15)? != 0,
         drained: int(r, 16)? != 0,
         removed_ms: opt_int(r, 17)?,
+        gone_ms: opt_int(r, 18)?,
     })
 }
 
@@ -204,6 +208,9 @@ pub enum NodeChange {
     Approve,
     /// It takes no new work (true), or does again (false).
     Drain(bool),
+    /// It takes no new work, and the jobs it still runs at this time
+    /// (Unix ms) go back to their queues.
+    DrainBy(i64),
     /// Removed: its key is refused for good.
     Remove,
 }

@@ -104,6 +104,15 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
     ),
     // What the node's look after a job's run found (JSON text).
     (5, "ALTER TABLE jobs ADD COLUMN look TEXT;"),
+    // Liveness: when a node's held request (a long poll, a held renewal)
+    // broke and nothing came from it since, cleared by its next request;
+    // and the deadline of a drain, past which its jobs go back to their
+    // queues.
+    (
+        6,
+        "ALTER TABLE nodes ADD COLUMN gone_ms BIGINT;
+    ALTER TABLE nodes ADD COLUMN drain_until_ms BIGINT;",
+    ),
 ];
 
 impl Store {
