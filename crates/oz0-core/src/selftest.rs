@@ -18,6 +18,7 @@
 //! the host the allowlist does not name is under `.invalid`. It works in a
 //! folder of its own under `base_root`, removed after.
 
+use std::fmt;
 use std::fs;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -92,10 +93,49 @@ pub trait Extra: Sync {
     /// After property `p`'s shared check held: what more the platform
     /// shows of it (`Ok(Some(detail))`, added to the line), or how it
     /// failed.
-    fn prove(&self, p: Property, s: &mut Session<'_>) -> Result<Option<String>, String>;
+    fn prove(&self, p: Property, s: &mut Session<'_>) -> Result<Option<String>, Failed>;
 }
 
-type CheckResult = Result<String, String>;
+/// How a check failed, in the words of its line: what it saw (or could
+/// not do) and, where one exists, the fix. Made from a `String` or a
+/// `&str`, so a check's `?` and `format!(…).into()` read as words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failed(String);
+
+impl Failed {
+    /// The words.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Failed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Failed {}
+
+impl From<String> for Failed {
+    fn from(s: String) -> Failed {
+        Failed(s)
+    }
+}
+
+impl From<&str> for Failed {
+    fn from(s: &str) -> Failed {
+        Failed(s.to_string())
+    }
+}
+
+impl From<Failed> for String {
+    fn from(f: Failed) -> String {
+        f.0
+    }
+}
+
+type CheckResult = Result<String, Failed>;
 
 /// The self-test's folder: made new (0700) under a root, with a stand-in
 /// for the node's data directory in it (`standin-data/identity/node.key`),
@@ -109,7 +149,7 @@ pub struct Workspace {
 
 impl Workspace {
     /// A new one under `root`.
-    pub fn new(root: &Path) -> Result<Workspace, String> {
+    pub fn new(root: &Path) -> Result<Workspace, Failed> {
         let mut made = None;
         for n in 0..16u32 {
             let t = std::time::SystemTime::now()
@@ -126,7 +166,8 @@ impl Workspace {
                     return Err(format!(
                         "cannot make the self-test's temporary folder {}: {e}",
                         p.display()
-                    ))
+                    )
+                    .into())
                 }
             }
         }
@@ -176,7 +217,7 @@ fn make_writable(p: &Path) -> std::io::Result<()> {
 /// `on_line` after each and stopping at the first that fails: the
 /// self-test's result (a fault injected makes it tier 0 whatever held).
 pub fn sequence(
-    mut check: impl FnMut(Property) -> Result<String, String>,
+    mut check: impl FnMut(Property) -> Result<String, Failed>,
     mut on_line: impl FnMut(&Line),
     fault_injected: bool,
 ) -> SelfTest {
@@ -191,7 +232,8 @@ pub fn sequence(
             ok: r.is_ok(),
             ms: u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX),
             detail: match r {
-                Ok(d) | Err(d) => d,
+                Ok(d) => d,
+                Err(f) => f.into(),
             },
         };
         on_line(&line);
@@ -256,7 +298,7 @@ pub fn run(cfg: &Config, on_line: impl FnMut(&Line)) -> SelfTest {
     plant_canary();
     let ws = match Workspace::new(&cfg.base_root) {
         Ok(w) => w,
-        Err(e) => return failed_at_start(e, on_line, cfg.faulty()),
+        Err(e) => return failed_at_start(e.into(), on_line, cfg.faulty()),
     };
     let mut ctx = Session {
         cfg,
@@ -270,7 +312,7 @@ pub fn run(cfg: &Config, on_line: impl FnMut(&Line)) -> SelfTest {
 
 /// Runs one property's check on its own (in a folder of its own under
 /// `cfg.base_root`, removed after): what it showed, or how it failed.
-pub fn check_one(cfg: &Config, p: Property) -> Result<String, String> {
+pub fn check_one(cfg: &Config, p: Property) -> Result<String, Failed> {
     let ws = Workspace::new(&cfg.base_root)?;
     let mut ctx = Session {
         cfg,
@@ -305,7 +347,7 @@ fn check(c: &mut Session, p: Property) -> CheckResult {
 
 impl Session<'_> {
     /// A new folder of the self-test's, named after `tag`.
-    pub fn dir(&mut self, tag: &str) -> Result<PathBuf, String> {
+    pub fn dir(&mut self, tag: &str) -> Result<PathBuf, Failed> {
         self.seq += 1;
         let d = self.base.join(format!("{}-{tag}", self.seq));
         fs::create_dir(&d).map_err(|e| format!("cannot make {}: {e}", d.display()))?;
@@ -338,8 +380,8 @@ impl Session<'_> {
         }
     }
 
-    fn spec(req: RunRequest) -> Result<RunSpec, String> {
-        RunSpec::new(req).map_err(|e| format!("self-test spec refused: {e}"))
+    fn spec(req: RunRequest) -> Result<RunSpec, Failed> {
+        RunSpec::new(req).map_err(|e| format!("self-test spec refused: {e}").into())
     }
 
     /// Whether this property's own fault is injected.
@@ -368,7 +410,7 @@ impl Session<'_> {
     }
 
     /// Runs `req` through the wall, with the check's fault if any.
-    pub fn launch(&self, req: RunRequest, cancel: Option<Cancel>) -> Result<Outcome, String> {
+    pub fn launch(&self, req: RunRequest, cancel: Option<Cancel>) -> Result<Outcome, Failed> {
         self.launch_with(req, cancel, self.fault())
     }
 
@@ -378,7 +420,7 @@ impl Session<'_> {
         req: RunRequest,
         cancel: Option<Cancel>,
         fault: Option<Fault>,
-    ) -> Result<Outcome, String> {
+    ) -> Result<Outcome, Failed> {
         let spec = Self::spec(req)?;
         let opts = RunOptions {
             fault,
@@ -387,7 +429,7 @@ impl Session<'_> {
         self.cfg
             .runs
             .run(&spec, opts)
-            .map_err(|e| format!("the sandbox did not start: {e}"))
+            .map_err(|e| format!("the sandbox did not start: {e}").into())
     }
 
     /// The probe's command line in a run.

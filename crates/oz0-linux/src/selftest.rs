@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use oz0_core::selftest::{read_report, Extra, Session};
+use oz0_core::selftest::{read_report, Extra, Failed, Session};
 use oz0_core::Fault;
 use oz0_policy::facts::Property;
 
@@ -69,7 +69,7 @@ pub struct LinuxProofs {
 }
 
 impl Extra for LinuxProofs {
-    fn prove(&self, p: Property, s: &mut Session<'_>) -> Result<Option<String>, String> {
+    fn prove(&self, p: Property, s: &mut Session<'_>) -> Result<Option<String>, Failed> {
         Ok(match p {
             Property::Launch => Some(seccomp_alone(s)?),
             Property::Files => Some(files_layers(s)?),
@@ -91,7 +91,7 @@ fn probe_cmd(out: &Path, args: &[&str]) -> Vec<String> {
 /// without it. A call refused with the filter that this kernel allows
 /// without it is refused by the filter alone; at least two such calls
 /// prove the layer, whatever the namespaces and capabilities refuse too.
-fn seccomp_alone(s: &mut Session<'_>) -> Result<String, String> {
+fn seccomp_alone(s: &mut Session<'_>) -> Result<String, Failed> {
     let work = s.dir("seccomp")?;
     let (with, without) = (work.join("with.json"), work.join("without.json"));
     let probe = |out: &Path| -> Vec<String> {
@@ -110,7 +110,8 @@ fn seccomp_alone(s: &mut Session<'_>) -> Result<String, String> {
         return Err(format!(
             "seccomp layer: no filter is in place in the run (Seccomp: {} in /proc/self/status)",
             a["seccomp"]
-        ));
+        )
+        .into());
     }
     let calls = a["syscalls"]
         .as_object()
@@ -128,7 +129,7 @@ fn seccomp_alone(s: &mut Session<'_>) -> Result<String, String> {
             "seccomp layer: the filter refused {} call(s) this kernel allows here without it ({}); it refuses at least two on a machine it works on",
             proven.len(),
             proven.join(", ")
-        ));
+        ).into());
     }
     Ok(format!(
         "seccomp alone refuses {}, which this kernel allows without the filter",
@@ -139,7 +140,7 @@ fn seccomp_alone(s: &mut Session<'_>) -> Result<String, String> {
 /// The files check's layers: the system not writable and the run's
 /// Landlock what this kernel has; then the mounts alone, then Landlock
 /// alone.
-fn files_layers(s: &mut Session<'_>) -> Result<String, String> {
+fn files_layers(s: &mut Session<'_>) -> Result<String, Failed> {
     let work = s.dir("files-layers")?;
     let outside = s.dir("files-outside")?;
     let f = oz0_core::selftest::parts::Files::new(
@@ -165,7 +166,8 @@ fn files_layers(s: &mut Session<'_>) -> Result<String, String> {
             return Err(format!(
                 "landlock layer: the run's Landlock is {} though this kernel has ABI {abi}",
                 other.unwrap_or("missing")
-            ))
+            )
+            .into())
         }
     }
     if r["write"]["/etc/oz0-selftest"] == "ok" {
@@ -189,7 +191,7 @@ fn files_layers(s: &mut Session<'_>) -> Result<String, String> {
         return Err(format!(
             "mount layer: without Landlock, the run reached {}: the mounts alone do not hide what they must",
             seen.join(", ")
-        ));
+        ).into());
     }
     let landlock = landlock_alone(s)?;
     Ok(format!(
@@ -201,7 +203,7 @@ fn files_layers(s: &mut Session<'_>) -> Result<String, String> {
 /// into a run, writable, at a path no Landlock rule covers (the mount
 /// layer deliberately opened); Landlock alone must refuse listing it,
 /// reading its key and writing in it.
-fn landlock_alone(s: &mut Session<'_>) -> Result<String, String> {
+fn landlock_alone(s: &mut Session<'_>) -> Result<String, Failed> {
     let abi = oz0_sys::probe::landlock_abi();
     if abi == 0 {
         return Ok("Landlock: not on this kernel, so the mount layer alone holds the files (no second layer)".into());
@@ -237,7 +239,7 @@ fn landlock_alone(s: &mut Session<'_>) -> Result<String, String> {
         return Err(format!(
             "landlock layer: with the stand-in data directory mounted in the run, Landlock did not refuse {} (ABI {abi}): it does not hold on its own",
             reached.join(", ")
-        ));
+        ).into());
     }
     Ok(format!(
         "with it mounted writable, Landlock (ABI {abi}) alone refuses listing, reading and writing it"

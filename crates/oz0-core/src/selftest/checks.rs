@@ -15,7 +15,7 @@ use oz0_policy::{EnvVar, Limits, RunSpec};
 use super::parts::{
     judge_environment, judge_protected, prepare_git, Egress, Files, Server, GIVEN, PROTECTED_SCRIPT,
 };
-use super::{read_report, CheckResult, Ctx};
+use super::{read_report, CheckResult, Ctx, Failed};
 
 /// Whether a probe holding in a run is still alive, looked at after the
 /// run ended: a process is witnessed by its beat file, never by a pid,
@@ -58,7 +58,7 @@ fn wait_for(paths: &[&Path]) -> bool {
 }
 
 /// A cancel handle for a run, and the end that fires it.
-fn cancel_pair() -> Result<(Cancel, UnixStream), String> {
+fn cancel_pair() -> Result<(Cancel, UnixStream), Failed> {
     let (r, w) = UnixStream::pair().map_err(|e| format!("cannot make a cancel channel: {e}"))?;
     Ok((Cancel(OwnedFd::from(r)), w))
 }
@@ -95,10 +95,7 @@ pub(super) fn launch(c: &mut Ctx) -> CheckResult {
         None,
     )?;
     if o.exit_code != 0 {
-        return Err(format!(
-            "the process exited with {} instead of 0",
-            o.exit_code
-        ));
+        return Err(format!("the process exited with {} instead of 0", o.exit_code).into());
     }
     match fs::read_to_string(work.join("launched")) {
         Ok(s) if s == "ok\n" => {}
@@ -120,10 +117,7 @@ pub(super) fn launch(c: &mut Ctx) -> CheckResult {
     .map(|(what, _)| what)
     .collect();
     if !left.is_empty() {
-        return Err(format!(
-            "processes it started outlived it ({})",
-            left.join(" and ")
-        ));
+        return Err(format!("processes it started outlived it ({})", left.join(" and ")).into());
     }
     Ok("wrote its work directory; the processes it started ended with it, one that had left for a process group of its own too".into())
 }
@@ -194,15 +188,15 @@ pub(super) fn ingress(c: &mut Ctx) -> CheckResult {
         let _ = fire.write_all(b"x");
         let run = h
             .join()
-            .unwrap_or_else(|_| Err("the listening run panicked".to_string()));
+            .unwrap_or_else(|_| Err("the listening run panicked".into()));
         (reached, run)
     });
     let o = run?;
     let r = read_report(&out)?;
     if reached {
-        return Err(format!(
-            "the host reached a listener inside the sandbox on 127.0.0.1:{port}"
-        ));
+        return Err(
+            format!("the host reached a listener inside the sandbox on 127.0.0.1:{port}").into(),
+        );
     }
     if o.ended != Ended::Cancelled {
         return Err("the listening run did not stay up for the check".into());
@@ -236,7 +230,7 @@ pub(super) fn job_limits(c: &mut Ctx) -> CheckResult {
         let _ = fire.write_all(b"x");
         let run = h
             .join()
-            .unwrap_or_else(|_| Err("the run panicked".to_string()));
+            .unwrap_or_else(|_| Err("the run panicked".into()));
         run.map(|o| (o, started))
     });
     let (o, started) = run?;
@@ -272,12 +266,14 @@ pub(super) fn job_limits(c: &mut Ctx) -> CheckResult {
         return Err(format!(
             "{closed}; but no process started under the process limit (exit {})",
             o.exit_code
-        ));
+        )
+        .into());
     }
     if started > 6 {
         return Err(format!(
             "{closed}; but {started} of 20 processes started under a limit of 8 (at most 6 may)"
-        ));
+        )
+        .into());
     }
     // Memory: 512 MiB under a limit of 256 MiB.
     let work = c.dir("mem")?;
@@ -293,7 +289,8 @@ pub(super) fn job_limits(c: &mut Ctx) -> CheckResult {
     if read_report(&out).is_ok_and(|r| r["alloc"] == "ok") {
         return Err(format!(
             "{closed}; but 512 MiB were allocated and touched under a limit of 256 MiB"
-        ));
+        )
+        .into());
     }
     Ok(format!(
         "{closed}; {started} of 20 processes started under a limit of 8; 512 MiB under 256 MiB refused (exit {})",

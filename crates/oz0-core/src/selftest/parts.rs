@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::Failed;
+
 /// A loopback HTTP server answering 200 to everything, until dropped. It
 /// counts the connections it accepted.
 pub struct Server {
@@ -25,7 +27,7 @@ pub struct Server {
 
 impl Server {
     /// Starts one on a free port.
-    pub fn start() -> Result<Server, String> {
+    pub fn start() -> Result<Server, Failed> {
         let l = TcpListener::bind(("127.0.0.1", 0))
             .map_err(|e| format!("cannot listen on loopback: {e}"))?;
         let port = l.local_addr().map_err(|e| e.to_string())?.port();
@@ -82,9 +84,9 @@ pub fn probe_cmd(probe: &str, out: &Path, args: &[&str]) -> Vec<String> {
 }
 
 /// The probe's JSON report in `p`.
-pub fn read_report(p: &Path) -> Result<Value, String> {
+pub fn read_report(p: &Path) -> Result<Value, Failed> {
     let text = fs::read_to_string(p).map_err(|e| format!("the probe wrote no report ({e})"))?;
-    serde_json::from_str(&text).map_err(|e| format!("bad probe report: {e}"))
+    serde_json::from_str(&text).map_err(|e| format!("bad probe report: {e}").into())
 }
 
 /// What the files check tries inside a run, and its verdict: a write to a
@@ -142,26 +144,25 @@ impl Files {
     /// The verdict on the probe's report `r`: Err naming what was
     /// reached (the stand-in's prefixed with `layer`, the layer that must
     /// hide it), else what was refused of the data directories.
-    pub fn judge(&self, r: &Value, layer: &str) -> Result<String, String> {
+    pub fn judge(&self, r: &Value, layer: &str) -> Result<String, Failed> {
         let reached = |section: &str, key: &str| r[section][key] == "ok";
         let f = &self.outside_file;
         if reached("write", f) || Path::new(f).exists() {
-            return Err(format!(
-                "a write outside the work directory ({f}) succeeded"
-            ));
+            return Err(format!("a write outside the work directory ({f}) succeeded").into());
         }
         if reached("list", &self.standin) || reached("read", &self.standin_key) {
             return Err(format!(
                 "{layer}the stand-in data directory {} could be listed or its key read",
                 self.standin
-            ));
+            )
+            .into());
         }
         match &self.real {
             Some((d, k)) => {
                 if reached("list", d) || reached("read", k) {
                     return Err(format!(
                         "the node's data directory {d} could be listed or its key read"
-                    ));
+                    ).into());
                 }
                 Ok(format!("the node's data directory {d}: listing refused, reading identity/node.key refused; the stand-in too"))
             }
@@ -186,7 +187,7 @@ pub const UNLISTED: &str = "http://oz0-selftest.invalid/";
 
 impl Egress {
     /// Starts both listeners.
-    pub fn start() -> Result<Egress, String> {
+    pub fn start() -> Result<Egress, Failed> {
         Ok(Egress {
             allowed: Server::start()?,
             forwarded: Server::start()?,
@@ -221,7 +222,7 @@ impl Egress {
     }
 
     /// What the probe's report `r` and the listeners show.
-    pub fn judge(&self, r: &Value) -> Result<String, String> {
+    pub fn judge(&self, r: &Value) -> Result<String, Failed> {
         let (a, f) = (self.allow(), format!("127.0.0.1:{}", self.forwarded.port));
         let (ua, uf) = (format!("http://{a}/"), format!("http://{f}/"));
         // Each listener must have seen exactly the one connection the proxy
@@ -233,7 +234,8 @@ impl Egress {
             if n > 1 || (r["connect"][t.as_str()] == "ok" && n != 1) {
                 return Err(format!(
                     "a direct connection to the host's {t} succeeded ({n} connections reached it)"
-                ));
+                )
+                .into());
             }
         }
         let get = |k: &str| r["proxy_get"][k].clone();
@@ -245,23 +247,24 @@ impl Egress {
             ),
         ] {
             if get(&key) != 200 {
-                return Err(format!(
-                    "{what} did not answer through the proxy: {}",
-                    get(&key)
-                ));
+                return Err(
+                    format!("{what} did not answer through the proxy: {}", get(&key)).into(),
+                );
             }
         }
         if get(&format!("noauth {ua}")) != 407 {
             return Err(format!(
                 "the proxy answered {} without the run's token (407 expected)",
                 get(&format!("noauth {ua}"))
-            ));
+            )
+            .into());
         }
         if get(&format!("auth {UNLISTED}")) != 403 {
             return Err(format!(
                 "a host the allowlist does not name got {} (403 expected)",
                 get(&format!("auth {UNLISTED}"))
-            ));
+            )
+            .into());
         }
         Ok(format!("direct connections to {a} and the forwarded port refused; through the proxy {a} and the forwarded port answer; 407 without the token; 403 for a name the allowlist does not name"))
     }
@@ -269,13 +272,19 @@ impl Egress {
 
 /// Makes a repository's `.git` in `work` for the protected-paths check: a
 /// hook, a config, the objects' info folder.
-pub fn prepare_git(work: &Path) -> Result<(), String> {
+pub fn prepare_git(work: &Path) -> Result<(), Failed> {
     let git = work.join(".git");
+    let failed =
+        |p: &Path, e: std::io::Error| Failed::from(format!("cannot make {}: {e}", p.display()));
     for d in ["hooks", "objects/info"] {
-        fs::create_dir_all(git.join(d)).map_err(|e| e.to_string())?;
+        let p = git.join(d);
+        fs::create_dir_all(&p).map_err(|e| failed(&p, e))?;
     }
-    fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\n").map_err(|e| e.to_string())?;
-    fs::write(git.join("config"), "[core]\n").map_err(|e| e.to_string())
+    for (f, text) in [("hooks/pre-commit", "#!/bin/sh\n"), ("config", "[core]\n")] {
+        let p = git.join(f);
+        fs::write(&p, text).map_err(|e| failed(&p, e))?;
+    }
+    Ok(())
 }
 
 /// What the protected-paths check runs in the work folder (`sh -c`): each
@@ -290,7 +299,7 @@ pub const PROTECTED_SCRIPT: &str = "r=results; : > $r; \
     (echo x > .git/objects/oz0-selftest) 2>/dev/null && echo objects >> $r; exit 0";
 
 /// The protected-paths check's verdict from the work folder the script ran in.
-pub fn judge_protected(work: &Path) -> Result<String, String> {
+pub fn judge_protected(work: &Path) -> Result<String, Failed> {
     let got = fs::read_to_string(work.join("results"))
         .map_err(|_| "the check wrote no results".to_string())?;
     let got: Vec<&str> = got.lines().collect();
@@ -337,7 +346,7 @@ pub const NEEDED: &[&str] = &[
 /// is [`NEEDED`], the proxy's with the run's token, no `OZ0_` variable
 /// and nothing else but `PWD` and the platform's `also` (what its system
 /// adds to a process it starts).
-pub fn judge_environment(r: &Value, allowed_url: &str, also: &[&str]) -> Result<String, String> {
+pub fn judge_environment(r: &Value, allowed_url: &str, also: &[&str]) -> Result<String, Failed> {
     let env = r["env"]
         .as_object()
         .ok_or("the probe reported no environment")?;
@@ -345,13 +354,13 @@ pub fn judge_environment(r: &Value, allowed_url: &str, also: &[&str]) -> Result<
         .keys()
         .find(|k| k.to_ascii_uppercase().starts_with("OZ0_"))
     {
-        return Err(format!("the node's variable {k} reached the run"));
+        return Err(format!("the node's variable {k} reached the run").into());
     }
     if env.get(GIVEN.0).and_then(|v| v.as_str()) != Some(GIVEN.1) {
         return Err("the caller's variable did not reach the run".into());
     }
     if let Some(need) = NEEDED.iter().find(|n| !env.contains_key(**n)) {
-        return Err(format!("{need} is missing"));
+        return Err(format!("{need} is missing").into());
     }
     if env.contains_key("NO_PROXY") || env.contains_key("no_proxy") {
         return Err("NO_PROXY is set".into());
@@ -360,7 +369,7 @@ pub fn judge_environment(r: &Value, allowed_url: &str, also: &[&str]) -> Result<
         let k = k.as_str();
         k != GIVEN.0 && k != "PWD" && !NEEDED.contains(&k) && !also.contains(&k)
     }) {
-        return Err(format!("{k} reached the run without being given"));
+        return Err(format!("{k} reached the run without being given").into());
     }
     if r["proxy_get"][format!("auth {allowed_url}")] != 200 {
         return Err("the proxy variables do not carry the run's token".into());
