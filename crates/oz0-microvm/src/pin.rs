@@ -148,6 +148,7 @@ impl Selection {
 
 /// Why no VMM can be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PinError {
     /// `OZ0_MICROVM=off`.
     #[error("microVMs are turned off ({MICROVM_VAR}=off)")]
@@ -167,7 +168,7 @@ pub enum PinError {
     #[error("smolvm is not a release this node pins, so it does not run it: {detail}; install smolvm {PINNED_RELEASE} unmodified, or name its folder with {MICROVM_VAR}=/path to run it unpinned")]
     Unpinned {
         /// Which file and how.
-        detail: String,
+        detail: Mismatch,
     },
     /// A file could not be read.
     #[error("{path}: {error}: the node's user must be able to read smolvm's files")]
@@ -176,6 +177,37 @@ pub enum PinError {
         path: PathBuf,
         /// The error.
         error: String,
+    },
+}
+
+/// How a folder differs from the layouts pinned for an architecture: the
+/// first difference met, or the other architecture's release it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Mismatch {
+    /// A pinned file is not in the folder.
+    #[error("{} is missing", .0.display())]
+    Missing(PathBuf),
+    /// A file's SHA-256 is not the pinned one.
+    #[error("{} has SHA-256 {got}, not the {want} of smolvm {PINNED_RELEASE}", path.display())]
+    Hash {
+        /// The file.
+        path: PathBuf,
+        /// Its SHA-256.
+        got: String,
+        /// The pinned one.
+        want: &'static str,
+    },
+    /// This build pins no release for the architecture.
+    #[error("this build pins no smolvm for {0}")]
+    NoLayout(String),
+    /// The folder holds the pinned release of another architecture.
+    #[error("it is smolvm {PINNED_RELEASE} for {other}, and this node runs on {arch}")]
+    OtherArch {
+        /// The release's architecture.
+        other: &'static str,
+        /// This node's.
+        arch: String,
     },
 }
 
@@ -200,32 +232,32 @@ pub fn sha256_file(path: &Path) -> Result<String, PinError> {
 
 /// Checks the folder `dir` against each layout pinned for this build's
 /// architecture.
-fn check_layouts(dir: &Path) -> Result<Result<Vmm, String>, PinError> {
+fn check_layouts(dir: &Path) -> Result<Result<Vmm, Mismatch>, PinError> {
     check_layouts_for(dir, std::env::consts::ARCH)
 }
 
 /// Checks the folder `dir` against each layout pinned for `arch`. `Ok`
-/// with the first layout that matches entirely; `Err(detail)` naming the
-/// first mismatch otherwise (and, when the folder is another
-/// architecture's release, which).
-pub fn check_layouts_for(dir: &Path, arch: &str) -> Result<Result<Vmm, String>, PinError> {
-    let mut best: Option<String> = None;
+/// with the first layout that matches entirely; `Err` with the first
+/// mismatch otherwise (or, when the folder is another architecture's
+/// release, which).
+pub fn check_layouts_for(dir: &Path, arch: &str) -> Result<Result<Vmm, Mismatch>, PinError> {
+    let mut best: Option<Mismatch> = None;
     for (_, layout) in PINNED_LAYOUTS.iter().filter(|(a, _)| *a == arch) {
         let mut files = Vec::new();
         let mut mismatch = None;
         for p in layout.iter() {
             let path = dir.join(p.name);
             if std::fs::symlink_metadata(&path).is_err() {
-                mismatch = Some(format!("{} is missing", path.display()));
+                mismatch = Some(Mismatch::Missing(path));
                 break;
             }
             let got = sha256_file(&path)?;
             if got != p.sha256 {
-                mismatch = Some(format!(
-                    "{} has SHA-256 {got}, not the {} of smolvm {PINNED_RELEASE}",
-                    path.display(),
-                    p.sha256
-                ));
+                mismatch = Some(Mismatch::Hash {
+                    path,
+                    got,
+                    want: p.sha256,
+                });
                 break;
             }
             files.push((p.role, path));
@@ -250,15 +282,17 @@ pub fn check_layouts_for(dir: &Path, arch: &str) -> Result<Result<Vmm, String>, 
             }
         }
     }
-    let mut detail = best.unwrap_or_else(|| format!("this build pins no smolvm for {arch}"));
+    let mut detail = best.unwrap_or_else(|| Mismatch::NoLayout(arch.to_string()));
     // Another architecture's release says so, instead of only "a hash differs".
     for (other, layout) in PINNED_LAYOUTS.iter().filter(|(a, _)| *a != arch) {
         let matches = layout
             .iter()
             .all(|p| sha256_file(&dir.join(p.name)).is_ok_and(|h| h == p.sha256));
         if matches {
-            detail =
-                format!("it is smolvm {PINNED_RELEASE} for {other}, and this node runs on {arch}");
+            detail = Mismatch::OtherArch {
+                other,
+                arch: arch.to_string(),
+            };
         }
     }
     Ok(Err(detail))

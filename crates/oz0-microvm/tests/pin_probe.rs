@@ -135,7 +135,8 @@ fn the_arm64_release_is_pinned_for_aarch64_only() {
     assert!(v.pinned && v.files.len() == 4, "{v:?}");
     let e = pin::check_layouts_for(&dir, "x86_64").unwrap().unwrap_err();
     assert!(
-        e.contains("it is smolvm 1.24.0 for aarch64, and this node runs on x86_64"),
+        e.to_string()
+            .contains("it is smolvm 1.24.0 for aarch64, and this node runs on x86_64"),
         "{e}"
     );
     if std::env::consts::ARCH == "x86_64" {
@@ -148,7 +149,8 @@ fn the_arm64_release_is_pinned_for_aarch64_only() {
             .unwrap()
             .unwrap_err();
         assert!(
-            e.contains("for x86_64, and this node runs on aarch64"),
+            e.to_string()
+                .contains("for x86_64, and this node runs on aarch64"),
             "{e}"
         );
     }
