@@ -19,6 +19,7 @@ pub const INSTALL_FIX: &str = "install bubblewrap 0.8 or newer (Debian/Ubuntu: `
 
 /// Why bubblewrap cannot be used.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum BwrapError {
     /// Not found.
     #[error("bubblewrap (bwrap) was not found on PATH or in /usr/bin: {INSTALL_FIX}")]

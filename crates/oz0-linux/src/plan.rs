@@ -238,6 +238,7 @@ pub struct Plan {
 
 /// Why no plan could be made. Each names the path and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PlanError {
     /// A caller path does not exist.
     #[error("{0} does not exist: create it first, or name another path")]
