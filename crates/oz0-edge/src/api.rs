@@ -356,7 +356,12 @@ impl Routes {
         .add("POST", "/v1/node/whoami", post(whoami))
         .add("POST", "/v1/node/jobs/{job}/renew", post(renew))
         .add("POST", "/v1/node/jobs/{job}/release", post(release))
-        .add("POST", "/v1/node/jobs/{job}/output", post(output))
+        .add(
+            "POST",
+            "/v1/node/jobs/{job}/output",
+            // A piece of 64 KiB, control characters escaped in its JSON.
+            post(output).layer(DefaultBodyLimit::max(MAX_LARGE_BODY_BYTES)),
+        )
         .add(
             "POST",
             "/v1/node/jobs/{job}/complete",

@@ -118,7 +118,14 @@ fn a_jobs_control_sequences_reach_the_operator_escaped_unless_raw() {
     ]);
     assert_eq!(st, Some(0), "{out}{err}\n{}", a.log());
     assert_eq!(controls(&out), [], "submit --wait: {out:?}");
-    assert!(out.contains(&format!("{SHOWN}\n{SHOWN}\n")), "{out}");
+    // Each stream under a line with its size.
+    assert!(
+        out.contains(&format!(
+            "== stdout: {n} byte(s)\n{SHOWN}\n== stderr: {n} byte(s)\n{SHOWN}\n",
+            n = HOSTILE.len() + 1
+        )),
+        "{out}"
+    );
     let id = out.split_whitespace().nth(1).unwrap().to_string();
 
     // logs: escaped; --raw: as written; --json: JSON with every control escaped.

@@ -1,19 +1,26 @@
 //! `oz0`: the operator's CLI for the edge.
 //!
 //! ```text
-//! oz0 node list [--tenant T] [--json]
-//! oz0 node show|approve|drain|undrain|remove <node> [--json]
-//! oz0 job tool --tenant T --plugin DIR --tool ID [--name MCP_TOOL] [--arguments JSON]
-//!              [--file [NAME=]PATH]... [--timeout S] [--origin O] [--wait S] [--json]
-//! oz0 job show --tenant T <job> [--json]
-//! oz0 job cancel --tenant T <job> [--json]
+//! oz0 node list [--tenant T] [--all] [-o json|wide]
+//! oz0 node show|approve|undrain|remove <node> [--json]
+//! oz0 node drain <node> [--deadline 10m] [--json]
+//! oz0 job submit|tool … [--wait S] [--json]
+//! oz0 job list [--state S] [-o json|wide]
+//! oz0 job show|cancel|rerun <job> [--json]
+//! oz0 job logs [-f] <job>
+//! oz0 completion bash|zsh|fish|elvish|powershell
+//! oz0 man [--dir DIR]
 //! ```
 //!
 //! The edge is `--edge URL` or `OZ0_EDGE` (`https://`, verified against the
 //! system's CAs or `--edge-ca FILE`/`OZ0_EDGE_CA`; `http://` on loopback
 //! only); the operator token is read from
 //! `--token-file FILE` or `OZ0_OPERATOR_TOKEN_FILE`, or taken from
-//! `OZ0_OPERATOR_TOKEN` (never from the command line).
+//! `OZ0_OPERATOR_TOKEN` (never from the command line). The tenant is
+//! `--tenant`, `OZ0_TENANT`, the settings file's `tenant`, or the edge's
+//! only tenant. Settings the flags and variables leave unset come from
+//! `OZ0_CONFIG` or `~/.config/oz0/config.toml` (`edge`, `edge-ca`,
+//! `token-file`, `tenant`).
 //!
 //! Text a job, a node or the edge controls (a job's output and result,
 //! names, lines, labels, reasons, the edge's refusals) is escaped for a
@@ -22,41 +29,85 @@
 //! `--raw` prints a job's output as it wrote it; `--json` is JSON with
 //! every control character escaped.
 //!
-//! Exit status: 0 done (with `--wait`: the job succeeded); 1 the edge
-//! refused or could not be reached, or the job failed, was cancelled or did
-//! not end in time; 2 bad usage. A reader that goes away (`| head`) ends
-//! the output, not the command: the status is the command's own.
+//! Exit status ([`Status`]): 0 done (with `--wait` or `logs -f`: the job
+//! succeeded); the job's own exit status (1-255) when it failed with one;
+//! 1 the edge refused or could not be reached, or the job failed without
+//! an exit status or was cancelled; 2 bad usage; 124 the job did not end
+//! within `--wait`. A reader that goes away (`| head`) ends the output,
+//! not the command: the status is the command's own.
 
 use std::borrow::Cow;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use oz0_edge::client::OperatorClient;
 use oz0_edge::routing::{Isolation, JobKind, JobRequest, Origin};
 use oz0_edge::term;
-use oz0_edge::wire::{JobView, ShellJob};
+use oz0_edge::wire::{Accepted, JobView, ShellJob};
 use oz0_plugin::job::{CallArgs, ToolJob};
 
+#[path = "oz0/follow.rs"]
+mod follow;
+#[path = "oz0/settings.rs"]
+mod settings;
 #[path = "oz0/show.rs"]
 mod show;
+
+use follow::Status;
 
 #[derive(Parser, Debug)]
 #[command(name = "oz0", version, about = "Operate an OZ0 edge")]
 struct Args {
-    /// The edge (https://HOST:PORT, or http:// on loopback).
-    #[arg(long, env = "OZ0_EDGE", default_value = "http://127.0.0.1:8440")]
-    edge: String,
+    /// The edge (https://HOST:PORT, or http:// on loopback) [default:
+    /// the settings file's `edge`, else http://127.0.0.1:8440].
+    #[arg(
+        long,
+        env = "OZ0_EDGE",
+        global = true,
+        help_heading = "Edge and tenant"
+    )]
+    edge: Option<String>,
     /// The CA certificate(s) the edge's certificate must be signed by (PEM)
     /// [default: the system's CAs].
-    #[arg(long, env = "OZ0_EDGE_CA", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "OZ0_EDGE_CA",
+        value_name = "FILE",
+        global = true,
+        help_heading = "Edge and tenant"
+    )]
     edge_ca: Option<PathBuf>,
     /// File holding the operator token.
-    #[arg(long, env = "OZ0_OPERATOR_TOKEN_FILE")]
+    #[arg(
+        long,
+        env = "OZ0_OPERATOR_TOKEN_FILE",
+        global = true,
+        help_heading = "Edge and tenant"
+    )]
     token_file: Option<PathBuf>,
+    /// The tenant [default: OZ0_TENANT, the settings file's `tenant`, or
+    /// the edge's only tenant].
+    #[arg(
+        long,
+        env = "OZ0_TENANT",
+        global = true,
+        help_heading = "Edge and tenant"
+    )]
+    tenant: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// How a list is printed.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// A table with a header.
+    Table,
+    /// A table with more columns.
+    Wide,
+    /// JSON.
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -66,10 +117,25 @@ enum Cmd {
         #[command(subcommand)]
         cmd: NodeCmd,
     },
-    /// Jobs: submit a plugin's tool call, follow a job, cancel it.
+    /// Jobs: submit a command or a plugin's tool call, follow a job,
+    /// cancel it, run it again.
     Job {
         #[command(subcommand)]
         cmd: JobCmd,
+    },
+    /// Print the shell completion script for SHELL.
+    ///
+    /// Example (bash): oz0 completion bash > /etc/bash_completion.d/oz0
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write oz0's man pages (oz0.1, oz0-job-logs.1, …) to DIR, or print
+    /// oz0.1.
+    Man {
+        /// The folder to write them to.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -88,9 +154,6 @@ enum JobCmd {
     ///   oz0 job submit --tenant acme --origin webhook --env TOKEN --timeout 60 --wait 120 -- make test
     #[command(verbatim_doc_comment)]
     Submit {
-        /// The tenant.
-        #[arg(long)]
-        tenant: String,
         /// Where the work came from: internal, webhook, event or chat.
         #[arg(long, default_value = "internal")]
         origin: String,
@@ -131,28 +194,34 @@ enum JobCmd {
     },
     /// A tenant's jobs, newest first.
     List {
-        /// The tenant.
-        #[arg(long)]
-        tenant: String,
         /// Only jobs in this state: queued, leased, succeeded, failed, cancelled.
         #[arg(long)]
         state: Option<String>,
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: i64,
-        /// JSON instead of text.
+        /// table, wide or json.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Format,
+        /// JSON instead of text (-o json).
         #[arg(long)]
         json: bool,
     },
     /// The end of a job's stdout and stderr (the edge keeps the last 64 KiB
-    /// of each), control characters escaped unless --raw.
+    /// of each, sent by its node while it runs), control characters
+    /// escaped unless --raw.
+    ///
+    /// With -f, follows the job until it ends: its stdout on stdout, its
+    /// stderr on stderr, as the node sends them; the exit status is then
+    /// the job's (0 succeeded, its own exit status when it failed with
+    /// one, 1 otherwise).
     Logs {
-        /// The tenant.
-        #[arg(long)]
-        tenant: String,
         /// The job's id (one that begins with `-` is taken as an id, not a flag).
         #[arg(allow_hyphen_values = true)]
         job: String,
+        /// Follow the output until the job ends.
+        #[arg(short, long, conflicts_with = "json")]
+        follow: bool,
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -179,9 +248,6 @@ enum JobCmd {
     ///       --name fetch --arguments '{"url": "https://example.com"}' --wait 300
     #[command(verbatim_doc_comment)]
     Tool {
-        /// The tenant.
-        #[arg(long)]
-        tenant: String,
         /// The installed plugin's folder (holding oz0-plugin.yaml).
         #[arg(long, value_name = "DIR")]
         plugin: PathBuf,
@@ -224,9 +290,6 @@ enum JobCmd {
     },
     /// A job's state, its result or why it failed.
     Show {
-        /// The tenant.
-        #[arg(long)]
-        tenant: String,
         /// The job's id (one that begins with `-` is taken as an id, not a flag).
         #[arg(allow_hyphen_values = true)]
         job: String,
@@ -240,13 +303,23 @@ enum JobCmd {
         #[arg(long)]
         raw: bool,
     },
-    /// Cancel a job that has not ended: a queued one is never handed out; a
-    /// leased one is stopped by its node at its next lease renewal (within a
-    /// third of the lease), its server and VM with it.
-    Cancel {
-        /// The tenant.
+    /// Queue a job again: a new job with the same command or tool call,
+    /// origin and needs (its secrets too, kept by the edge).
+    Rerun {
+        /// The job's id (one that begins with `-` is taken as an id, not a flag).
+        #[arg(allow_hyphen_values = true)]
+        job: String,
+        /// Wait up to S seconds for the new job to end, then print how it ended.
+        #[arg(long, value_name = "S")]
+        wait: Option<u64>,
+        /// JSON instead of text.
         #[arg(long)]
-        tenant: String,
+        json: bool,
+    },
+    /// Cancel a job that has not ended: a queued one is never handed out; a
+    /// leased one is stopped by its node at once (within milliseconds of
+    /// the cancel), its server and VM with it.
+    Cancel {
         /// The job's id (one that begins with `-` is taken as an id, not a flag).
         #[arg(allow_hyphen_values = true)]
         job: String,
@@ -258,12 +331,16 @@ enum JobCmd {
 
 #[derive(Subcommand, Debug)]
 enum NodeCmd {
-    /// One line per node.
+    /// A table of nodes, one a line (nodes not heard from for a day are
+    /// left out unless --all).
     List {
-        /// Only this tenant.
+        /// Also nodes not heard from for a day and more.
         #[arg(long)]
-        tenant: Option<String>,
-        /// JSON instead of text.
+        all: bool,
+        /// table, wide or json.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Format,
+        /// JSON instead of text (-o json).
         #[arg(long)]
         json: bool,
     },
@@ -283,10 +360,15 @@ enum NodeCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Give a node no new work (what it runs finishes).
+    /// Give a node no new work: what it runs finishes, or, with
+    /// --deadline, goes back to the queue at the deadline (the node stops
+    /// it; the attempt does not count).
     Drain {
         /// Its id or host name.
         node: String,
+        /// How long its jobs may still run: 90, 90s, 10m or 2h.
+        #[arg(long, value_name = "DURATION", value_parser = settings::duration)]
+        deadline: Option<u64>,
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -310,14 +392,14 @@ enum NodeCmd {
     },
 }
 
-fn token(args: &Args) -> Result<String> {
-    if let Some(f) = &args.token_file {
+fn token(args: &Args, file: Option<&PathBuf>) -> Result<String> {
+    if let Some(f) = args.token_file.as_ref().or(file) {
         let t = std::fs::read_to_string(f)
             .with_context(|| format!("reading the operator token from {}", f.display()))?;
         return Ok(t.trim().to_string());
     }
     std::env::var("OZ0_OPERATOR_TOKEN").context(
-        "no operator token: set OZ0_OPERATOR_TOKEN_FILE (or --token-file) or OZ0_OPERATOR_TOKEN",
+        "no operator token: set OZ0_OPERATOR_TOKEN_FILE (or --token-file, or token-file in the settings file) or OZ0_OPERATOR_TOKEN",
     )
 }
 
@@ -355,18 +437,6 @@ fn origin(s: &str) -> Result<Origin> {
     })
 }
 
-/// Waits until the job ended or `secs` passed.
-async fn wait_job(client: &OperatorClient, tenant: &str, id: &str, secs: u64) -> Result<JobView> {
-    let until = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let j = client.job(tenant, id).await?;
-        if !matches!(j.state.as_str(), "queued" | "leased") || Instant::now() >= until {
-            return Ok(j);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 fn print_job(out: Out, j: &JobView, json: bool) -> Result<()> {
     if json {
         out.json(j)
@@ -375,10 +445,9 @@ fn print_job(out: Out, j: &JobView, json: bool) -> Result<()> {
     }
 }
 
-async fn run_job(client: &OperatorClient, cmd: &JobCmd, out: Out) -> Result<()> {
+async fn run_job(client: &OperatorClient, tenant: &str, cmd: &JobCmd, out: Out) -> Result<Status> {
     match cmd {
         JobCmd::Tool {
-            tenant,
             plugin,
             tool,
             name,
@@ -406,10 +475,9 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd, out: Out) -> Result<()> 
                 serde_json::to_value(&job)?,
                 idempotency_key,
             )?;
-            submitted(client, tenant, &req, *wait, *json, out).await?;
+            return submitted(client, tenant, &req, *wait, *json, out).await;
         }
         JobCmd::Submit {
-            tenant,
             origin: o,
             env,
             allow,
@@ -438,26 +506,26 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd, out: Out) -> Result<()> 
                 serde_json::to_value(&shell)?,
                 idempotency_key,
             )?;
-            submitted(client, tenant, &req, *wait, *json, out).await?;
+            return submitted(client, tenant, &req, *wait, *json, out).await;
         }
         JobCmd::List {
-            tenant,
             state,
             limit,
+            output,
             json,
         } => {
             let page = client
                 .jobs(tenant, state.as_deref(), None, Some((*limit).clamp(1, 500)))
                 .await?;
-            if *json {
-                out.json(&page)?;
-            } else {
-                out.text(&show::jobs(&page.jobs))?;
+            match if *json { Format::Json } else { *output } {
+                Format::Json => out.json(&page)?,
+                f => out.text(&show::jobs(&page.jobs, f == Format::Wide))?,
             }
         }
         JobCmd::Logs {
-            tenant, job, json, ..
-        } => {
+            job, follow: true, ..
+        } => return follow::logs(client, tenant, job, out.raw).await,
+        JobCmd::Logs { job, json, .. } => {
             let l = client.job_logs(tenant, job).await?;
             if *json {
                 out.json(&l)?;
@@ -465,16 +533,18 @@ async fn run_job(client: &OperatorClient, cmd: &JobCmd, out: Out) -> Result<()> 
                 out.text(&show::logs(&l))?;
             }
         }
-        JobCmd::Show {
-            tenant, job, json, ..
-        } => {
+        JobCmd::Show { job, json, .. } => {
             print_job(out, &client.job(tenant, job).await?, *json)?;
         }
-        JobCmd::Cancel { tenant, job, json } => {
+        JobCmd::Cancel { job, json } => {
             print_job(out, &client.cancel_job(tenant, job).await?, *json)?;
         }
+        JobCmd::Rerun { job, wait, json } => {
+            let a = client.rerun_job(tenant, job).await?;
+            return accepted(client, tenant, a, *wait, *json, out).await;
+        }
     }
-    Ok(())
+    Ok(Status::Done)
 }
 
 /// `--env NAME=VALUE`, or `--env NAME` for this shell's value.
@@ -521,48 +591,104 @@ async fn submitted(
     wait: Option<u64>,
     json: bool,
     out: Out,
-) -> Result<()> {
+) -> Result<Status> {
     let a = client.submit_job(tenant, req).await?;
-    match wait {
-        None if json => out.json(&a)?,
-        None => out.text(&format!(
-            "job {} {} at tier {} ({} eligible node(s)): oz0 job show --tenant {tenant} {}\n",
-            a.job_id,
-            if a.existing {
-                "was queued before (the same idempotency key)"
-            } else {
-                "queued"
-            },
-            a.tier,
-            a.eligible_nodes,
-            a.job_id
-        ))?,
-        Some(secs) => {
-            let j = wait_job(client, tenant, &a.job_id, secs).await?;
-            print_job(out, &j, json)?;
-            if !json && j.kind == "shell" {
-                if let Ok(l) = client.job_logs(tenant, &j.job_id).await {
-                    for t in [&l.stdout_tail, &l.stderr_tail].into_iter().flatten() {
-                        out.text(t)?;
-                    }
-                }
-            }
-            match j.state.as_str() {
-                        "succeeded" => {}
-                        "queued" | "leased" => bail!("job {} did not end within {secs} s (it goes on: oz0 job show --tenant {tenant} {})", j.job_id, j.job_id),
-                        s => bail!("job {} {s}", j.job_id),
-                    }
-        }
-    }
-    Ok(())
+    accepted(client, tenant, a, wait, json, out).await
 }
 
-async fn run(args: Args) -> Result<()> {
-    let trust = match &args.edge_ca {
+/// A job queued: says so, or with `wait` waits for its end, prints how it
+/// went and its output (each stream under a line with its size, and
+/// whether its start was cut), and returns the job's status.
+async fn accepted(
+    client: &OperatorClient,
+    tenant: &str,
+    a: Accepted,
+    wait: Option<u64>,
+    json: bool,
+    out: Out,
+) -> Result<Status> {
+    let Some(secs) = wait else {
+        if json {
+            out.json(&a)?;
+        } else {
+            out.text(&format!(
+                "job {} {} at tier {} ({} eligible node(s)): oz0 job show --tenant {tenant} {}\n",
+                a.job_id,
+                if a.existing {
+                    "was queued before (the same idempotency key)"
+                } else {
+                    "queued"
+                },
+                a.tier,
+                a.eligible_nodes,
+                a.job_id
+            ))?;
+        }
+        return Ok(Status::Done);
+    };
+    let j = follow::wait_job(client, tenant, &a.job_id, secs).await?;
+    print_job(out, &j, json)?;
+    if !json && j.kind == "shell" {
+        if let Ok(l) = client.job_logs(tenant, &j.job_id).await {
+            out.text(&show::logs(&l))?;
+        }
+    }
+    let status = follow::job_status(&j.state, j.exit_code);
+    if status == Status::NotEnded {
+        follow::say(&format!(
+            "job {} did not end within {secs} s (it goes on: oz0 job logs -f --tenant {tenant} {})",
+            j.job_id, j.job_id
+        ));
+    } else if status != Status::Done {
+        follow::say(&format!("job {} {}", j.job_id, j.state));
+    }
+    Ok(status)
+}
+
+/// The tenant: the flag or OZ0_TENANT, the settings file's, or the
+/// edge's only one.
+async fn tenant(client: &OperatorClient, given: Option<&str>) -> Result<String> {
+    if let Some(t) = given {
+        return Ok(t.to_string());
+    }
+    let all = client.tenants().await?;
+    match all.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(follow::usage(format!(
+            "which tenant? the edge serves {}: give --tenant T, or set OZ0_TENANT or `tenant` in {}",
+            all.join(", "),
+            settings::path_hint()
+        ))),
+    }
+}
+
+async fn run(args: Args) -> Result<Status> {
+    match &args.cmd {
+        Cmd::Completion { shell } => {
+            let mut text = Vec::new();
+            clap_complete::generate(*shell, &mut Args::command(), "oz0", &mut text);
+            term::print(&String::from_utf8_lossy(&text)).context("writing to standard output")?;
+            return Ok(Status::Done);
+        }
+        Cmd::Man { dir } => {
+            settings::man_pages(Args::command(), dir.as_deref())?;
+            return Ok(Status::Done);
+        }
+        _ => {}
+    }
+    let file = settings::Settings::load()?;
+    let edge = args
+        .edge
+        .clone()
+        .or_else(|| file.edge.clone())
+        .unwrap_or_else(|| "http://127.0.0.1:8440".into());
+    let trust = match args.edge_ca.as_ref().or(file.edge_ca.as_ref()) {
         Some(f) => oz0_edge::client::Trust::CaFile(f.clone()),
         None => oz0_edge::client::Trust::System,
     };
-    let client = OperatorClient::with_trust(&args.edge, &token(&args)?, &trust)?;
+    let client =
+        OperatorClient::with_trust(&edge, &token(&args, file.token_file.as_ref())?, &trust)?;
+    let given = args.tenant.as_deref().or(file.tenant.as_deref());
     let out = Out {
         raw: matches!(
             &args.cmd,
@@ -574,22 +700,39 @@ async fn run(args: Args) -> Result<()> {
             }
         ),
     };
+    let print_node = |n: &oz0_edge::wire::NodeView, json: bool| -> Result<()> {
+        if json {
+            out.json(n)
+        } else {
+            out.text(&show::node(n))
+        }
+    };
     match &args.cmd {
-        Cmd::Job { cmd } => run_job(&client, cmd, out).await?,
+        Cmd::Job { cmd } => {
+            let tenant = tenant(&client, given).await?;
+            return run_job(&client, &tenant, cmd, out).await;
+        }
         Cmd::Node {
-            cmd: NodeCmd::List { tenant, json },
+            cmd: NodeCmd::List { all, output, json },
         } => {
-            let nodes = client.nodes(tenant.as_deref()).await?;
-            if *json {
-                out.json(&nodes)?;
-            } else {
-                out.text(&show::nodes(&nodes))?;
+            // The node list spans tenants unless one is named.
+            let nodes = client.nodes_with(args.tenant.as_deref(), *all).await?;
+            match if *json { Format::Json } else { *output } {
+                Format::Json => out.json(&nodes)?,
+                f => out.text(&show::nodes(&nodes, f == Format::Wide))?,
             }
         }
         Cmd::Node {
             cmd:
+                NodeCmd::Drain {
+                    node,
+                    deadline,
+                    json,
+                },
+        } => print_node(&client.drain_node(node, *deadline).await?, *json)?,
+        Cmd::Node {
+            cmd:
                 NodeCmd::Approve { node, json }
-                | NodeCmd::Drain { node, json }
                 | NodeCmd::Undrain { node, json }
                 | NodeCmd::Remove { node, json },
         } => {
@@ -598,32 +741,18 @@ async fn run(args: Args) -> Result<()> {
                     cmd: NodeCmd::Approve { .. },
                 } => "approve",
                 Cmd::Node {
-                    cmd: NodeCmd::Drain { .. },
-                } => "drain",
-                Cmd::Node {
                     cmd: NodeCmd::Undrain { .. },
                 } => "undrain",
                 _ => "remove",
             };
-            let n = client.node_action(node, action).await?;
-            if *json {
-                out.json(&n)?;
-            } else {
-                out.text(&show::node(&n))?;
-            }
+            print_node(&client.node_action(node, action).await?, *json)?;
         }
         Cmd::Node {
             cmd: NodeCmd::Show { node, json },
-        } => {
-            let n = client.node(node).await?;
-            if *json {
-                out.json(&n)?;
-            } else {
-                out.text(&show::node(&n))?;
-            }
-        }
+        } => print_node(&client.node(node).await?, *json)?,
+        Cmd::Completion { .. } | Cmd::Man { .. } => {}
     }
-    Ok(())
+    Ok(Status::Done)
 }
 
 fn main() -> std::process::ExitCode {
@@ -634,17 +763,19 @@ fn main() -> std::process::ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("oz0: cannot start: {e}");
-            return std::process::ExitCode::from(1);
+            follow::say(&format!("cannot start: {e}"));
+            return Status::Failed.into();
         }
     };
     match rt.block_on(run(args)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(status) => status.into(),
         Err(e) => {
             // The reason may be the edge's words: escaped like any other.
-            let line = format!("oz0: {}\n", term::escape(format!("{e:#}").as_bytes()));
-            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-            std::process::ExitCode::from(1)
+            follow::say(&format!("{e:#}"));
+            match e.downcast_ref::<follow::Usage>() {
+                Some(_) => Status::Usage.into(),
+                None => Status::Failed.into(),
+            }
         }
     }
 }

@@ -3,22 +3,64 @@
 
 use oz0_edge::wire::{JobLogs, JobLook, JobView, NodeView};
 
-/// Nodes, one line each.
-pub(super) fn nodes(nodes: &[NodeView]) -> String {
-    let mut text = String::new();
-    for n in nodes {
-        text.push_str(&format!(
-            "{}  {:<20} {:<10} {:<16} {:<32} MicroVMs: {}  last seen: {}\n",
-            n.id,
-            n.name.as_deref().unwrap_or("-"),
-            n.tenant,
-            n.state,
-            n.tier_line,
-            n.microvm_line,
-            n.last_seen
-        ));
+/// Rows under a header, each column as wide as its widest cell (the
+/// last one unpadded).
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        let last = cells.len().saturating_sub(1);
+        for (i, c) in cells.into_iter().enumerate() {
+            l.push_str(c);
+            if i < last {
+                let pad = width[i] - c.chars().count() + 2;
+                l.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        l.push('\n');
+        l
+    };
+    let mut text = line(header.to_vec());
+    for r in rows {
+        text.push_str(&line(r.iter().map(String::as_str).collect()));
     }
     text
+}
+
+/// A table of nodes (`wide`: with the platform, the mechanism and
+/// MicroVMs).
+pub(super) fn nodes(nodes: &[NodeView], wide: bool) -> String {
+    let mut header = vec!["NAME", "ID", "TENANT", "STATE", "TIER", "LAST SEEN"];
+    if wide {
+        header.extend(["PLATFORM", "MECHANISM", "MICROVMS"]);
+    }
+    let rows: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|n| {
+            let mut r = vec![
+                n.name.clone().unwrap_or_else(|| "-".into()),
+                n.id.clone(),
+                n.tenant.clone(),
+                n.state.clone(),
+                n.tier_line.clone(),
+                n.last_seen.clone(),
+            ];
+            if wide {
+                r.extend([
+                    n.platform_line.clone(),
+                    n.mechanism_line.clone(),
+                    n.microvm_line.clone(),
+                ]);
+            }
+            r
+        })
+        .collect();
+    table(&header, &rows)
 }
 
 /// A node, in lines.
@@ -55,14 +97,45 @@ pub(super) fn node(n: &NodeView) -> String {
     s
 }
 
-/// A job, in lines.
+/// A job, in lines: what it runs, where, when, and how it ended.
 pub(super) fn job(j: &JobView) -> String {
     let mut s = format!(
         "Job {} ({}, tier {}): {}\n",
         j.job_id, j.kind, j.tier, j.state
     );
+    if let Some(c) = &j.command {
+        s.push_str(&format!("Command: {}\n", quoted(c)));
+    }
+    if let Some(t) = &j.tool {
+        s.push_str(&format!("Tool: {t}\n"));
+    }
+    s.push_str(&format!("Origin: {}\n", j.origin));
     if let Some(n) = &j.node_id {
-        s.push_str(&format!("Node: {n} (attempts: {})\n", j.attempts));
+        let name = j
+            .node_name
+            .as_deref()
+            .map(|x| format!("{x} "))
+            .unwrap_or_default();
+        s.push_str(&format!(
+            "Node: {name}{n} (attempts: {} of at most {})\n",
+            j.attempts, j.max_attempts
+        ));
+    }
+    let at = oz0_edge::time::format_utc;
+    s.push_str(&format!("Submitted: {}\n", at(j.submitted_ms)));
+    if let Some(l) = j.leased_ms {
+        s.push_str(&format!(
+            "Started: {} (waited {})\n",
+            at(l),
+            took(l - j.submitted_ms)
+        ));
+    }
+    if let Some(d) = j.done_ms {
+        let ran = j
+            .leased_ms
+            .map(|l| format!(" (ran {})", took(d - l)))
+            .unwrap_or_default();
+        s.push_str(&format!("Ended: {}{ran}\n", at(d)));
     }
     if let Some(c) = j.exit_code {
         s.push_str(&format!("Exit code: {c}\n"));
@@ -127,26 +200,45 @@ fn look(l: &JobLook) -> String {
     s
 }
 
-/// A page of jobs, one line each.
-pub(super) fn jobs(jobs: &[JobView]) -> String {
-    let mut text = String::new();
-    for j in jobs {
-        text.push_str(&format!(
-            "{}  {:<6} {:<9} tier {}  {:<10} attempts {}/{}  submitted {}{}\n",
-            j.job_id,
-            j.kind,
-            j.origin,
-            j.tier,
-            j.state,
-            j.attempts,
-            j.max_attempts,
-            oz0_edge::time::format_utc(j.submitted_ms),
-            j.exit_code
-                .map(|c| format!("  exit {c}"))
-                .unwrap_or_default()
-        ));
+/// A table of jobs (`wide`: with the origin, the node and the times).
+pub(super) fn jobs(jobs: &[JobView], wide: bool) -> String {
+    let mut header = vec![
+        "JOB",
+        "KIND",
+        "STATE",
+        "TIER",
+        "ATTEMPTS",
+        "EXIT",
+        "SUBMITTED",
+    ];
+    if wide {
+        header.extend(["ORIGIN", "NODE", "STARTED", "ENDED"]);
     }
-    text
+    let time = |ms: Option<i64>| ms.map_or_else(|| "-".into(), oz0_edge::time::format_utc);
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            let mut r = vec![
+                j.job_id.clone(),
+                j.kind.clone(),
+                j.state.clone(),
+                j.tier.to_string(),
+                format!("{}/{}", j.attempts, j.max_attempts),
+                j.exit_code.map_or_else(|| "-".into(), |c| c.to_string()),
+                time(Some(j.submitted_ms)),
+            ];
+            if wide {
+                r.extend([
+                    j.origin.clone(),
+                    j.node_id.clone().unwrap_or_else(|| "-".into()),
+                    time(j.leased_ms),
+                    time(j.done_ms),
+                ]);
+            }
+            r
+        })
+        .collect();
+    table(&header, &rows)
 }
 
 /// A job's output tails, each under a line with its size.
@@ -174,4 +266,35 @@ pub(super) fn logs(l: &JobLogs) -> String {
         }
     }
     text
+}
+
+/// A command as a shell would take it back: words with spaces or quotes
+/// in single quotes.
+fn quoted(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| {
+            if !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+            {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A span of milliseconds: `40 ms`, `1.2 s`, `3 min 4 s`.
+fn took(ms: i64) -> String {
+    let ms = ms.max(0);
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        format!("{} min {} s", ms / 60_000, (ms % 60_000) / 1000)
+    }
 }
