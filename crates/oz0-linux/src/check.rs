@@ -79,8 +79,8 @@ pub fn probe(bwrap_flag: Option<&Path>, cgroup_root: Option<PathBuf>) -> Probe {
     // Asked of the kernel with the call the filter is installed with, so a
     // kernel without filters and a profile that refuses seccomp(2) to the
     // node both read "no" here, not as a launch failure later.
-    let seccomp = oz0_sys::probe::seccomp_filters().is_ok();
-    let landlock_abi = oz0_sys::probe::landlock_abi();
+    let seccomp = oz0_sys::kernel::seccomp_filters().is_ok();
+    let landlock_abi = oz0_sys::kernel::landlock_abi();
     let jobs = oz0_limits::probe_mode(&oz0_limits::ProbeOptions {
         cgroup_root,
         version: None,

@@ -36,7 +36,7 @@ pub struct LandlockError(String);
 
 /// Restricts the calling process (and what it executes) to `rules`.
 pub fn restrict(rules: &LandlockRules) -> Result<LandlockReport, LandlockError> {
-    let kernel_abi = oz0_sys::probe::landlock_abi();
+    let kernel_abi = oz0_sys::kernel::landlock_abi();
     let e = |x: &dyn std::fmt::Display| LandlockError(x.to_string());
     let read = AccessFs::from_read(TARGET_ABI);
     let all = AccessFs::from_all(TARGET_ABI);

@@ -154,7 +154,7 @@ fn files_layers(s: &mut Session<'_>) -> Result<String, Failed> {
     let out = work.join("r.json");
     let o = s.launch(s.request(&work, probe_cmd(&out, &args)), None)?;
     let r = read_report(&out)?;
-    let abi = oz0_sys::probe::landlock_abi();
+    let abi = oz0_sys::kernel::landlock_abi();
     let enforced = o
         .report
         .get("enforced")
@@ -204,7 +204,7 @@ fn files_layers(s: &mut Session<'_>) -> Result<String, Failed> {
 /// layer deliberately opened); Landlock alone must refuse listing it,
 /// reading its key and writing in it.
 fn landlock_alone(s: &mut Session<'_>) -> Result<String, Failed> {
-    let abi = oz0_sys::probe::landlock_abi();
+    let abi = oz0_sys::kernel::landlock_abi();
     if abi == 0 {
         return Ok("Landlock: not on this kernel, so the mount layer alone holds the files (no second layer)".into());
     }

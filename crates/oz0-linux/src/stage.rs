@@ -270,7 +270,7 @@ fn restrict() -> Result<(StageConfig, landlock::LandlockReport), StageError> {
     let programs = seccomp::compile(cfg.seccomp, cfg.deny_unix_sockets)?;
     let report = if cfg.landlock_off {
         landlock::LandlockReport {
-            kernel_abi: oz0_sys::probe::landlock_abi(),
+            kernel_abi: oz0_sys::kernel::landlock_abi(),
             enforced: "off".into(),
         }
     } else {

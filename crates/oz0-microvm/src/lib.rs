@@ -1,7 +1,8 @@
 //! Tier 2 on Linux: each tool server in a microVM of its own, whose monitor
 //! runs inside tier 1.
 //!
-//! This crate owns the VMM's pins ([`pin`]), the microVM probe ([`probe`]), the VM lifecycle
+//! This crate owns the VMM's pins ([`pin`]), the boot check that decides
+//! whether the node offers microVMs ([`bootcheck`]), the VM lifecycle
 //! ([`vm`]) for smolvm and the QEMU test backend ([`backend`]), the byte
 //! stream between node and guest ([`mux`]) and the guest agent ([`guest`]);
 //! `oz0-node sandbox vm` drives it.
@@ -24,13 +25,13 @@
 //! Secrets reach the server by name and never appear on a command line.
 
 pub mod backend;
+pub mod bootcheck;
 pub mod command;
 pub mod guest;
 /// The plugin manifest (`oz0-plugin.yaml`), from `oz0-plugin`.
 pub use oz0_plugin::manifest;
 pub mod mux;
 pub mod pin;
-pub mod probe;
 pub mod smolguest;
 pub mod vm;
 pub mod vmdir;

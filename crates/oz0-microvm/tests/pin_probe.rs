@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use oz0_microvm::bootcheck::{probe, ProbeOptions};
 use oz0_microvm::pin::{self, PinError, Selection};
-use oz0_microvm::probe::{probe, ProbeOptions};
 use oz0_policy::facts::MicrovmReason;
 
 fn smolvm_dir() -> Option<PathBuf> {

@@ -283,7 +283,7 @@ fn the_probe_never_counts_the_standin_as_a_vm() {
     }
     let (st, standin) = stage_with_standin("smolprobe");
     let data = st.dir.join("data");
-    let mut o = oz0_microvm::probe::ProbeOptions::from_env(
+    let mut o = oz0_microvm::bootcheck::ProbeOptions::from_env(
         true,
         oz0_linux::HostConfig {
             node_exe: Some(PathBuf::from(env!("CARGO_BIN_EXE_oz0-vm-testnode"))),
@@ -292,7 +292,7 @@ fn the_probe_never_counts_the_standin_as_a_vm() {
         data,
     );
     o.selection = oz0_microvm::pin::Selection::Named(standin);
-    let r = oz0_microvm::probe::probe(&o);
+    let r = oz0_microvm::bootcheck::probe(&o);
     assert!(!r.microvm.ready, "{r:?}");
     assert_eq!(r.microvm.pinned, Some(false), "{r:?}");
     assert_eq!(

@@ -101,7 +101,7 @@ pub fn main(a: CheckArgs) -> i32 {
     let microvm = match std::env::var("OZ0_MICROVM").as_deref() {
         Ok("off") => None,
         _ => data_dir.clone().map(|d| {
-            oz0_microvm::probe::probe(&oz0_microvm::probe::ProbeOptions::from_env(
+            oz0_microvm::bootcheck::probe(&oz0_microvm::bootcheck::ProbeOptions::from_env(
                 tier1,
                 a.host.config(),
                 d,

@@ -58,8 +58,6 @@ mod platform;
 mod plugin;
 #[cfg(unix)]
 mod private;
-#[cfg(any(target_os = "linux", target_os = "macos"))]
-mod probe;
 mod record;
 #[cfg(target_os = "linux")]
 mod run;
@@ -71,6 +69,8 @@ mod tool;
 mod vm;
 #[cfg(windows)]
 mod win;
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+mod witness;
 
 /// The Windows and macOS nodes' entry: std's `main`, with the command line
 /// as the system passed it.

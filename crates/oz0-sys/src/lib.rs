@@ -4,16 +4,18 @@
 //! system-call pattern, states its contract in a `// SAFETY:` comment, and
 //! reports failure as an [`std::io::Error`] carrying the errno.
 //!
-//! Two families live here:
+//! Three families live here:
 //! - [`spawn`]: placing a child into its job and handing it a fixed set of
 //!   file descriptors between `fork` and `exec` (what `std` cannot do).
-//! - [`probe`]: raw calls that the in-sandbox probe makes to prove that a
-//!   system call is refused, and with which errno.
+//! - [`kernel`]: raw calls that ask the kernel what it allows: the calls a
+//!   sandbox must refuse, which the in-sandbox witness makes to prove each
+//!   is refused and with which errno, and what Landlock and seccomp the
+//!   kernel offers.
 //! - [`ns`]: the in-sandbox stage's own user namespace, and children it
 //!   forks without executing a program (the egress bridge).
 #![allow(unsafe_code)]
 
+pub mod kernel;
 pub mod ns;
-pub mod probe;
 pub mod spawn;
 pub mod start;

@@ -228,9 +228,7 @@ pub(super) fn job_limits(c: &mut Ctx) -> CheckResult {
         let h = s.spawn(|| c2.launch(req, Some(cancel)));
         let started = wait_for(&[&beats[0], &beats[1]]);
         let _ = fire.write_all(b"x");
-        let run = h
-            .join()
-            .unwrap_or_else(|_| Err("the run panicked".into()));
+        let run = h.join().unwrap_or_else(|_| Err("the run panicked".into()));
         run.map(|o| (o, started))
     });
     let (o, started) = run?;

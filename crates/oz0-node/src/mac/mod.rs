@@ -118,7 +118,7 @@ enum SandboxCmd {
     ///
     /// Prints one JSON object: the result of each --read, --write, --list,
     /// --connect, --proxy-get and --listen you name.
-    Probe(crate::probe::ProbeArgs),
+    Probe(crate::witness::ProbeArgs),
 }
 
 /// `sandbox check` flags.
@@ -146,7 +146,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Top::Sandbox(SandboxCmd::Check(a)) => check(&a),
         Top::Sandbox(SandboxCmd::Run(a)) => run::main(a),
         Top::Sandbox(SandboxCmd::Vm(a)) => vm::main(a),
-        Top::Sandbox(SandboxCmd::Probe(a)) => crate::probe::main(a),
+        Top::Sandbox(SandboxCmd::Probe(a)) => crate::witness::main(a),
         Top::Run(a) => node::run(a),
         Top::Facts(a) => crate::daemon::facts(a),
     }

@@ -51,7 +51,7 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
         let text = std::fs::read_to_string(file)
             .map_err(|e| format!("--enrolment-token-file {}: {e}", file.display()))?;
         readable_only_by_me(file, "--enrolment-token-file")?;
-        crate::flags::enrolment_token(&text, file)
+        crate::flags::enrolment_token(&text, file).map_err(String::from)
     };
     // Windows compares paths ignoring case.
     let overlap = |a: &Path, b: &Path| {

@@ -1,4 +1,4 @@
-//! `oz0-node sandbox probe`: what this process can see and do.
+//! The witness behind `oz0-node sandbox probe`: what this process can see and do.
 //!
 //! Run inside a sandbox, it is the witness the tests and the self-test
 //! believe: it tries each operation for real and reports the errno.
@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 #[cfg(target_os = "linux")]
-use oz0_sys::probe as sys;
+use oz0_sys::kernel as sys;
 use serde_json::{json, Value};
 
 use oz0_core::exit::Exit;

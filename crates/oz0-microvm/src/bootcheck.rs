@@ -1,5 +1,5 @@
-//! The microVM probe: `ready` only when a test VM booted inside tier 1 and
-//! answered, within a timeout.
+//! The boot check that decides whether this node offers microVMs: `ready`
+//! only when a test VM booted inside tier 1 and answered, within a timeout.
 //!
 //! A usable `/dev/kvm` proves nothing (a software KVM module can accept
 //! `KVM_CREATE_VM` and then fail every real guest); only a boot does. The

@@ -1,9 +1,11 @@
-//! Raw calls the in-sandbox probe makes to show what the sandbox refuses.
+//! Raw calls that ask the kernel what it allows: the operations a tier-1
+//! sandbox must refuse, which the in-sandbox witness (`sandbox probe`)
+//! tries to show what the sandbox refuses, and what the kernel offers
+//! (Landlock's ABI, seccomp filters, the capability bounding set).
 //!
-//! Each function tries one operation that a tier-1 sandbox must refuse and
-//! returns `Ok(())` if the kernel allowed it, or the errno it refused with.
-//! None of them has a lasting effect when it succeeds outside a sandbox,
-//! beyond what is noted.
+//! Each function that tries an operation returns `Ok(())` if the kernel
+//! allowed it, or the errno it refused with. None of them has a lasting
+//! effect when it succeeds outside a sandbox, beyond what is noted.
 
 use std::io;
 
