@@ -201,7 +201,7 @@ enum SandboxCmd {
     /// Prints one JSON object: capabilities, no_new_privs, seccomp mode, the
     /// errno of each refused system call, and the result of each --read,
     /// --write, --list, --connect and --link you name.
-    Probe(crate::probe::ProbeArgs),
+    Probe(crate::witness::ProbeArgs),
 }
 
 /// `sandbox run` flags.
@@ -317,7 +317,7 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
     }
     match cli.cmd {
         Top::Sandbox(SandboxCmd::Run(a)) => crate::run::run(a),
-        Top::Sandbox(SandboxCmd::Probe(a)) => crate::probe::main(a),
+        Top::Sandbox(SandboxCmd::Probe(a)) => crate::witness::main(a),
         Top::Sandbox(SandboxCmd::Check(a)) => crate::check::main(a),
         Top::Sandbox(SandboxCmd::Vm(a)) => crate::vm::main(a),
         Top::Run(a) => crate::node::run(a),

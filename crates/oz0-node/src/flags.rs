@@ -9,6 +9,52 @@ use clap::{Args, Parser};
 use oz0_core::exit::Exit;
 use oz0_policy::Limits;
 
+/// Why a flag's value cannot be used: each names the flag, the value and,
+/// where one exists, the fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FlagError {
+    /// A path a run's spec takes that is not UTF-8.
+    #[error("{flag} {path:?} is not valid UTF-8")]
+    NotUtf8 {
+        /// The flag (or what the path is).
+        flag: String,
+        /// The path.
+        path: PathBuf,
+    },
+    /// A path that cannot be made absolute.
+    #[error("{flag} {}: {source}", path.display())]
+    NotAbsolute {
+        /// The flag.
+        flag: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `--env NAME` of a variable this process does not have.
+    #[error("--env {0}: {0} is not set (or not UTF-8) in this environment; give --env {0}=VALUE or export it")]
+    EnvUnset(String),
+    /// `--env` of what is not a variable a run may be given.
+    #[error("--env: {0}")]
+    Env(#[from] oz0_policy::env::EnvError),
+    /// `--tenant` of what is not a tenant's name.
+    #[error("not a tenant name: lower-case letters, digits, - and _ (at most 63)")]
+    Tenant,
+    /// `--name` of what is not a node's name.
+    #[error("not a node name: a name is {}", oz0_edge::sanitize::NODE_NAME_FORM)]
+    NodeName,
+    /// An enrolment token file that does not hold one token.
+    #[error("--enrolment-token-file {} must hold one token (no spaces): the tenant's enrolment token the edge was started with", .0.display())]
+    Token(PathBuf),
+}
+
+impl From<FlagError> for String {
+    fn from(e: FlagError) -> String {
+        e.to_string()
+    }
+}
+
 /// `sandbox run`'s paths, egress and limits, the same on every platform.
 #[derive(Debug, Clone, Args)]
 pub struct RunFlags {
@@ -42,15 +88,18 @@ pub struct RunFlags {
 }
 
 /// A path as the run's spec takes it: UTF-8, or the error naming the flag.
-pub fn utf8(what: &str, p: &Path) -> Result<String, String> {
+pub fn utf8(what: &str, p: &Path) -> Result<String, FlagError> {
     p.to_str()
         .map(str::to_string)
-        .ok_or_else(|| format!("{what} {p:?} is not valid UTF-8"))
+        .ok_or_else(|| FlagError::NotUtf8 {
+            flag: what.to_string(),
+            path: p.to_path_buf(),
+        })
 }
 
 impl RunFlags {
     /// The work folder, the --read and the --write paths, in UTF-8.
-    pub fn paths(&self) -> Result<(String, Vec<String>, Vec<String>), String> {
+    pub fn paths(&self) -> Result<(String, Vec<String>, Vec<String>), FlagError> {
         let list = |flag: &str, ps: &[PathBuf]| {
             ps.iter()
                 .map(|p| utf8(flag, p))
@@ -67,11 +116,15 @@ impl RunFlags {
     /// absolute (against the current folder), as a run's spec takes them.
     // The Linux node's flags are absolute by its own parser.
     #[cfg_attr(target_os = "linux", allow(dead_code))]
-    pub fn absolute(&self) -> Result<RunFlags, String> {
-        let abs = |p: &Path, flag: &str| {
-            std::path::absolute(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
+    pub fn absolute(&self) -> Result<RunFlags, FlagError> {
+        let abs = |p: &Path, flag: &'static str| {
+            std::path::absolute(p).map_err(|source| FlagError::NotAbsolute {
+                flag,
+                path: p.to_path_buf(),
+                source,
+            })
         };
-        let all = |ps: &[PathBuf], flag: &str| {
+        let all = |ps: &[PathBuf], flag: &'static str| {
             ps.iter()
                 .map(|p| abs(p, flag))
                 .collect::<Result<Vec<_>, _>>()
@@ -98,16 +151,14 @@ impl RunFlags {
 
 /// One `--env NAME=VALUE`, or `--env NAME` with the value of NAME from
 /// this process's environment, as a run's variable (every node's).
-pub fn env_var(e: &str) -> Result<oz0_policy::EnvVar, String> {
+pub fn env_var(e: &str) -> Result<oz0_policy::EnvVar, FlagError> {
     let v = if e.contains('=') {
         oz0_policy::EnvVar::parse(e)
     } else {
-        let value = std::env::var(e).map_err(|_| {
-            format!("--env {e}: {e} is not set (or not UTF-8) in this environment; give --env {e}=VALUE or export it")
-        })?;
+        let value = std::env::var(e).map_err(|_| FlagError::EnvUnset(e.to_string()))?;
         oz0_policy::EnvVar::new(e, &value)
     };
-    v.map_err(|err| format!("--env: {err}"))
+    Ok(v?)
 }
 
 /// Parses `args` (the program name first): the command, or the exit status
@@ -145,35 +196,29 @@ pub struct EdgeFlags {
 }
 
 /// `--tenant`: a tenant's name as the edge spells it.
-fn tenant_name(s: &str) -> Result<String, String> {
+fn tenant_name(s: &str) -> Result<String, FlagError> {
     if oz0_edge::routing::is_tenant(s) {
         Ok(s.to_string())
     } else {
-        Err("not a tenant name: lower-case letters, digits, - and _ (at most 63)".into())
+        Err(FlagError::Tenant)
     }
 }
 
 /// `--name`: a node's name as the edge takes it (a host name), or the
 /// error naming the form and an example.
-pub fn node_name(s: &str) -> Result<String, String> {
+pub fn node_name(s: &str) -> Result<String, FlagError> {
     if oz0_edge::sanitize::is_usable_node_name(s) {
         Ok(s.to_string())
     } else {
-        Err(format!(
-            "not a node name: a name is {}",
-            oz0_edge::sanitize::NODE_NAME_FORM
-        ))
+        Err(FlagError::NodeName)
     }
 }
 
 /// The enrolment token in a token file's `text`: one word, or the error.
-pub fn enrolment_token(text: &str, file: &Path) -> Result<String, String> {
+pub fn enrolment_token(text: &str, file: &Path) -> Result<String, FlagError> {
     let token = text.trim().to_string();
     if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "--enrolment-token-file {} must hold one token (no spaces): the tenant's enrolment token the edge was started with",
-            file.display()
-        ));
+        return Err(FlagError::Token(file.to_path_buf()));
     }
     Ok(token)
 }

@@ -10,8 +10,8 @@ use oz0_core::facts::{self, SandboxMode};
 use oz0_core::{Check, Wall};
 use oz0_edge::client::NodeKey;
 use oz0_linux::HostConfig;
-use oz0_policy::facts::{Microvm, MicrovmReason, NodeFacts};
 use oz0_linux::LinuxWall;
+use oz0_policy::facts::{Microvm, MicrovmReason, NodeFacts};
 
 use crate::cli::{DataDirArg, HostArgs};
 
@@ -191,7 +191,7 @@ pub fn microvm_state(tier1: bool, host: HostConfig, data_dir: &Path) -> Microvm 
             removed.len()
         ));
     }
-    let r = oz0_microvm::probe::probe(&oz0_microvm::probe::ProbeOptions::from_env(
+    let r = oz0_microvm::bootcheck::probe(&oz0_microvm::bootcheck::ProbeOptions::from_env(
         tier1,
         host,
         data_dir.to_path_buf(),
@@ -311,7 +311,10 @@ pub fn run(a: NodeArgs) -> i32 {
         },
         None => None,
     };
-    let key = match crate::private::prepare_data_dir(&data_dir).and_then(|_| node_key(&data_dir)) {
+    let key = match crate::private::prepare_data_dir(&data_dir)
+        .map_err(String::from)
+        .and_then(|_| node_key(&data_dir))
+    {
         Ok(k) => k,
         Err(e) => {
             eprintln!("oz0-node: {e}");

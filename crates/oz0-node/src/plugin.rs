@@ -167,7 +167,7 @@ fn check(a: &CheckArgs) -> i32 {
         Some((_, Some(l))) => Err(format!("the self-test failed: {}", l.text())),
         _ => Err(c.headline.clone()),
     };
-    let probe = oz0_microvm::probe::probe(&oz0_microvm::probe::ProbeOptions::from_env(
+    let probe = oz0_microvm::bootcheck::probe(&oz0_microvm::bootcheck::ProbeOptions::from_env(
         tier1.is_ok(),
         a.host.config(),
         data_dir,
@@ -308,7 +308,7 @@ fn call(a: CallCliArgs) -> i32 {
     );
     let end = match end {
         Ok(e) => e,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e.to_string()),
     };
     if a.json {
         let doc = json!({

@@ -57,6 +57,90 @@ const RUN_GRACE_S: u64 = 30;
 /// Longest failure reason reported, bytes (the edge takes at most 4096).
 const MAX_REASON_BYTES: usize = 2000;
 
+/// Why a call could not be made (no result to report): each names the
+/// tool, the variable or the path, and where one exists the fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// A container tool: no node runs OCI containers yet.
+    #[error("{}", container_refusal(.0))]
+    Container(String),
+    /// A microVM tool on a node that offers none, or with no usable VMM.
+    #[error("{}", left_out(tool, why))]
+    LeftOut {
+        /// The tool.
+        tool: String,
+        /// Why not.
+        why: String,
+    },
+    /// A variable the node's `--tool-env` does not give tools.
+    #[error("tool {tool:?} names the variable {name}, which this node gives no tool: start the node with --tool-env {name} to let tools have it")]
+    VariableNotGiven {
+        /// The tool.
+        tool: String,
+        /// The variable.
+        name: String,
+    },
+    /// A variable this process does not have.
+    #[error("tool {tool:?} names the variable {name}, and this node's environment has no {name} (or not UTF-8): set it in the node's environment (settings and secrets travel by name, never in a job)")]
+    VariableMissing {
+        /// The tool.
+        tool: String,
+        /// The variable.
+        name: String,
+    },
+    /// A variable a run may not be given.
+    #[error("variable {name}: {source}")]
+    Variable {
+        /// The variable.
+        name: String,
+        /// Why.
+        source: oz0_policy::env::EnvError,
+    },
+    /// The call's files could not be placed.
+    #[error("cannot place the call's files ({what}): {source}")]
+    Files {
+        /// The folder or file.
+        what: String,
+        /// Why.
+        source: rustix::io::Errno,
+    },
+    /// A call's file could not be written.
+    #[error("cannot place the call's file {name}: {source}")]
+    File {
+        /// The file.
+        name: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The work folder's or data directory's path is not UTF-8.
+    #[error("{0}'s path is not UTF-8")]
+    NotUtf8(&'static str),
+    /// A microVM tool without a command.
+    #[error("tool {0:?}: this node does not read an image's entrypoint: give the server's command: in oz0-plugin.yaml")]
+    NoCommand(String),
+    /// The server's run was refused before it started.
+    #[error(transparent)]
+    Spec(#[from] oz0_policy::spec::SpecError),
+    /// A channel to the server could not be made.
+    #[error("{what}: {source}")]
+    Channel {
+        /// Which.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The thread that ran the server failed.
+    #[error("the server's thread failed")]
+    ServerThread,
+}
+
+impl From<ToolError> for String {
+    fn from(e: ToolError) -> String {
+        e.to_string()
+    }
+}
+
 /// What a call needs of the node.
 pub struct Ctx<'a> {
     /// The node's host context: every server's run goes through it.
@@ -127,33 +211,35 @@ fn bounded(reason: String) -> String {
 fn variables(
     t: &CheckedToolJob,
     allowed: Option<&std::collections::BTreeSet<String>>,
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, ToolError> {
     t.tool
         .settings
         .iter()
         .chain(t.tool.secrets.iter())
         .map(|n| match std::env::var(n) {
-            _ if allowed.is_some_and(|a| !a.contains(n)) => Err(format!(
-                "tool {:?} names the variable {n}, which this node gives no tool: start the node with --tool-env {n} to let tools have it",
-                t.tool.id
-            )),
+            _ if allowed.is_some_and(|a| !a.contains(n)) => Err(ToolError::VariableNotGiven {
+                tool: t.tool.id.clone(),
+                name: n.clone(),
+            }),
             Ok(v) => Ok((n.clone(), v)),
-            Err(_) => Err(format!(
-                "tool {:?} names the variable {n}, and this node's environment has no {n} (or not UTF-8): set it in the node's environment (settings and secrets travel by name, never in a job)",
-                t.tool.id
-            )),
+            Err(_) => Err(ToolError::VariableMissing {
+                tool: t.tool.id.clone(),
+                name: n.clone(),
+            }),
         })
         .collect()
 }
 
 /// Places the call's files in `work/.oz0-files/`: the folder made new,
 /// each file created new, nothing followed.
-fn place_files(work: &Path, files: &[(String, Vec<u8>)]) -> Result<(), String> {
+fn place_files(work: &Path, files: &[(String, Vec<u8>)]) -> Result<(), ToolError> {
     if files.is_empty() {
         return Ok(());
     }
-    let err =
-        |what: &str, e: rustix::io::Errno| format!("cannot place the call's files ({what}): {e}");
+    let err = |what: &str, source: rustix::io::Errno| ToolError::Files {
+        what: what.to_string(),
+        source,
+    };
     let dir = rustix::fs::open(
         work,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
@@ -179,7 +265,10 @@ fn place_files(work: &Path, files: &[(String, Vec<u8>)]) -> Result<(), String> {
         .map_err(|e| err(name, e))?;
         File::from(fd)
             .write_all(bytes)
-            .map_err(|e| format!("cannot place the call's file {name}: {e}"))?;
+            .map_err(|source| ToolError::File {
+                name: name.clone(),
+                source,
+            })?;
     }
     Ok(())
 }
@@ -204,13 +293,16 @@ fn args_at_work(v: &mut Value, work: &str) {
 }
 
 /// Runs one call to its end (blocking).
-pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, String> {
+pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, ToolError> {
     let started = Instant::now();
     match t.tool.isolation {
-        Isolation::Container => return Err(container_refusal(&t.tool.id)),
+        Isolation::Container => return Err(ToolError::Container(t.tool.id.clone())),
         Isolation::Microvm => {
             if let Err(why) = &ctx.microvms {
-                return Err(left_out(&t.tool.id, why));
+                return Err(ToolError::LeftOut {
+                    tool: t.tool.id.clone(),
+                    why: why.clone(),
+                });
             }
         }
         Isolation::Sandbox => {}
@@ -228,12 +320,12 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, String> {
     let work = ctx
         .work
         .to_str()
-        .ok_or("the work folder's path is not UTF-8")?
+        .ok_or(ToolError::NotUtf8("the work folder"))?
         .to_string();
     let data_dir = ctx
         .data_dir
         .to_str()
-        .ok_or("the data directory's path is not UTF-8")?
+        .ok_or(ToolError::NotUtf8("the data directory"))?
         .to_string();
     let served = match t.tool.isolation {
         Isolation::Microvm => in_vm(ctx, call)?,
@@ -274,16 +366,15 @@ struct Served {
 }
 
 /// Serves the call from a microVM of its own.
-fn in_vm(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, String> {
+fn in_vm(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, ToolError> {
     let t = call.t;
     if t.tool.command.is_empty() {
-        return Err(format!(
-            "tool {:?}: this node does not read an image's entrypoint: give the server's command: in oz0-plugin.yaml",
-            t.tool.id
-        ));
+        return Err(ToolError::NoCommand(t.tool.id.clone()));
     }
-    let (backend, warning) =
-        backend_from_env().map_err(|e| left_out(&t.tool.id, &e.to_string()))?;
+    let (backend, warning) = backend_from_env().map_err(|e| ToolError::LeftOut {
+        tool: t.tool.id.clone(),
+        why: e.to_string(),
+    })?;
     if let Some(w) = warning {
         crate::edge::log(&format!("warning: {w}"));
     }
@@ -345,7 +436,7 @@ fn in_sandbox(
     call: Call<'_>,
     work: String,
     data_dir: String,
-) -> Result<Served, String> {
+) -> Result<Served, ToolError> {
     let t = call.t;
     let command = t.tool.command.iter().map(|a| at_work(a, &work)).collect();
     let spec = RunSpec::new(RunRequest {
@@ -355,7 +446,12 @@ fn in_sandbox(
         env: call
             .env
             .iter()
-            .map(|(k, v)| EnvVar::new(k, v).map_err(|e| format!("variable {k}: {e}")))
+            .map(|(k, v)| {
+                EnvVar::new(k, v).map_err(|source| ToolError::Variable {
+                    name: k.clone(),
+                    source,
+                })
+            })
             .collect::<Result<_, _>>()?,
         allow: t.tool.egress.iter().map(ToString::to_string).collect(),
         forward: vec![],
@@ -363,8 +459,7 @@ fn in_sandbox(
         data_dir,
         allow_unix_sockets: false,
         command,
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     let mut params = t.call_params(&work);
     args_at_work(&mut params["arguments"], &work);
     let Ctx {
@@ -467,9 +562,9 @@ fn call_over<R: Send + 'static>(
     cancel: &OwnedFd,
     errors: File,
     start: impl FnOnce(RunIo, OwnedFd) -> R + Send,
-) -> Result<(Result<CallResult, McpError>, R), String> {
-    fn pipe(what: &'static str) -> impl Fn(std::io::Error) -> String {
-        move |e| format!("{what}: {e}")
+) -> Result<(Result<CallResult, McpError>, R), ToolError> {
+    fn pipe(what: &'static str) -> impl Fn(std::io::Error) -> ToolError {
+        move |source| ToolError::Channel { what, source }
     }
     let (to_server, server_in) = UnixStream::pair().map_err(pipe("the server's input"))?;
     let (server_out, from_server) = UnixStream::pair().map_err(pipe("the server's output"))?;
@@ -517,9 +612,7 @@ fn call_over<R: Send + 'static>(
         if stop_now {
             let _ = (&stop_w).write_all(b"x");
         }
-        let out = server
-            .join()
-            .map_err(|_| "the server's thread failed".to_string())?;
+        let out = server.join().map_err(|_| ToolError::ServerThread)?;
         let _ = watcher.join();
         Ok((r, out))
     })

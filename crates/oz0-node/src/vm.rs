@@ -132,7 +132,7 @@ fn probe(args: &VmArgs) -> i32 {
     let check = wall.check();
     let self_test = wall.self_test(&check, &mut |_| {});
     let tier1 = self_test.as_ref().is_some_and(|t| t.tier() == 1);
-    let r = oz0_microvm::probe::probe(&oz0_microvm::probe::ProbeOptions::from_env(
+    let r = oz0_microvm::bootcheck::probe(&oz0_microvm::bootcheck::ProbeOptions::from_env(
         tier1, config, data_dir,
     ));
     if args.json {

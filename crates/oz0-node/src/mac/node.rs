@@ -57,7 +57,7 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
         &a.daemon,
         data_dir,
         Platform {
-            read_token: &crate::private::read_token,
+            read_token: &|p: &Path| crate::private::read_token(p).map_err(String::from),
             name: rustix::system::uname()
                 .nodename()
                 .to_str()
@@ -67,7 +67,7 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
             overlap: &overlap,
             sandbox: walls.tier0()?,
             platform: Walls::NAME,
-            carry: crate::flags::utf8,
+            carry: |what, p| crate::flags::utf8(what, p).map_err(String::from),
         },
     )
 }
