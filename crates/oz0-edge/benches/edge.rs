@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use oz0_edge::auth::TokenDigest;
 use oz0_edge::client::{NodeClient, NodeKey, OperatorClient};
-use oz0_edge::routing::{Isolation, JobKind, JobRequest, Origin};
+use oz0_edge::routing::{JobPayload, JobRequest, Origin};
 use oz0_edge::{Edge, EdgeConfig, Store};
 use oz0_policy::facts::{
     Mechanism, Microvm, MicrovmReason, NodeFacts, Os, Platform, SelfTest, FACTS_SCHEMA,
@@ -142,15 +142,13 @@ async fn run(kind: &str, url: &str, nodes: usize) -> Figures {
             } else {
                 Origin::Internal
             };
-            let req = JobRequest {
+            let req = JobRequest::new(
                 origin,
-                kind: JobKind::Shell,
-                tier: 0,
-                isolation: Isolation::None,
-                arch: None,
-                payload: serde_json::json!({"command": ["true", i.to_string()]}),
-                idempotency_key: None,
-            };
+                JobPayload::Shell(oz0_edge::wire::ShellJob {
+                    command: vec!["true".into(), i.to_string()],
+                    ..Default::default()
+                }),
+            );
             o.submit_job("bench", &req).await.unwrap();
         }
     })

@@ -11,6 +11,7 @@
 //! poll one queue per tier and may poll only queues at or below the tier
 //! the edge routes them at.
 
+pub use crate::wire::{JobPayload, JobPayloadError};
 use oz0_plugin::job::{ToolJob, ToolJobError};
 use oz0_plugin::manifest::Isolation as ManifestIsolation;
 use serde::{Deserialize, Serialize};
@@ -82,32 +83,99 @@ pub enum Isolation {
     Microvm,
 }
 
-/// A job as submitted.
+/// A job as submitted. On the wire it is [`RawJobRequest`]: its kind and
+/// payload sit beside the other fields (`"kind": "shell", "payload":
+/// {...}`), and reading it reads the payload as its kind's type
+/// ([`JobPayload::read`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawJobRequest", into = "RawJobRequest")]
+pub struct JobRequest {
+    /// Where it came from.
+    pub origin: Origin,
+    /// What it runs: a shell command, a tool call, a harness session.
+    pub job: JobPayload,
+    /// The tier asked for (raised to what the origin and isolation need).
+    pub tier: u8,
+    /// How the tool is isolated.
+    pub isolation: Isolation,
+    /// The image's architecture (microVM tools).
+    pub arch: Option<String>,
+    /// The submitter's key for this job: submitting the same request with
+    /// the same key again returns the job queued the first time, never a
+    /// second one (1-128 printable ASCII characters).
+    pub idempotency_key: Option<String>,
+}
+
+impl JobRequest {
+    /// A request for `job` from `origin`: its tier and isolation the
+    /// edge's to decide, no idempotency key.
+    pub fn new(origin: Origin, job: JobPayload) -> JobRequest {
+        JobRequest {
+            origin,
+            job,
+            tier: 0,
+            isolation: Isolation::None,
+            arch: None,
+            idempotency_key: None,
+        }
+    }
+}
+
+/// A job request as it arrives, before its payload is read as its kind's
+/// type: the edge refuses a payload that does not read with `bad_job`
+/// (naming the field and the fix), and hashes this form (an idempotent
+/// retry is the same request as sent).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct JobRequest {
+pub struct RawJobRequest {
     /// Where it came from.
     pub origin: Origin,
     /// What it runs.
     pub kind: JobKind,
-    /// The tier asked for (raised to what the origin and isolation need).
+    /// The tier asked for.
     #[serde(default)]
     pub tier: u8,
     /// How the tool is isolated.
     #[serde(default)]
     pub isolation: Isolation,
-    /// The image's architecture (microVM tools).
+    /// The image's architecture.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arch: Option<String>,
-    /// What the node gets: a shell job's command (`wire::ShellJob`) or a
-    /// tool job (`oz0_plugin::job::ToolJob`), checked at submit.
+    /// The kind's payload, as sent.
     #[serde(default)]
     pub payload: serde_json::Value,
-    /// The submitter's key for this job: submitting the same request with
-    /// the same key again returns the job queued the first time, never a
-    /// second one (1-128 printable ASCII characters).
+    /// The submitter's key for this job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+}
+
+impl TryFrom<RawJobRequest> for JobRequest {
+    type Error = JobPayloadError;
+
+    fn try_from(r: RawJobRequest) -> Result<JobRequest, JobPayloadError> {
+        Ok(JobRequest {
+            origin: r.origin,
+            job: JobPayload::read(r.kind, &r.payload)?,
+            tier: r.tier,
+            isolation: r.isolation,
+            arch: r.arch,
+            idempotency_key: r.idempotency_key,
+        })
+    }
+}
+
+impl From<JobRequest> for RawJobRequest {
+    fn from(r: JobRequest) -> RawJobRequest {
+        RawJobRequest {
+            origin: r.origin,
+            kind: r.job.kind(),
+            tier: r.tier,
+            isolation: r.isolation,
+            arch: r.arch,
+            payload: r.job.payload(),
+            idempotency_key: r.idempotency_key,
+        }
+    }
 }
 
 /// What a job needs of a node.
@@ -180,11 +248,11 @@ impl JobRequest {
         if self.origin.is_outside() {
             tier = tier.max(1);
         }
-        if self.kind == JobKind::Tool {
-            return self.tool_needs(tier);
+        if let JobPayload::Tool(t) = &self.job {
+            return self.tool_needs(t, tier);
         }
         if self.isolation != Isolation::None || self.arch.is_some() || self.tier == 2 {
-            return Err(NeedsError::NotATool(self.kind.as_str()));
+            return Err(NeedsError::NotATool(self.job.kind().as_str()));
         }
         Ok(Needs {
             tier,
@@ -195,8 +263,8 @@ impl JobRequest {
     }
 
     /// A tool job's needs, from the manifest in its payload.
-    fn tool_needs(&self, tier: u8) -> Result<Needs, NeedsError> {
-        let job = ToolJob::from_value(&self.payload)?.check()?;
+    fn tool_needs(&self, t: &ToolJob, tier: u8) -> Result<Needs, NeedsError> {
+        let job = t.check()?;
         let (isolation, arch) = match job.tool.isolation {
             ManifestIsolation::Microvm => (Isolation::Microvm, job.tool.arch.clone()),
             ManifestIsolation::Container => (Isolation::Container, None),
@@ -333,24 +401,77 @@ mod tests {
         }
     }
 
+    fn tool(manifest: &str) -> JobPayload {
+        JobPayload::read(
+            JobKind::Tool,
+            &serde_json::json!({"manifest": manifest, "tool": "t"}),
+        )
+        .unwrap()
+    }
+
     fn req(origin: Origin, isolation: Isolation) -> JobRequest {
-        JobRequest {
-            origin,
-            kind: JobKind::Tool,
-            tier: 0,
-            isolation: Isolation::None,
-            arch: None,
-            payload: serde_json::json!({"manifest": manifest(isolation), "tool": "t"}),
-            idempotency_key: None,
-        }
+        JobRequest::new(origin, tool(&manifest(isolation)))
     }
 
     fn shell(origin: Origin) -> JobRequest {
-        JobRequest {
-            kind: JobKind::Shell,
-            payload: serde_json::json!({"command": ["true"]}),
-            ..req(origin, Isolation::None)
+        JobRequest::new(
+            origin,
+            JobPayload::Shell(crate::wire::ShellJob {
+                command: vec!["true".into()],
+                ..Default::default()
+            }),
+        )
+    }
+
+    #[test]
+    fn the_wire_is_kind_and_payload_as_before() {
+        // What an operator's CLI of any version sends, and what a node of
+        // any version reads: `kind` and `payload` beside the other fields.
+        let sent = serde_json::json!({
+            "origin": "webhook", "kind": "shell", "tier": 0, "isolation": "none",
+            "payload": {"command": ["make", "test"], "env": {"A": "1"}},
+            "idempotency_key": "k-1",
+        });
+        let r: JobRequest = serde_json::from_value(sent.clone()).unwrap();
+        assert!(matches!(&r.job, JobPayload::Shell(s) if s.command == ["make", "test"]));
+        assert_eq!(serde_json::to_value(&r).unwrap(), sent);
+        for (bad, says) in [
+            (
+                serde_json::json!({"origin": "chat", "kind": "shell", "payload": {"argv": []}}),
+                "unknown field `argv`",
+            ),
+            (
+                serde_json::json!({"origin": "chat", "kind": "tool", "payload": {"tool": "t"}}),
+                "missing field `manifest`",
+            ),
+            (
+                serde_json::json!({"origin": "chat", "kind": "shell", "payload": {"command": ["x"]}, "extra": 1}),
+                "unknown field `extra`",
+            ),
+            (
+                serde_json::json!({"origin": "chat", "kind": "script", "payload": {}}),
+                "unknown variant `script`",
+            ),
+        ] {
+            let e = serde_json::from_value::<JobRequest>(bad)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{e}");
         }
+        // A harness session's payload is what was sent (the edge refuses
+        // the kind at submit).
+        let h: JobRequest =
+            serde_json::from_value(serde_json::json!({"origin": "internal", "kind": "harness"}))
+                .unwrap();
+        assert_eq!(h.job, JobPayload::Harness(serde_json::Value::Null));
+        let leased = serde_json::json!({
+            "job_id": "j1", "lease_id": "l1", "lease_ms": 30000, "tier": 2,
+            "origin": "internal", "kind": "tool", "attempt": 1,
+            "payload": {"manifest": manifest(Isolation::Microvm), "tool": "t", "arguments": {}},
+        });
+        let l: crate::wire::LeasedJobView = serde_json::from_value(leased.clone()).unwrap();
+        assert_eq!(l.job.kind(), JobKind::Tool);
+        assert_eq!(serde_json::to_value(&l).unwrap(), leased);
     }
 
     #[test]
@@ -391,8 +512,10 @@ mod tests {
         let mut r = req(Origin::Internal, Isolation::None);
         r.tier = 2;
         assert!(matches!(r.needs(), Err(NeedsError::Tier2WithoutMicrovm(_))));
-        let mut r = req(Origin::Internal, Isolation::None);
-        r.payload = serde_json::json!({"manifest": "tools:\n  - id: t\n    isolaton: microvm\n", "tool": "t"});
+        let r = JobRequest::new(
+            Origin::Internal,
+            tool("tools:\n  - id: t\n    isolaton: microvm\n"),
+        );
         let e = r.needs().unwrap_err().to_string();
         assert!(e.contains("line 3") && e.contains("isolaton"), "{e}");
     }

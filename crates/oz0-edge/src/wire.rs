@@ -177,12 +177,11 @@ pub struct LeasedJobView {
     pub tier: u8,
     /// `internal`, `webhook`, `event` or `chat`.
     pub origin: String,
-    /// `shell`, `harness` or `tool`.
-    pub kind: String,
+    /// What to run: on the wire its `kind` and its `payload`.
+    #[serde(flatten)]
+    pub job: JobPayload,
     /// How many times it was handed out, this one included.
     pub attempt: i64,
-    /// What to run.
-    pub payload: serde_json::Value,
 }
 
 /// The answer to a poll.
@@ -589,6 +588,85 @@ impl ShellJob {
             timeout_seconds: self.timeout,
             tmp_mib: self.tmp_size,
         }
+    }
+}
+
+/// What a job runs, as the wire carries it: its kind (`"kind"`) and that
+/// kind's payload (`"payload"`), each read with the one type the edge
+/// checks it with at submit and the node runs it with.
+///
+/// ```json
+/// {"kind": "shell", "payload": {"command": ["make", "test"]}}
+/// {"kind": "tool", "payload": {"manifest": "tools: ...", "tool": "fs"}}
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "payload", rename_all = "snake_case")]
+pub enum JobPayload {
+    /// A shell command ([`ShellJob`]).
+    Shell(ShellJob),
+    /// A harness session: its payload has no type yet, and the edge
+    /// refuses the kind at submit (no node runs harness sessions).
+    Harness(serde_json::Value),
+    /// One call of a plugin's tool ([`oz0_plugin::job::ToolJob`]).
+    Tool(oz0_plugin::job::ToolJob),
+}
+
+/// Why a job's payload does not read as its kind's type: the kind's own
+/// error, which names the field and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum JobPayloadError {
+    /// A shell job's payload.
+    #[error(transparent)]
+    Shell(#[from] ShellJobError),
+    /// A tool job's payload.
+    #[error(transparent)]
+    Tool(#[from] oz0_plugin::job::ToolJobError),
+}
+
+impl JobPayload {
+    /// Its kind.
+    pub fn kind(&self) -> crate::routing::JobKind {
+        use crate::routing::JobKind;
+        match self {
+            JobPayload::Shell(_) => JobKind::Shell,
+            JobPayload::Harness(_) => JobKind::Harness,
+            JobPayload::Tool(_) => JobKind::Tool,
+        }
+    }
+
+    /// Reads `payload` as `kind`'s type: a shell job's every field checked
+    /// ([`ShellJob::from_value`]), a tool job's shape (its manifest is
+    /// checked where it is routed, `JobRequest::needs`), a harness
+    /// session's as it is.
+    pub fn read(
+        kind: crate::routing::JobKind,
+        payload: &serde_json::Value,
+    ) -> Result<JobPayload, JobPayloadError> {
+        use crate::routing::JobKind;
+        Ok(match kind {
+            JobKind::Shell => JobPayload::Shell(ShellJob::from_value(payload)?),
+            JobKind::Harness => JobPayload::Harness(payload.clone()),
+            JobKind::Tool => JobPayload::Tool(oz0_plugin::job::ToolJob::from_value(payload)?),
+        })
+    }
+
+    /// A job as the edge's store keeps it (its kind's wire name, its
+    /// payload's JSON text), read with the same types; None when it does
+    /// not read (the store's fault: it keeps only payloads that did).
+    pub fn stored(kind: &str, payload: &str) -> Option<JobPayload> {
+        let payload: serde_json::Value = serde_json::from_str(payload).ok()?;
+        serde_json::from_value(serde_json::json!({"kind": kind, "payload": payload})).ok()
+    }
+
+    /// Its payload as JSON (what the wire's `"payload"` holds).
+    pub fn payload(&self) -> serde_json::Value {
+        let v = match self {
+            JobPayload::Shell(p) => serde_json::to_value(p),
+            JobPayload::Harness(p) => Ok(p.clone()),
+            JobPayload::Tool(p) => serde_json::to_value(p),
+        };
+        v.expect("a payload serialises")
     }
 }
 

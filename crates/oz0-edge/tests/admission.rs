@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::{code, job, linux_facts, node, start_configured, store_urls, windows_facts, ACME};
 use oz0_edge::client::{ClientError, NodeClient, NodeKey, Trust};
-use oz0_edge::routing::{Isolation, JobRequest, Origin};
+use oz0_edge::routing::{Isolation, JobKind, JobPayload, JobRequest, Origin};
 use oz0_edge::serve::Limits;
 use oz0_edge::Store;
 
@@ -207,10 +207,14 @@ async fn no_job_goes_to_a_node_waiting_drained_or_removed() {
         e.op.node_action("idle", "approve").await.unwrap();
         let waiting = node(&e, "acme", ACME, "waiting", &linux_facts(false, false)).await;
         let secret = JobRequest {
-            payload: serde_json::json!({
-                "command": ["sh", "-c", "echo \"$JOB_SECRET\""],
-                "env": {"JOB_SECRET": "s3cret-0123"},
-            }),
+            job: JobPayload::read(
+                JobKind::Shell,
+                &serde_json::json!({
+                    "command": ["sh", "-c", "echo \"$JOB_SECRET\""],
+                    "env": {"JOB_SECRET": "s3cret-0123"},
+                }),
+            )
+            .unwrap(),
             ..job(Origin::Internal, Isolation::None)
         };
         let j = e.op.submit_job("acme", &secret).await.unwrap();
@@ -236,7 +240,7 @@ async fn no_job_goes_to_a_node_waiting_drained_or_removed() {
             .unwrap()
             .expect("approved, it takes the job");
         assert_eq!(l.job.job_id, j.job_id, "{kind}");
-        assert_eq!(l.job.payload["env"]["JOB_SECRET"], "s3cret-0123");
+        assert_eq!(l.job.job.payload()["env"]["JOB_SECRET"], "s3cret-0123");
         waiting.complete_job(&l, true, Some(0)).await.unwrap();
 
         // Drained or removed after its request was read: handed nothing.

@@ -228,7 +228,7 @@ async fn an_edge_whose_hard_limit_is_too_low_lowers_its_cap_and_names_the_fix() 
     assert_eq!(said.len(), 1, "{}", e.log());
     for want in [
         "256",
-        "--max-connections 4096",
+        "--max-connections 16384",
         "at most 192",
         "LimitNOFILE",
         "ulimit -Hn",

@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use common::{code, job, linux_facts, node, start_configured, store_urls, ACME};
 use oz0_edge::client::{Completion, Trust};
-use oz0_edge::routing::{Isolation, JobKind, JobRequest, Origin};
+use oz0_edge::routing::{Isolation, JobKind, Origin, RawJobRequest};
 use oz0_edge::serve::Limits;
 use oz0_edge::Store;
 
-fn shell(payload: serde_json::Value, key: Option<&str>) -> JobRequest {
-    JobRequest {
+fn shell(payload: serde_json::Value, key: Option<&str>) -> RawJobRequest {
+    RawJobRequest {
         origin: Origin::Internal,
         kind: JobKind::Shell,
         tier: 0,
@@ -70,17 +70,17 @@ async fn jobs_are_checked_kept_bounded_and_handed_out_a_bounded_number_of_times(
             ),
         ] {
             let err =
-                e.op.submit_job("acme", &shell(bad.clone(), None))
+                e.op.submit_raw_job("acme", &shell(bad.clone(), None))
                     .await
                     .unwrap_err();
             assert_eq!(code(&err), "bad_job", "{kind}: {bad}: {err}");
             assert!(err.to_string().contains(says), "{bad}: {err}");
         }
-        let harness = JobRequest {
+        let harness = RawJobRequest {
             kind: JobKind::Harness,
             ..shell(serde_json::json!({}), None)
         };
-        let err = e.op.submit_job("acme", &harness).await.unwrap_err();
+        let err = e.op.submit_raw_job("acme", &harness).await.unwrap_err();
         assert!(
             err.to_string()
                 .contains("no node runs harness sessions yet"),
@@ -89,7 +89,7 @@ async fn jobs_are_checked_kept_bounded_and_handed_out_a_bounded_number_of_times(
 
         // The same key: the same job; another request with it: refused.
         let a =
-            e.op.submit_job(
+            e.op.submit_raw_job(
                 "acme",
                 &shell(serde_json::json!({"command": ["true"]}), Some("deploy-42")),
             )
@@ -97,7 +97,7 @@ async fn jobs_are_checked_kept_bounded_and_handed_out_a_bounded_number_of_times(
             .unwrap();
         assert!(!a.existing);
         let again =
-            e.op.submit_job(
+            e.op.submit_raw_job(
                 "acme",
                 &shell(serde_json::json!({"command": ["true"]}), Some("deploy-42")),
             )
@@ -109,7 +109,7 @@ async fn jobs_are_checked_kept_bounded_and_handed_out_a_bounded_number_of_times(
             "{kind}"
         );
         let err =
-            e.op.submit_job(
+            e.op.submit_raw_job(
                 "acme",
                 &shell(serde_json::json!({"command": ["false"]}), Some("deploy-42")),
             )
@@ -118,15 +118,19 @@ async fn jobs_are_checked_kept_bounded_and_handed_out_a_bounded_number_of_times(
         assert_eq!(code(&err), "idempotency_conflict", "{kind}");
 
         // Handed out, lapsed, handed out again, lapsed: failed, with the reason.
+        // Lapsed leases are swept at most once a second (by a poll or the
+        // edge's own timer), so each wait is the lease (600 ms) and a
+        // whole sweep period past it.
+        let lapse = Duration::from_millis(600 + 1_000 + 300);
         assert_eq!(n.poll_job(0).await.unwrap().unwrap().job.attempt, 1);
-        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        tokio::time::sleep(lapse).await;
         let l = n.poll_job(0).await.unwrap().expect("handed out again");
         assert_eq!(
             (l.job.job_id.as_str(), l.job.attempt),
             (a.job_id.as_str(), 2),
             "{kind}"
         );
-        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        tokio::time::sleep(lapse).await;
         assert!(
             n.poll_job(0).await.unwrap().is_none(),
             "{kind}: not a third time"

@@ -150,7 +150,7 @@ async fn results_come_back_whole_and_cancelled_jobs_stop() {
         let e = start_on(Store::open(&url).await.unwrap(), 30_000).await;
         let n = node(&e, "acme", ACME, "node-t", &linux_facts(false, false)).await;
         let manifest = "tools:\n  - id: fs\n    command: [mcp-server-filesystem, /work]\n";
-        let tool = oz0_edge::routing::JobRequest {
+        let tool = oz0_edge::routing::RawJobRequest {
             origin: Origin::Internal,
             kind: oz0_edge::routing::JobKind::Tool,
             tier: 0,
@@ -159,11 +159,11 @@ async fn results_come_back_whole_and_cancelled_jobs_stop() {
             payload: serde_json::json!({"manifest": manifest, "tool": "fs", "name": "list_directory", "arguments": {"path": "/work"}}),
             idempotency_key: None,
         };
-        let a = e.op.submit_job("acme", &tool).await.unwrap();
+        let a = e.op.submit_raw_job("acme", &tool).await.unwrap();
         assert_eq!(a.tier, 1, "{kind}: a command tool runs at tier 1");
         let l = n.poll_job(1).await.unwrap().expect("the tool job");
-        assert_eq!(l.job.kind, "tool");
-        assert_eq!(l.job.payload["tool"], "fs");
+        assert_eq!(l.job.job.kind().as_str(), "tool");
+        assert_eq!(l.job.job.payload()["tool"], "fs");
         // Over the bound: refused, nothing stored.
         let big = serde_json::json!({"content": [{"type": "text", "text": "x".repeat(oz0_edge::MAX_RESULT_BYTES)}]});
         let err = n
@@ -211,7 +211,7 @@ async fn results_come_back_whole_and_cancelled_jobs_stop() {
         assert_eq!(ended.refusal_code(), Some("job_ended"), "{kind}");
 
         // A failure's reason is kept as one line.
-        let f = e.op.submit_job("acme", &tool).await.unwrap();
+        let f = e.op.submit_raw_job("acme", &tool).await.unwrap();
         let l = n.poll_job(1).await.unwrap().unwrap();
         n.finish_job(
             &l,
@@ -232,12 +232,12 @@ async fn results_come_back_whole_and_cancelled_jobs_stop() {
         );
 
         // Cancelled while queued: never handed out.
-        let q = e.op.submit_job("acme", &tool).await.unwrap();
+        let q = e.op.submit_raw_job("acme", &tool).await.unwrap();
         let v = e.op.cancel_job("acme", &q.job_id).await.unwrap();
         assert_eq!(v.state, "cancelled");
         assert!(n.poll_job(1).await.unwrap().is_none(), "{kind}");
         // Cancelled while leased: the node's renewal and completion are refused.
-        let r = e.op.submit_job("acme", &tool).await.unwrap();
+        let r = e.op.submit_raw_job("acme", &tool).await.unwrap();
         let mut l = n.poll_job(1).await.unwrap().unwrap();
         e.op.cancel_job("acme", &r.job_id).await.unwrap();
         assert!(

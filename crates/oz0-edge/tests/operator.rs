@@ -51,7 +51,9 @@ async fn oz0_node_show_and_list() {
     assert_eq!(v["facts"]["labels"]["isolation.microvm"], "ready");
     let (st, out, _) = run(&["node", "list"]);
     assert_eq!(st, Some(0));
-    assert_eq!(out.lines().count(), 2, "{out}");
+    // A header, then one line per node.
+    assert_eq!(out.lines().count(), 3, "{out}");
+    assert!(out.starts_with("NAME "), "{out}");
     assert!(out.contains("tier 1 (psec 1.0, routed as tier 0)"), "{out}");
     let (st, _, err) = run(&["node", "show", "nope"]);
     assert_eq!(st, Some(1));
@@ -112,8 +114,8 @@ async fn oz0_job_tool_show_and_cancel() {
     assert_eq!(acc["tier"], 1, "{acc}");
     let id = acc["job_id"].as_str().unwrap().to_string();
     let l = n.poll_job(1).await.unwrap().expect("the tool job");
-    assert_eq!(l.job.payload["files"][0]["name"], "input.csv");
-    assert!(l.job.payload["manifest"]
+    assert_eq!(l.job.job.payload()["files"][0]["name"], "input.csv");
+    assert!(l.job.job.payload()["manifest"]
         .as_str()
         .unwrap()
         .contains("id: fs"));
@@ -149,7 +151,8 @@ async fn oz0_job_tool_show_and_cancel() {
     let mut a: Vec<&str> = tool.to_vec();
     a.extend(["fs", "--wait", "1"]);
     let (st, out, err) = oz0(&a);
-    assert_eq!(st, Some(1), "{out}");
+    // 124, as timeout(1) says it: the job did not end in time.
+    assert_eq!(st, Some(124), "{out}");
     assert!(err.contains("did not end within 1 s"), "{err}");
     let queued = out.split_whitespace().nth(1).unwrap().to_string();
     let (st, out, _) = oz0(&["job", "cancel", "--tenant", "acme", &queued]);

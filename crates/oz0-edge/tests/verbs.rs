@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{job, linux_facts, node, start_configured, start_on, store_urls, ACME};
 use oz0_edge::client::{ClientError, Trust};
-use oz0_edge::routing::{Isolation, Origin};
+use oz0_edge::routing::{Isolation, JobKind, JobPayload, Origin};
 use oz0_edge::Store;
 
 #[tokio::test]
@@ -60,7 +60,11 @@ async fn a_job_runs_again_as_a_new_job_and_a_view_names_its_command_and_node() {
         let e = start_on(Store::open(&url).await.unwrap(), 30_000).await;
         let a = node(&e, "acme", ACME, "node-a", &linux_facts(false, false)).await;
         let mut req = job(Origin::Webhook, Isolation::None);
-        req.payload = serde_json::json!({"command": ["make", "test"], "env": {"TOKEN": "s3cret"}});
+        req.job = JobPayload::read(
+            JobKind::Shell,
+            &serde_json::json!({"command": ["make", "test"], "env": {"TOKEN": "s3cret"}}),
+        )
+        .unwrap();
         let j = e.op.submit_job("acme", &req).await.unwrap();
         let l = a.poll_job(1).await.unwrap().unwrap();
         a.complete_job(&l, false, Some(2)).await.unwrap();
@@ -82,8 +86,8 @@ async fn a_job_runs_again_as_a_new_job_and_a_view_names_its_command_and_node() {
         assert_ne!(again.job_id, j.job_id);
         let l = a.poll_job(1).await.unwrap().expect("the new job is queued");
         assert_eq!(l.job.job_id, again.job_id, "{kind}");
-        assert_eq!(l.job.payload["command"][0], "make");
-        assert_eq!(l.job.payload["env"]["TOKEN"], "s3cret");
+        assert_eq!(l.job.job.payload()["command"][0], "make");
+        assert_eq!(l.job.job.payload()["env"]["TOKEN"], "s3cret");
         assert_eq!(
             e.op.job("acme", &j.job_id).await.unwrap().state,
             "failed",

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use oz0_core::exit::Exit;
 use oz0_core::{Cancel, Ended, Outcome, RunIo, RunOptions, Sandbox};
 use oz0_edge::client::{ClientError, Completion, Lease, NodeClient, NodeKey, Trust};
-use oz0_edge::wire::ShellJob;
+use oz0_edge::wire::{JobPayload, ShellJob};
 use oz0_policy::facts::NodeFacts;
 use oz0_policy::{EnvVar, RunRequest, RunSpec};
 
@@ -258,18 +258,21 @@ impl Jobs {
         }
         log(&format!(
             "took job {id} (tier 0, {} from {}, attempt {})",
-            job.kind, job.origin, job.attempt
+            job.job.kind().as_str(),
+            job.origin,
+            job.attempt
         ));
         let record = self.records.join(&id);
         let work = self.work_root.join(format!("job-{id}-{}", job.attempt));
         let prepared = (|| -> Result<(RunSpec, fs::File, fs::File), String> {
-            if job.kind != "shell" {
+            let JobPayload::Shell(p) = &job.job else {
                 return Err(format!(
                     "a {} job: its server runs only behind a wall, and this {platform} node runs at tier 0; not run",
-                    job.kind
+                    job.job.kind().as_str()
                 ));
-            }
-            let p = ShellJob::from_value(&job.payload).map_err(|e| e.to_string())?;
+            };
+            p.check().map_err(|e| e.to_string())?;
+            let p = p.clone();
             tier0(&p, platform)?;
             fs::create_dir_all(&record)
                 .map_err(|e| format!("cannot create {}: {e}", record.display()))?;

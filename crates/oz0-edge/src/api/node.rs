@@ -373,16 +373,33 @@ pub(super) async fn poll(
         h.answered();
     }
     edge.heard_from(&node, crate::time::now_ms()).await?;
-    let job = job.map(|(j, lease_id)| LeasedJobView {
-        job_id: j.id,
-        lease_id,
-        lease_ms: edge.cfg.lease_ms,
-        tier: j.tier,
-        origin: j.origin,
-        kind: j.kind,
-        attempt: j.attempts,
-        payload: serde_json::from_str(&j.payload).unwrap_or(serde_json::Value::Null),
-    });
+    let job = match job {
+        None => None,
+        Some((j, lease_id)) => Some(LeasedJobView {
+            // Stored as submitted, checked with the same type: a payload
+            // that no longer reads is the store's fault, said as such.
+            job: JobPayload::stored(&j.kind, &j.payload).ok_or_else(|| {
+                crate::log::error(
+                    &format!(
+                        "job {}'s stored {} payload does not read as one",
+                        j.id, j.kind
+                    ),
+                    None,
+                );
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store",
+                    "the edge's store failed; retry later",
+                )
+            })?,
+            job_id: j.id,
+            lease_id,
+            lease_ms: edge.cfg.lease_ms,
+            tier: j.tier,
+            origin: j.origin,
+            attempt: j.attempts,
+        }),
+    };
     Ok(Json(PollResponse {
         job,
         tier_routed: Some(node.tier_taken()),

@@ -15,11 +15,10 @@ use super::error::{parse_json, ApiResult};
 use super::node::job_id_ok;
 use super::Edge;
 use crate::auth;
-use crate::routing::{is_tenant, JobKind, JobRequest};
+use crate::routing::{is_tenant, JobKind, JobPayload, JobRequest, RawJobRequest};
 use crate::sanitize::{is_node_name, Sanitized};
 use crate::store::{NewJob, NodeChange, NodeRow, Queued};
 use crate::time::{format_utc, now_ms};
-use crate::wire::ShellJob;
 use crate::wire::*;
 use crate::MAX_PAYLOAD_BYTES;
 use oz0_plugin::job::MAX_TOOL_JOB_BYTES;
@@ -132,9 +131,10 @@ pub(super) async fn submit_job(
 ) -> ApiResult<(StatusCode, Json<Accepted>)> {
     edge.operator(&h)?;
     known_tenant(&edge, &tenant)?;
-    let req: JobRequest = parse_json(&body, "job")?;
-    let payload = serde_json::to_string(&req.payload).unwrap_or_else(|_| "null".into());
-    check_job(&req, &payload)?;
+    let raw: RawJobRequest = parse_json(&body, "job")?;
+    let hash = request_hash(&raw);
+    let req = check_job(raw)?;
+    let payload = serde_json::to_string(&req.job.payload()).unwrap_or_else(|_| "null".into());
     let needs = req.needs().map_err(|e| bad_job(e.to_string()))?;
     let now = now_ms();
     let live_since = now - edge.cfg.node_live_ms;
@@ -142,7 +142,6 @@ pub(super) async fn submit_job(
         .store
         .eligible_nodes(&tenant, &needs, live_since)
         .await?;
-    let hash = request_hash(&req);
     // A retry of a request already taken is answered with that job, even
     // when no node could take a new one now.
     if let Some(k) = &req.idempotency_key {
@@ -179,7 +178,7 @@ pub(super) async fn submit_job(
                 id: &id,
                 tenant: &tenant,
                 origin: req.origin.as_str(),
-                kind: req.kind.as_str(),
+                kind: req.job.kind().as_str(),
                 needs: &needs,
                 payload: &payload,
                 idem_key: req.idempotency_key.as_deref(),
@@ -210,36 +209,30 @@ fn bad_job(why: String) -> ApiError {
 }
 
 /// What a job request must be before the edge looks for a node: its
-/// payload's size, a kind some node runs, a shell job's every field, an
-/// idempotency key's form (a tool job is checked with its manifest by
-/// `needs`).
-fn check_job(req: &JobRequest, payload: &str) -> ApiResult<()> {
-    let limit = match req.kind {
+/// payload's size, its payload read as its kind's type (a shell job's
+/// every field checked; a tool job is checked with its manifest by
+/// `needs`), a kind some node runs, an idempotency key's form.
+fn check_job(raw: RawJobRequest) -> ApiResult<JobRequest> {
+    let limit = match raw.kind {
         JobKind::Tool => MAX_TOOL_JOB_BYTES,
         _ => MAX_PAYLOAD_BYTES,
     };
-    if payload.len() > limit {
+    let size = serde_json::to_string(&raw.payload).map_or(usize::MAX, |p| p.len());
+    if size > limit {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
             format!(
                 "a {} job's payload is at most {limit} bytes of JSON",
-                req.kind.as_str()
+                raw.kind.as_str()
             ),
         ));
     }
-    match req.kind {
-        JobKind::Shell => {
-            ShellJob::from_value(&req.payload).map_err(|e| bad_job(e.to_string()))?;
-        }
-        JobKind::Harness => {
-            return Err(bad_job(
-                "no node runs harness sessions yet: submit the session's commands as shell jobs"
-                    .into(),
-            ));
-        }
-        // Checked with its manifest by `needs`.
-        JobKind::Tool => {}
+    let req = JobRequest::try_from(raw).map_err(|e| bad_job(e.to_string()))?;
+    if let JobPayload::Harness(_) = req.job {
+        return Err(bad_job(
+            "no node runs harness sessions yet: submit the session's commands as shell jobs".into(),
+        ));
     }
     if let Some(k) = &req.idempotency_key {
         if k.is_empty() || k.len() > 128 || !k.bytes().all(|b| (0x21..0x7f).contains(&b)) {
@@ -248,12 +241,12 @@ fn check_job(req: &JobRequest, payload: &str) -> ApiResult<()> {
             ));
         }
     }
-    Ok(())
+    Ok(req)
 }
 
-/// The request's digest: a retry with the same idempotency key must be
-/// the same request.
-fn request_hash(req: &JobRequest) -> String {
+/// The request's digest, of the request as sent: a retry with the same
+/// idempotency key must be the same request.
+fn request_hash(req: &RawJobRequest) -> String {
     use sha2::Digest;
     let text = serde_json::to_string(req).unwrap_or_default();
     sha2::Sha256::digest(text.as_bytes())
@@ -299,18 +292,15 @@ pub(super) async fn job_status(
     // What it runs: a shell job's command (never its variables), a tool
     // job's tool; and its node's name.
     if let Some((_, payload)) = edge.store.job_spec(&tenant, &v.job_id).await? {
-        let p: serde_json::Value = serde_json::from_str(&payload).unwrap_or_default();
-        if v.kind == "shell" {
-            v.command = p["command"].as_array().map(|c| {
-                c.iter()
-                    .map(|a| a.as_str().unwrap_or_default().to_string())
-                    .collect()
-            });
-        } else if let Some(t) = p["tool"].as_str() {
-            v.tool = Some(match p["name"].as_str() {
-                Some(n) if n != t => format!("{t} ({n})"),
-                _ => t.to_string(),
-            });
+        match JobPayload::stored(&v.kind, &payload) {
+            Some(JobPayload::Shell(s)) => v.command = Some(s.command),
+            Some(JobPayload::Tool(t)) => {
+                v.tool = Some(match t.name {
+                    Some(n) if n != t.tool => format!("{} ({n})", t.tool),
+                    _ => t.tool,
+                });
+            }
+            _ => {}
         }
     }
     if let Some(n) = &v.node_id {

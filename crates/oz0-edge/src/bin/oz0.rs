@@ -42,7 +42,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{CommandFactory, Parser, Subcommand};
 use oz0_edge::client::OperatorClient;
-use oz0_edge::routing::{Isolation, JobKind, JobRequest, Origin};
+use oz0_edge::routing::{JobPayload, JobRequest, Origin};
 use oz0_edge::term;
 use oz0_edge::wire::{Accepted, JobView, ShellJob};
 use oz0_plugin::job::{CallArgs, ToolJob};
@@ -469,12 +469,7 @@ async fn run_job(client: &OperatorClient, tenant: &str, cmd: &JobCmd, out: Out) 
             };
             // The edge checks it again; checking here names the fix first.
             let (job, _) = ToolJob::from_plugin(plugin, &args).map_err(anyhow::Error::msg)?;
-            let req = request(
-                o,
-                JobKind::Tool,
-                serde_json::to_value(&job)?,
-                idempotency_key,
-            )?;
+            let req = request(o, JobPayload::Tool(job), idempotency_key)?;
             return submitted(client, tenant, &req, *wait, *json, out).await;
         }
         JobCmd::Submit {
@@ -500,12 +495,7 @@ async fn run_job(client: &OperatorClient, tenant: &str, cmd: &JobCmd, out: Out) 
                 ..ShellJob::default()
             };
             shell.check().map_err(anyhow::Error::msg)?;
-            let req = request(
-                o,
-                JobKind::Shell,
-                serde_json::to_value(&shell)?,
-                idempotency_key,
-            )?;
+            let req = request(o, JobPayload::Shell(shell), idempotency_key)?;
             return submitted(client, tenant, &req, *wait, *json, out).await;
         }
         JobCmd::List {
@@ -566,20 +556,10 @@ fn vars(env: &[String]) -> Result<std::collections::BTreeMap<String, String>> {
 }
 
 /// A job request: its tier and isolation are the edge's to decide.
-fn request(
-    o: &str,
-    kind: JobKind,
-    payload: serde_json::Value,
-    key: &Option<String>,
-) -> Result<JobRequest> {
+fn request(o: &str, job: JobPayload, key: &Option<String>) -> Result<JobRequest> {
     Ok(JobRequest {
-        origin: origin(o)?,
-        kind,
-        tier: 0,
-        isolation: Isolation::None,
-        arch: None,
-        payload,
         idempotency_key: key.clone(),
+        ..JobRequest::new(origin(o)?, job)
     })
 }
 

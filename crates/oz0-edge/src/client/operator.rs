@@ -3,7 +3,7 @@
 use super::{decode, ClientError, Trust};
 use crate::auth;
 use crate::http::{self, EdgeUrl};
-use crate::routing::JobRequest;
+use crate::routing::{JobRequest, RawJobRequest};
 use crate::wire::{Accepted, ApiError, JobView, NodeView};
 
 /// An operator's connection to the edge (the `oz0` CLI, tests).
@@ -189,6 +189,17 @@ impl OperatorClient {
         &self,
         tenant: &str,
         job: &JobRequest,
+    ) -> Result<Accepted, ClientError> {
+        self.submit_raw_job(tenant, &RawJobRequest::from(job.clone()))
+            .await
+    }
+
+    /// Submits a job as it is sent, its payload not read as its kind's
+    /// type here (the edge reads it, and refuses what does not read).
+    pub async fn submit_raw_job(
+        &self,
+        tenant: &str,
+        job: &RawJobRequest,
     ) -> Result<Accepted, ClientError> {
         let (s, b) = self
             .call(

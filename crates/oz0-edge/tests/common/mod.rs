@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use oz0_edge::auth::{self, TokenDigest};
 use oz0_edge::client::{ClientError, NodeClient, NodeKey, OperatorClient};
-use oz0_edge::routing::{Isolation, JobKind, JobRequest, Origin};
+use oz0_edge::routing::{Isolation, JobKind, JobPayload, JobRequest, Origin};
+use oz0_edge::wire::ShellJob;
 use oz0_edge::{Edge, EdgeConfig, Store};
 use oz0_policy::facts::{
     FixKind, Mechanism, Microvm, MicrovmReason, NodeFacts, Os, Platform, Property, SelfTest,
@@ -249,15 +250,13 @@ pub async fn node(
 /// manifest declares that isolation (routed by it).
 pub fn job(origin: Origin, isolation: Isolation) -> JobRequest {
     match isolation {
-        Isolation::None => JobRequest {
+        Isolation::None => JobRequest::new(
             origin,
-            kind: JobKind::Shell,
-            tier: 0,
-            isolation,
-            arch: None,
-            payload: serde_json::json!({"command": ["true"]}),
-            idempotency_key: None,
-        },
+            JobPayload::Shell(ShellJob {
+                command: vec!["true".into()],
+                ..ShellJob::default()
+            }),
+        ),
         _ => tool_job(origin, isolation == Isolation::Microvm, None),
     }
 }
@@ -274,15 +273,14 @@ pub fn tool_job(origin: Origin, microvm: bool, arch: Option<&str>) -> JobRequest
     if let Some(a) = arch {
         tool.push_str(&format!("    arch: {a}\n"));
     }
-    JobRequest {
+    JobRequest::new(
         origin,
-        kind: JobKind::Tool,
-        tier: 0,
-        isolation: Isolation::None,
-        arch: None,
-        payload: serde_json::json!({"manifest": tool, "tool": "t"}),
-        idempotency_key: None,
-    }
+        JobPayload::read(
+            JobKind::Tool,
+            &serde_json::json!({"manifest": tool, "tool": "t"}),
+        )
+        .unwrap(),
+    )
 }
 
 pub fn code(e: &ClientError) -> &str {

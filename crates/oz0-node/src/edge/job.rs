@@ -159,7 +159,7 @@ pub(super) fn write_status(record: &Path, job: &oz0_edge::wire::LeasedJobView, e
         "attempt": job.attempt,
         "tier": job.tier,
         "origin": job.origin,
-        "kind": job.kind,
+        "kind": job.job.kind().as_str(),
         "outcome": end.outcome,
         "exit_code": end.exit_code,
         "succeeded": end.succeeded(),

@@ -20,8 +20,7 @@ use std::time::Duration;
 
 use oz0_core::Sandbox;
 use oz0_edge::client::{ClientError, Completion, Lease, NodeClient};
-use oz0_edge::wire::ShellJob;
-use oz0_plugin::job::ToolJob;
+use oz0_edge::wire::JobPayload;
 use oz0_policy::RunSpec;
 use tokio::sync::watch;
 
@@ -129,7 +128,10 @@ impl Runner {
         }
         log(&format!(
             "took job {id} (tier {}, {} from {}, attempt {})",
-            job.tier, job.kind, job.origin, job.attempt
+            job.tier,
+            job.job.kind().as_str(),
+            job.origin,
+            job.attempt
         ));
         let record = self.s.data_dir.join("jobs").join(&id);
         let prepared = private_dir(&record, "the job record folder").and_then(|_| {
@@ -190,11 +192,9 @@ impl Runner {
         err: File,
         at: &Taking,
     ) -> Result<Task, String> {
-        if job.kind == "tool" {
+        if let JobPayload::Tool(t) = &job.job {
             drop(out);
-            let checked = ToolJob::from_value(&job.payload)
-                .and_then(|t| t.check())
-                .map_err(|e| e.to_string())?;
+            let checked = t.check().map_err(|e| e.to_string())?;
             let host = self
                 .host
                 .clone()
@@ -212,16 +212,22 @@ impl Runner {
                     errors: err,
                     cancel,
                 };
-                crate::tool::run(ctx, &checked).map(JobEnd::from_tool)
+                crate::tool::run(ctx, &checked)
+                    .map(JobEnd::from_tool)
+                    .map_err(String::from)
             }));
         }
         if job.tier >= 2 {
             return Err(format!(
                 "a {} job at tier 2: only a tool job runs there (a microVM per tool server); not run",
-                job.kind
+                job.job.kind().as_str()
             ));
         }
-        let p = ShellJob::from_value(&job.payload).map_err(|e| e.to_string())?;
+        let JobPayload::Shell(p) = &job.job else {
+            return Err("a harness session: no node runs harness sessions yet; not run".into());
+        };
+        p.check().map_err(|e| e.to_string())?;
+        let p = p.clone();
         let spec: RunSpec = spec_for(p, work, &self.s.data_dir)?;
         let sandbox = self.sandbox.clone();
         Ok(Box::new(move |cancel| {

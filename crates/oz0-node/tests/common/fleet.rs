@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use oz0_edge::client::{OperatorClient, Trust};
-use oz0_edge::routing::{Isolation, JobKind, JobRequest, Origin};
+use oz0_edge::routing::{Isolation, JobKind, Origin, RawJobRequest};
 use oz0_edge::wire::JobView;
 
 use super::{node, TempDir};
@@ -187,7 +187,7 @@ impl Edge {
         kind: JobKind,
         payload: serde_json::Value,
     ) -> Result<String, String> {
-        let req = JobRequest {
+        let req = RawJobRequest {
             origin,
             kind,
             tier: 0,
@@ -197,7 +197,7 @@ impl Edge {
             idempotency_key: None,
         };
         self.rt
-            .block_on(self.op.submit_job("acme", &req))
+            .block_on(self.op.submit_raw_job("acme", &req))
             .map(|a| a.job_id)
             .map_err(|e| e.to_string())
     }
