@@ -6,11 +6,16 @@
 //!   with an empty history, then with 100,000 finished jobs in the store —
 //!   the baseline is the same edge in the same run before the history;
 //! - lease + complete throughput with 10,000 queued jobs;
-//! - the edge process's memory (resident now, and its peak).
+//! - the edge process's memory (resident now, and its peak);
+//! - poll latency again while 10,000 more nodes (another tenant's) wait
+//!   for work, each holding a long poll open — the baseline is the same
+//!   polls just before they came — and the edge's memory then. They share
+//!   one address here, so the edge runs with `--max-connections-per-client
+//!   20000` (a fleet's nodes each have their own; the default is 64).
 //!
 //! Nothing here asserts a time. `cargo bench -p oz0-edge --bench history`
-//! (`OZ0_EDGE_BENCH_NODES`, `OZ0_EDGE_BENCH_HISTORY`, `OZ0_EDGE_BENCH_QUEUED`
-//! change the sizes).
+//! (`OZ0_EDGE_BENCH_NODES`, `OZ0_EDGE_BENCH_HISTORY`, `OZ0_EDGE_BENCH_QUEUED`,
+//! `OZ0_EDGE_BENCH_IDLE` change the sizes).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -83,7 +88,11 @@ impl Drop for EdgeProcess {
 
 fn start_edge(store: &str, dir: &std::path::Path) -> EdgeProcess {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::write(dir.join("tenants"), format!("bench={TOKEN}\n")).unwrap();
+    std::fs::write(
+        dir.join("tenants"),
+        format!("bench={TOKEN}\nidle={TOKEN}\n"),
+    )
+    .unwrap();
     std::fs::write(dir.join("operators"), format!("{OPERATOR}\n")).unwrap();
     for f in ["tenants", "operators"] {
         std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -96,6 +105,8 @@ fn start_edge(store: &str, dir: &std::path::Path) -> EdgeProcess {
             store,
             "--lease-secs",
             "300",
+            "--max-connections-per-client",
+            "20000",
         ])
         .arg("--tenant-tokens")
         .arg(dir.join("tenants"))
@@ -282,9 +293,88 @@ async fn run(kind: &str, store_url: &str, dir: &std::path::Path) {
         "{kind:>8}: lease + complete with {queued} queued: {:.0}/s ({done} done); the edge's memory: {rss:.1} MiB resident, {hwm:.1} MiB at its peak",
         done as f64 / all.as_secs_f64()
     );
+    let idle = env_usize("OZ0_EDGE_BENCH_IDLE", 10_000);
+    let (p50c, p99c, rc) = polls(&clients, 5).await;
+    let t = Instant::now();
+    let waiting = idle_nodes(&edge.url, idle).await;
+    let (p50d, p99d, rd) = polls(&clients, 5).await;
+    let (rss, hwm) = memory(edge.child.id());
+    println!(
+        "{kind:>8}: {nodes} nodes polling: p50 {p50c:.2} ms, p99 {p99c:.2} ms, {rc:.0}/s; with {idle} more nodes holding long polls (up in {:.0} s): p50 {p50d:.2} ms, p99 {p99d:.2} ms, {rd:.0}/s (p99 ratio {:.2}); the edge's memory: {rss:.1} MiB resident, {hwm:.1} MiB at its peak",
+        t.elapsed().as_secs_f64(),
+        p99d / p99c
+    );
+    for w in waiting {
+        w.abort();
+    }
+}
+
+/// `n` nodes of tenant `idle`, each waiting for work with one long poll
+/// after another on a connection of its own, until their tasks end.
+async fn idle_nodes(url: &str, n: usize) -> Vec<tokio::task::JoinHandle<()>> {
+    let clients: Arc<Vec<NodeClient>> = Arc::new(
+        (0..n)
+            .map(|_| NodeClient::new(url, "idle", NodeKey::generate()).unwrap())
+            .collect(),
+    );
+    let c = clients.clone();
+    timed(n, move |i| {
+        let c = c.clone();
+        async move {
+            c[i].register(TOKEN, Some(&format!("idle-{i}")))
+                .await
+                .unwrap();
+            c[i].report_facts(&facts()).await.unwrap();
+        }
+    })
+    .await;
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let (c, w) = (clients.clone(), waiting.clone());
+        tasks.push(tokio::spawn(async move {
+            let req = oz0_edge::wire::PollRequest {
+                wait_ms: 15_000,
+                below: true,
+                ..oz0_edge::wire::PollRequest::tier(1)
+            };
+            let mut first = true;
+            loop {
+                let p = c[i].poll_with(&req);
+                if first {
+                    w.fetch_add(1, Ordering::Relaxed);
+                    first = false;
+                }
+                if p.await.is_err() {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }));
+    }
+    while waiting.load(Ordering::Relaxed) < n {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Their polls reached the edge and are held.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    tasks
+}
+
+/// Room for this process's connections: the soft limit of open files
+/// raised to the hard one.
+fn more_files() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let l = getrlimit(Resource::Nofile);
+    let _ = setrlimit(
+        Resource::Nofile,
+        rustix::process::Rlimit {
+            current: l.maximum,
+            maximum: l.maximum,
+        },
+    );
 }
 
 fn main() {
+    more_files();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -62,7 +62,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
-            max_connections: 4096,
+            max_connections: 16384,
             max_connections_per_client: 64,
             header_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
@@ -117,6 +117,25 @@ pub enum CertError {
         /// Why.
         err: rustls::Error,
     },
+    /// The certificate is not X.509 v3 (a v1 certificate has no
+    /// extensions: no host names a client can check).
+    #[error("--tls-cert {}: an X.509 v{version} certificate; TLS needs v3, with the edge's host names in subjectAltName: make a v3 one (e.g. openssl req -x509 -addext \"subjectAltName=DNS:edge.example\" …, or openssl x509 -req … -extfile with a subjectAltName line)", path.display())]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// Its version (1 or 2).
+        version: u8,
+    },
+    /// The certificate's public key cannot be read.
+    #[error("--tls-cert {}: its public key cannot be read, so --tls-key {} cannot be matched with it: {err} (is it an X.509 v3 certificate in PEM?)", cert.display(), key.display())]
+    Unreadable {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// Why.
+        err: rustls::Error,
+    },
     /// The key is not the certificate's.
     #[error("--tls-key {} is not the key of --tls-cert {}: {err}", key.display(), cert.display())]
     Mismatch {
@@ -147,13 +166,66 @@ fn load(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, CertError> {
             err,
         }
     })?;
+    if let Some(version) = x509_version(&chain[0]).filter(|v| *v < 3) {
+        return Err(CertError::Version {
+            path: cert.to_path_buf(),
+            version,
+        });
+    }
     let ck = CertifiedKey::new(chain, signing);
-    ck.keys_match().map_err(|err| CertError::Mismatch {
-        key: key.to_path_buf(),
-        cert: cert.to_path_buf(),
-        err,
+    ck.keys_match().map_err(|err| match err {
+        rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {
+            CertError::Mismatch {
+                key: key.to_path_buf(),
+                cert: cert.to_path_buf(),
+                err,
+            }
+        }
+        err => CertError::Unreadable {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            err,
+        },
     })?;
     Ok(Arc::new(ck))
+}
+
+/// A DER certificate's X.509 version (1, 2 or 3), read from the start of
+/// its `tbsCertificate`; `None` when it does not parse that far.
+fn x509_version(der: &[u8]) -> Option<u8> {
+    /// The content of the DER element at the start of `b` with tag `tag`,
+    /// and what follows it.
+    fn element(b: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
+        let (&t, rest) = b.split_first()?;
+        if t != tag {
+            return None;
+        }
+        let (&l, rest) = rest.split_first()?;
+        let (len, rest) = if l < 0x80 {
+            (usize::from(l), rest)
+        } else {
+            let n = usize::from(l & 0x7f);
+            if n == 0 || n > 4 || rest.len() < n {
+                return None;
+            }
+            let len = rest[..n]
+                .iter()
+                .fold(0usize, |a, b| (a << 8) | usize::from(*b));
+            (len, &rest[n..])
+        };
+        (rest.len() >= len).then(|| rest.split_at(len))
+    }
+    let (cert, _) = element(der, 0x30)?;
+    let (tbs, _) = element(cert, 0x30)?;
+    // `[0] EXPLICIT Version DEFAULT v1`: absent means v1.
+    let Some((explicit, _)) = element(tbs, 0xa0) else {
+        return Some(1);
+    };
+    let (v, _) = element(explicit, 0x02)?;
+    match v {
+        [n] if *n < 3 => Some(n + 1),
+        _ => None,
+    }
 }
 
 impl ServerCert {
@@ -367,5 +439,22 @@ async fn connection<S>(
         if e.is_parse_too_large() {
             HEADERS_TOO_LARGE.note("request header block over the bound: 431", Some(peer));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_x509_version_is_read_from_the_certificate() {
+        // SEQUENCE { SEQUENCE { [0] { INTEGER 2 } … } … }: v3.
+        let v3 = [
+            0x30, 0x09, 0x30, 0x07, 0xa0, 0x03, 0x02, 0x01, 0x02, 0x02, 0x00,
+        ];
+        assert_eq!(super::x509_version(&v3), Some(3));
+        // No [0]: v1 (the serial number comes first).
+        let v1 = [0x30, 0x06, 0x30, 0x04, 0x02, 0x02, 0x01, 0x01];
+        assert_eq!(super::x509_version(&v1), Some(1));
+        assert_eq!(super::x509_version(&[0x30, 0x85]), None);
+        assert_eq!(super::x509_version(b"not DER"), None);
     }
 }

@@ -125,7 +125,8 @@ async fn output_reaches_the_edge_while_the_job_runs_and_a_follow_sees_it() {
 
         // The lease is gone: no more output.
         assert!(matches!(
-            a.append_output(&lease, "stdout", u64::try_from(end).unwrap(), "late").await,
+            a.append_output(&lease, "stdout", u64::try_from(end).unwrap(), "late")
+                .await,
             Err(ClientError::LeaseLost {
                 cancelled: false,
                 ..

@@ -102,6 +102,57 @@ async fn clients_trust_only_what_verifies() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// A v1 certificate (openssl x509 -req without extensions makes one) is
+/// refused for what it is, not as a key that is not its own.
+#[test]
+fn a_v1_certificate_is_refused_naming_its_version_and_the_fix() {
+    let d = temp("v1");
+    let run = |args: &[&str]| {
+        Command::new("openssl")
+            .args(args)
+            .current_dir(&d)
+            .stderr(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+    };
+    let made = run(&[
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "k.pem",
+        "-out",
+        "r.csr",
+        "-subj",
+        "/CN=edge",
+    ])
+    .is_ok_and(|s| s.success())
+        && run(&[
+            "x509", "-req", "-in", "r.csr", "-signkey", "k.pem", "-out", "c.pem", "-days", "1",
+        ])
+        .is_ok_and(|s| s.success());
+    if !made {
+        if std::env::var("OZ0_MUST_WORK").as_deref() == Ok("1") {
+            panic!("OZ0_MUST_WORK=1 and openssl could not make a v1 certificate: apt-get install openssl");
+        }
+        eprintln!("SKIPPED: openssl could not make a v1 certificate (apt-get install openssl)");
+        return;
+    }
+    let e = ServerCert::load(&d.join("c.pem"), &d.join("k.pem"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("an X.509 v1 certificate") && e.contains("subjectAltName"),
+        "{e}"
+    );
+    assert!(!e.contains("is not the key of"), "{e}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 /// A running `oz0-edge` binary.
 struct EdgeProcess {
     child: std::process::Child,

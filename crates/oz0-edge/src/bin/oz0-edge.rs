@@ -87,7 +87,7 @@ struct Args {
     /// 10 minutes. Each is an open file: the edge raises its soft limit to
     /// the hard one, and serves fewer (and says so) when even that is too
     /// low.
-    #[arg(long, value_name = "N", default_value_t = 4096)]
+    #[arg(long, value_name = "N", default_value_t = 16384)]
     max_connections: usize,
     /// Connections open at once from one client address (an IPv6 /64
     /// counts as one); more are closed as they arrive. Raise it for many
