@@ -265,6 +265,25 @@ pub(super) async fn poll(
 ) -> ApiResult<Json<PollResponse>> {
     let (node, now) = edge.node_request(&method, &uri, &h, &body).await?;
     let req: PollRequest = parse_json(&body, "poll")?;
+    may_poll(&edge, &node, &req, now).await?;
+    let (job, stop, held_ms) = wait_for_work(&edge, &node, &req).await?;
+    edge.heard_from(&node, crate::time::now_ms()).await?;
+    let job = match job {
+        None => None,
+        Some((j, lease_id)) => Some(leased_view(&edge, j, lease_id)?),
+    };
+    Ok(Json(PollResponse {
+        job,
+        tier_routed: Some(node.tier_taken()),
+        stop,
+        held_ms,
+    }))
+}
+
+/// Refuses a poll the node may not make: before its facts, while it waits
+/// for approval (its polls still count as heard from), for a tier above
+/// its own, or holding too many jobs.
+async fn may_poll(edge: &Edge, node: &NodeRow, req: &PollRequest, now: i64) -> ApiResult<()> {
     if node.last_report_ms.is_none() {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -276,7 +295,7 @@ pub(super) async fn poll(
     // enrolment token alone must not hand out jobs and their secrets. Its
     // polls still count as heard from, so a job's refusal can name it.
     if !node.approved {
-        edge.heard_from(&node, now).await?;
+        edge.heard_from(node, now).await?;
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "pending_approval",
@@ -302,6 +321,20 @@ pub(super) async fn poll(
             format!("holding names at most {MAX_HOLDING} job ids"),
         ));
     }
+    Ok(())
+}
+
+/// A job leased to the node and its lease id.
+type Taken = Option<(crate::store::LeasedJob, String)>;
+
+/// Looks for work and for jobs to stop, and with `wait_ms` waits for
+/// either (woken by the queues and the node's keys) until the wait is
+/// over: the job taken, the jobs to stop, and how long the poll was held.
+async fn wait_for_work(
+    edge: &Arc<Edge>,
+    node: &NodeRow,
+    req: &PollRequest,
+) -> ApiResult<(Taken, Vec<StopJob>, u64)> {
     let tiers: Vec<u8> = if req.below {
         (0..=req.tier).rev().collect()
     } else {
@@ -322,39 +355,19 @@ pub(super) async fn poll(
     // Woken by a change of the node (a cancel, a drain, an approval): one
     // more look, then the answer.
     let mut last = false;
-    let (job, stop, held_ms) = loop {
+    let answer = loop {
         let looked = start.elapsed();
         if wait > 0 {
-            crate::wake::Wakes::new_round(&waiter);
-            if take {
-                for t in &tiers {
-                    edge.wakes().listen_queue(&waiter, &node.tenant, *t);
-                }
-            }
-            edge.wakes()
-                .listen_key(&waiter, &crate::wake::node_key(&node.id));
-            if !req.holding.is_empty() {
-                edge.wakes()
-                    .listen_key(&waiter, &crate::wake::stops_key(&node.id));
-            }
+            listen(edge, node, req, &waiter, take.then_some(&tiers[..]));
         }
         let now = crate::time::now_ms();
         edge.sweep_jobs(now).await;
-        let stop = stops(&edge, &node, &req.holding).await?;
-        let mut job = None;
-        if take {
-            for t in &tiers {
-                let lease_id = auth::random_id();
-                if let Some(j) = edge
-                    .store
-                    .lease(&node, *t, &lease_id, now + edge.cfg.lease_ms, now)
-                    .await?
-                {
-                    job = Some((j, lease_id));
-                    break;
-                }
-            }
-        }
+        let stop = stops(edge, node, &req.holding).await?;
+        let job = if take {
+            lease_one(edge, node, &tiers, now).await?
+        } else {
+            None
+        };
         let woke = waiter.take_wake();
         if job.is_some() || !stop.is_empty() || last || tokio::time::Instant::now() >= until {
             break (job, stop, u64::try_from(looked.as_millis()).unwrap_or(0));
@@ -372,40 +385,76 @@ pub(super) async fn poll(
     if let Some(h) = held {
         h.answered();
     }
-    edge.heard_from(&node, crate::time::now_ms()).await?;
-    let job = match job {
-        None => None,
-        Some((j, lease_id)) => Some(LeasedJobView {
-            // Stored as submitted, checked with the same type: a payload
-            // that no longer reads is the store's fault, said as such.
-            job: JobPayload::stored(&j.kind, &j.payload).ok_or_else(|| {
-                crate::log::error(
-                    &format!(
-                        "job {}'s stored {} payload does not read as one",
-                        j.id, j.kind
-                    ),
-                    None,
-                );
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store",
-                    "the edge's store failed; retry later",
-                )
-            })?,
-            job_id: j.id,
-            lease_id,
-            lease_ms: edge.cfg.lease_ms,
-            tier: j.tier,
-            origin: j.origin,
-            attempt: j.attempts,
-        }),
-    };
-    Ok(Json(PollResponse {
+    Ok(answer)
+}
+
+/// Listens, for one round, to what ends a node's wait: its queues (when
+/// it takes work), its own key, and its stops (when it holds jobs).
+fn listen(
+    edge: &Edge,
+    node: &NodeRow,
+    req: &PollRequest,
+    waiter: &Arc<crate::wake::Waiter>,
+    queues: Option<&[u8]>,
+) {
+    crate::wake::Wakes::new_round(waiter);
+    for t in queues.unwrap_or_default() {
+        edge.wakes().listen_queue(waiter, &node.tenant, *t);
+    }
+    edge.wakes()
+        .listen_key(waiter, &crate::wake::node_key(&node.id));
+    if !req.holding.is_empty() {
+        edge.wakes()
+            .listen_key(waiter, &crate::wake::stops_key(&node.id));
+    }
+}
+
+/// Leases the first job of `tiers`' queues to the node, if any.
+async fn lease_one(edge: &Edge, node: &NodeRow, tiers: &[u8], now: i64) -> ApiResult<Taken> {
+    for t in tiers {
+        let lease_id = auth::random_id();
+        if let Some(j) = edge
+            .store
+            .lease(node, *t, &lease_id, now + edge.cfg.lease_ms, now)
+            .await?
+        {
+            return Ok(Some((j, lease_id)));
+        }
+    }
+    Ok(None)
+}
+
+/// The view of a job leased to a node. Stored as submitted and checked
+/// with the same type: a payload that no longer reads is the store's
+/// fault, said as such.
+fn leased_view(
+    edge: &Edge,
+    j: crate::store::LeasedJob,
+    lease_id: String,
+) -> ApiResult<LeasedJobView> {
+    let job = JobPayload::stored(&j.kind, &j.payload).ok_or_else(|| {
+        crate::log::error(
+            &format!(
+                "job {}'s stored {} payload does not read as one",
+                j.id, j.kind
+            ),
+            None,
+        );
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store",
+            "the edge's store failed; retry later",
+        )
+    })?;
+    Ok(LeasedJobView {
         job,
-        tier_routed: Some(node.tier_taken()),
-        stop,
-        held_ms,
-    }))
+        job_id: j.id,
+        lease_id,
+        lease_ms: edge.cfg.lease_ms,
+        tier: j.tier,
+        origin: j.origin,
+        attempt: j.attempts,
+    })
 }
 
 /// Which of the jobs a node says it runs it must stop: those whose lease
