@@ -445,6 +445,13 @@ fn try_resources(a: &ProbeArgs, report: &mut BTreeMap<&str, Value>) -> Vec<std::
         report.insert("spawn_refused", json!(refused));
     }
     if let Some(mib) = a.alloc {
+        // Said before the memory is touched (`OUT.alloc`), so that a check
+        // tells a run its memory limit stopped from one that never started.
+        if let Some(out) = &a.out {
+            let mut started = out.clone().into_os_string();
+            started.push(".alloc");
+            let _ = std::fs::write(started, b"started\n");
+        }
         // Zeroed pages come straight from the kernel; touch one byte in each
         // so that the memory is really charged to the run.
         let mut v = vec![0u8; mib << 20];
