@@ -148,6 +148,7 @@ pub struct VmEgress {
 
 /// Why a tool cannot be run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ContainerError {
     /// The image is not pinned or looks like an option.
     #[error("image {0:?} must be a reference pinned by digest (name@sha256:<64 hex>), with no spaces and not starting with '-'")]

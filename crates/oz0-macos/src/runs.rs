@@ -12,6 +12,34 @@ use oz0_policy::AbsPath;
 
 use crate::tree::Membership;
 
+/// Why a run's TEMP or record cannot be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunsError {
+    /// `mkdir` of the run's TEMP failed.
+    #[error("cannot make the run's TEMP {}: {source}", path.display())]
+    Temp {
+        /// The folder.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Every name tried was taken.
+    #[error("cannot make a new run TEMP under {}", .0.display())]
+    NoNewTemp(PathBuf),
+    /// The TEMP's path is not one a run's spec takes.
+    #[error("the run's TEMP {} has no plain path", .0.display())]
+    NotPlain(PathBuf),
+    /// The record could not be written.
+    #[error("cannot record the run in {}: {source}", path.display())]
+    Record {
+        /// The record.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// A run id unique on this machine while the node runs: the node's pid,
 /// the time and a count.
 pub fn new_run_id() -> String {
@@ -30,28 +58,25 @@ pub struct RunTemp(pub PathBuf);
 impl RunTemp {
     /// A new folder under `root` (made with `mkdir`, so never one that was
     /// there: the name need not be secret, and `root` is this user's own).
-    pub fn new(root: &Path) -> Result<RunTemp, String> {
+    pub fn new(root: &Path) -> Result<RunTemp, RunsError> {
         use std::os::unix::fs::DirBuilderExt;
         for _ in 0..16 {
             let p = root.join(format!("oz0-run-{}", new_run_id()));
             match std::fs::DirBuilder::new().mode(0o700).create(&p) {
                 Ok(()) => return Ok(RunTemp(p)),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(format!("cannot make the run's TEMP {}: {e}", p.display())),
+                Err(source) => return Err(RunsError::Temp { path: p, source }),
             }
         }
-        Err(format!(
-            "cannot make a new run TEMP under {}",
-            root.display()
-        ))
+        Err(RunsError::NoNewTemp(root.to_path_buf()))
     }
 
     /// Its path as a run's spec takes it.
-    pub fn abs(&self) -> Result<AbsPath, String> {
+    pub fn abs(&self) -> Result<AbsPath, RunsError> {
         self.0
             .to_str()
             .and_then(|s| AbsPath::new(s).ok())
-            .ok_or_else(|| format!("the run's TEMP {} has no plain path", self.0.display()))
+            .ok_or_else(|| RunsError::NotPlain(self.0.clone()))
     }
 }
 
@@ -76,7 +101,7 @@ pub struct RunRecord(PathBuf);
 impl RunRecord {
     /// Writes the record of a run with marks `m` in `dir` (made 0700), as
     /// the process `pid`'s.
-    pub fn write(dir: &Path, pid: u32, m: &Membership) -> Result<RunRecord, String> {
+    pub fn write(dir: &Path, pid: u32, m: &Membership) -> Result<RunRecord, RunsError> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         let _ = std::fs::DirBuilder::new()
             .recursive(true)
@@ -89,7 +114,10 @@ impl RunRecord {
             .mode(0o600)
             .open(&p)
             .and_then(|mut f| std::io::Write::write_all(&mut f, record_text(pid, m).as_bytes()))
-            .map_err(|e| format!("cannot record the run in {}: {e}", p.display()))?;
+            .map_err(|source| RunsError::Record {
+                path: p.clone(),
+                source,
+            })?;
         Ok(RunRecord(p))
     }
 

@@ -47,6 +47,32 @@ pub enum Fault {
     BrokenProfile,
 }
 
+/// Why a sandbox cannot be set up on this Mac.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// The temporary folder has no real path.
+    #[error("the temporary folder {}: {source}", path.display())]
+    TempRoot {
+        /// The folder.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// This binary's path cannot be found.
+    #[error("cannot name the node binary: {0}")]
+    NodeBinary(std::io::Error),
+    /// This binary's path is not one a run's spec takes.
+    #[error("the node binary's path {} is not plain UTF-8", .0.display())]
+    NodeBinaryPath(PathBuf),
+}
+
+impl From<SetupError> for String {
+    fn from(e: SetupError) -> String {
+        e.to_string()
+    }
+}
+
 /// Tier 1 on macOS.
 pub struct Seatbelt {
     /// The node binary, canonical (readable by every run: the probe and
@@ -70,7 +96,7 @@ impl Seatbelt {
         egress: Arc<dyn EgressService>,
         fault: Option<Fault>,
         records: Option<PathBuf>,
-    ) -> Result<Seatbelt, String> {
+    ) -> Result<Seatbelt, SetupError> {
         Ok(Seatbelt {
             node_binary: node_binary()?,
             temp_root: temp_root()?,
@@ -91,20 +117,20 @@ pub struct Plain {
 
 /// Where runs' TEMPs are made: this user's temporary folder, by its real
 /// path (`/private/var/folders/…`: Seatbelt matches real paths).
-pub fn temp_root() -> Result<PathBuf, String> {
+pub fn temp_root() -> Result<PathBuf, SetupError> {
     let t = std::env::temp_dir();
     t.canonicalize()
-        .map_err(|e| format!("the temporary folder {}: {e}", t.display()))
+        .map_err(|source| SetupError::TempRoot { path: t, source })
 }
 
 /// This binary's real path.
-pub fn node_binary() -> Result<AbsPath, String> {
+pub fn node_binary() -> Result<AbsPath, SetupError> {
     let p = std::env::current_exe()
         .and_then(std::fs::canonicalize)
-        .map_err(|e| format!("cannot name the node binary: {e}"))?;
+        .map_err(SetupError::NodeBinary)?;
     p.to_str()
         .and_then(|s| AbsPath::new(s).ok())
-        .ok_or_else(|| format!("the node binary's path {} is not plain UTF-8", p.display()))
+        .ok_or_else(|| SetupError::NodeBinaryPath(p.clone()))
 }
 
 /// Ends what runs of a killed node left (their records in

@@ -120,6 +120,7 @@ pub struct SeatbeltPlan {
 
 /// Why a run cannot be planned on macOS.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SeatbeltError {
     /// A symlinked prefix.
     #[error("{path} lies under {link}, a symlink on macOS that Seatbelt does not follow: name it as {target}…")]
@@ -190,6 +191,34 @@ pub fn plan(
     host: &MacHost,
     egress: Option<&ProxyPort>,
 ) -> Result<SeatbeltPlan, SeatbeltError> {
+    refusal(spec, host, egress)?;
+    let mut params = Params(vec![]);
+    let keys = RootKeys::add(&mut params, spec, host);
+    let mut t = String::new();
+    system_rules(&mut t);
+    access_rules(&mut t, &mut params, spec, host, &keys, egress);
+    let membership = protection_rules(&mut t, &mut params, spec, host, &keys);
+    let profile = t;
+    let argv = exec_argv(&profile, &params, &spec.command);
+    let env = run_env(spec, host, egress);
+    Ok(SeatbeltPlan {
+        profile,
+        params: params.0,
+        argv,
+        env,
+        timeout_seconds: spec.limits.timeout_seconds,
+        membership,
+    })
+}
+
+/// Why `spec` cannot run under Seatbelt at all: a limit it cannot hold, a
+/// symlinked path, egress and the proxy port not going together, a bad
+/// token.
+fn refusal(
+    spec: &RunSpec,
+    host: &MacHost,
+    egress: Option<&ProxyPort>,
+) -> Result<(), SeatbeltError> {
     let l = &spec.limits;
     if l.memory_mib.is_some() {
         return Err(SeatbeltError::LimitUnsupported("--memory"));
@@ -229,41 +258,69 @@ pub fn plan(
             return Err(SeatbeltError::BadToken);
         }
     }
+    Ok(())
+}
 
-    let mut params = Params(vec![]);
-    let work = params.add("WORK".into(), &spec.work);
-    let reads: Vec<String> = spec
-        .read
-        .iter()
-        .enumerate()
-        .map(|(i, r)| params.add(format!("READ_{i}"), r))
-        .collect();
-    let writes: Vec<String> = spec
-        .write
-        .iter()
-        .enumerate()
-        .map(|(i, w)| params.add(format!("WRITE_{i}"), w))
-        .collect();
-    let temp = params.add("TMPDIR".into(), &host.run_temp);
-    let node = params.add("NODE_BINARY".into(), &host.node_binary);
-    let data = params.add("DATA_DIR".into(), &spec.data_dir);
+/// The parameter keys of the run's own paths, added first and in this
+/// order.
+struct RootKeys {
+    work: String,
+    reads: Vec<String>,
+    writes: Vec<String>,
+    temp: String,
+    node: String,
+    data: String,
+}
 
-    let mut t = String::new();
-    let mut line = |s: &str| {
-        t.push_str(s);
-        t.push('\n');
-    };
-    line("(version 1)");
-    line("(deny default)");
-    line("(allow process-exec process-fork)");
-    line("(allow signal (target same-sandbox))");
-    line("(allow process-info* (target same-sandbox))");
-    line("(allow sysctl-read)");
+impl RootKeys {
+    fn add(params: &mut Params, spec: &RunSpec, host: &MacHost) -> RootKeys {
+        let work = params.add("WORK".into(), &spec.work);
+        let reads = spec
+            .read
+            .iter()
+            .enumerate()
+            .map(|(i, r)| params.add(format!("READ_{i}"), r))
+            .collect();
+        let writes = spec
+            .write
+            .iter()
+            .enumerate()
+            .map(|(i, w)| params.add(format!("WRITE_{i}"), w))
+            .collect();
+        let temp = params.add("TMPDIR".into(), &host.run_temp);
+        let node = params.add("NODE_BINARY".into(), &host.node_binary);
+        let data = params.add("DATA_DIR".into(), &spec.data_dir);
+        RootKeys {
+            work,
+            reads,
+            writes,
+            temp,
+            node,
+            data,
+        }
+    }
+}
+
+/// Appends one rule to the profile `t`.
+fn line(t: &mut String, s: &str) {
+    t.push_str(s);
+    t.push('\n');
+}
+
+/// What every run gets, our constants only: deny by default, its own
+/// processes, the Mach services and the system folders.
+fn system_rules(t: &mut String) {
+    line(t, "(version 1)");
+    line(t, "(deny default)");
+    line(t, "(allow process-exec process-fork)");
+    line(t, "(allow signal (target same-sandbox))");
+    line(t, "(allow process-info* (target same-sandbox))");
+    line(t, "(allow sysctl-read)");
     let mach: Vec<String> = MACH_SERVICES
         .iter()
         .map(|s| format!("(global-name \"{s}\")"))
         .collect();
-    line(&format!("(allow mach-lookup {})", mach.join(" ")));
+    line(t, &format!("(allow mach-lookup {})", mach.join(" ")));
     let sys: Vec<String> = SYSTEM_READ_SUBPATHS
         .iter()
         .map(|s| format!("(subpath \"{s}\")"))
@@ -273,16 +330,31 @@ pub fn plan(
                 .map(|s| format!("(literal \"{s}\")")),
         )
         .collect();
-    line(&format!("(allow file-read* {})", sys.join(" ")));
-    line("(allow file-write-data (literal \"/dev/null\") (literal \"/dev/tty\"))");
+    line(t, &format!("(allow file-read* {})", sys.join(" ")));
+    line(
+        t,
+        "(allow file-write-data (literal \"/dev/null\") (literal \"/dev/tty\"))",
+    );
+}
 
+/// What the run's spec grants: its reads, a look at the ancestors of its
+/// roots, its writes and the proxy's port.
+fn access_rules(
+    t: &mut String,
+    params: &mut Params,
+    spec: &RunSpec,
+    host: &MacHost,
+    keys: &RootKeys,
+    egress: Option<&ProxyPort>,
+) {
     // Reads: --read paths and the node binary.
-    let mut ro: Vec<String> = reads
+    let mut ro: Vec<String> = keys
+        .reads
         .iter()
         .map(|k| format!("(subpath {})", p(k)))
         .collect();
-    ro.push(format!("(literal {})", p(&node)));
-    line(&format!("(allow file-read* {})", ro.join(" ")));
+    ro.push(format!("(literal {})", p(&keys.node)));
+    line(t, &format!("(allow file-read* {})", ro.join(" ")));
 
     // Ancestors of every root may be looked at (stat), not listed or read.
     let roots: Vec<&AbsPath> = std::iter::once(&spec.work)
@@ -305,28 +377,44 @@ pub fn plan(
             .iter()
             .map(|k| format!("(literal {})", p(k)))
             .collect();
-        line(&format!("(allow file-read-metadata {})", lits.join(" ")));
+        line(t, &format!("(allow file-read-metadata {})", lits.join(" ")));
     }
 
     // Writes: the work directory, --write paths and TEMP.
-    let rw: Vec<String> = std::iter::once(&work)
-        .chain(&writes)
-        .chain(std::iter::once(&temp))
+    let rw: Vec<String> = std::iter::once(&keys.work)
+        .chain(&keys.writes)
+        .chain(std::iter::once(&keys.temp))
         .map(|k| format!("(subpath {})", p(k)))
         .collect();
-    line(&format!("(allow file-read* file-write* {})", rw.join(" ")));
+    line(
+        t,
+        &format!("(allow file-read* file-write* {})", rw.join(" ")),
+    );
 
     // Network: only the proxy's port on localhost (a number, never a path).
     if let Some(e) = egress {
-        line(&format!(
-            "(allow network-outbound (remote ip \"localhost:{}\"))",
-            e.port
-        ));
+        line(
+            t,
+            &format!(
+                "(allow network-outbound (remote ip \"localhost:{}\"))",
+                e.port
+            ),
+        );
     }
+}
 
-    // Protections, last so that they take precedence.
-    let writable_roots: Vec<(&AbsPath, &String)> = std::iter::once((&spec.work, &work))
-        .chain(spec.write.iter().zip(&writes))
+/// The protections, last so that they take precedence: the protected
+/// entries of each writable root, `.git` and the roots unmovable, the
+/// run's mark, the node's data directory. How to tell the run's processes.
+fn protection_rules(
+    t: &mut String,
+    params: &mut Params,
+    spec: &RunSpec,
+    host: &MacHost,
+    keys: &RootKeys,
+) -> Membership {
+    let writable_roots: Vec<(&AbsPath, &String)> = std::iter::once((&spec.work, &keys.work))
+        .chain(spec.write.iter().zip(&keys.writes))
         .collect();
     let mut ro_keys = vec![];
     let mut unmovable = vec![];
@@ -359,14 +447,14 @@ pub fn plan(
         .iter()
         .map(|k| format!("(subpath {})", p(k)))
         .collect();
-    line(&format!("(deny file-write* {})", ro_rules.join(" ")));
+    line(t, &format!("(deny file-write* {})", ro_rules.join(" ")));
     // `.git`, each writable root and their ancestors cannot be removed or
     // renamed aside (a rename unlinks its source).
     let un: Vec<String> = unmovable
         .iter()
         .map(|k| format!("(literal {})", p(k)))
         .collect();
-    line(&format!("(deny file-write-unlink {})", un.join(" ")));
+    line(t, &format!("(deny file-write-unlink {})", un.join(" ")));
     // The run's mark: its processes, and theirs alone, are refused this
     // one path of their own TEMP (crate::tree); never a file.
     let membership = Membership::for_temp(host.run_temp.as_str());
@@ -374,22 +462,30 @@ pub fn plan(
         "RUN_MARK".into(),
         &AbsPath::new(&membership.denied).expect("under the run's TEMP"),
     );
-    line(&format!("(deny file-read* (literal {}))", p(&mark)));
+    line(t, &format!("(deny file-read* (literal {}))", p(&mark)));
     // The node's data directory, even if a rule above would reach it.
-    line(&format!(
-        "(deny file-read* file-write* (subpath {}))",
-        p(&data)
-    ));
+    line(
+        t,
+        &format!("(deny file-read* file-write* (subpath {}))", p(&keys.data)),
+    );
+    membership
+}
 
-    let profile = t;
-    let mut argv = vec![SANDBOX_EXEC.to_string(), "-p".into(), profile.clone()];
+/// `sandbox-exec -p PROFILE -D K=V … -- COMMAND…`.
+fn exec_argv(profile: &str, params: &Params, command: &[String]) -> Vec<String> {
+    let mut argv = vec![SANDBOX_EXEC.to_string(), "-p".into(), profile.to_string()];
     for (k, v) in &params.0 {
         argv.push("-D".into());
         argv.push(format!("{k}={v}"));
     }
     argv.push("--".into());
-    argv.extend(spec.command.iter().cloned());
+    argv.extend(command.iter().cloned());
+    argv
+}
 
+/// The run's whole environment: its variables, `PATH`, `HOME` and
+/// `TMPDIR` its TEMP, and with egress the proxy's, sorted.
+fn run_env(spec: &RunSpec, host: &MacHost, egress: Option<&ProxyPort>) -> Vec<(String, String)> {
     let mut env = spec.env_with_path(DEFAULT_PATH);
     env.push(("HOME".into(), host.run_temp.as_str().to_string()));
     env.push(("TMPDIR".into(), host.run_temp.as_str().to_string()));
@@ -407,15 +503,7 @@ pub fn plan(
         }
     }
     env.sort();
-
-    Ok(SeatbeltPlan {
-        profile,
-        params: params.0,
-        argv,
-        env,
-        timeout_seconds: l.timeout_seconds,
-        membership,
-    })
+    env
 }
 
 /// The profile of a run with no wall (tier 0): everything allowed but the

@@ -21,8 +21,33 @@ use oz0_core::Cancel;
 use oz0_policy::AbsPath;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
-use crate::container::{run_argv, stop_argvs, EnvFile, VmTool, CONTAINER};
-use crate::runs::{new_run_id, RunTemp};
+use crate::container::{run_argv, stop_argvs, ContainerError, EnvFile, VmTool, CONTAINER};
+use crate::runs::{new_run_id, RunTemp, RunsError};
+use crate::sandbox::SetupError;
+
+/// Why a tool server was not started, or could not be waited for.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VmError {
+    /// The temporary folder.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// The tool's folder.
+    #[error(transparent)]
+    Runs(#[from] RunsError),
+    /// The env file or the argument list.
+    #[error(transparent)]
+    Container(#[from] ContainerError),
+    /// The env file's path.
+    #[error("the env file's path is not plain UTF-8")]
+    EnvFilePath,
+    /// The container CLI could not be started.
+    #[error("cannot start {CONTAINER}: {0}")]
+    Start(std::io::Error),
+    /// The container CLI could not be waited for (its VM was stopped).
+    #[error("cannot wait for {CONTAINER}: {0}")]
+    Wait(std::io::Error),
+}
 
 /// Where the container CLI is looked up (its installer puts it in
 /// /usr/local/bin).
@@ -57,14 +82,14 @@ pub fn run_tool(
     mut tool: VmTool,
     vars: &[(String, String)],
     cancel: Option<Cancel>,
-) -> Result<i32, String> {
+) -> Result<i32, VmError> {
     let folder = RunTemp::new(&crate::sandbox::temp_root()?)?;
-    let env_file = EnvFile::create(&folder.0.join("env"), vars).map_err(|e| e.to_string())?;
+    let env_file = EnvFile::create(&folder.0.join("env"), vars)?;
     let env_abs = env_file
         .path()
         .to_str()
         .and_then(|s| AbsPath::new(s).ok())
-        .ok_or("the env file's path is not plain UTF-8")?;
+        .ok_or(VmError::EnvFilePath)?;
     let name = format!(
         "oz0-{}",
         new_run_id()
@@ -74,11 +99,9 @@ pub fn run_tool(
             .to_ascii_lowercase()
     );
     tool.name.clone_from(&name);
-    let argv = run_argv(&tool, &env_abs).map_err(|e| e.to_string())?;
+    let argv = run_argv(&tool, &env_abs)?;
     debug_assert_eq!(argv[0], CONTAINER);
-    let mut child = container(&argv)
-        .spawn()
-        .map_err(|e| format!("cannot start {CONTAINER}: {e}"))?;
+    let mut child = container(&argv).spawn().map_err(VmError::Start)?;
     let code =
         loop {
             match child.try_wait() {
@@ -88,7 +111,7 @@ pub fn run_tool(
                     stop(&name);
                     let _ = child.kill();
                     let _ = child.wait();
-                    return Err(format!("cannot wait for {CONTAINER}: {e}"));
+                    return Err(VmError::Wait(e));
                 }
             }
             let t = Timespec {
