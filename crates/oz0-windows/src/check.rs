@@ -235,6 +235,19 @@ mod tests {
         p
     }
 
+    /// A machine: its name, what the probes found, whether the node was
+    /// started with `--sandbox psec`, its self-test, then the tier, fix and
+    /// lines the report must give.
+    type Row<'a> = (
+        &'a str,
+        PsecProbe,
+        bool,
+        Option<&'a SelfTest>,
+        u8,
+        FixKind,
+        [&'a str; 3],
+    );
+
     /// The seed's table, row for row, plus the rows it implies.
     #[test]
     fn table_of_machines() {
@@ -242,18 +255,18 @@ mod tests {
             property: Property::Egress,
             how: "a direct connection to 127.0.0.1:50123 was accepted\nsecond line".into(),
         };
-        let mut server = found("26100.2894", Some(1), 0x1);
-        server.edition = Edition::Server;
-        type Row<'a> = (
-            &'a str,
-            PsecProbe,
-            bool,
-            Option<&'a SelfTest>,
-            u8,
-            FixKind,
-            [&'a str; 3],
-        );
-        let rows: Vec<Row> = vec![
+        let passed = SelfTest::Passed;
+        for row in psec_rows(&passed, &failed)
+            .into_iter()
+            .chain(no_psec_rows(&passed))
+        {
+            check_row(row);
+        }
+    }
+
+    /// Machines where the probes find PSEC.
+    fn psec_rows<'a>(passed: &'a SelfTest, failed: &'a SelfTest) -> Vec<Row<'a>> {
+        vec![
             (
                 "PSEC found, not started with --sandbox psec",
                 found("26200.9457", None, 0x3),
@@ -271,7 +284,7 @@ mod tests {
                 "started with --sandbox psec, self-test passed",
                 found("26300.9711", Some(1), 0xd),
                 true,
-                Some(&SelfTest::Passed),
+                Some(passed),
                 1,
                 FixKind::None,
                 [
@@ -284,7 +297,7 @@ mod tests {
                 "started with --sandbox psec, self-test failed",
                 found("26200.9457", None, 0x1),
                 true,
-                Some(&failed),
+                Some(failed),
                 0,
                 FixKind::SelfTestFailed { property: Property::Egress },
                 [
@@ -306,6 +319,14 @@ mod tests {
                     "Fix: the self-test has not run: sandbox check --psec on the node runs it and says which check fails, if one does",
                 ],
             ),
+        ]
+    }
+
+    /// Machines without PSEC, or where it is not used.
+    fn no_psec_rows(passed: &SelfTest) -> Vec<Row<'_>> {
+        let mut server = found("26100.2894", Some(1), 0x1);
+        server.edition = Edition::Server;
+        vec![
             (
                 "Windows 11 without PSEC, a build of its release was seen with it",
                 no_psec_probe("26200.6584"),
@@ -323,7 +344,7 @@ mod tests {
                 "Windows 11 without PSEC, started with --sandbox psec (same as without)",
                 no_psec_probe("26100.4349"),
                 true,
-                Some(&SelfTest::Passed),
+                Some(passed),
                 0,
                 FixKind::NoPsec { seen_on: None },
                 [
@@ -336,7 +357,7 @@ mod tests {
                 "Windows Server, even where the probes find PSEC",
                 server,
                 true,
-                Some(&SelfTest::Passed),
+                Some(passed),
                 0,
                 FixKind::WindowsServer,
                 [
@@ -345,20 +366,22 @@ mod tests {
                     "Fix: Windows Server has no tier-1 sandbox: meanwhile run tier-1 work on Linux or macOS nodes",
                 ],
             ),
-        ];
-        for (name, probe, started, st, tier, fix, lines) in rows {
-            let r = report(&probe, started, st);
-            assert_eq!(r.lines(), lines, "{name}");
-            assert_eq!(r.proven_tier, tier, "{name}");
-            assert_eq!(r.fix, fix, "{name}");
-            assert_eq!(
-                r.routed_tier, 0,
-                "{name}: Windows is routed as tier 0 always"
-            );
-            assert!(r.tier_line.starts_with("Sandbox: tier "), "{name}");
-            assert!(r.fix_line.starts_with("Fix: "), "{name}");
-            assert!(!r.lines().iter().any(|l| l.contains('\n')), "{name}");
-        }
+        ]
+    }
+
+    /// The report of a machine is the row's.
+    fn check_row((name, probe, started, st, tier, fix, lines): Row) {
+        let r = report(&probe, started, st);
+        assert_eq!(r.lines(), lines, "{name}");
+        assert_eq!(r.proven_tier, tier, "{name}");
+        assert_eq!(r.fix, fix, "{name}");
+        assert_eq!(
+            r.routed_tier, 0,
+            "{name}: Windows is routed as tier 0 always"
+        );
+        assert!(r.tier_line.starts_with("Sandbox: tier "), "{name}");
+        assert!(r.fix_line.starts_with("Fix: "), "{name}");
+        assert!(!r.lines().iter().any(|l| l.contains('\n')), "{name}");
     }
 
     #[test]

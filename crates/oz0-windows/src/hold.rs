@@ -20,6 +20,39 @@ const FILE_FLAG_OPEN_REPARSE_POINT: u32 = 0x0020_0000;
 /// folder cannot be renamed or removed while it is held.
 const SHARE_NO_DELETE: u32 = 0x1 | 0x2;
 
+/// Why a run's folders could not be held: nothing of the run is started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HoldError {
+    /// A link where the node makes, holds or removes something.
+    #[error("{} is a symbolic link or junction, which the node never follows in a folder a run writes (a run may have left it): remove it, or name the real folder", .0.display())]
+    Link(PathBuf),
+    /// A folder on the way to a protected entry could not be made.
+    #[error("cannot make {} for a protected entry: {source}", path.display())]
+    MakeParent {
+        /// The folder.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A missing protected entry could not be made as a placeholder.
+    #[error("cannot hold {} with a placeholder: {source}", path.display())]
+    Placeholder {
+        /// The entry.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A writable folder could not be opened without delete sharing.
+    #[error("cannot hold {} for the run (is another program using it?): {source}", path.display())]
+    Open {
+        /// The folder.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// Removes what it made (placeholders, then folders, innermost first) and
 /// lets go of the held folders when dropped.
 #[derive(Default)]
@@ -52,12 +85,9 @@ impl Drop for Held {
 /// Err when `p` is a symbolic link or junction (Windows' name surrogates):
 /// a run may have left it in a folder it writes, and the node never makes,
 /// holds or removes anything through one there.
-fn no_link(p: &Path) -> Result<(), String> {
+fn no_link(p: &Path) -> Result<(), HoldError> {
     if fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(format!(
-            "{} is a symbolic link or junction, which the node never follows in a folder a run writes (a run may have left it): remove it, or name the real folder",
-            p.display()
-        ));
+        return Err(HoldError::Link(p.to_path_buf()));
     }
     Ok(())
 }
@@ -76,7 +106,11 @@ fn git_of(p: &Path) -> Option<&Path> {
 /// a protected entry, a folder on its way inside `.git` or a held folder
 /// that is a symbolic link or junction (as on Linux, where such a
 /// protected name refuses the run).
-pub fn hold(protected: &[Protected], hold_open: &[WinPath], made: &mut Held) -> Result<(), String> {
+pub fn hold(
+    protected: &[Protected],
+    hold_open: &[WinPath],
+    made: &mut Held,
+) -> Result<(), HoldError> {
     use std::os::windows::fs::OpenOptionsExt;
     for e in protected {
         let path = PathBuf::from(e.path.as_str());
@@ -104,15 +138,17 @@ pub fn hold(protected: &[Protected], hold_open: &[WinPath], made: &mut Held) -> 
             let mut missing: Vec<&Path> = parent.ancestors().take_while(|a| !a.exists()).collect();
             missing.reverse();
             for d in missing {
-                fs::create_dir(d).map_err(|err| {
-                    format!("cannot make {} for a protected entry: {err}", d.display())
+                fs::create_dir(d).map_err(|source| HoldError::MakeParent {
+                    path: d.to_path_buf(),
+                    source,
                 })?;
                 made.dirs.push(d.to_path_buf());
             }
         }
         if e.kind == "dir" {
-            fs::create_dir(&path).map_err(|err| {
-                format!("cannot hold {} with a placeholder: {err}", path.display())
+            fs::create_dir(&path).map_err(|source| HoldError::Placeholder {
+                path: path.clone(),
+                source,
             })?;
             made.dirs.push(path);
         } else {
@@ -120,8 +156,9 @@ pub fn hold(protected: &[Protected], hold_open: &[WinPath], made: &mut Held) -> 
                 .write(true)
                 .create_new(true)
                 .open(&path)
-                .map_err(|err| {
-                    format!("cannot hold {} with a placeholder: {err}", path.display())
+                .map_err(|source| HoldError::Placeholder {
+                    path: path.clone(),
+                    source,
                 })?;
             made.files.push(path);
         }
@@ -139,11 +176,9 @@ pub fn hold(protected: &[Protected], hold_open: &[WinPath], made: &mut Held) -> 
             .share_mode(SHARE_NO_DELETE)
             .custom_flags(FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT)
             .open(path)
-            .map_err(|err| {
-                format!(
-                    "cannot hold {} for the run (is another program using it?): {err}",
-                    path.display()
-                )
+            .map_err(|source| HoldError::Open {
+                path: path.to_path_buf(),
+                source,
             })?;
         made.held.push(f);
     }

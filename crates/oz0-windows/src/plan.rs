@@ -279,6 +279,83 @@ pub fn plan(
     psec: &PsecFacts,
     egress: Option<&EgressSetup>,
 ) -> Result<PsecPlan, PlanError> {
+    let NamedPaths {
+        data_dir,
+        work,
+        read,
+        write,
+    } = named_paths(spec)?;
+    check_named(&data_dir, &work, &read, &write, host)?;
+
+    // Deny list first: it decides whether this build can run it at all.
+    let mut fs_deny = vec![data_dir.clone()];
+    fs_deny.extend(host.other_runs.iter().cloned());
+    if !psec.supports(Feature::DenyPaths) {
+        return Err(PlanError::DenyUnsupported(data_dir, psec.contract));
+    }
+
+    let mut fs_read_write = vec![work.clone()];
+    fs_read_write.extend(write.iter().cloned());
+    fs_read_write.push(host.run_temp.clone());
+
+    let (protected, hold_open) = protected_entries(std::iter::once(&work).chain(write.iter()))?;
+
+    let mut fs_read_only = vec![host.system_root.clone()];
+    fs_read_only.extend(read.iter().cloned());
+    fs_read_only.push(host.node_binary.clone());
+    fs_read_only.extend(protected.iter().map(|p| p.path.clone()));
+
+    let Network {
+        policy: network_policy,
+        capabilities,
+        proxy,
+        sockets_dir,
+    } = network(spec.egress.is_enabled(), psec, egress)?;
+    fs_read_write.extend(sockets_dir);
+
+    let version = if network_policy.ingress.is_some() {
+        Contract::V1_1
+    } else {
+        Contract::V1_0
+    };
+
+    let env = env::windows_env(&spec.env, &host.system_root, &host.run_temp, proxy)?;
+    let command_line = cmdline::command_line(&spec.command)?;
+    let program = WinPath::parse(&spec.command[0]).expect("checked by command_line");
+
+    Ok(PsecPlan {
+        request: PsecRequest {
+            version,
+            capabilities,
+            disallow_win32k_system_calls: false,
+            ui_restrictions: UI_RESTRICTIONS,
+            fs_read_write,
+            fs_read_only,
+            fs_deny,
+            network_policy,
+        },
+        job: job_limits(&spec.limits),
+        timeout_seconds: spec.limits.timeout_seconds,
+        env,
+        cwd: work,
+        program,
+        command_line,
+        protected,
+        hold_open,
+    })
+}
+
+/// The run's folders as Windows paths.
+struct NamedPaths {
+    data_dir: WinPath,
+    work: WinPath,
+    read: Vec<WinPath>,
+    write: Vec<WinPath>,
+}
+
+/// Each folder of the spec as a Windows path, named by its flag when it is
+/// not one.
+fn named_paths(spec: &RunSpec) -> Result<NamedPaths, PlanError> {
     let data_dir = win("--data-dir", &spec.data_dir)?;
     let work = win("--work", &spec.work)?;
     let read = spec
@@ -291,8 +368,25 @@ pub fn plan(
         .iter()
         .map(|p| win("--write", p))
         .collect::<Result<Vec<_>, _>>()?;
+    Ok(NamedPaths {
+        data_dir,
+        work,
+        read,
+        write,
+    })
+}
 
-    let named = std::iter::once(("--work", &work, true))
+/// Refuses a folder named twice (ignoring case), a whole drive, the
+/// Windows folder made writable, and one overlapping the data directory or
+/// another run's folder.
+fn check_named(
+    data_dir: &WinPath,
+    work: &WinPath,
+    read: &[WinPath],
+    write: &[WinPath],
+    host: &WindowsHost,
+) -> Result<(), PlanError> {
+    let named = std::iter::once(("--work", work, true))
         .chain(read.iter().map(|p| ("--read", p, false)))
         .chain(write.iter().map(|p| ("--write", p, true)));
     let mut seen: Vec<&WinPath> = vec![];
@@ -318,7 +412,7 @@ pub fn plan(
                 why: "is or holds the Windows folder, which runs read but never write: use a folder of its own",
             });
         }
-        if path.overlaps_ci(&data_dir) {
+        if path.overlaps_ci(data_dir) {
             return Err(PlanError::DataDir {
                 flag,
                 path: path.clone(),
@@ -333,28 +427,28 @@ pub fn plan(
             });
         }
     }
+    Ok(())
+}
 
-    // Deny list first: it decides whether this build can run it at all.
-    let mut fs_deny = vec![data_dir.clone()];
-    fs_deny.extend(host.other_runs.iter().cloned());
-    if !psec.supports(Feature::DenyPaths) {
-        return Err(PlanError::DenyUnsupported(data_dir, psec.contract));
-    }
+/// A run's network: the container's policy, its capabilities, the proxy
+/// its environment names, and the bridge's sockets folder it writes.
+struct Network<'a> {
+    policy: NetworkPolicy,
+    capabilities: Vec<String>,
+    proxy: Option<(u16, &'a ProxyToken)>,
+    sockets_dir: Option<WinPath>,
+}
 
-    let mut fs_read_write = vec![work.clone()];
-    fs_read_write.extend(write.iter().cloned());
-    fs_read_write.push(host.run_temp.clone());
-
-    let (protected, hold_open) = protected_entries(std::iter::once(&work).chain(write.iter()))?;
-
-    let mut fs_read_only = vec![host.system_root.clone()];
-    fs_read_only.extend(read.iter().cloned());
-    fs_read_only.push(host.node_binary.clone());
-    fs_read_only.extend(protected.iter().map(|p| p.path.clone()));
-
-    let (network_policy, capabilities, proxy) = match (spec.egress.is_enabled(), egress) {
-        (false, None) => (
-            NetworkPolicy {
+/// The network of a run that asks for egress (`wants`) or not, over the
+/// route set up for it; Err when the two do not go together.
+fn network<'a>(
+    wants: bool,
+    psec: &PsecFacts,
+    egress: Option<&'a EgressSetup>,
+) -> Result<Network<'a>, PlanError> {
+    Ok(match (wants, egress) {
+        (false, None) => Network {
+            policy: NetworkPolicy {
                 proxy_url: None,
                 egress: Some(EndpointPolicy {
                     default_action: FilterAction::Deny,
@@ -362,35 +456,35 @@ pub fn plan(
                 allowed_appcontainer_peer: None,
                 ingress: ingress_table(psec),
             },
-            vec![],
-            None,
-        ),
-        (true, Some(EgressSetup::Bridge { port, token, sockets_dir })) => {
-            fs_read_write.push(sockets_dir.clone());
-            (
-                NetworkPolicy {
-                    proxy_url: Some(format!("http://127.0.0.1:{port}")),
-                    egress: None,
-                    allowed_appcontainer_peer: None,
-                    ingress: ingress_table(psec),
-                },
-                vec![],
-                Some((*port, token)),
-            )
-        }
+            capabilities: vec![],
+            proxy: None,
+            sockets_dir: None,
+        },
+        (true, Some(EgressSetup::Bridge { port, token, sockets_dir })) => Network {
+            policy: NetworkPolicy {
+                proxy_url: Some(format!("http://127.0.0.1:{port}")),
+                egress: None,
+                allowed_appcontainer_peer: None,
+                ingress: ingress_table(psec),
+            },
+            capabilities: vec![],
+            proxy: Some((*port, token)),
+            sockets_dir: Some(sockets_dir.clone()),
+        },
         // Windows takes the relay's spec only as MXC writes it: the
         // private-network capability, the relay's profile as the one peer,
         // and no ingress table (with one the container does not start).
-        (true, Some(EgressSetup::Relay { port, token })) => (
-            NetworkPolicy {
+        (true, Some(EgressSetup::Relay { port, token })) => Network {
+            policy: NetworkPolicy {
                 proxy_url: Some(format!("http://127.0.0.1:{}", port.get())),
                 egress: None,
                 allowed_appcontainer_peer: Some(RELAY_PROFILE.to_string()),
                 ingress: None,
             },
-            vec![PRIVATE_NETWORK_CAPABILITY.to_string()],
-            Some((port.get(), token)),
-        ),
+            capabilities: vec![PRIVATE_NETWORK_CAPABILITY.to_string()],
+            proxy: Some((port.get(), token)),
+            sockets_dir: None,
+        },
         (true, None) => {
             return Err(PlanError::EgressMismatch(
                 "the run asks for egress (--allow/--forward) but no route to the proxy was set up: start the bridge or relay first",
@@ -401,19 +495,12 @@ pub fn plan(
                 "a route to the proxy was set up for a run without egress: a run without --allow/--forward gets no network",
             ))
         }
-    };
+    })
+}
 
-    let version = if network_policy.ingress.is_some() {
-        Contract::V1_1
-    } else {
-        Contract::V1_0
-    };
-
-    let env = env::windows_env(&spec.env, &host.system_root, &host.run_temp, proxy)?;
-    let command_line = cmdline::command_line(&spec.command)?;
-    let program = WinPath::parse(&spec.command[0]).expect("checked by command_line");
-
-    let l = &spec.limits;
+/// The job object's limits for the run's: kill-on-close and no error
+/// dialogs always, memory, processes and CPU time when asked for.
+fn job_limits(l: &oz0_policy::Limits) -> JobLimits {
     let mut limit_flags = JOB_LIMIT_KILL_ON_JOB_CLOSE | JOB_LIMIT_DIE_ON_UNHANDLED_EXCEPTION;
     if l.memory_mib.is_some() {
         limit_flags |= JOB_LIMIT_JOB_MEMORY;
@@ -424,7 +511,7 @@ pub fn plan(
     if l.cpu_seconds.is_some() {
         limit_flags |= JOB_LIMIT_JOB_TIME;
     }
-    let job = JobLimits {
+    JobLimits {
         limit_flags,
         job_memory_bytes: l.memory_mib.map(|m| m * 1024 * 1024),
         active_processes: l.processes,
@@ -437,28 +524,7 @@ pub fn plan(
                 .unwrap_or(i64::MAX)
         }),
         ui_restrictions: UI_RESTRICTIONS,
-    };
-
-    Ok(PsecPlan {
-        request: PsecRequest {
-            version,
-            capabilities,
-            disallow_win32k_system_calls: false,
-            ui_restrictions: UI_RESTRICTIONS,
-            fs_read_write,
-            fs_read_only,
-            fs_deny,
-            network_policy,
-        },
-        job,
-        timeout_seconds: l.timeout_seconds,
-        env,
-        cwd: work,
-        program,
-        command_line,
-        protected,
-        hold_open,
-    })
+    }
 }
 
 /// The ingress table (deny inbound, deny the host's loopback) where the

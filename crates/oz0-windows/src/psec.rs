@@ -54,6 +54,21 @@ pub fn refusal(spec: &RunSpec, role: &Role, fault: Option<&Fault>, io: &RunIo) -
 #[cfg(windows)]
 pub use imp::Psec;
 
+/// Why PSEC cannot be set up for this node.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PsecError {
+    /// This binary's path cannot be found.
+    #[error("cannot name the node binary: {0}")]
+    NodeBinary(std::io::Error),
+}
+
+impl From<PsecError> for String {
+    fn from(e: PsecError) -> String {
+        e.to_string()
+    }
+}
+
 #[cfg(windows)]
 mod imp {
     use std::fs;
@@ -86,12 +101,11 @@ mod imp {
     impl Psec {
         /// PSEC with these facts, this machine's `SystemRoot` and this
         /// binary.
-        pub fn new(facts: PsecFacts) -> Result<Psec, String> {
+        pub fn new(facts: PsecFacts) -> Result<Psec, super::PsecError> {
             Ok(Psec {
                 facts,
                 system_root: std::env::var("SystemRoot").unwrap_or_else(|_| "C:\\Windows".into()),
-                node_binary: std::env::current_exe()
-                    .map_err(|e| format!("cannot name the node binary: {e}"))?,
+                node_binary: std::env::current_exe().map_err(super::PsecError::NodeBinary)?,
             })
         }
     }

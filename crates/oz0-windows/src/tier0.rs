@@ -24,20 +24,30 @@ use oz0_policy::{AbsPath, RunSpec};
 
 use crate::supervise::{supervise, Watch};
 
+/// Why a path cannot be carried in a run's spec.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CarryError {
+    /// Not Unicode, which a spec's paths are.
+    #[error("{} is not valid Unicode", .0.display())]
+    NotUnicode(PathBuf),
+    /// Not on a drive letter.
+    #[error("{0} is not a folder on a drive letter (X:\\…): name one")]
+    NoDrive(String),
+}
+
 /// `C:\work\job1` as a run's spec carries it: `/C:/work/job1`.
-pub fn carry(p: &Path) -> Result<String, String> {
+pub fn carry(p: &Path) -> Result<String, CarryError> {
     let s = p
         .to_str()
-        .ok_or_else(|| format!("{} is not valid Unicode", p.display()))?;
+        .ok_or_else(|| CarryError::NotUnicode(p.to_path_buf()))?;
     let b = s.as_bytes();
     let drive = b.len() >= 3
         && b[0].is_ascii_alphabetic()
         && b[1] == b':'
         && (b[2] == b'\\' || b[2] == b'/');
     if !drive {
-        return Err(format!(
-            "{s} is not a folder on a drive letter (X:\\…): name one"
-        ));
+        return Err(CarryError::NoDrive(s.to_string()));
     }
     Ok(format!("/{}", s.replace('\\', "/")))
 }
