@@ -1,9 +1,14 @@
 //! `oz0-node run --edge URL --tenant T`: register with the edge, report the
 //! facts, and take work.
 //!
-//! The node polls one queue per tier, from the highest it may take down to
-//! 0, and never a queue above the tier it is routed at (the lower of the
-//! edge's decision and its own facts). It runs up to `--jobs N` jobs at
+//! The node waits for work with one long poll after another (held by the
+//! edge up to 15 s, answered the moment a job for it is queued or one it
+//! runs is cancelled): the queues from the tier it is routed at (the lower
+//! of the edge's decision and its own facts) down to 0, never one above,
+//! a job only while a slot is free, and the ids of the jobs it runs, so a
+//! cancel stops one within milliseconds. An edge that answers a poll at
+//! once with nothing is asked again after `--poll-ms`. It runs up to
+//! `--jobs N` jobs at
 //! once (`edge/run.rs`), each in a fresh work directory under
 //! `--work-root`, through the same launcher as `oz0-node sandbox run`,
 //! under a lease of its own that is renewed while it runs. When a lease is
@@ -44,8 +49,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oz0_core::Sandbox;
-use oz0_edge::client::{ClientError, Lease, NodeClient, NodeKey};
-use oz0_edge::wire::NodeView;
+use oz0_edge::client::{ClientError, NodeClient, NodeKey, Polled};
+use oz0_edge::wire::{NodeView, PollRequest};
 use oz0_policy::facts::NodeFacts;
 
 use crate::node::NodeArgs;
@@ -60,6 +65,9 @@ use run::{Runner, Taking};
 /// The highest tier this node runs jobs at: tier 2 is microVM tools, taken
 /// only when the node proved microVMs.
 const MAX_TAKEN_TIER: u8 = 2;
+/// How long the edge may hold a poll: it answers sooner, the moment a job
+/// for this node is queued or one it runs is cancelled.
+const LONG_POLL: Duration = Duration::from_secs(15);
 /// The longest wait between retries when the edge cannot be reached.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -342,68 +350,74 @@ impl Daemon {
         edge.min(own).min(MAX_TAKEN_TIER)
     }
 
-    /// Polls the queues from the node's tier down; a job, none, or an error
-    /// already handled (None).
-    async fn poll(&mut self) -> Option<Option<Lease>> {
-        for tier in (0..=self.tier()).rev() {
-            match or_stop(&self.stop, self.client.poll(tier)).await {
-                None => return None,
-                Some(Ok((lease, routed))) => {
-                    if self.pending {
-                        log("approved by an operator: taking work now");
-                        self.pending = false;
-                    }
-                    if let (Some(r), Some(v)) = (routed, self.view.as_mut()) {
-                        if r != v.tier_routed {
-                            log(&format!(
-                                "the edge routes this node at tier {r} now (was {})",
-                                v.tier_routed
-                            ));
-                            v.tier_routed = r;
-                        }
-                    }
-                    if let Some(l) = lease {
-                        self.backoff = Duration::from_secs(1);
-                        return Some(Some(l));
+    /// The next long poll: the queues from the node's tier down, a job
+    /// only when a slot is free (`take`), and the jobs it runs, so a
+    /// cancel of one answers at once.
+    fn poll_request(&self, take: bool, holding: Vec<String>) -> PollRequest {
+        PollRequest {
+            tier: self.tier(),
+            wait_ms: u64::try_from(LONG_POLL.as_millis()).unwrap_or(u64::MAX),
+            below: true,
+            take,
+            holding,
+        }
+    }
+
+    /// Handles a poll's answer: the answer, none (a refusal already
+    /// handled: ask again after `--poll-ms`), or stop (None).
+    async fn answered(&mut self, r: Result<Polled, ClientError>) -> Option<Option<Polled>> {
+        match r {
+            Ok(p) => {
+                if self.pending {
+                    log("approved by an operator: taking work now");
+                    self.pending = false;
+                }
+                if let (Some(r), Some(v)) = (p.tier_routed, self.view.as_mut()) {
+                    if r != v.tier_routed {
+                        log(&format!(
+                            "the edge routes this node at tier {r} now (was {})",
+                            v.tier_routed
+                        ));
+                        v.tier_routed = r;
                     }
                 }
-                Some(Err(e)) => {
-                    match e.refusal_code() {
-                        Some("node_removed") => {
-                            log(&format!("{e}"));
-                            self.removed = true;
+                self.backoff = Duration::from_secs(1);
+                Some(Some(p))
+            }
+            Err(e) => {
+                match e.refusal_code() {
+                    Some("node_removed") => {
+                        log(&format!("{e}"));
+                        self.removed = true;
+                        return None;
+                    }
+                    Some("unauthenticated") => {
+                        log(&format!(
+                            "the edge no longer knows this node ({e}): registering again"
+                        ));
+                        self.registered = false;
+                        self.view = None;
+                    }
+                    Some("tier_not_routed") => {
+                        log(&format!("{e}: reporting the facts again"));
+                        self.view = None;
+                    }
+                    Some("pending_approval") => {
+                        if !self.pending {
+                            log(&format!("{e} (asking again every {:?})", self.s.poll));
+                            self.pending = true;
+                        }
+                    }
+                    _ => {
+                        let wait = self.unreachable("cannot poll the edge for work", &e);
+                        if !self.sleep(wait).await {
                             return None;
                         }
-                        Some("unauthenticated") => {
-                            log(&format!(
-                                "the edge no longer knows this node ({e}): registering again"
-                            ));
-                            self.registered = false;
-                            self.view = None;
-                        }
-                        Some("tier_not_routed") => {
-                            log(&format!("{e}: reporting the facts again"));
-                            self.view = None;
-                        }
-                        Some("pending_approval") => {
-                            if !self.pending {
-                                log(&format!("{e} (asking again every {:?})", self.s.poll));
-                                self.pending = true;
-                            }
-                        }
-                        _ => {
-                            let wait = self.unreachable("cannot poll the edge for work", &e);
-                            if !self.sleep(wait).await {
-                                return None;
-                            }
-                        }
                     }
-                    return Some(None);
                 }
+                Some(None)
             }
         }
-        self.backoff = Duration::from_secs(1);
-        Some(None)
     }
 }
 
@@ -475,6 +489,7 @@ pub fn serve(
             client: client.clone(),
             stop: stop_rx,
             running: Default::default(),
+            told: Default::default(),
         });
         runner.clone().sweep().await;
         let mut d = Daemon {
@@ -517,24 +532,44 @@ pub fn serve(
                     continue;
                 }
             }
-            if running.len() >= max_jobs {
-                // Every slot is busy: wait for one to free, or the stop.
-                tokio::select! {
-                    biased;
-                    _ = d.stop.readable() => break Exit::Ok.code(),
-                    _ = running.join_next() => continue,
-                }
-            }
-            match d.poll().await {
+            let free = running.len() < max_jobs;
+            let req = d.poll_request(free, runner.holding());
+            let sent = Instant::now();
+            let r = tokio::select! {
+                biased;
+                _ = d.stop.readable() => break Exit::Ok.code(),
+                // Every slot was busy and one freed: poll again, taking.
+                _ = running.join_next(), if !free => continue,
+                r = d.client.poll_with(&req) => r,
+            };
+            let p = match d.answered(r).await {
                 None => break Exit::Ok.code(),
                 Some(None) => {
                     if !d.sleep(poll_every).await {
                         break Exit::Ok.code();
                     }
+                    continue;
                 }
-                Some(Some(lease)) => {
-                    running.spawn(runner.clone().take(lease, d.taking()));
+                Some(Some(p)) => p,
+            };
+            for s in &p.stop {
+                runner.tell(s);
+            }
+            match p.lease {
+                Some(lease) => {
+                    let told = runner.hold(&lease.job.job_id);
+                    running.spawn(runner.clone().take(lease, d.taking(), told));
                 }
+                // An edge that answered with nothing sooner than
+                // --poll-ms (one that does not hold polls) is asked
+                // again after it.
+                None if p.stop.is_empty() => {
+                    let rest = poll_every.saturating_sub(sent.elapsed());
+                    if !rest.is_zero() && !d.sleep(rest).await {
+                        break Exit::Ok.code();
+                    }
+                }
+                None => {}
             }
         };
         // Every running job stops and is given back before the node exits.

@@ -64,12 +64,16 @@ pub struct NodeArgs {
     /// check fails (the node is then tier 0).
     #[arg(long = "inject-fault", value_name = "PROPERTY", hide = true)]
     pub inject_fault: Option<String>,
-    /// How long to wait between polls of an empty queue, in milliseconds.
+    /// The edge holds each of the node's polls for work up to 15 s and
+    /// answers the moment a job is queued: this is how long the node waits
+    /// before asking again when the edge answers at once with nothing (an
+    /// edge that does not hold polls, or while this node waits for an
+    /// operator's approval), in milliseconds (50 to 60000).
     #[arg(
         long = "poll-ms",
         value_name = "MS",
         default_value_t = 2000,
-        hide = true
+        requires = "edge"
     )]
     pub poll_ms: u64,
     /// How often the machine is probed again for changed facts, in seconds.

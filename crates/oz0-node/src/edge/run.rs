@@ -5,11 +5,17 @@
 //! the bounded tails of its output. Several run at once, each on its own
 //! task, lease, work folder and limits (`oz0-node run --jobs N`).
 //!
+//! A job is stopped, and its end not reported, when the edge says so: in
+//! the answer to the node's long poll (which names every job it runs), or
+//! in the answer to the job's held renewal, whichever comes first. A job
+//! cancelled by an operator is logged as a cancel; one whose lease is not
+//! this node's any more (it lapsed, or a drain moved the job) as such.
+//!
 //! A node told to stop kills its runs and gives their jobs back to the
 //! edge at once (`release`), so another node takes them without waiting
 //! for the leases to lapse.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
@@ -20,7 +26,7 @@ use std::time::Duration;
 
 use oz0_core::Sandbox;
 use oz0_edge::client::{ClientError, Completion, Lease, NodeClient};
-use oz0_edge::wire::JobPayload;
+use oz0_edge::wire::{JobPayload, StopJob, MAX_HOLDING};
 use oz0_policy::RunSpec;
 use tokio::sync::watch;
 
@@ -44,13 +50,21 @@ pub(super) struct Runner {
     pub(super) stop: watch::Receiver<bool>,
     /// The jobs running now, whose records retention never removes.
     pub(super) running: Mutex<BTreeSet<String>>,
+    /// The jobs whose work runs now (the node's polls name them), each
+    /// with what tells it to stop: `Some(true)` cancelled by an operator,
+    /// `Some(false)` its lease is not this node's any more.
+    pub(super) told: Mutex<BTreeMap<String, watch::Sender<Option<bool>>>>,
 }
+
+/// What tells a job's run to stop.
+pub(super) type Told = watch::Receiver<Option<bool>>;
 
 /// Takes a job off [`Runner::running`] when its task ends, however it ends.
 struct Running<'a>(&'a Runner, String);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
+        self.0.forget(&self.1);
         self.0
             .running
             .lock()
@@ -68,12 +82,70 @@ pub(super) struct Taking {
     pub(super) microvms: Result<(), String>,
 }
 
+/// How a job's work ended, under its lease.
+enum Ran {
+    /// It ran to its end (or its thread failed).
+    Ended(Result<Result<JobEnd, String>, tokio::task::JoinError>),
+    /// The node was told to stop.
+    NodeStopped,
+    /// The edge said to stop it: cancelled by an operator (`Some(true)`).
+    Told(Option<bool>),
+}
+
 /// Waits until `stop` turns true.
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
 impl Runner {
+    /// Counts a job just leased as running, before its task starts (so
+    /// the next poll names it): what tells it to stop.
+    pub(super) fn hold(&self, id: &str) -> Told {
+        let (tx, rx) = watch::channel(None);
+        if safe_id(id) {
+            self.running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id.to_string());
+            self.told
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id.to_string(), tx);
+        }
+        rx
+    }
+
+    /// The jobs whose work runs now, as a poll names them.
+    pub(super) fn holding(&self) -> Vec<String> {
+        self.told
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .take(MAX_HOLDING)
+            .cloned()
+            .collect()
+    }
+
+    /// Tells a job the edge named in a poll's answer to stop.
+    pub(super) fn tell(&self, stop: &StopJob) {
+        if let Some(tx) = self
+            .told
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&stop.job_id)
+        {
+            tx.send_replace(Some(stop.reason == "cancelled"));
+        }
+    }
+
+    /// A job's work ended: polls no longer name it.
+    fn forget(&self, id: &str) {
+        self.told
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+
     /// Applies the job records' retention (`--keep-jobs-days`,
     /// `--keep-jobs-mib`) and logs what it removed.
     pub(super) async fn sweep(self: Arc<Self>) {
@@ -93,24 +165,17 @@ impl Runner {
 
     /// Runs one leased job, reports its end, and applies the records'
     /// retention.
-    pub(super) async fn take(self: Arc<Self>, lease: Lease, at: Taking) {
+    /// `told` is [`Runner::hold`]'s for this job.
+    pub(super) async fn take(self: Arc<Self>, lease: Lease, at: Taking, told: Told) {
         let id = lease.job.job_id.clone();
         {
-            let _running = if safe_id(&id) {
-                self.running
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id.clone());
-                Some(Running(&self, id))
-            } else {
-                None
-            };
-            self.run_one(lease, at).await;
+            let _running = safe_id(&id).then(|| Running(&self, id));
+            self.run_one(lease, at, told).await;
         }
         self.sweep().await;
     }
 
-    async fn run_one(&self, mut lease: Lease, at: Taking) {
+    async fn run_one(&self, mut lease: Lease, at: Taking, told: Told) {
         let job = lease.job.clone();
         if !safe_id(&job.job_id) {
             log("the edge handed out a job whose id is not plain letters and digits: not run");
@@ -166,7 +231,7 @@ impl Runner {
                 log(&format!("job {id} refused: {e}"));
                 JobEnd::refused(e)
             }
-            Ok(task) => match self.run_under_lease(&mut lease, task).await {
+            Ok(task) => match self.run_under_lease(&mut lease, task, told).await {
                 Some(end) => end,
                 None => {
                     let _ = fs::remove_dir_all(&work);
@@ -174,6 +239,7 @@ impl Runner {
                 }
             },
         };
+        self.forget(&id);
         let _ = fs::remove_dir_all(&work);
         write_status(&record, &job, &end);
         log(&format!(
@@ -235,10 +301,15 @@ impl Runner {
         }))
     }
 
-    /// Runs the job while the lease holds. None: the job was stopped (its
-    /// lease lost, or the node told to stop, which gives the job back) and
-    /// is not reported.
-    async fn run_under_lease(&self, lease: &mut Lease, task: Task) -> Option<JobEnd> {
+    /// Runs the job while the lease holds. None: the job was stopped (the
+    /// edge said so, or the node was told to stop, which gives the job
+    /// back) and is not reported.
+    async fn run_under_lease(
+        &self,
+        lease: &mut Lease,
+        task: Task,
+        mut told: Told,
+    ) -> Option<JobEnd> {
         let id = lease.job.job_id.clone();
         let (cancel_r, cancel_w) = match UnixStream::pair() {
             Ok(p) => p,
@@ -254,26 +325,29 @@ impl Runner {
         let work = async {
             tokio::select! {
                 biased;
-                r = &mut handle => Some(r),
-                _ = stopped(&mut stop) => None,
+                r = &mut handle => Ran::Ended(r),
+                _ = stopped(&mut stop) => Ran::NodeStopped,
+                t = told.wait_for(Option::is_some) => Ran::Told(t.ok().and_then(|t| *t)),
             }
         };
         let r = self.client.run_leased(lease, work).await;
         // Closing the pipe's other end cancels the run (its whole tree).
         drop(cancel_w);
-        match r {
-            Ok(Some(joined)) => Some(match joined {
-                Ok(Ok(end)) => end,
-                Ok(Err(e)) => {
-                    log(&format!("job {id}: the sandbox refused or failed: {e}"));
-                    JobEnd::refused(e)
-                }
-                Err(e) => {
-                    log(&format!("job {id}: the run's thread failed: {e}"));
-                    JobEnd::refused(format!("the run's thread failed: {e}"))
-                }
-            }),
-            Ok(None) => {
+        let cancelled = match r {
+            Ok(Ran::Ended(joined)) => {
+                return Some(match joined {
+                    Ok(Ok(end)) => end,
+                    Ok(Err(e)) => {
+                        log(&format!("job {id}: the sandbox refused or failed: {e}"));
+                        JobEnd::refused(e)
+                    }
+                    Err(e) => {
+                        log(&format!("job {id}: the run's thread failed: {e}"));
+                        JobEnd::refused(format!("the run's thread failed: {e}"))
+                    }
+                })
+            }
+            Ok(Ran::NodeStopped) => {
                 let _ = handle.await;
                 let given =
                     tokio::time::timeout(Duration::from_secs(5), self.client.release_job(lease))
@@ -283,14 +357,23 @@ impl Runner {
                     Ok(Err(e)) => format!("job {id} stopped with the node; it could not be given back ({e}): the edge hands it out again when its lease lapses"),
                     Err(_) => format!("job {id} stopped with the node; the edge did not answer in time to take it back: it hands it out again when its lease lapses"),
                 });
-                None
+                return None;
             }
+            Ok(Ran::Told(cancelled)) => cancelled.unwrap_or(false),
+            Err(ClientError::LeaseLost { cancelled, .. }) => cancelled,
             Err(e) => {
                 let _ = handle.await;
-                log(&format!("job {id} killed: {e}"));
-                None
+                log(&format!("job {id} stopped: {e}; its end is not reported"));
+                return None;
             }
-        }
+        };
+        let _ = handle.await;
+        log(&if cancelled {
+            format!("job {id} cancelled by an operator: stopped; its end is not reported")
+        } else {
+            format!("job {id} stopped: its lease is not this node's any more (it lapsed, or a drain moved the job); its end is not reported")
+        });
+        None
     }
 
     /// Reports the job's end, retrying while the edge cannot be reached

@@ -1,0 +1,95 @@
+//! The node's link to its edge, through the real binaries over HTTPS (a
+//! real `oz0-edge` with a CA the test makes, the real `oz0-node run
+//! --edge`, the real `oz0` CLI):
+//!
+//! - the node waits for work with long polls: an idle node asks the edge
+//!   about once per 15 s (not once per `--poll-ms`), and still takes a job
+//!   as soon as it is queued;
+//! - its log lines carry their time (UTC, RFC 3339, ms), and a job an
+//!   operator cancelled is logged as a cancel;
+//! - `key rotate` is refused while a node runs on the same data directory;
+//! - an edge whose certificate the node does not trust stops `run --once`
+//!   (and the daemon) with an error, not retries;
+//! - several `--edge` URLs: the node fails over to the next one it can
+//!   reach, and says so.
+
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::time::Duration;
+
+use common::fleet::{edge_bin, oz0_bin, Edge, Node};
+use common::skip;
+use oz0_edge::client::{raw_request_with, Trust};
+use oz0_edge::routing::Origin;
+
+fn binaries() -> Option<std::path::PathBuf> {
+    let Some(edge) = edge_bin() else {
+        skip("the oz0-edge binary is not found: set OZ0_EDGE_BIN or `cargo build -p oz0-edge`");
+        return None;
+    };
+    if oz0_bin().is_none() {
+        skip("the oz0 binary is not found: set OZ0_CLI_BIN or `cargo build -p oz0-edge`");
+        return None;
+    }
+    Some(edge)
+}
+
+/// Requests the edge answered on `/v1/node/poll`, from its metrics.
+fn polls(edge: &Edge) -> u64 {
+    let (st, body) = edge
+        .rt
+        .block_on(raw_request_with(
+            &edge.url,
+            &Trust::CaFile(edge.ca.clone()),
+            "GET",
+            "/metrics",
+            &[(
+                "authorization",
+                format!("Bearer {}", common::fleet::OPERATOR),
+            )],
+            vec![],
+        ))
+        .unwrap();
+    assert_eq!(st, 200);
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| {
+            l.starts_with("oz0_edge_request_duration_seconds_count{route=\"/v1/node/poll\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn an_idle_node_waits_in_one_long_poll_and_takes_a_job_at_once() {
+    let Some(bin) = binaries() else { return };
+    let edge = Edge::start(&bin, 30);
+    // --poll-ms 200: a node polling as it did asked 5 times a second.
+    let mut n = Node::start(&edge, "wait-a", &["--sandbox", "none"]);
+    n.wait_log("facts reported", 60);
+    std::thread::sleep(Duration::from_secs(3));
+    let idle = polls(&edge);
+    assert!(
+        idle <= 2,
+        "an idle node polled {idle} times in 3 s:\n{}",
+        n.log()
+    );
+    // The held poll is answered by the job's submission.
+    let id = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({"command": ["sh", "-c", "echo taken"]}),
+        )
+        .unwrap();
+    let j = edge.wait_job(&id, 30);
+    assert_eq!(j.state, "succeeded", "{j:?}\n{}", n.log());
+    assert_eq!(n.output(&id, "stdout"), "taken\n");
+    assert!(
+        polls(&edge) <= idle + 4,
+        "{} polls for one job:\n{}",
+        polls(&edge) - idle,
+        n.log()
+    );
+}
