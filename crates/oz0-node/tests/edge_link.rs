@@ -17,10 +17,10 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::fleet::{edge_bin, oz0_bin, Edge, Node};
-use common::skip;
+use common::fleet::{edge_bin, oz0_bin, processes_with, Edge, Node};
+use common::{marker, skip};
 use oz0_edge::client::{raw_request_with, Trust};
 use oz0_edge::routing::Origin;
 
@@ -92,4 +92,64 @@ fn an_idle_node_waits_in_one_long_poll_and_takes_a_job_at_once() {
         polls(&edge) - idle,
         n.log()
     );
+}
+
+/// Whether `line` starts with a time as `2026-05-01T12:34:56.789Z `.
+fn stamped(line: &str) -> bool {
+    let b = line.as_bytes();
+    b.len() > 25
+        && b[..24].iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            10 => *c == b'T',
+            13 | 16 => *c == b':',
+            19 => *c == b'.',
+            23 => *c == b'Z',
+            _ => c.is_ascii_digit(),
+        })
+        && b[24] == b' '
+}
+
+#[test]
+fn log_lines_carry_their_time_and_a_cancel_is_logged_as_one() {
+    let Some(bin) = binaries() else { return };
+    let edge = Edge::start(&bin, 30);
+    let mut n = Node::start(&edge, "wait-b", &["--sandbox", "none"]);
+    n.wait_log("facts reported", 60);
+    let m = marker("cancelled");
+    let id = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({"command": ["sh", "-c", "sleep 300; :", &m]}),
+        )
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while processes_with(&m).is_empty() {
+        assert!(
+            Instant::now() < until,
+            "the job did not start:\n{}",
+            n.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (st, _, err) = edge.oz0(&["job", "cancel", "--tenant", "acme", &id]);
+    assert_eq!(st, Some(0), "{err}");
+    n.wait_log(&format!("job {id} cancelled by an operator"), 30);
+    let log = n.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains(&format!("job {id} cancelled")))
+        .unwrap();
+    assert!(!line.contains("lease"), "{line}");
+    // Every line of the daemon's log says when.
+    for l in log.lines() {
+        assert!(stamped(l), "a log line without its time: {l:?}");
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    while !processes_with(&m).is_empty() {
+        assert!(
+            Instant::now() < until,
+            "the cancelled job still runs:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
