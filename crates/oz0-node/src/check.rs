@@ -2,6 +2,7 @@
 
 use clap::Args;
 use oz0_core::{Check, Line, SelfTest, Wall};
+use oz0_linux::wall::UnknownFault;
 use oz0_linux::{Fault, LinuxWall};
 
 use crate::cli::HostArgs;
@@ -30,9 +31,8 @@ pub struct CheckArgs {
 }
 
 /// Reads `--inject-fault`'s value.
-pub fn parse_fault(s: Option<&str>) -> Result<Option<Fault>, String> {
-    s.map(|s| s.parse::<Fault>().map_err(|e| e.to_string()))
-        .transpose()
+pub fn parse_fault(s: Option<&str>) -> Result<Option<Fault>, UnknownFault> {
+    s.map(str::parse::<Fault>).transpose()
 }
 
 /// Linux's wall as the node has it: the host context's parts of `host`, and

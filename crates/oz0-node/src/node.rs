@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use oz0_core::facts::{self, SandboxMode};
 use oz0_core::{Check, Wall};
-use oz0_edge::client::NodeKey;
+use oz0_edge::client::{ClientError, NodeKey};
 use oz0_linux::HostConfig;
 use oz0_linux::LinuxWall;
 use oz0_policy::facts::{Microvm, MicrovmReason, NodeFacts};
@@ -141,21 +141,42 @@ fn log(msg: &str) {
     crate::edge::log(msg);
 }
 
+/// Why the node key cannot be had.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeKeyError {
+    /// A key of the old raw format could not be moved aside.
+    #[error("cannot move the old node key {} aside: {source}: move it yourself", path.display())]
+    MoveAside {
+        /// The old key.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The key could not be read or made.
+    #[error(transparent)]
+    Key(#[from] ClientError),
+}
+
+impl From<NodeKeyError> for String {
+    fn from(e: NodeKeyError) -> String {
+        e.to_string()
+    }
+}
+
 /// Loads the node key, creating it on first start (an ed25519 key from the
 /// OS random source, mode 0600 in a 0700 folder): the same key format the
 /// edge's client signs with.
-pub fn node_key(d: &Path) -> Result<NodeKey, String> {
+pub fn node_key(d: &Path) -> Result<NodeKey, NodeKeyError> {
     let key = d.join("identity").join("node.key");
     let existed = key.exists();
     if existed && fs::metadata(&key).is_ok_and(|m| m.len() == 32) {
         // The raw 32-byte key of earlier versions was never registered
         // anywhere: it is kept aside and a key of the signed format made.
         let aside = key.with_extension("key.raw-v0");
-        fs::rename(&key, &aside).map_err(|e| {
-            format!(
-                "cannot move the old node key {} aside: {e}: move it yourself",
-                key.display()
-            )
+        fs::rename(&key, &aside).map_err(|source| NodeKeyError::MoveAside {
+            path: key.clone(),
+            source,
         })?;
         log(&format!(
             "moved the old node key aside to {}",
@@ -163,7 +184,7 @@ pub fn node_key(d: &Path) -> Result<NodeKey, String> {
         ));
         return node_key(d);
     }
-    let k = NodeKey::load_or_create(&key).map_err(|e| e.to_string())?;
+    let k = NodeKey::load_or_create(&key)?;
     if !existed {
         log(&format!("created the node key {}", key.display()));
     }
@@ -317,7 +338,7 @@ pub fn run(a: NodeArgs) -> i32 {
     };
     let key = match crate::private::prepare_data_dir(&data_dir)
         .map_err(String::from)
-        .and_then(|_| node_key(&data_dir))
+        .and_then(|_| node_key(&data_dir).map_err(String::from))
     {
         Ok(k) => k,
         Err(e) => {

@@ -17,6 +17,35 @@ pub type PlatformWall = oz0_macos::wall::MacWall;
 #[cfg(windows)]
 pub type PlatformWall = oz0_windows::wall::WindowsWall;
 
+/// Why a wall cannot be made on this machine: each names what failed and,
+/// where there is one, the fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlatformError {
+    /// The temporary folder or this binary cannot be named (macOS).
+    #[cfg(target_os = "macos")]
+    #[error(transparent)]
+    Setup(#[from] oz0_macos::sandbox::SetupError),
+    /// The PSEC probe could not ask Windows.
+    #[cfg(windows)]
+    #[error("the PSEC probe could not ask Windows: {0}")]
+    Probe(oz0_windows::native::NativeError),
+    /// The probes found no PSEC, and why.
+    #[cfg(windows)]
+    #[error("this machine has no PSEC ({0})")]
+    NoPsec(oz0_windows::probe::NoPsec),
+    /// PSEC cannot be set up for this node.
+    #[cfg(windows)]
+    #[error(transparent)]
+    Psec(#[from] oz0_windows::psec::PsecError),
+}
+
+impl From<PlatformError> for String {
+    fn from(e: PlatformError) -> String {
+        e.to_string()
+    }
+}
+
 /// What the walls are made with.
 pub struct Settings {
     /// The node's data directory, when it has one (no run may see it; on
@@ -59,7 +88,7 @@ impl Platform {
     }
 
     /// Tier 1: Seatbelt, its live runs recorded in the data directory.
-    pub fn tier1(&self) -> Result<Box<dyn Sandbox>, String> {
+    pub fn tier1(&self) -> Result<Box<dyn Sandbox>, PlatformError> {
         let records = self.s.data_dir.as_deref().map(oz0_macos::runs::records);
         Ok(Box::new(oz0_macos::sandbox::Seatbelt::new(
             self.s.egress.clone(),
@@ -69,7 +98,7 @@ impl Platform {
     }
 
     /// Tier 0: no wall, every process of a run still ended with it.
-    pub fn tier0(&self) -> Result<Arc<dyn Sandbox>, String> {
+    pub fn tier0(&self) -> Result<Arc<dyn Sandbox>, PlatformError> {
         Ok(Arc::new(oz0_macos::sandbox::Plain {
             temp_root: oz0_macos::sandbox::temp_root()?,
             records: self.s.data_dir.as_deref().map(oz0_macos::runs::records),
@@ -89,20 +118,18 @@ impl Platform {
     }
 
     /// Tier 1: a PSEC container, where the probes find PSEC (else why not).
-    pub fn tier1(&self) -> Result<Box<dyn Sandbox>, String> {
+    pub fn tier1(&self) -> Result<Box<dyn Sandbox>, PlatformError> {
         let probe = self
             .wall()
             .probe
             .as_ref()
-            .map_err(|e| format!("the PSEC probe could not ask Windows: {e}"))?;
-        let facts = probe
-            .psec()
-            .map_err(|why| format!("this machine has no PSEC ({why})"))?;
+            .map_err(|e| PlatformError::Probe(e.clone()))?;
+        let facts = probe.psec().map_err(PlatformError::NoPsec)?;
         Ok(Box::new(oz0_windows::psec::Psec::new(facts)?))
     }
 
     /// Tier 0: no wall, every process of a run in its job object.
-    pub fn tier0(&self) -> Result<Arc<dyn Sandbox>, String> {
+    pub fn tier0(&self) -> Result<Arc<dyn Sandbox>, PlatformError> {
         let _ = &self.s.data_dir;
         Ok(Arc::new(oz0_windows::tier0::JobObject::new()))
     }

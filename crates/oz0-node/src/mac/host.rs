@@ -13,10 +13,37 @@ const MAX_LOG: u64 = 64 << 20;
 
 pub use crate::daemon::DataDirArg;
 
+/// Why a private log or the signals cannot be had.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostError {
+    /// The log could not be opened, looked at or rotated.
+    #[error("{what} {}: {source}", path.display())]
+    Log {
+        /// What the log is.
+        what: String,
+        /// Its path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The log is something else than a file of this user's.
+    #[error("{what} {} is not a regular file of this user's: remove it", path.display())]
+    NotOwnFile {
+        /// What the log is.
+        what: String,
+        /// Its path.
+        path: PathBuf,
+    },
+    /// No signal handler could be set up.
+    #[error("cannot watch this process's signals")]
+    Signals,
+}
+
 /// Opens the log at `path` for appending: made 0600 when missing, never
 /// through a link at its end, a regular file of this user's; one grown past
 /// 64 MiB is renamed to `<name>.1` first.
-pub fn open_private_log(what: &str, path: &Path) -> Result<File, String> {
+pub fn open_private_log(what: &str, path: &Path) -> Result<File, HostError> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     if let Some(parent) = path.parent() {
         use std::os::unix::fs::DirBuilderExt;
@@ -25,6 +52,11 @@ pub fn open_private_log(what: &str, path: &Path) -> Result<File, String> {
             .mode(0o700)
             .create(parent);
     }
+    let failed = |source| HostError::Log {
+        what: what.to_string(),
+        path: path.to_path_buf(),
+        source,
+    };
     let open = || {
         std::fs::OpenOptions::new()
             .append(true)
@@ -32,22 +64,20 @@ pub fn open_private_log(what: &str, path: &Path) -> Result<File, String> {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(path)
-            .map_err(|e| format!("{what} {}: {e}", path.display()))
+            .map_err(failed)
     };
     let mut f = open()?;
-    let m = f
-        .metadata()
-        .map_err(|e| format!("{what} {}: {e}", path.display()))?;
+    let m = f.metadata().map_err(failed)?;
     if !m.is_file() || m.uid() != rustix::process::getuid().as_raw() {
-        return Err(format!(
-            "{what} {} is not a regular file of this user's: remove it",
-            path.display()
-        ));
+        return Err(HostError::NotOwnFile {
+            what: what.to_string(),
+            path: path.to_path_buf(),
+        });
     }
     if m.len() > MAX_LOG {
         let mut old = path.as_os_str().to_owned();
         old.push(".1");
-        std::fs::rename(path, &old).map_err(|e| format!("{what} {}: {e}", path.display()))?;
+        std::fs::rename(path, &old).map_err(failed)?;
         f = open()?;
     }
     Ok(f)
@@ -76,8 +106,8 @@ pub fn proven(data_dir: &Path) -> bool {
 }
 
 /// A cancel handle that fires on SIGINT, SIGTERM or SIGHUP.
-pub fn cancel_on_signals() -> Result<Cancel, String> {
+pub fn cancel_on_signals() -> Result<Cancel, HostError> {
     crate::signals::cancel_pipe()
         .map(Cancel)
-        .ok_or_else(|| "cannot watch this process's signals".into())
+        .ok_or(HostError::Signals)
 }

@@ -8,9 +8,37 @@
 
 use std::path::{Path, PathBuf};
 
-use oz0_core::{Ended, RunIo, RunOptions, Sandbox};
-use oz0_policy::{EnvVar, RunRequest, RunSpec};
-use oz0_windows::winpath::WinPath;
+use oz0_core::{Ended, RunError, RunIo, RunOptions, Sandbox};
+use oz0_policy::{EnvVar, RunRequest, RunSpec, SpecError};
+use oz0_windows::winpath::{WinPath, WinPathError};
+
+/// Why nothing ran: each names the flag or the run's refusal.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PsecRunError {
+    /// A path that is not Unicode.
+    #[error("{flag} {} is not valid Unicode", path.display())]
+    NotUnicode {
+        /// The flag.
+        flag: &'static str,
+        /// The path.
+        path: PathBuf,
+    },
+    /// A path that is not a Windows path a container can take.
+    #[error("{flag}: {source}")]
+    Path {
+        /// The flag.
+        flag: &'static str,
+        /// What is wrong.
+        source: WinPathError,
+    },
+    /// The spec was refused.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// PSEC refused or could not start the run.
+    #[error("{0}")]
+    Run(RunError),
+}
 
 /// What the caller asked for, in Windows' terms.
 pub struct Request {
@@ -34,16 +62,17 @@ pub struct Request {
     pub command: Vec<String>,
 }
 
-fn win(flag: &str, p: &Path) -> Result<WinPath, String> {
-    let s = p
-        .to_str()
-        .ok_or_else(|| format!("{flag} {} is not valid Unicode", p.display()))?;
-    WinPath::parse(s).map_err(|e| format!("{flag}: {e}"))
+fn win(flag: &'static str, p: &Path) -> Result<WinPath, PsecRunError> {
+    let s = p.to_str().ok_or_else(|| PsecRunError::NotUnicode {
+        flag,
+        path: p.to_path_buf(),
+    })?;
+    WinPath::parse(s).map_err(|source| PsecRunError::Path { flag, source })
 }
 
 /// The run's spec: its paths as the spec carries Windows' (`/X:/folder`).
-fn spec(r: Request) -> Result<RunSpec, String> {
-    let abs = |flag: &str, p: &Path| win(flag, p).map(|w| w.to_abs().as_str().to_string());
+fn spec(r: Request) -> Result<RunSpec, PsecRunError> {
+    let abs = |flag: &'static str, p: &Path| win(flag, p).map(|w| w.to_abs().as_str().to_string());
     RunSpec::new(RunRequest {
         work: abs("--work", &r.work)?,
         read: r
@@ -64,16 +93,16 @@ fn spec(r: Request) -> Result<RunSpec, String> {
         command: r.command,
         ..Default::default()
     })
-    .map_err(|e| e.to_string())
+    .map_err(PsecRunError::from)
 }
 
 /// Runs the request through `psec`; the exit status, or why nothing ran.
-pub fn run(r: Request, psec: &dyn Sandbox) -> Result<i32, String> {
+pub fn run(r: Request, psec: &dyn Sandbox) -> Result<i32, PsecRunError> {
     let spec = spec(r)?;
     let cancel = oz0_windows::native::cancel_on_ctrl_c().ok();
     let o = psec
         .run(&spec, RunOptions::new(RunIo::inherit(), cancel))
-        .map_err(|e| e.to_string())?;
+        .map_err(PsecRunError::Run)?;
     for w in &o.warnings {
         eprintln!("oz0-node: warning: {w}");
     }

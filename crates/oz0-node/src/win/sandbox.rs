@@ -40,16 +40,24 @@ fn refuse(msg: impl std::fmt::Display) -> i32 {
     Exit::Sandbox.code()
 }
 
+/// Why the PSEC preview is off.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PreviewError {
+    /// The preview's variable is not set.
+    #[error("this node has no tier 1 (a Windows node runs work at tier 0; Windows' process security environment, PSEC, is a preview): set {PREVIEW_ENV}=1 to evaluate PSEC on this machine, or run the command on a Linux or macOS node")]
+    Off,
+    /// It is set to something else than 1.
+    #[error("{PREVIEW_ENV} must be 1 to turn on the PSEC preview (or unset)")]
+    NotOne,
+}
+
 /// Whether the preview is on: Err with the refusal when it is not.
-pub fn preview(value: Option<&OsStr>) -> Result<(), String> {
+pub fn preview(value: Option<&OsStr>) -> Result<(), PreviewError> {
     match value.map(|v| v.to_str()) {
-        None => Err(format!(
-            "this node has no tier 1 (a Windows node runs work at tier 0; Windows' process security environment, PSEC, is a preview): set {PREVIEW_ENV}=1 to evaluate PSEC on this machine, or run the command on a Linux or macOS node"
-        )),
+        None => Err(PreviewError::Off),
         Some(Some("1")) => Ok(()),
-        Some(_) => Err(format!(
-            "{PREVIEW_ENV} must be 1 to turn on the PSEC preview (or unset)"
-        )),
+        Some(_) => Err(PreviewError::NotOne),
     }
 }
 
