@@ -118,7 +118,8 @@ enum KeyCmd {
     /// Replace <data-dir>/identity/node.key with a new key, taken by the
     /// edge on the old one's signature: the node keeps its id, name,
     /// approval and jobs, and the old key is refused from then on. Stop
-    /// `oz0-node run` first, and start it again after.
+    /// `oz0-node run` first (a rotation is refused while it runs on the
+    /// data directory), and start it again after.
     Rotate(crate::key::RotateArgs),
 }
 

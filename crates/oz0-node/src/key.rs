@@ -6,8 +6,16 @@
 //! `node.key`. A rotation cut short (the answer lost) is finished by the
 //! next `key rotate`: if the edge already has the waiting key, it is
 //! moved into place; if not, it is discarded and a new one is made.
+//!
+//! A rotation is refused while `oz0-node run` runs on the same data
+//! directory (the running node would go on signing with the old key, which
+//! the edge then refuses): `run` holds a shared lock on
+//! `<data-dir>/node.lock` for as long as it runs, and `key rotate` takes it
+//! exclusively, without waiting, for the rotation.
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use oz0_core::exit::Exit;
@@ -35,6 +43,90 @@ fn fail(msg: impl std::fmt::Display) -> i32 {
     Exit::CheckFailed.code()
 }
 
+/// The lock a node's daemon holds on its data directory while it runs.
+fn lock_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("node.lock")
+}
+
+/// Who holds the data directory's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// `oz0-node run` (shared: it only reads the key).
+    Run,
+    /// `oz0-node key rotate` (exclusive: it replaces the key).
+    Rotate,
+}
+
+/// Why the data directory's lock was not taken: each names the fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// `key rotate` while `oz0-node run` runs on the data directory.
+    #[error("a node runs on the data directory {} (oz0-node run holds {}): it would go on signing with the old key, which the edge then refuses. Stop it first (systemctl stop oz0-node, or SIGTERM to oz0-node run), rotate, then start it again", .data_dir.display(), .lock.display())]
+    NodeRuns {
+        /// The data directory.
+        data_dir: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
+    },
+    /// `oz0-node run` while `key rotate` replaces the key.
+    #[error("oz0-node key rotate is replacing the key in the data directory {} (it holds {}): start the node again when it is done", .data_dir.display(), .lock.display())]
+    Rotating {
+        /// The data directory.
+        data_dir: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
+    },
+    /// The lock file cannot be opened or locked.
+    #[error("cannot lock the data directory's lock file {}: {source}", .lock.display())]
+    Io {
+        /// The lock file.
+        lock: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl From<LockError> for String {
+    fn from(e: LockError) -> String {
+        e.to_string()
+    }
+}
+
+/// Takes the data directory's lock for `who`, without waiting: the open
+/// lock file (the lock goes with it, and with the process; no job
+/// inherits it), or why not.
+pub fn hold(data_dir: &Path, who: Holder) -> Result<File, LockError> {
+    let lock = lock_path(data_dir);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock)
+        .map_err(|source| LockError::Io {
+            lock: lock.clone(),
+            source,
+        })?;
+    let op = match who {
+        Holder::Run => rustix::fs::FlockOperation::NonBlockingLockShared,
+        Holder::Rotate => rustix::fs::FlockOperation::NonBlockingLockExclusive,
+    };
+    let data_dir = data_dir.to_path_buf();
+    match rustix::fs::flock(&f, op) {
+        Ok(()) => Ok(f),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(match who {
+            Holder::Rotate => LockError::NodeRuns { data_dir, lock },
+            Holder::Run => LockError::Rotating { data_dir, lock },
+        }),
+        Err(e) => Err(LockError::Io {
+            lock,
+            source: e.into(),
+        }),
+    }
+}
+
 /// Runs `key rotate`; returns the exit status.
 pub fn rotate(a: RotateArgs) -> i32 {
     let data_dir = match oz0_linux::host::data_dir(a.data.data_dir.as_deref()) {
@@ -49,6 +141,10 @@ pub fn rotate(a: RotateArgs) -> i32 {
             path.display()
         ));
     }
+    let _held = match hold(&data_dir, Holder::Rotate) {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
     let key = match NodeKey::load_or_create(&path) {
         Ok(k) => k,
         Err(e) => return fail(e),

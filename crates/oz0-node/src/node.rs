@@ -336,11 +336,13 @@ pub fn run(a: NodeArgs) -> i32 {
         },
         None => None,
     };
-    let key = match crate::private::prepare_data_dir(&data_dir)
+    // Held while the node runs: `key rotate` is refused meanwhile.
+    let (_held, key) = match crate::private::prepare_data_dir(&data_dir)
         .map_err(String::from)
-        .and_then(|_| node_key(&data_dir).map_err(String::from))
+        .and_then(|_| Ok(crate::key::hold(&data_dir, crate::key::Holder::Run)?))
+        .and_then(|h| Ok((h, node_key(&data_dir)?)))
     {
-        Ok(k) => k,
+        Ok(hk) => hk,
         Err(e) => {
             eprintln!("oz0-node: {e}");
             return Exit::CheckFailed.code();

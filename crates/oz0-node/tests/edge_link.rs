@@ -153,3 +153,68 @@ fn log_lines_carry_their_time_and_a_cancel_is_logged_as_one() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `oz0-node key rotate` against `edge`, on `n`'s data directory.
+fn rotate(edge: &Edge, n: &Node) -> (Option<i32>, String) {
+    let o = std::process::Command::new(common::node())
+        .args(["key", "rotate", "--edge", &edge.url])
+        .arg("--edge-ca")
+        .arg(&edge.ca)
+        .arg("--data-dir")
+        .arg(n.dir.join("data"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
+}
+
+#[test]
+fn a_key_is_not_rotated_under_a_running_node() {
+    let Some(bin) = binaries() else { return };
+    let edge = Edge::start(&bin, 30);
+    let mut n = Node::start(&edge, "rotate-a", &["--sandbox", "none"]);
+    n.wait_log("facts reported", 60);
+    let key = n.dir.join("data/identity/node.key");
+    let before = std::fs::read(&key).unwrap();
+    let (st, out) = rotate(&edge, &n);
+    assert_eq!(st, Some(1), "{out}");
+    assert!(
+        out.contains("a node runs on the data directory") && out.contains("Stop it first"),
+        "{out}"
+    );
+    assert_eq!(std::fs::read(&key).unwrap(), before, "the key changed");
+    // The running node still works with its key.
+    let run = |n: &Node, what: &str| {
+        let id = edge
+            .submit(
+                Origin::Internal,
+                serde_json::json!({"command": ["echo", what]}),
+            )
+            .unwrap();
+        let j = edge.wait_job(&id, 30);
+        assert_eq!(j.state, "succeeded", "{j:?}\n{}", n.log());
+    };
+    run(&n, "before");
+    // Stopped, the node's key rotates; started again, it works with it.
+    n.signal("TERM");
+    assert_eq!(n.wait_exit(30), Some(0));
+    let (st, out) = rotate(&edge, &n);
+    assert_eq!(st, Some(0), "{out}");
+    assert!(out.contains("key rotated"), "{out}");
+    assert_ne!(std::fs::read(&key).unwrap(), before);
+    n.restart(
+        &common::node(),
+        &edge,
+        "rotate-a",
+        &["--sandbox", "none"],
+        &[("OZ0_MICROVM", "off")],
+    );
+    run(&n, "after");
+}
