@@ -8,7 +8,10 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use rustix::fs::{openat2, statat, unlinkat, AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
+use rustix::fs::{
+    flock, mkdirat, openat2, statat, unlinkat, AtFlags, Dir, FileType, FlockOperation, Mode,
+    OFlags, ResolveFlags,
+};
 use rustix::io::Errno;
 
 /// Opens `rel` beneath `dir` (an empty `rel` is `dir` itself), following
@@ -39,12 +42,21 @@ pub fn open_dir(dir: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, Errno> {
     open_beneath(dir, rel, OFlags::RDONLY | OFlags::DIRECTORY)
 }
 
-/// A new file `name` in `dir` (`O_EXCL`), for writing.
+/// Opens the directory `name` in `dir`, making it (mode 0700) when missing.
+pub fn dir_at(dir: BorrowedFd<'_>, name: &str) -> Result<OwnedFd, Errno> {
+    match mkdirat(dir, name, Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(Errno::EXIST) => {}
+        Err(e) => return Err(e),
+    }
+    open_dir(dir, Path::new(name))
+}
+
+/// A new file `name` in `dir` (`O_EXCL`), for writing (and reading back).
 pub fn create(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> Result<OwnedFd, Errno> {
     rustix::fs::openat(
         dir,
         name,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(mode),
     )
 }
@@ -121,8 +133,47 @@ fn empty(fd: BorrowedFd<'_>, depth: usize) -> Result<(), Errno> {
     Ok(())
 }
 
+/// A lock file `name` in `dir`, locked with `op`; `None` when a
+/// non-blocking `op` found it held. A lock file another holder removed
+/// while this one waited is opened and locked again, so that a lock held
+/// is always on the file the name leads to.
+pub fn lock(dir: BorrowedFd<'_>, name: &str, op: FlockOperation) -> Result<Option<OwnedFd>, Errno> {
+    loop {
+        let fd = rustix::fs::openat(
+            dir,
+            name,
+            OFlags::RDONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        match flock(&fd, op) {
+            Ok(()) => {}
+            Err(Errno::WOULDBLOCK) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        if rustix::fs::fstat(&fd)?.st_nlink > 0 {
+            return Ok(Some(fd));
+        }
+    }
+}
+
+/// Sets `fd`'s times to now (a cache entry's last use).
+pub fn touch(fd: impl AsFd) {
+    use rustix::fs::{Timespec, Timestamps, UTIME_NOW};
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: UTIME_NOW,
+    };
+    // A cache entry whose time cannot be set is only evicted earlier.
+    let _ = rustix::fs::futimens(
+        fd,
+        &Timestamps {
+            last_access: now,
+            last_modification: now,
+        },
+    );
+}
+
 /// 16 random hex digits, for names no one can guess.
-#[cfg(test)]
 pub fn random_name() -> String {
     let mut b = [0u8; 8];
     let mut got = 0;

@@ -612,4 +612,4 @@ fn components(path: &[u8]) -> Result<Vec<&[u8]>, Why> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

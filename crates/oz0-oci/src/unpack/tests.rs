@@ -69,33 +69,33 @@ impl Drop for Scratch {
 }
 
 /// A tar stream of `entries` (each a header and its data), closed.
-fn layer(entries: &[Vec<u8>]) -> Vec<u8> {
+pub(crate) fn layer(entries: &[Vec<u8>]) -> Vec<u8> {
     let mut t: Vec<u8> = entries.concat();
     t.extend(vec![0u8; 1024]);
     t
 }
 
-fn file(name: &str, mode: u32, data: &[u8]) -> Vec<u8> {
+pub(crate) fn file(name: &str, mode: u32, data: &[u8]) -> Vec<u8> {
     let mut e = header(name, b'0', mode, data.len() as u64, "");
     e.extend_from_slice(data);
     e.extend(vec![0u8; (512 - data.len() % 512) % 512]);
     e
 }
 
-fn dir(name: &str, mode: u32) -> Vec<u8> {
+pub(crate) fn dir(name: &str, mode: u32) -> Vec<u8> {
     header(name, b'5', mode, 0, "")
 }
 
-fn symlink(name: &str, target: &str) -> Vec<u8> {
+pub(crate) fn symlink(name: &str, target: &str) -> Vec<u8> {
     header(name, b'2', 0o777, 0, target)
 }
 
-fn hardlink(name: &str, target: &str) -> Vec<u8> {
+pub(crate) fn hardlink(name: &str, target: &str) -> Vec<u8> {
     header(name, b'1', 0o644, 0, target)
 }
 
 /// A PAX extended header of `records`.
-fn pax(records: &[(&str, &str)]) -> Vec<u8> {
+pub(crate) fn pax(records: &[(&str, &str)]) -> Vec<u8> {
     let mut body = String::new();
     for (k, v) in records {
         let rec = format!(" {k}={v}\n");
