@@ -77,9 +77,14 @@ pub enum ClientError {
     /// Plain HTTP to a host that is not this machine's loopback.
     #[error("edge URL {0:?} is plain HTTP off loopback, where tokens, jobs and their secrets would cross the network in clear: use https:// (the edge serves TLS with --tls-cert and --tls-key)")]
     PlainOffLoopback(String),
-    /// TLS could not be set up or did not verify.
+    /// TLS could not be set up, or the handshake failed.
     #[error("TLS: {0}")]
     Tls(String),
+    /// The edge's certificate did not verify (an unknown issuer, expired,
+    /// for another name): trying again does not help until it, or what
+    /// the client trusts, changes.
+    #[error("TLS: {0}")]
+    Certificate(String),
     /// Could not connect.
     #[error("cannot connect to the edge at {edge}: {source} (is oz0-edge running there?)")]
     Connect {
@@ -146,6 +151,12 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// Whether trying again cannot help until a setting changes: the
+    /// edge's certificate does not verify.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, ClientError::Certificate(_))
+    }
+
     /// The edge's refusal code, when the edge refused.
     pub fn refusal_code(&self) -> Option<&str> {
         match self {

@@ -316,7 +316,16 @@ async fn connect(url: &EdgeUrl) -> Result<Sender, ClientError> {
                 .connect(name, stream)
                 .await
                 .map_err(|e| {
-                    tls_error(format!("with the edge at {url}: {e} (is the edge's certificate valid now, for this host name, and signed by a CA this client trusts: the system's, or the one --edge-ca names?)"))
+                    let m = format!("with the edge at {url}: {e} (is the edge's certificate valid now, for this host name, and signed by a CA this client trusts: the system's, or the one --edge-ca names?)");
+                    let refused = e
+                        .get_ref()
+                        .and_then(|i| i.downcast_ref::<rustls::Error>())
+                        .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)));
+                    if refused {
+                        ClientError::Certificate(m)
+                    } else {
+                        tls_error(m)
+                    }
                 })?;
             handshake(tls).await
         }

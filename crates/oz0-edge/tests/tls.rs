@@ -26,7 +26,7 @@ fn temp(tag: &str) -> std::path::PathBuf {
 
 fn tls_err(r: Result<Vec<oz0_edge::wire::NodeView>, ClientError>) -> String {
     match r {
-        Err(ClientError::Tls(m)) => m,
+        Err(ClientError::Certificate(m)) => m,
         other => panic!("not a TLS refusal: {other:?}"),
     }
 }

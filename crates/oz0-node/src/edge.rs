@@ -241,6 +241,8 @@ struct Daemon {
     /// The edge said this node waits for an operator's approval (said in
     /// the log once, not at every poll).
     pending: bool,
+    /// The edge answered once: from then on every failure is retried.
+    contacted: bool,
 }
 
 /// Waits for `fut`, or returns None when the node is told to stop.
@@ -331,7 +333,18 @@ impl Daemon {
                 }
             };
             match step {
-                Ok(()) => self.backoff = Duration::from_secs(1),
+                Ok(()) => {
+                    self.backoff = Duration::from_secs(1);
+                    self.contacted = true;
+                }
+                // Before the first contact, an edge whose certificate does
+                // not verify is a setting to fix, not an outage to wait
+                // out; later it may be one the edge is renewing.
+                Err((what, e)) if e.is_permanent() && !self.contacted => {
+                    return Err(format!(
+                        "{what}: {e}; not retrying: name the CA that signed the edge's certificate with --edge-ca, or renew the certificate"
+                    ));
+                }
                 Err((what, e @ ClientError::Refused { .. })) => {
                     if e.refusal_code() == Some("unauthenticated") && self.registered {
                         // The edge forgot this node (a new store): register again.
@@ -516,6 +529,7 @@ pub fn serve(
             backoff: Duration::from_secs(1),
             removed: false,
             pending: false,
+            contacted: false,
         };
         log(&format!(
             "node {}: connecting to the edge at {} as tenant {}, up to {max_jobs} job(s) at once",

@@ -17,10 +17,12 @@
 
 mod common;
 
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::fleet::{edge_bin, oz0_bin, processes_with, Edge, Node};
-use common::{marker, skip};
+use common::fleet::{edge_bin, oz0_bin, processes_with, write_secret, Edge, Node, TOKEN};
+use common::{marker, skip, TempDir};
 use oz0_edge::client::{raw_request_with, Trust};
 use oz0_edge::routing::Origin;
 
@@ -217,4 +219,89 @@ fn a_key_is_not_rotated_under_a_running_node() {
         &[("OZ0_MICROVM", "off")],
     );
     run(&n, "after");
+}
+
+/// `oz0-node run --sandbox none` against `edges` (each after `--edge`),
+/// trusting `ca`, with `extra` flags; its log goes to `dir/log`.
+fn node_cmd(dir: &TempDir, edges: &[&str], ca: &Path, extra: &[&str]) -> Command {
+    write_secret(&dir.join("token"), TOKEN);
+    let mut c = Command::new(common::node());
+    c.arg("run");
+    for e in edges {
+        c.args(["--edge", e]);
+    }
+    c.args(["--tenant", "acme", "--sandbox", "none"])
+        .arg("--edge-ca")
+        .arg(ca)
+        .arg("--enrolment-token-file")
+        .arg(dir.join("token"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("--work-root")
+        .arg(dir.join("work"))
+        .args(extra)
+        .env("OZ0_MICROVM", "off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("log")).unwrap());
+    c
+}
+
+/// Waits up to `secs` for `c` to exit: its status, or None (killed).
+fn exit_within(c: &mut std::process::Child, secs: u64) -> Option<i32> {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            return st.code();
+        }
+        if Instant::now() >= until {
+            let _ = c.kill();
+            let _ = c.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn an_edge_whose_certificate_does_not_verify_stops_the_node() {
+    let Some(bin) = binaries() else { return };
+    let edge = Edge::start(&bin, 30);
+    let dir = TempDir::new("untrusted");
+    // A CA that did not sign the edge's certificate.
+    let other = common::fleet::certs::TestCa::new(&dir.0, "other");
+    for extra in [&["--once"][..], &[][..]] {
+        let mut c = node_cmd(&dir, &[&edge.url], &other.ca, extra)
+            .spawn()
+            .unwrap();
+        // The code before retried for ever: killed after a minute.
+        let st = exit_within(&mut c, 60);
+        let log = std::fs::read_to_string(dir.join("log")).unwrap();
+        assert_eq!(st, Some(1), "{extra:?}: {log}");
+        assert!(
+            log.contains("UnknownIssuer")
+                && log.contains("not retrying")
+                && log.contains("--edge-ca"),
+            "{extra:?}: {log}"
+        );
+        assert!(!log.contains("retrying in"), "{extra:?}: {log}");
+    }
+    // An edge that is not there yet is waited for, as before.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = format!("https://{}", port.local_addr().unwrap());
+    drop(port);
+    let mut c = node_cmd(&dir, &[&down], &edge.ca, &["--once"])
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(dir.join("log"))
+        .unwrap()
+        .contains("retrying in")
+    {
+        assert!(Instant::now() < until, "the node did not retry");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(c.try_wait().unwrap(), None, "the node gave up");
+    let _ = c.kill();
+    let _ = c.wait();
 }
