@@ -43,6 +43,7 @@ pub const CONFIG: oz0_config::Spec = oz0_config::Spec {
         (&["sandbox", "check"], &["data-dir", "cgroup-root", "bwrap"]),
         (&["facts"], &["data-dir"]),
         (&["key", "rotate"], &["edge", "edge-ca", "data-dir"]),
+        (&["oci", "pull"], &["data-dir"]),
         // Applies the file to `run` itself; its own keys are none.
         (&["config", "show"], &[]),
     ],
@@ -90,6 +91,9 @@ enum Top {
     /// A plugin's tools on this node: which it offers, and one call.
     #[command(subcommand)]
     Plugin(crate::plugin::PluginCmd),
+    /// Container images: pulled by digest into the node's image cache.
+    #[command(subcommand)]
+    Oci(crate::oci::OciCmd),
     /// The config file: what `run` would use.
     #[command(subcommand)]
     Config(ConfigCmd),
@@ -325,6 +329,7 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
         Top::Facts(a) => crate::node::facts(a),
         Top::Config(ConfigCmd::Show { json }) => config_show(cli.config, cli.no_config, json),
         Top::Plugin(c) => crate::plugin::main(c),
+        Top::Oci(c) => crate::oci::main(c),
         Top::Key(KeyCmd::Rotate(a)) => crate::key::rotate(a),
         Top::Setup(SetupCmd::Cgroups {
             user,
@@ -355,6 +360,9 @@ fn refuse_root(cmd: &Top) -> Option<i32> {
         Top::Sandbox(SandboxCmd::Check(_)) => ("sandbox check", Exit::CheckFailed),
         Top::Run(_) => ("run", Exit::CheckFailed),
         Top::Key(_) => ("key rotate", Exit::CheckFailed),
+        // An image unpacked as root would be root's, with the modes it
+        // claims honoured by no one.
+        Top::Oci(_) => ("oci pull", Exit::CheckFailed),
         Top::Plugin(crate::plugin::PluginCmd::Check(_)) => ("plugin check", Exit::CheckFailed),
         Top::Plugin(crate::plugin::PluginCmd::Call(_)) => ("plugin call", Exit::Sandbox),
         _ => return None,

@@ -51,6 +51,8 @@ mod mac;
 #[cfg(target_os = "linux")]
 mod node;
 #[cfg(target_os = "linux")]
+mod oci;
+#[cfg(target_os = "linux")]
 mod out;
 #[cfg(not(target_os = "linux"))]
 mod platform;

@@ -1,0 +1,208 @@
+//! `oz0-node oci pull`: an image by digest into the node's image cache
+//! (`<data dir>/oci/`, `oz0_oci::cache`), checked and unpacked once.
+//!
+//! What the image's config says (entrypoint, command, environment, working
+//! folder, user) is the image's text: it is printed escaped (JSON strings),
+//! never as it came.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use oz0_core::exit::Exit;
+use oz0_oci::cache::{Cache, Image};
+use oz0_oci::registry::{Client, Options};
+use oz0_oci::Reference;
+use serde_json::json;
+
+use crate::cli::DataDirArg;
+
+/// `oz0-node oci …`.
+#[derive(Debug, Subcommand)]
+pub enum OciCmd {
+    /// Pull an image by digest into the node's image cache and unpack it.
+    ///
+    /// IMAGE is oci:REGISTRY/NAME@sha256:<64 hex digits>: a tag is refused
+    /// (it can point at another image tomorrow; the message says how to
+    /// find the digest). The registry must be one --oci-registry names.
+    /// Every manifest and blob is checked against its digest as it streams,
+    /// each layer against the digest its config names, and the layers are
+    /// unpacked in order into <data-dir>/oci/images/<digest>/rootfs: no
+    /// entry outside it, no device nodes, no setuid, setgid or sticky bits,
+    /// no owners or extended attributes (every file is this user's), read-only.
+    /// An image already in the cache is not fetched again. Prints the
+    /// rootfs and what the image's config starts (entrypoint, cmd, env,
+    /// working directory, user).
+    ///
+    /// Exit status: 0 the image is in the cache; 1 the pull was refused or
+    /// failed (which blob, and why, on stderr); 2 the command line was
+    /// wrong (a tag, a malformed reference).
+    ///
+    /// Example:
+    ///   oz0-node oci pull --oci-registry ghcr.io \
+    ///       oci:ghcr.io/acme/fetch-mcp@sha256:4f6c…
+    #[command(verbatim_doc_comment)]
+    Pull(PullArgs),
+}
+
+/// `oci pull` flags.
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// The image: oci:REGISTRY/NAME@sha256:<64 hex digits>
+    #[arg(value_name = "IMAGE")]
+    pub image: String,
+    /// A registry the node may pull from, HOST[:PORT] as images name it
+    /// (plain HTTP on loopback only, HTTPS elsewhere) (repeatable)
+    #[arg(long = "oci-registry", value_name = "HOST[:PORT]")]
+    pub registries: Vec<String>,
+    /// Registry credentials: an auth.json (containers' format) that only
+    /// this user can read
+    #[arg(long = "oci-auth", value_name = "FILE")]
+    pub auth: Option<PathBuf>,
+    /// The CA certificates (PEM) registries' certificates must be signed by
+    /// [default: the system's CAs]
+    #[arg(long = "oci-ca", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// The image cache's bound, in MiB of image data; the least recently
+    /// used images nothing holds are removed past it
+    #[arg(long = "oci-cache-mib", value_name = "MiB", default_value_t = oz0_oci::cache::DEFAULT_MAX_BYTES >> 20)]
+    pub cache_mib: u64,
+    /// One JSON document instead of lines
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub data: DataDirArg,
+}
+
+/// Runs `oci …`; returns the exit status.
+pub fn main(c: OciCmd) -> i32 {
+    match c {
+        OciCmd::Pull(a) => pull(a),
+    }
+}
+
+fn pull(a: PullArgs) -> i32 {
+    let r = match Reference::parse(&a.image) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("oz0-node: oci pull: {e}");
+            return Exit::Usage.code();
+        }
+    };
+    let data_dir = match oz0_linux::host::data_dir(a.data.data_dir.as_deref()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("oz0-node: {e}");
+            return Exit::Usage.code();
+        }
+    };
+    if let Err(e) = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&data_dir)
+    {
+        eprintln!(
+            "oz0-node: oci pull: cannot make the data directory {}: {e}",
+            data_dir.display()
+        );
+        return Exit::CheckFailed.code();
+    }
+    let client = match Client::new(&Options {
+        allowed: a.registries,
+        auth_file: a.auth,
+        ca_file: a.ca,
+    }) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("oz0-node: oci pull: {e}");
+            return Exit::Usage.code();
+        }
+    };
+    let max = a.cache_mib.saturating_mul(1 << 20);
+    let image = Cache::open(&data_dir, max).and_then(|c| c.pull(&client, &r));
+    match image {
+        Ok(i) => {
+            show(&r, &i, a.json);
+            Exit::Ok.code()
+        }
+        Err(e) => {
+            eprintln!("oz0-node: oci pull {r}: {e}");
+            Exit::CheckFailed.code()
+        }
+    }
+}
+
+/// A string of the image's, escaped.
+fn q(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serialises")
+}
+
+fn show(r: &Reference, i: &Image, as_json: bool) {
+    let c = &i.record.config;
+    if as_json {
+        crate::out::line(
+            &serde_json::to_string_pretty(&json!({
+                "image": r.to_string(),
+                "digest": i.record.digest,
+                "manifest": i.record.manifest,
+                "config_digest": i.record.config_digest,
+                "rootfs": i.rootfs,
+                "pulled": i.pulled,
+                "config": c,
+                "layers": i.record.layers,
+                "unpacked": i.record.unpacked,
+            }))
+            .expect("a pull serialises"),
+        );
+        return;
+    }
+    let list = |v: &[String]| serde_json::to_string(v).expect("strings serialise");
+    let u = &i.record.unpacked;
+    let mut out = vec![
+        format!("image       {r}"),
+        format!("rootfs      {}", q(&i.rootfs.to_string_lossy())),
+        format!(
+            "pulled      {}",
+            if i.pulled {
+                "yes"
+            } else {
+                "no: it was in the cache"
+            }
+        ),
+        format!("entrypoint  {}", list(&c.entrypoint)),
+        format!("cmd         {}", list(&c.cmd)),
+    ];
+    for e in &c.env {
+        out.push(format!("env         {}", q(e)));
+    }
+    if let Some(w) = &c.working_dir {
+        out.push(format!("workdir     {}", q(w)));
+    }
+    if let Some(user) = &c.user {
+        out.push(format!(
+            "user        {} (files are this node user's)",
+            q(user)
+        ));
+    }
+    out.push(format!(
+        "unpacked    {} layers, {} entries, {} bytes",
+        i.record.layers.len(),
+        u.entries,
+        u.bytes
+    ));
+    if u.cleared_bits > 0 {
+        out.push(format!(
+            "cleared     setuid/setgid/sticky bits of {}: {}",
+            u.cleared_bits,
+            list(&u.cleared_named)
+        ));
+    }
+    if u.dropped_nodes > 0 {
+        out.push(format!(
+            "dropped     {} device nodes and pipes: {}",
+            u.dropped_nodes,
+            list(&u.dropped_named)
+        ));
+    }
+    crate::out::print(&(out.join("\n") + "\n"));
+}
