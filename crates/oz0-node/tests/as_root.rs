@@ -38,7 +38,8 @@ fn nodes_never_run_as_root() {
     )
     .unwrap();
     let p = d.join("plugin").display().to_string();
-    let cases: [(&[&str], i32, &str); 7] = [
+    let image = format!("oci:127.0.0.1:5000/acme/tool@sha256:{}", "a".repeat(64));
+    let cases: [(&[&str], i32, &str); 8] = [
         (
             &["sandbox", "run", "--work", &w, "--", "sh", "-c", &sh],
             125,
@@ -69,6 +70,12 @@ fn nodes_never_run_as_root() {
             &["plugin", "call", &p, "t"],
             125,
             "oz0-node: sandbox refused:",
+        ),
+        // An image unpacked as root would be root's.
+        (
+            &["oci", "pull", "--oci-registry", "127.0.0.1:5000", &image],
+            1,
+            "oz0-node: refusing to run as root:",
         ),
     ];
     for (args, code, says) in cases {
