@@ -28,8 +28,13 @@ pub(crate) fn remove_placeholders(ps: &[Placeholder], mut pool: Option<&mut Pool
         let Ok((dir, name)) = folders.place(p) else {
             continue;
         };
-        if let (PlaceholderKind::Dir, Some(pool)) = (p.kind, pool.as_deref_mut()) {
-            match pool.give_back(dir, name) {
+        if let Some(pool) = pool.as_deref_mut() {
+            let back = match p.kind {
+                PlaceholderKind::Dir => pool.give_back(dir, name),
+                PlaceholderKind::File => pool.give_back_file(dir, name),
+                PlaceholderKind::SelfRef => Back::Remove,
+            };
+            match back {
                 Back::Aside | Back::Leave => continue,
                 Back::Remove => {}
             }
@@ -79,7 +84,7 @@ fn make_placeholders(
     ps: &[Placeholder],
     pool: &mut Option<Pool>,
 ) -> Result<(), crate::hold::PlaceError> {
-    use rustix::fs::{mkdirat, openat, Mode, OFlags};
+    use rustix::fs::{mkdirat, Mode};
     use rustix::io::Errno;
     let mut folders = crate::hold::Folders::default();
     for p in ps {
@@ -89,16 +94,13 @@ fn make_placeholders(
                 Some(Taken::Moved | Taken::Exists) => Ok(()),
                 Some(Taken::No) | None => mkdirat(dir, name, Mode::from_raw_mode(0o755)),
             },
-            PlaceholderKind::File | PlaceholderKind::SelfRef => openat(
-                dir,
-                name,
-                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o644),
-            )
-            .and_then(|f| match p.kind {
-                PlaceholderKind::SelfRef => rustix::io::write(&f, plan::SELF_REF).map(drop),
-                _ => Ok(()),
-            }),
+            PlaceholderKind::File => match pool.as_mut().map(|pl| pl.take_file(dir, name)) {
+                Some(Taken::Moved | Taken::Exists) => Ok(()),
+                Some(Taken::No) | None => create_new(dir, name).map(drop),
+            },
+            PlaceholderKind::SelfRef => {
+                create_new(dir, name).and_then(|f| rustix::io::write(&f, plan::SELF_REF).map(drop))
+            }
         };
         match made {
             Ok(()) | Err(Errno::EXIST) => {}
@@ -111,6 +113,17 @@ fn make_placeholders(
         }
     }
     Ok(())
+}
+
+/// An empty file made new at `name` in `dir` (never through a link).
+fn create_new(dir: &OwnedFd, name: &Path) -> Result<OwnedFd, rustix::io::Errno> {
+    use rustix::fs::{openat, Mode, OFlags};
+    openat(
+        dir,
+        name,
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
 }
 
 /// The placeholders of one run: made while
@@ -250,9 +263,10 @@ mod tests {
             assert!(fs::symlink_metadata(work.join(".codex")).is_ok());
             assert!(elsewhere.join(".claude").is_dir() && elsewhere.join("config").is_file());
             if with_pool {
-                // Only the empty folder went out of the way, to be removed.
+                // Only the empty folder and the empty file went out of the
+                // way, to be removed.
                 let used = base.join("data").join(crate::pool::POOL_DIR).join("used");
-                assert_eq!(fs::read_dir(used).unwrap().count(), 1);
+                assert_eq!(fs::read_dir(used).unwrap().count(), 2);
             }
             fs::remove_dir_all(&base).unwrap();
         }
@@ -283,16 +297,21 @@ mod tests {
         remove_placeholders(&list[..3], pool.as_mut());
         let pool_dir = data.join(crate::pool::POOL_DIR);
         let count = |sub: &str| fs::read_dir(pool_dir.join(sub)).unwrap().count();
-        assert_eq!(count("used"), 2);
+        assert_eq!(count("used"), 3);
         assert_eq!(fs::read_dir(&work).unwrap().count(), 1);
         pool.as_mut().unwrap().tend();
         let fresh = count("fresh");
         assert_eq!(count("used"), 0);
-        // Second run: the folders come from the fresh ones.
+        // Second run: the folders and the file come from the fresh ones.
+        let files = count("fresh-files");
+        assert!(files > 0);
         let mut pool = Pool::open(&data, "b");
         make_placeholders(&list, &mut pool).unwrap();
         assert!(work.join(".claude").is_dir() && work.join(".codex").is_dir());
+        assert_eq!(fs::metadata(work.join(".mcp.json")).unwrap().len(), 0);
+        assert_eq!(fs::read(work.join(".bashrc")).unwrap(), b"mine");
         assert_eq!(count("fresh"), fresh - 2);
+        assert_eq!(count("fresh-files"), files - 1);
         remove_placeholders(&list[..3], pool.as_mut());
         // A link on the way: refused, nothing made through it.
         let elsewhere = base.join("elsewhere");

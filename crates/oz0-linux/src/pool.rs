@@ -53,10 +53,15 @@ pub const POOL_DIR: &str = "placeholder-pool";
 const OLD_DIR: &str = "placeholders";
 /// Folders the node made and no run has seen.
 const FRESH: &str = "fresh";
-/// Folders that were placeholders, to be removed.
+/// Empty files the node made and no run has seen.
+const FRESH_FILES: &str = "fresh-files";
+/// Folders and files that were placeholders, to be removed.
 const USED: &str = "used";
 /// [`Pool::tend`] makes fresh folders up to this many.
 const FRESH_TARGET: usize = 16;
+/// [`Pool::tend`] makes fresh files up to this many (an empty work folder
+/// takes a dozen: `.bashrc`, `.mcp.json`, …).
+const FRESH_FILES_TARGET: usize = 24;
 
 /// The pool of one node process.
 pub struct Pool {
@@ -64,10 +69,13 @@ pub struct Pool {
     /// Where the layouts before this one kept the pool.
     old: PathBuf,
     fresh: OwnedFd,
+    fresh_files: OwnedFd,
     used: OwnedFd,
     /// The fresh folders, as far as this process knows: listed when the pool
     /// was opened, taken from the back.
     names: Vec<OsString>,
+    /// The fresh files, likewise.
+    file_names: Vec<OsString>,
     /// Prefix of the names this process makes (unique to the run).
     tag: String,
     made: usize,
@@ -129,14 +137,18 @@ impl Pool {
             .create(&path);
         let root = private_dir(CWD, &path)?;
         let fresh = private_dir(&root, Path::new(FRESH))?;
+        let fresh_files = private_dir(&root, Path::new(FRESH_FILES))?;
         let used = private_dir(&root, Path::new(USED))?;
         let names = list(&fresh).ok()?;
+        let file_names = list(&fresh_files).ok()?;
         Some(Pool {
             path,
             old: data_dir.join(OLD_DIR),
             fresh,
+            fresh_files,
             used,
             names,
+            file_names,
             tag: tag.to_string(),
             made: 0,
             elsewhere: false,
@@ -145,31 +157,14 @@ impl Pool {
 
     /// Moves a fresh folder to `name` in `into`.
     pub fn take(&mut self, into: &impl AsFd, name: &Path) -> Taken {
-        while let Some(spare) = self.names.pop() {
-            match renameat_with(
-                &self.fresh,
-                spare.as_os_str(),
-                into,
-                name,
-                RenameFlags::NOREPLACE,
-            ) {
-                Ok(()) => return Taken::Moved,
-                Err(Errno::EXIST) => {
-                    self.names.push(spare);
-                    return Taken::Exists;
-                }
-                // Taken by another run meanwhile.
-                Err(Errno::NOENT) => {}
-                Err(e) => {
-                    // Another mount (EXDEV) or something else: keep the name
-                    // for a folder where the pool may work.
-                    self.elsewhere |= e == Errno::XDEV;
-                    self.names.push(spare);
-                    return Taken::No;
-                }
-            }
-        }
-        Taken::No
+        let (from, names) = (&self.fresh, &mut self.names);
+        take_from(from, names, &mut self.elsewhere, into, name)
+    }
+
+    /// Moves a fresh empty file to `name` in `into`.
+    pub fn take_file(&mut self, into: &impl AsFd, name: &Path) -> Taken {
+        let (from, names) = (&self.fresh_files, &mut self.file_names);
+        take_from(from, names, &mut self.elsewhere, into, name)
     }
 
     /// Moves the empty folder `name` in `from` out of the way, into `used/`.
@@ -208,6 +203,34 @@ impl Pool {
         }
     }
 
+    /// Moves the empty file `name` in `from` out of the way, into `used/`.
+    /// What is not an empty regular file (a link, a file written to from
+    /// outside the run) is left where it is.
+    pub fn give_back_file(&mut self, from: &impl AsFd, name: &Path) -> Back {
+        use rustix::fs::{statat, FileType};
+        match statat(from, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st)
+                if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+                    && st.st_size == 0 => {}
+            _ => return Back::Leave,
+        }
+        self.made += 1;
+        let aside = format!("{}-{}", self.tag, self.made);
+        match renameat_with(
+            from,
+            name,
+            &self.used,
+            aside.as_str(),
+            RenameFlags::NOREPLACE,
+        ) {
+            Ok(()) => Back::Aside,
+            Err(e) => {
+                self.elsewhere |= e == Errno::XDEV;
+                Back::Remove
+            }
+        }
+    }
+
     /// Removes the folders in `used/` (and what any run wrote into them
     /// after they were placeholders, with a warning), and those of the
     /// layouts before, then makes fresh folders up to a few more than a
@@ -228,6 +251,20 @@ impl Pool {
                 return;
             }
             self.names.push(name);
+        }
+        while self.file_names.len() < FRESH_FILES_TARGET {
+            self.made += 1;
+            let name = OsString::from(format!("{}-{}", self.tag, self.made));
+            let made = rustix::fs::openat(
+                &self.fresh_files,
+                name.as_os_str(),
+                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o644),
+            );
+            if made.is_err() {
+                return;
+            }
+            self.file_names.push(name);
         }
     }
 
@@ -255,12 +292,58 @@ impl Pool {
     }
 }
 
+/// Moves a fresh entry of `from` (one of `names`, taken from the back) to
+/// `name` in `into`, never replacing what is there.
+fn take_from(
+    from: &OwnedFd,
+    names: &mut Vec<OsString>,
+    elsewhere: &mut bool,
+    into: &impl AsFd,
+    name: &Path,
+) -> Taken {
+    while let Some(spare) = names.pop() {
+        match renameat_with(from, spare.as_os_str(), into, name, RenameFlags::NOREPLACE) {
+            Ok(()) => return Taken::Moved,
+            Err(Errno::EXIST) => {
+                names.push(spare);
+                return Taken::Exists;
+            }
+            // Taken by another run meanwhile.
+            Err(Errno::NOENT) => {}
+            Err(e) => {
+                // Another mount (EXDEV) or something else: keep the name
+                // for a folder where the pool may work.
+                *elsewhere |= e == Errno::XDEV;
+                names.push(spare);
+                return Taken::No;
+            }
+        }
+    }
+    Taken::No
+}
+
 /// Removes `name` from `dir` (the pool's folder `within`): an empty folder
-/// at once; anything else, with what is in it (written by a process that
-/// kept a folder open after it was a placeholder), with a warning.
+/// or file at once; anything else, with what is in it (written by a
+/// process that kept it open after it was a placeholder), with a warning.
 fn remove(dir: &OwnedFd, within: &Path, name: &OsString) {
     match unlinkat(dir, name.as_os_str(), AtFlags::REMOVEDIR) {
         Ok(()) | Err(Errno::NOENT) => return,
+        Err(Errno::NOTDIR) => {
+            // A file: removed whatever it holds; said when it holds something.
+            let st = rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW);
+            match unlinkat(dir, name.as_os_str(), AtFlags::empty()) {
+                Ok(()) if st.is_ok_and(|st| st.st_size == 0) => return,
+                Ok(()) => {
+                    eprintln!(
+                        "oz0-node: {} was written to after it had been a placeholder (by a process that kept it open, or as its run ended); it is removed with what was written into it",
+                        within.join(name).display()
+                    );
+                    return;
+                }
+                Err(Errno::NOENT) => return,
+                Err(_) => {}
+            }
+        }
         Err(_) => {}
     }
     let path = within.join(name);
@@ -385,6 +468,56 @@ mod tests {
         std::fs::write(work.join(".vscode"), "").unwrap();
         assert_eq!(pool.give_back(&w, Path::new(".vscode")), Back::Leave);
         assert!(std::fs::symlink_metadata(work.join(".idea"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// Files as folders: each a placeholder once, an empty regular file
+    /// only taken back, what was written into one after it went aside
+    /// removed with a warning, a link never followed.
+    #[test]
+    fn a_file_is_a_placeholder_once_and_only_empty_ones_are_taken_back() {
+        let root = tmp("files");
+        let (data, work) = (root.join("data"), root.join("work"));
+        std::fs::create_dir_all(&work).unwrap();
+        let w = open_dir(&work);
+        let (fresh, used) = (
+            data.join(POOL_DIR).join(FRESH_FILES),
+            data.join(POOL_DIR).join(USED),
+        );
+        let mut pool = Pool::open(&data, "f1").unwrap();
+        assert_eq!(pool.take_file(&w, Path::new(".bashrc")), Taken::No);
+        pool.tend();
+        assert_eq!(count(&fresh), FRESH_FILES_TARGET);
+        assert_eq!(pool.take_file(&w, Path::new(".bashrc")), Taken::Moved);
+        let st = std::fs::symlink_metadata(work.join(".bashrc")).unwrap();
+        assert!(st.is_file() && st.len() == 0);
+        // Never over what is there.
+        std::fs::write(work.join(".zshrc"), "mine").unwrap();
+        assert_eq!(pool.take_file(&w, Path::new(".zshrc")), Taken::Exists);
+        assert_eq!(std::fs::read(work.join(".zshrc")).unwrap(), b"mine");
+        assert_eq!(pool.give_back_file(&w, Path::new(".zshrc")), Back::Leave);
+        // Kept open by another run, given back, written to: removed, never
+        // taken again.
+        let kept = std::fs::OpenOptions::new()
+            .write(true)
+            .open(work.join(".bashrc"))
+            .unwrap();
+        assert_eq!(pool.give_back_file(&w, Path::new(".bashrc")), Back::Aside);
+        assert!(!work.join(".bashrc").exists());
+        std::io::Write::write_all(&mut &kept, b"planted").unwrap();
+        let mut pool = Pool::open(&data, "f2").unwrap();
+        pool.tend();
+        assert_eq!((count(&fresh), count(&used)), (FRESH_FILES_TARGET, 0));
+        for e in std::fs::read_dir(&fresh).unwrap() {
+            assert_eq!(e.unwrap().metadata().unwrap().len(), 0);
+        }
+        // A link is left as it is.
+        std::os::unix::fs::symlink("/etc/passwd", work.join(".profile")).unwrap();
+        assert_eq!(pool.give_back_file(&w, Path::new(".profile")), Back::Leave);
+        assert!(std::fs::symlink_metadata(work.join(".profile"))
             .unwrap()
             .file_type()
             .is_symlink());

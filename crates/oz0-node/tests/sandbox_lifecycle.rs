@@ -352,7 +352,7 @@ fn stdin_and_stdout_are_the_callers() {
 /// a run sees each one as an empty read-only folder, and no folder that was
 /// a placeholder is a fresh one again.
 #[test]
-fn folder_placeholders_come_from_the_pool_and_go_back() {
+fn placeholders_come_from_the_pool_and_go_back() {
     ready!();
     let env = Env::new("pool");
     let pool = env.data.join("placeholder-pool");
@@ -384,8 +384,23 @@ fn folder_placeholders_come_from_the_pool_and_go_back() {
             0,
             "round {round}: the work folder is not as it was"
         );
-        let (fresh, used) = (names("fresh"), names("used"));
+        let (fresh, all_used) = (names("fresh"), names("used"));
+        let is_dir = |n: &String| pool.join("used").join(n).is_dir();
+        let (used, used_files): (Vec<String>, Vec<String>) =
+            all_used.iter().cloned().partition(is_dir);
         assert_eq!(used.len(), folders, "round {round}: folders put aside");
+        // File placeholders come from the pool too, and go aside the same way.
+        let fresh_files = names("fresh-files");
+        assert!(!used_files.is_empty(), "round {round}: no file put aside");
+        assert!(
+            fresh_files.len() >= used_files.len(),
+            "round {round}: {} fresh files",
+            fresh_files.len()
+        );
+        for f in &fresh_files {
+            let m = std::fs::symlink_metadata(pool.join("fresh-files").join(f)).unwrap();
+            assert!(m.is_file() && m.len() == 0, "round {round}: fresh file {f}");
+        }
         assert!(
             fresh.len() >= folders,
             "round {round}: {} fresh folders",
@@ -395,7 +410,7 @@ fn folder_placeholders_come_from_the_pool_and_go_back() {
         // what was written into it), never fresh again.
         for n in &used_before {
             assert!(
-                !fresh.contains(n) && !used.contains(n),
+                !fresh.contains(n) && !fresh_files.contains(n) && !all_used.contains(n),
                 "round {round}: {n} came back"
             );
         }
@@ -411,7 +426,10 @@ fn folder_placeholders_come_from_the_pool_and_go_back() {
         for n in &used {
             std::fs::write(pool.join("used").join(n).join("planted"), "x").unwrap();
         }
-        used_before = used;
+        for n in &used_files {
+            std::fs::write(pool.join("used").join(n), "planted").unwrap();
+        }
+        used_before = all_used;
     }
 }
 
