@@ -462,8 +462,14 @@ pub fn edge_settings(
     data_dir: &Path,
     p: Platform,
 ) -> Result<Option<Edge>, String> {
-    let Some(url) = &f.link.edge else {
-        return Ok(None);
+    let url = match f.link.edge.as_slice() {
+        [] => return Ok(None),
+        [url] => url,
+        _ => {
+            return Err(
+                "--edge is given once here: only the Linux node fails over between edges".into(),
+            )
+        }
     };
     // --tenant is required with --edge and checked by its parser.
     let tenant = f.link.tenant.clone().unwrap_or_default();

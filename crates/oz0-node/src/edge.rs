@@ -95,7 +95,8 @@ fn log_line(now_ms: i64, msg: &str) -> String {
 /// What `--edge` needs, checked before the node starts.
 #[derive(Debug)]
 pub struct Settings {
-    url: String,
+    /// The edges, in the order they are tried (replicas on one store).
+    urls: Vec<String>,
     tenant: String,
     token: String,
     name: Option<String>,
@@ -117,15 +118,17 @@ pub struct Settings {
 
 impl Settings {
     /// Checks the flags and reads the enrolment token.
-    pub fn from_args(url: &str, a: &NodeArgs, data_dir: &Path) -> Result<Settings, String> {
+    pub fn from_args(urls: &[String], a: &NodeArgs, data_dir: &Path) -> Result<Settings, String> {
         let trust = match &a.link.edge_ca {
             Some(f) => oz0_edge::client::Trust::CaFile(absolute(f, "--edge-ca")?),
             None => oz0_edge::client::Trust::System,
         };
         // Parsing the URL (and the CA file) now says a wrong one before the
         // self-test runs.
-        NodeClient::with_trust(url, "probe", NodeKey::generate(), &trust)
-            .map_err(|e| format!("--edge: {e}"))?;
+        for url in urls {
+            NodeClient::with_trust(url, "probe", NodeKey::generate(), &trust)
+                .map_err(|e| format!("--edge: {e}"))?;
+        }
         let tenant = a.link.tenant.clone().unwrap_or_default();
         if !oz0_edge::routing::is_tenant(&tenant) {
             return Err(format!("--tenant {tenant:?} is not a tenant name: lower-case letters, digits, - and _ (at most 63)"));
@@ -161,7 +164,7 @@ impl Settings {
                 .filter(|h| oz0_edge::sanitize::is_usable_node_name(h)),
         };
         Ok(Settings {
-            url: url.to_string(),
+            urls: urls.to_vec(),
             tenant,
             token,
             name,
@@ -221,6 +224,62 @@ fn private_dir(dir: &Path, what: &str) -> Result<(), String> {
     }
 }
 
+/// The edges this node may talk to (replicas on one store), and the one
+/// it talks to now: every request goes to it, until it cannot be reached.
+pub(crate) struct Edges {
+    clients: Vec<(String, Arc<NodeClient>)>,
+    now: std::sync::atomic::AtomicUsize,
+}
+
+impl Edges {
+    fn new(s: &Settings, key: &NodeKey) -> Result<Edges, ClientError> {
+        let clients = s
+            .urls
+            .iter()
+            .map(|u| {
+                NodeClient::with_trust(u, &s.tenant, key.clone(), &s.trust)
+                    .map(|c| (u.clone(), Arc::new(c)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Edges {
+            clients,
+            now: Default::default(),
+        })
+    }
+
+    fn at(&self) -> &(String, Arc<NodeClient>) {
+        let i = self.now.load(std::sync::atomic::Ordering::Relaxed);
+        &self.clients[i % self.clients.len()]
+    }
+
+    /// The client of the edge talked to now.
+    pub(crate) fn client(&self) -> Arc<NodeClient> {
+        self.at().1.clone()
+    }
+
+    /// The URL of the edge talked to now.
+    fn url(&self) -> &str {
+        &self.at().0
+    }
+
+    /// Moves on to the next edge; its URL.
+    fn fail_over(&self) -> &str {
+        self.now.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.url()
+    }
+}
+
+/// Whether `e` says the edge could not be reached (rather than refused).
+fn unreachable_edge(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Connect { .. }
+            | ClientError::Timeout { .. }
+            | ClientError::Http(_)
+            | ClientError::Tls(_)
+    )
+}
+
 /// What the loop does next.
 enum Next {
     Continue,
@@ -229,7 +288,7 @@ enum Next {
 
 struct Daemon {
     s: Arc<Settings>,
-    client: Arc<NodeClient>,
+    edges: Arc<Edges>,
     facts: NodeFacts,
     view: Option<NodeView>,
     stop: tokio::net::UnixStream,
@@ -243,6 +302,8 @@ struct Daemon {
     pending: bool,
     /// The edge answered once: from then on every failure is retried.
     contacted: bool,
+    /// Edges failed over from since one last answered.
+    failed_over: usize,
 }
 
 /// Waits for `fut`, or returns None when the node is told to stop.
@@ -263,7 +324,27 @@ impl Daemon {
         or_stop(&self.stop, tokio::time::sleep(d)).await.is_some()
     }
 
+    /// Logs a failed request and says how long to wait before the next:
+    /// none when another edge is there to try (it is tried at once), else
+    /// the back-off.
     fn unreachable(&mut self, what: &str, e: &ClientError) -> Duration {
+        let n = self.edges.clients.len();
+        if n > 1 && unreachable_edge(e) {
+            let next = self.edges.fail_over().to_string();
+            self.failed_over += 1;
+            if self.failed_over < n {
+                log(&format!("{what}: {e}; failing over to the edge at {next}"));
+                return Duration::ZERO;
+            }
+            self.failed_over = 0;
+            let wait = self.backoff;
+            log(&format!(
+                "{what}: {e}; no edge answers: trying the edge at {next} in {}s",
+                wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+            ));
+            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            return wait;
+        }
         let wait = self.backoff;
         log(&format!(
             "{what}: {e}; retrying in {}s",
@@ -297,7 +378,7 @@ impl Daemon {
             let step = if !self.registered {
                 let r = or_stop(
                     &self.stop,
-                    self.client.register(&self.s.token, name.as_deref()),
+                    self.edges.client().register(&self.s.token, name.as_deref()),
                 )
                 .await;
                 match r {
@@ -305,7 +386,9 @@ impl Daemon {
                     Some(Ok(r)) => {
                         log(&format!(
                             "registered with the edge at {} as node {} of tenant {}",
-                            self.s.url, r.node_id, r.tenant
+                            self.edges.url(),
+                            r.node_id,
+                            r.tenant
                         ));
                         self.registered = true;
                         Ok(())
@@ -313,7 +396,8 @@ impl Daemon {
                     Some(Err(e)) => Err(("cannot register with the edge", e)),
                 }
             } else {
-                match or_stop(&self.stop, self.client.report_facts(&self.facts)).await {
+                let client = self.edges.client();
+                match or_stop(&self.stop, client.report_facts(&self.facts)).await {
                     None => return Ok(Next::Stop),
                     Some(Ok(v)) => {
                         log(&format!(
@@ -336,6 +420,7 @@ impl Daemon {
                 Ok(()) => {
                     self.backoff = Duration::from_secs(1);
                     self.contacted = true;
+                    self.failed_over = 0;
                 }
                 // Before the first contact, an edge whose certificate does
                 // not verify is a setting to fix, not an outage to wait
@@ -409,6 +494,7 @@ impl Daemon {
                     }
                 }
                 self.backoff = Duration::from_secs(1);
+                self.failed_over = 0;
                 Some(Some(p))
             }
             Err(e) => {
@@ -472,7 +558,7 @@ pub fn serve(
             }
         }
     };
-    let client = match NodeClient::with_trust(&s.url, &s.tenant, key, &s.trust) {
+    let edges = match Edges::new(&s, &key) {
         Ok(c) => c,
         Err(e) => {
             log(&format!("--edge: {e}"));
@@ -507,13 +593,13 @@ pub fn serve(
         let poll_every = s.poll;
         let max_jobs = s.jobs;
         let s = Arc::new(s);
-        let client = Arc::new(client);
+        let edges = Arc::new(edges);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let runner = Arc::new(Runner {
             s: s.clone(),
             sandbox: sandbox.clone(),
             host,
-            client: client.clone(),
+            edges: edges.clone(),
             stop: stop_rx,
             running: Default::default(),
             told: Default::default(),
@@ -521,7 +607,7 @@ pub fn serve(
         runner.clone().sweep().await;
         let mut d = Daemon {
             s,
-            client,
+            edges,
             facts,
             view: None,
             stop,
@@ -530,11 +616,12 @@ pub fn serve(
             removed: false,
             pending: false,
             contacted: false,
+            failed_over: 0,
         };
         log(&format!(
             "node {}: connecting to the edge at {} as tenant {}, up to {max_jobs} job(s) at once",
-            d.client.node_id(),
-            d.s.url,
+            d.edges.client().node_id(),
+            d.s.urls.join(", then "),
             d.s.tenant
         ));
         let mut running = tokio::task::JoinSet::new();
@@ -563,12 +650,13 @@ pub fn serve(
             let free = running.len() < max_jobs;
             let req = d.poll_request(free, runner.holding());
             let sent = Instant::now();
+            let client = d.edges.client();
             let r = tokio::select! {
                 biased;
                 _ = d.stop.readable() => break Exit::Ok.code(),
                 // Every slot was busy and one freed: poll again, taking.
                 _ = running.join_next(), if !free => continue,
-                r = d.client.poll_with(&req) => r,
+                r = client.poll_with(&req) => r,
             };
             let p = match d.answered(r).await {
                 None => break Exit::Ok.code(),

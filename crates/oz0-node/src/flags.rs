@@ -179,9 +179,11 @@ pub fn parse<C: Parser>(args: impl IntoIterator<Item = OsString>) -> Result<C, i
 #[derive(Debug, Clone, Args)]
 pub struct EdgeFlags {
     /// The edge to register with and take work from: https://HOST:PORT (or
-    /// http:// on loopback).
+    /// http:// on loopback). Repeatable on Linux, for replicas of one edge
+    /// on one PostgreSQL: the node talks to one at a time and fails over to
+    /// the next when it cannot reach it.
     #[arg(long, value_name = "URL", requires_all = ["tenant", "enrolment_token_file"])]
-    pub edge: Option<String>,
+    pub edge: Vec<String>,
     /// The tenant this node works for (with --edge).
     #[arg(long, value_name = "TENANT", requires = "edge", value_parser = tenant_name)]
     pub tenant: Option<String>,

@@ -326,15 +326,15 @@ pub fn run(a: NodeArgs) -> i32 {
     };
     // Everything the edge connection needs is checked before the (slow)
     // self-test, so a wrong flag is said at once.
-    let edge = match &a.link.edge {
-        Some(url) => match crate::edge::Settings::from_args(url, &a, &data_dir) {
+    let edge = match a.link.edge.as_slice() {
+        [] => None,
+        urls => match crate::edge::Settings::from_args(urls, &a, &data_dir) {
             Ok(s) => Some(s),
             Err(e) => {
                 eprintln!("oz0-node: {e}");
                 return Exit::Usage.code();
             }
         },
-        None => None,
     };
     // Held while the node runs: `key rotate` is refused meanwhile.
     let (_held, key) = match crate::private::prepare_data_dir(&data_dir)

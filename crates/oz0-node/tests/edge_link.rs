@@ -305,3 +305,57 @@ fn an_edge_whose_certificate_does_not_verify_stops_the_node() {
     let _ = c.kill();
     let _ = c.wait();
 }
+
+/// A loopback URL nothing listens on.
+fn nowhere() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("https://{}", port.local_addr().unwrap())
+}
+
+/// Waits up to `secs` for the log at `path` to say `what`.
+fn wait_said(path: &Path, what: &str, secs: u64) -> String {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let log = std::fs::read_to_string(path).unwrap_or_default();
+        if log.contains(what) {
+            return log;
+        }
+        assert!(
+            Instant::now() < until,
+            "the node did not say {what:?} within {secs}s:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_node_fails_over_to_the_next_edge_it_can_reach() {
+    let Some(bin) = binaries() else { return };
+    let edge = Edge::start(&bin, 30);
+    let dir = TempDir::new("failover");
+    let down = nowhere();
+    let mut c = node_cmd(&dir, &[&down, &edge.url], &edge.ca, &[])
+        .spawn()
+        .unwrap();
+    let log = wait_said(&dir.join("log"), "facts reported", 60);
+    assert!(
+        log.contains(&format!(
+            "cannot register with the edge: cannot connect to the edge at {down}"
+        )) && log.contains(&format!("failing over to the edge at {}", edge.url)),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("registered with the edge at {} as node", edge.url)),
+        "{log}"
+    );
+    let id = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({"command": ["echo", "over"]}),
+        )
+        .unwrap();
+    let j = edge.wait_job(&id, 30);
+    assert_eq!(j.state, "succeeded", "{j:?}");
+    let _ = c.kill();
+    let _ = c.wait();
+}

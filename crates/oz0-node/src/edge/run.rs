@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use oz0_core::Sandbox;
-use oz0_edge::client::{ClientError, Completion, Lease, NodeClient};
+use oz0_edge::client::{ClientError, Completion, Lease};
 use oz0_edge::wire::{JobPayload, StopJob, MAX_HOLDING};
 use oz0_policy::RunSpec;
 use tokio::sync::watch;
@@ -45,7 +45,9 @@ pub(super) struct Runner {
     pub(super) sandbox: Arc<dyn Sandbox>,
     /// The same host context, for tool servers (none at tier 0).
     pub(super) host: Option<Arc<oz0_linux::Host>>,
-    pub(super) client: Arc<NodeClient>,
+    /// The edges; a job's renewals go to the one talked to when it
+    /// started, its end to the one talked to when it ended.
+    pub(super) edges: Arc<super::Edges>,
     /// Turns true when the node is told to stop.
     pub(super) stop: watch::Receiver<bool>,
     /// The jobs running now, whose records retention never removes.
@@ -330,7 +332,8 @@ impl Runner {
                 t = told.wait_for(Option::is_some) => Ran::Told(t.ok().and_then(|t| *t)),
             }
         };
-        let r = self.client.run_leased(lease, work).await;
+        let client = self.edges.client();
+        let r = client.run_leased(lease, work).await;
         // Closing the pipe's other end cancels the run (its whole tree).
         drop(cancel_w);
         let cancelled = match r {
@@ -350,8 +353,7 @@ impl Runner {
             Ok(Ran::NodeStopped) => {
                 let _ = handle.await;
                 let given =
-                    tokio::time::timeout(Duration::from_secs(5), self.client.release_job(lease))
-                        .await;
+                    tokio::time::timeout(Duration::from_secs(5), client.release_job(lease)).await;
                 log(&match given {
                     Ok(Ok(())) => format!("job {id} stopped with the node; given back to the edge, which hands it to another node"),
                     Ok(Err(e)) => format!("job {id} stopped with the node; it could not be given back ({e}): the edge hands it out again when its lease lapses"),
@@ -396,10 +398,11 @@ impl Runner {
         let mut backoff = Duration::from_secs(1);
         let mut stop = self.stop.clone();
         loop {
+            let client = self.edges.client();
             let r = tokio::select! {
                 biased;
                 _ = stopped(&mut stop) => None,
-                r = self.client.finish_job(lease, &completion) => Some(r),
+                r = client.finish_job(lease, &completion) => Some(r),
             };
             match r {
                 None => {
