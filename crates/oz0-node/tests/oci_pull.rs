@@ -2,6 +2,7 @@
 //! `docker-registry`), with images this test builds by hand as OCI layouts
 //! and pushes with `skopeo`: a good image is pulled by digest, checked and
 //! unpacked once; bad ones are each refused with the reason.
+#![cfg(target_os = "linux")]
 
 mod common;
 
