@@ -394,13 +394,13 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
     );
     wait_clean(&n);
 
-    // Cancelled mid-call: the node loses the lease and stops the VM.
+    // Cancelled mid-call: the node hears of it and stops the VM.
     let id = submit(vm_call("hang", serde_json::json!({}), &[])).unwrap();
     wait_hanging(&n, &id);
     assert!(!vm_leftovers(&n).is_empty(), "the VM runs");
     let j = json(&edge.cancel(&id));
     assert_eq!(j["state"], "cancelled", "{j}");
-    n.wait_log(&format!("job {id} killed"), 30);
+    n.wait_log(&format!("job {id} cancelled by an operator: stopped"), 30);
     wait_clean(&n);
 
     // Killed mid-call: the next start removes the VM's folder it left.
