@@ -183,24 +183,11 @@ impl Pool {
         if !is_empty(&dir) {
             return Back::Leave;
         }
-        self.made += 1;
-        let aside = format!("{}-{}", self.tag, self.made);
-        match renameat_with(
-            from,
-            name,
-            &self.used,
-            aside.as_str(),
-            RenameFlags::NOREPLACE,
-        ) {
-            Ok(()) => {
-                moved();
-                Back::Aside
-            }
-            Err(e) => {
-                self.elsewhere |= e == Errno::XDEV;
-                Back::Remove
-            }
+        let back = self.put_aside(from, name);
+        if back == Back::Aside {
+            moved();
         }
+        back
     }
 
     /// Moves the empty file `name` in `from` out of the way, into `used/`.
@@ -214,21 +201,27 @@ impl Pool {
                     && st.st_size == 0 => {}
             _ => return Back::Leave,
         }
-        self.made += 1;
-        let aside = format!("{}-{}", self.tag, self.made);
-        match renameat_with(
-            from,
-            name,
-            &self.used,
-            aside.as_str(),
-            RenameFlags::NOREPLACE,
-        ) {
+        self.put_aside(from, name)
+    }
+
+    /// Renames `name` in `from` into `used/` under a name of this
+    /// process's: `Aside`, or `Remove` when it cannot (another mount).
+    fn put_aside(&mut self, from: &impl AsFd, name: &Path) -> Back {
+        let aside = self.new_name();
+        match renameat_with(from, name, &self.used, &aside, RenameFlags::NOREPLACE) {
             Ok(()) => Back::Aside,
             Err(e) => {
                 self.elsewhere |= e == Errno::XDEV;
                 Back::Remove
             }
         }
+    }
+
+    /// A name no other entry of the pool has: this process's tag and a
+    /// count.
+    fn new_name(&mut self) -> OsString {
+        self.made += 1;
+        OsString::from(format!("{}-{}", self.tag, self.made))
     }
 
     /// Removes the folders in `used/` (and what any run wrote into them
@@ -245,16 +238,14 @@ impl Pool {
             return;
         }
         while self.names.len() < FRESH_TARGET {
-            self.made += 1;
-            let name = OsString::from(format!("{}-{}", self.tag, self.made));
+            let name = self.new_name();
             if mkdirat(&self.fresh, name.as_os_str(), Mode::from_raw_mode(0o755)).is_err() {
                 return;
             }
             self.names.push(name);
         }
         while self.file_names.len() < FRESH_FILES_TARGET {
-            self.made += 1;
-            let name = OsString::from(format!("{}-{}", self.tag, self.made));
+            let name = self.new_name();
             let made = rustix::fs::openat(
                 &self.fresh_files,
                 name.as_os_str(),
