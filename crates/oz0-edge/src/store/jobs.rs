@@ -256,16 +256,7 @@ impl Store {
                 vec![now_ms.into()],
             )
             .await?;
-        let requeued = rows.len() as u64;
-        let expired = i64::try_from(failed + requeued).unwrap_or(i64::MAX);
-        if expired > 0 {
-            self.count(LEASES_EXPIRED, expired).await?;
-        }
-        Ok(Swept {
-            requeued,
-            failed,
-            queues: queues(&rows)?,
-        })
+        self.expired(failed, &rows).await
     }
 
     /// The leases of a node taken for dead end now: each job goes back to
@@ -283,6 +274,12 @@ impl Store {
                 vec![node.into()],
             )
             .await?;
+        self.expired(failed, &rows).await
+    }
+
+    /// Counts the leases that ended unanswered (`failed` jobs, and the
+    /// requeued ones `rows` name) and says where the requeued ones went.
+    async fn expired(&self, failed: u64, rows: &[super::Row]) -> Result<Swept, StoreError> {
         let requeued = rows.len() as u64;
         let expired = i64::try_from(failed + requeued).unwrap_or(i64::MAX);
         if expired > 0 {
@@ -291,7 +288,7 @@ impl Store {
         Ok(Swept {
             requeued,
             failed,
-            queues: queues(&rows)?,
+            queues: queues(rows)?,
         })
     }
 
