@@ -17,7 +17,6 @@
 //! (`OZ0_EDGE_BENCH_NODES`, `OZ0_EDGE_BENCH_HISTORY`, `OZ0_EDGE_BENCH_QUEUED`,
 //! `OZ0_EDGE_BENCH_IDLE` change the sizes).
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,51 +25,13 @@ use std::time::{Duration, Instant};
 
 use oz0_edge::client::{NodeClient, NodeKey};
 use oz0_edge::Store;
-use oz0_policy::facts::{Mechanism, Microvm, NodeFacts, Os, Platform, SelfTest, FACTS_SCHEMA};
+
+mod common;
+use common::{env_usize, facts, pct};
 
 const CONCURRENCY: usize = 32;
 const TOKEN: &str = "bench-enrolment-0123456789";
 const OPERATOR: &str = "bench-operator-0123456789";
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn facts() -> NodeFacts {
-    let mut f = NodeFacts {
-        schema: FACTS_SCHEMA,
-        node_version: "0.1.0".into(),
-        platform: Platform {
-            os: Os::Linux,
-            arch: "x86_64".into(),
-            build_raw: "6.1.0-28-amd64".into(),
-        },
-        tier_proven: 1,
-        tier_routed: 1,
-        mechanism: Mechanism {
-            kind: "bubblewrap".into(),
-            bwrap_version: Some("0.8.0".into()),
-            landlock_abi: Some(7),
-            seccomp: true,
-            cgroup_mode: Some("cgroup_v2".into()),
-            ..Default::default()
-        },
-        self_test: SelfTest::Passed,
-        fix: None,
-        microvm: Microvm {
-            ready: false,
-            reason: None,
-            pinned: None,
-            backend: None,
-        },
-        labels: BTreeMap::new(),
-    };
-    f.derive_labels(false);
-    f
-}
 
 /// The edge binary on a store; killed on drop.
 struct EdgeProcess {
@@ -178,12 +139,6 @@ where
 }
 
 /// The `p`th percentile (`per_mille` / 1000), ms.
-fn pct(v: &mut [Duration], per_mille: usize) -> f64 {
-    v.sort();
-    let i = (v.len().saturating_sub(1) * per_mille + 500) / 1000;
-    v[i].as_secs_f64() * 1000.0
-}
-
 /// Inserts `n` jobs in `state` straight into the store, 500 a statement.
 async fn bulk(store: &Store, n: usize, state: &str) {
     let now = oz0_edge::time::now_ms();

@@ -22,7 +22,6 @@
 //! target/{release,debug}/oz0-node; as root they run as `oz0test`, whose
 //! cgroups `oz0-node setup cgroups --user oz0test` made).
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -32,53 +31,15 @@ use std::time::{Duration, Instant};
 use oz0_edge::client::{ClientError, NodeClient, NodeKey, OperatorClient, Trust};
 use oz0_edge::routing::{JobPayload, JobRequest, Origin};
 use oz0_edge::wire::{PollRequest, ShellJob};
-use oz0_policy::facts::{Mechanism, Microvm, NodeFacts, Os, Platform, SelfTest, FACTS_SCHEMA};
 
 #[path = "../tests/common/certs.rs"]
 mod certs;
+mod common;
+
+use common::{env_usize, facts, pct};
 
 const TOKEN: &str = "bench-enrolment-0123456789";
 const OPERATOR: &str = "bench-operator-0123456789";
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn facts() -> NodeFacts {
-    let mut f = NodeFacts {
-        schema: FACTS_SCHEMA,
-        node_version: "0.1.0".into(),
-        platform: Platform {
-            os: Os::Linux,
-            arch: "x86_64".into(),
-            build_raw: "6.1.0-28-amd64".into(),
-        },
-        tier_proven: 1,
-        tier_routed: 1,
-        mechanism: Mechanism {
-            kind: "bubblewrap".into(),
-            bwrap_version: Some("0.8.0".into()),
-            landlock_abi: Some(7),
-            seccomp: true,
-            cgroup_mode: Some("cgroup_v2".into()),
-            ..Default::default()
-        },
-        self_test: SelfTest::Passed,
-        fix: None,
-        microvm: Microvm {
-            ready: false,
-            reason: None,
-            pinned: None,
-            backend: None,
-        },
-        labels: BTreeMap::new(),
-    };
-    f.derive_labels(false);
-    f
-}
 
 /// The edge binary over TLS; killed on drop.
 struct EdgeProcess {
@@ -130,12 +91,6 @@ fn start_edge(store: &str, dir: &Path, cert: &Path, key: &Path) -> EdgeProcess {
 }
 
 /// The `per_mille`th percentile, ms.
-fn pct(v: &mut [Duration], per_mille: usize) -> f64 {
-    v.sort();
-    let i = (v.len().saturating_sub(1) * per_mille + 500) / 1000;
-    v[i].as_secs_f64() * 1000.0
-}
-
 fn shell(command: &[&str]) -> JobRequest {
     JobRequest::new(
         Origin::Internal,
