@@ -602,9 +602,10 @@ pub fn serve(
             edges: edges.clone(),
             stop: stop_rx,
             running: Default::default(),
+            records: retention::Records::new(s.data_dir.join("jobs")),
             told: Default::default(),
         });
-        runner.clone().sweep().await;
+        runner.clone().sweep(None).await;
         let mut d = Daemon {
             s,
             edges,

@@ -150,6 +150,35 @@ pub fn sweep(jobs: &Path, r: Retention, running: &Mutex<BTreeSet<String>>) -> Sw
     out
 }
 
+/// The records under one `jobs` folder, swept one sweep at a time.
+pub struct Records {
+    jobs: PathBuf,
+    lock: Mutex<()>,
+}
+
+impl Records {
+    /// The records under `jobs`.
+    pub fn new(jobs: PathBuf) -> Records {
+        Records {
+            jobs,
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// Applies `r` at the node's start (`ended` None) or after the job
+    /// `ended`, never touching the records of the jobs in `running`.
+    pub fn sweep(
+        &self,
+        ended: Option<&str>,
+        r: Retention,
+        running: &Mutex<BTreeSet<String>>,
+    ) -> Swept {
+        let _one = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = ended;
+        sweep(&self.jobs, r, running)
+    }
+}
+
 /// The log line for a sweep that removed or failed something.
 pub fn describe(s: &Swept, r: Retention) -> Option<String> {
     if s.old + s.over == 0 && s.failed.is_empty() {

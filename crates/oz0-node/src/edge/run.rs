@@ -52,6 +52,8 @@ pub(super) struct Runner {
     pub(super) stop: watch::Receiver<bool>,
     /// The jobs running now, whose records retention never removes.
     pub(super) running: Mutex<BTreeSet<String>>,
+    /// The job records kept, indexed as jobs end.
+    pub(super) records: super::retention::Records,
     /// The jobs whose work runs now (the node's polls name them), each
     /// with what tells it to stop: `Some(true)` cancelled by an operator,
     /// `Some(false)` its lease is not this node's any more.
@@ -149,12 +151,13 @@ impl Runner {
     }
 
     /// Applies the job records' retention (`--keep-jobs-days`,
-    /// `--keep-jobs-mib`) and logs what it removed.
-    pub(super) async fn sweep(self: Arc<Self>) {
+    /// `--keep-jobs-mib`) and logs what it removed: at the start
+    /// (`ended` None), and after the job `ended`.
+    pub(super) async fn sweep(self: Arc<Self>, ended: Option<String>) {
         let me = self.clone();
         let keep = self.s.keep;
         let swept = tokio::task::spawn_blocking(move || {
-            super::retention::sweep(&me.s.data_dir.join("jobs"), keep, &me.running)
+            me.records.sweep(ended.as_deref(), keep, &me.running)
         })
         .await;
         if let Some(line) = swept
@@ -171,10 +174,10 @@ impl Runner {
     pub(super) async fn take(self: Arc<Self>, lease: Lease, at: Taking, told: Told) {
         let id = lease.job.job_id.clone();
         {
-            let _running = safe_id(&id).then(|| Running(&self, id));
+            let _running = safe_id(&id).then(|| Running(&self, id.clone()));
             self.run_one(lease, at, told).await;
         }
-        self.sweep().await;
+        self.sweep(Some(id)).await;
     }
 
     async fn run_one(&self, mut lease: Lease, at: Taking, told: Told) {
