@@ -15,8 +15,10 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use oz0_core::exit::Exit;
 use oz0_core::Wall;
+use oz0_edge::term::escape;
 use oz0_plugin::job::{container_refusal, read_plugin_dir, CallArgs, ToolJob};
 use oz0_plugin::manifest::{Isolation, Tool};
+use oz0_plugin::mcp::{shown, Listed};
 use serde_json::json;
 
 use crate::cli::HostArgs;
@@ -30,8 +32,13 @@ pub enum PluginCmd {
     /// and the fix), runs the self-test and the microVM probe as `oz0-node
     /// run` does at its start, and prints one line per tool: a microVM tool
     /// needs a test VM that booted inside tier 1 (and the image's
-    /// architecture), a command tool needs tier 1, a container tool needs
-    /// runtime.oci, which no OZ0 node offers yet. Changes nothing.
+    /// architecture), a command tool needs tier 1 and a server that starts
+    /// there, a container tool needs runtime.oci, which no OZ0 node offers
+    /// yet. A command tool's server is started as `plugin call` starts it
+    /// (tier 1, an empty work folder, its settings and secrets from this
+    /// environment) and must answer initialize and tools/list within
+    /// --server-timeout; its stderr's end is shown when it does not.
+    /// Changes nothing.
     ///
     /// Exit status: 0 when this node offers every tool; 1 when it leaves one
     /// out or the manifest is refused.
@@ -67,6 +74,16 @@ pub struct CheckArgs {
     /// One JSON document instead of lines.
     #[arg(long)]
     pub json: bool,
+    /// Do not start command tools' servers: say only whether this node has
+    /// what they need (a tool whose server cannot start here is then
+    /// offered, and its calls fail).
+    #[arg(long)]
+    pub no_start: bool,
+    /// How long a command tool's server has to answer initialize and
+    /// tools/list, seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub server_timeout: u64,
     #[command(flatten)]
     pub host: HostArgs,
 }
@@ -177,11 +194,24 @@ fn check(a: &CheckArgs) -> i32 {
     } else {
         Err(probe.detail.clone())
     };
-    let tools: Vec<(&Tool, Result<(), String>)> = manifest
+    let mut tools: Vec<(&Tool, Result<(), String>)> = manifest
         .tools
         .iter()
         .map(|t| (t, offer(t, tier1.clone(), microvm.clone())))
         .collect();
+    // What a call needs of a command tool: its server starts in tier 1.
+    let mut servers: Vec<Option<Result<Listed, String>>> = vec![None; tools.len()];
+    if !a.no_start {
+        for (i, (t, r)) in tools.iter_mut().enumerate() {
+            if r.is_ok() && t.isolation == Isolation::Sandbox {
+                let tried = try_server(a, t);
+                if let Err(why) = &tried {
+                    *r = Err(format!("tool {:?} is left out: its server did not answer in the node's tier-1 sandbox: {why}", t.id));
+                }
+                servers[i] = Some(tried);
+            }
+        }
+    }
     let all = tools.iter().all(|(_, r)| r.is_ok());
     if a.json {
         let doc = json!({
@@ -190,12 +220,13 @@ fn check(a: &CheckArgs) -> i32 {
             "tier1": tier1.is_ok(),
             "microvm": probe.microvm,
             "microvm_detail": probe.detail,
-            "tools": tools.iter().map(|(t, r)| json!({
+            "tools": tools.iter().zip(&servers).map(|((t, r), s)| json!({
                 "id": t.id,
                 "isolation": isolation_name(t.isolation),
                 "package": t.package,
                 "offered": r.is_ok(),
                 "reason": r.as_ref().err(),
+                "server": s.as_ref().and_then(|s| s.as_ref().ok()),
             })).collect::<Vec<_>>(),
         });
         crate::out::line(&serde_json::to_string_pretty(&doc).expect("serialises"));
@@ -207,10 +238,23 @@ fn check(a: &CheckArgs) -> i32 {
             if tier1.is_ok() { "proven" } else { "none" },
             probe.detail
         ));
-        for (t, r) in &tools {
-            crate::out::line(&match r {
-                Ok(()) => format!("{}: {}: offered", t.id, isolation_name(t.isolation)),
-                Err(why) => format!("{}: {}: {why}", t.id, isolation_name(t.isolation)),
+        for ((t, r), s) in tools.iter().zip(&servers) {
+            let kind = isolation_name(t.isolation);
+            crate::out::line(&match (r, s) {
+                (Ok(()), Some(Ok(l))) => format!(
+                    "{}: {kind}: offered (its server answered in tier 1 in {} ms and lists {})",
+                    t.id,
+                    l.initialize_ms,
+                    escape(shown(&l.tools).as_bytes())
+                ),
+                (Ok(()), _) if a.no_start && t.isolation == Isolation::Sandbox => {
+                    format!(
+                        "{}: {kind}: offered (its server was not started: --no-start)",
+                        t.id
+                    )
+                }
+                (Ok(()), _) => format!("{}: {kind}: offered", t.id),
+                (Err(why), _) => format!("{}: {kind}: {}", t.id, escape(why.as_bytes())),
             });
         }
     }
@@ -219,6 +263,58 @@ fn check(a: &CheckArgs) -> i32 {
     } else {
         Exit::CheckFailed.code()
     }
+}
+
+/// Starts a command tool's server in tier 1 in a work folder of its own
+/// and asks it `initialize` and `tools/list`: what it lists, or why it did
+/// not answer, with the end of what it wrote to stderr.
+fn try_server(a: &CheckArgs, t: &Tool) -> Result<Listed, String> {
+    let host = crate::run::open_host(&a.host, None).map_err(|e| e.to_string())?;
+    let dir = CallDir::new().map_err(|e| {
+        format!(
+            "a work folder under {}: {e}",
+            std::env::temp_dir().display()
+        )
+    })?;
+    let errors = rustix::fs::memfd_create("oz0-check-stderr", rustix::fs::MemfdFlags::CLOEXEC)
+        .map(std::fs::File::from)
+        .map_err(|e| format!("a buffer for the server's stderr: {e}"))?;
+    let kept = errors
+        .try_clone()
+        .map_err(|e| format!("a buffer for the server's stderr: {e}"))?;
+    let (cancel, _signalled) =
+        signal_cancel().map_err(|e| format!("cannot watch for signals: {e}"))?;
+    let data_dir = host.data_dir().to_path_buf();
+    let r = crate::tool::try_server(
+        crate::tool::Ctx {
+            host: &host,
+            work: &dir.0,
+            data_dir: &data_dir,
+            microvms: Ok(()),
+            env_allowed: None,
+            errors,
+            cancel,
+        },
+        t,
+        std::time::Duration::from_secs(a.server_timeout),
+    );
+    r.map_err(|why| match stderr_end(kept) {
+        Some(end) => format!("{why}; its stderr ended with: {end}"),
+        None => why,
+    })
+}
+
+/// The last line or so (at most 300 bytes) of what a server wrote to
+/// `f`, trimmed; None when it wrote nothing.
+fn stderr_end(mut f: std::fs::File) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = f.seek(SeekFrom::End(0)).ok()?;
+    f.seek(SeekFrom::Start(len.saturating_sub(300))).ok()?;
+    let mut buf = Vec::with_capacity(300);
+    f.take(300).read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.replace('\n', " | "))
 }
 
 /// A private folder for one call, removed on drop.

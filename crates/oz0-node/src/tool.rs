@@ -42,8 +42,8 @@ use oz0_linux::Host;
 use oz0_microvm::backend::{backend_from_env, Backend, TestGuest};
 use oz0_microvm::vm::{self, VmHost, VmRequest, DEFAULT_MEMORY_MIB};
 use oz0_plugin::job::{container_refusal, CheckedToolJob, FILES_DIR};
-use oz0_plugin::manifest::Isolation;
-use oz0_plugin::mcp::{CallResult, Client, McpError};
+use oz0_plugin::manifest::{Isolation, Tool};
+use oz0_plugin::mcp::{CallResult, Client, Listed, McpError};
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::fs::{Mode, OFlags};
@@ -209,21 +209,20 @@ fn bounded(reason: String) -> String {
 
 /// The variables the tool names, with this process's values.
 fn variables(
-    t: &CheckedToolJob,
+    tool: &Tool,
     allowed: Option<&std::collections::BTreeSet<String>>,
 ) -> Result<Vec<(String, String)>, ToolError> {
-    t.tool
-        .settings
+    tool.settings
         .iter()
-        .chain(t.tool.secrets.iter())
+        .chain(tool.secrets.iter())
         .map(|n| match std::env::var(n) {
             _ if allowed.is_some_and(|a| !a.contains(n)) => Err(ToolError::VariableNotGiven {
-                tool: t.tool.id.clone(),
+                tool: tool.id.clone(),
                 name: n.clone(),
             }),
             Ok(v) => Ok((n.clone(), v)),
             Err(_) => Err(ToolError::VariableMissing {
-                tool: t.tool.id.clone(),
+                tool: tool.id.clone(),
                 name: n.clone(),
             }),
         })
@@ -314,7 +313,7 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, ToolError> {
             timeout_seconds: Some(t.job.timeout_s() + RUN_GRACE_S),
             ..Limits::default()
         },
-        env: variables(t, ctx.env_allowed)?,
+        env: variables(&t.tool, ctx.env_allowed)?,
     };
     place_files(ctx.work, &t.files)?;
     let work = ctx
@@ -403,8 +402,9 @@ fn in_vm(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, ToolError> {
         errors,
         ..
     } = ctx;
+    let params = t.call_params(WORK_IN_VM);
     let (r, vm) = call_over(
-        t.call_params(WORK_IN_VM),
+        move |c| c.call(params),
         call.deadline,
         &cancel,
         errors,
@@ -429,6 +429,62 @@ fn in_vm(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, ToolError> {
     })
 }
 
+/// The run of a command tool's server in tier 1: its command with `/work`
+/// standing for the work folder, its variables, its egress.
+fn server_spec(
+    tool: &Tool,
+    env: &[(String, String)],
+    limits: Limits,
+    work: &str,
+    data_dir: String,
+) -> Result<RunSpec, ToolError> {
+    Ok(RunSpec::new(RunRequest {
+        work: work.to_string(),
+        read: vec![],
+        write: vec![],
+        env: env
+            .iter()
+            .map(|(k, v)| {
+                EnvVar::new(k, v).map_err(|source| ToolError::Variable {
+                    name: k.clone(),
+                    source,
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        allow: tool.egress.iter().map(ToString::to_string).collect(),
+        forward: vec![],
+        limits,
+        data_dir,
+        allow_unix_sockets: false,
+        command: tool.command.iter().map(|a| at_work(a, work)).collect(),
+    })?)
+}
+
+/// What a server answered over MCP, and its run's end (or why it failed).
+type Talked<T> = (Result<T, McpError>, Result<oz0_core::Outcome, String>);
+
+/// Runs `spec` in the node's tier-1 sandbox and speaks MCP to it with
+/// `talk`: what it answered, and the run's end.
+fn serve_in_sandbox<T>(
+    ctx: Ctx<'_>,
+    spec: RunSpec,
+    deadline: Instant,
+    talk: impl FnOnce(Client<'_, UnixStream>) -> Result<T, McpError>,
+) -> Result<Talked<T>, ToolError> {
+    let Ctx {
+        host,
+        cancel,
+        errors,
+        ..
+    } = ctx;
+    call_over(talk, deadline, &cancel, errors, move |io, stop| {
+        let sandbox: &dyn Sandbox = host;
+        sandbox
+            .run(&spec, RunOptions::new(io, Some(Cancel(stop))))
+            .map_err(|e| e.to_string())
+    })
+}
+
 /// Serves the call from the node's tier-1 sandbox, with `/work` in its
 /// command and arguments standing for the work folder.
 fn in_sandbox(
@@ -438,42 +494,10 @@ fn in_sandbox(
     data_dir: String,
 ) -> Result<Served, ToolError> {
     let t = call.t;
-    let command = t.tool.command.iter().map(|a| at_work(a, &work)).collect();
-    let spec = RunSpec::new(RunRequest {
-        work: work.clone(),
-        read: vec![],
-        write: vec![],
-        env: call
-            .env
-            .iter()
-            .map(|(k, v)| {
-                EnvVar::new(k, v).map_err(|source| ToolError::Variable {
-                    name: k.clone(),
-                    source,
-                })
-            })
-            .collect::<Result<_, _>>()?,
-        allow: t.tool.egress.iter().map(ToString::to_string).collect(),
-        forward: vec![],
-        limits: call.limits,
-        data_dir,
-        allow_unix_sockets: false,
-        command,
-    })?;
+    let spec = server_spec(&t.tool, &call.env, call.limits, &work, data_dir)?;
     let mut params = t.call_params(&work);
     args_at_work(&mut params["arguments"], &work);
-    let Ctx {
-        host,
-        cancel,
-        errors,
-        ..
-    } = ctx;
-    let (r, run) = call_over(params, call.deadline, &cancel, errors, move |io, stop| {
-        let sandbox: &dyn Sandbox = host;
-        sandbox
-            .run(&spec, RunOptions::new(io, Some(Cancel(stop))))
-            .map_err(|e| e.to_string())
-    })?;
+    let (r, run) = serve_in_sandbox(ctx, spec, call.deadline, move |c| c.call(params))?;
     let mut look = None;
     if let Some(g) = run.as_ref().ok().and_then(|o| o.report.get("git")) {
         // A finding left in place fails the run (its own status then
@@ -489,6 +513,42 @@ fn in_sandbox(
         vm_answered: None,
         look,
     })
+}
+
+/// What `plugin check` asks of a command tool before it offers it: its
+/// server started in the node's tier-1 sandbox, as a call starts it (in
+/// the empty work folder of `ctx`, with the tool's variables from this
+/// process's environment), answers `initialize` and `tools/list` within
+/// `timeout`; it is then ended. What it lists, or why it did not answer
+/// (with the run's own failure, and the end of its stderr, which goes to
+/// `ctx.errors`).
+pub fn try_server(ctx: Ctx<'_>, tool: &Tool, timeout: Duration) -> Result<Listed, String> {
+    let env = variables(tool, ctx.env_allowed).map_err(|e| e.to_string())?;
+    let work = ctx
+        .work
+        .to_str()
+        .ok_or(ToolError::NotUtf8("the work folder"))?
+        .to_string();
+    let data_dir = ctx
+        .data_dir
+        .to_str()
+        .ok_or(ToolError::NotUtf8("the data directory"))?
+        .to_string();
+    let limits = Limits {
+        timeout_seconds: Some(timeout.as_secs() + RUN_GRACE_S),
+        ..Limits::default()
+    };
+    let spec = server_spec(tool, &env, limits, &work, data_dir)?;
+    let (r, run) = serve_in_sandbox(ctx, spec, Instant::now() + timeout, |c| c.list())?;
+    match (r, run) {
+        (Ok(l), _) => Ok(l),
+        (Err(e), Ok(o)) if o.exit_code != 0 => Err(format!(
+            "{e}; its server exited with status {}",
+            o.exit_code
+        )),
+        (Err(e), Ok(_)) => Err(e.to_string()),
+        (Err(e), Err(run)) => Err(format!("{e}; the sandbox: {run}")),
+    }
 }
 
 /// The call's result, or its error with the run's own failure added.
@@ -556,13 +616,13 @@ fn end_of(
 /// thread of its own, makes the call over its stdio, then ends it: the end
 /// of its input, and its stop after [`vm::EOF_GRACE`] (at once when the
 /// call failed). Returns the call and what `start` returned.
-fn call_over<R: Send + 'static>(
-    params: Value,
+fn call_over<R: Send + 'static, T>(
+    talk: impl FnOnce(Client<'_, UnixStream>) -> Result<T, McpError>,
     deadline: Instant,
     cancel: &OwnedFd,
     errors: File,
     start: impl FnOnce(RunIo, OwnedFd) -> R + Send,
-) -> Result<(Result<CallResult, McpError>, R), ToolError> {
+) -> Result<(Result<T, McpError>, R), ToolError> {
     fn pipe(what: &'static str) -> impl Fn(std::io::Error) -> ToolError {
         move |source| ToolError::Channel { what, source }
     }
@@ -602,7 +662,7 @@ fn call_over<R: Send + 'static>(
             out
         });
         // The client's end of the server's input goes when the call returns.
-        let r = Client::new(to_server, from_server, deadline, &stopped).call(params);
+        let r = talk(Client::new(to_server, from_server, deadline, &stopped));
         // A server that ended well exits at the end of its input; one that
         // did not, or any other end of the call, is stopped.
         let stop_now = match &r {

@@ -191,6 +191,63 @@ fn plugin_check_names_each_tool_offered_or_left_out() {
     assert_eq!(code(&o), Some(0), "{}{}", stdout(&o), stderr(&o));
 }
 
+/// `plugin check` tries what `plugin call` needs of a command tool: its
+/// server, started in tier 1, must answer. A server the sandbox cannot
+/// read (here a script in the caller's folder, which tier 1 does not show)
+/// is left out with what the server said, not offered and then failed.
+#[test]
+fn plugin_check_starts_command_servers_as_a_call_would() {
+    if !ready() {
+        return;
+    }
+    let p = Plugin::new("pstart", "tools: []\n");
+    let script = p.root.join("stub.py").display().to_string();
+    std::fs::write(
+        p.dir().join("oz0-plugin.yaml"),
+        format!("name: mixed\ntools:\n  - id: fs\n    command: [mcp-server-filesystem, /work]\n  - id: hidden\n    command: [python3, {script}]\n"),
+    )
+    .unwrap();
+    let o = p.run(&["check"], &[("OZ0_MICROVM", "off")]);
+    let out = stdout(&o);
+    assert_eq!(code(&o), Some(1), "{out}{}", stderr(&o));
+    assert!(
+        out.contains("fs: command (tier-1 sandbox): offered (its server answered in tier 1 in ")
+            && out.contains("lists ")
+            && out.contains("read_text_file"),
+        "{out}"
+    );
+    assert!(
+        out.contains("hidden: command (tier-1 sandbox): tool \"hidden\" is left out: its server did not answer in the node's tier-1 sandbox: ")
+            && out.contains("its stderr ended with: ")
+            && out.contains("can't open file"),
+        "{out}"
+    );
+    // The call fails the same way: what check said is what a call meets.
+    let o = p.run(&["call", "hidden"], &[]);
+    assert_eq!(code(&o), Some(125), "{}", stderr(&o));
+    let o = p.run(&["check", "--json"], &[("OZ0_MICROVM", "off")]);
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["tools"][0]["offered"], true, "{doc}");
+    assert!(
+        doc["tools"][0]["server"]["tools"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty()),
+        "{doc}"
+    );
+    assert_eq!(doc["tools"][1]["offered"], false, "{doc}");
+    // --no-start says only what the node has, and says that it did not try.
+    let o = p.run(&["check", "--no-start"], &[("OZ0_MICROVM", "off")]);
+    let out = stdout(&o);
+    assert_eq!(code(&o), Some(0), "{out}{}", stderr(&o));
+    assert!(
+        out.contains(
+            "hidden: command (tier-1 sandbox): offered (its server was not started: --no-start)"
+        ),
+        "{out}"
+    );
+    p.assert_clean("stub.py");
+}
+
 #[test]
 fn bad_manifests_are_refused_with_the_line_and_the_fix() {
     if !ready() {

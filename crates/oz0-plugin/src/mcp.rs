@@ -130,6 +130,17 @@ pub struct CallResult {
     pub call_ms: u64,
 }
 
+/// What a server answered to `initialize` and `tools/list`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Listed {
+    /// The protocol version the server chose.
+    pub protocol: String,
+    /// The names of the tools it lists, in its order.
+    pub tools: Vec<String>,
+    /// Time until the server answered `initialize`, ms.
+    pub initialize_ms: u64,
+}
+
 enum Line {
     Msg(Vec<u8>),
     TooLong,
@@ -303,10 +314,9 @@ impl<'a, W: Write> Client<'a, W> {
         }
     }
 
-    /// `initialize`, `notifications/initialized`, `tools/list` (the tool
-    /// must be listed), then `tools/call` with `params` (`name`,
-    /// `arguments`, `_meta`).
-    pub fn call(mut self, params: Value) -> Result<CallResult, McpError> {
+    /// `initialize` and `notifications/initialized`: the answer, and the
+    /// time it took.
+    fn initialize(&mut self) -> Result<(Value, u64), McpError> {
         let started = Instant::now();
         let init = self.request(
             Phase::Initialize,
@@ -322,12 +332,13 @@ impl<'a, W: Write> Client<'a, W> {
             Phase::Initialize,
             &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         )?;
-        let name = params
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let listing = Instant::now();
+        Ok((init, initialize_ms))
+    }
+
+    /// `tools/list`, page after page (at most [`MAX_LIST_PAGES`]) until
+    /// `name` is listed (when given) or the pages end: every name listed,
+    /// and whether `name` was.
+    fn list_tools(&mut self, name: Option<&str>) -> Result<(Vec<String>, bool), McpError> {
         let mut listed = Vec::new();
         let mut cursor: Option<String> = None;
         let mut found = false;
@@ -344,7 +355,7 @@ impl<'a, W: Write> Client<'a, W> {
                 .flatten()
             {
                 if let Some(n) = t.get("name").and_then(Value::as_str) {
-                    found |= n == name;
+                    found |= Some(n) == name;
                     listed.push(n.to_string());
                 }
             }
@@ -356,31 +367,45 @@ impl<'a, W: Write> Client<'a, W> {
                 break;
             }
         }
+        Ok((listed, found))
+    }
+
+    /// `initialize`, `notifications/initialized` and `tools/list`, without a
+    /// call: what a server that starts and speaks MCP answers (`plugin
+    /// check` asks this of a server before it offers its tool).
+    pub fn list(mut self) -> Result<Listed, McpError> {
+        let (init, initialize_ms) = self.initialize()?;
+        let (tools, _) = self.list_tools(None)?;
+        Ok(Listed {
+            protocol: protocol_of(&init),
+            tools,
+            initialize_ms,
+        })
+    }
+
+    /// `initialize`, `notifications/initialized`, `tools/list` (the tool
+    /// must be listed), then `tools/call` with `params` (`name`,
+    /// `arguments`, `_meta`).
+    pub fn call(mut self, params: Value) -> Result<CallResult, McpError> {
+        let (init, initialize_ms) = self.initialize()?;
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let listing = Instant::now();
+        let (listed, found) = self.list_tools(Some(&name))?;
         if !found {
-            let mut shown: Vec<String> = listed.iter().take(20).cloned().collect();
-            if listed.len() > 20 {
-                shown.push(format!("and {} more", listed.len() - 20));
-            }
             return Err(McpError::NoSuchTool {
                 name,
-                listed: if shown.is_empty() {
-                    "nothing".into()
-                } else {
-                    shown.join(", ")
-                },
+                listed: shown(&listed),
             });
         }
         let list_ms = ms(listing.elapsed());
         let t = Instant::now();
         let result = self.request(Phase::Call, "tools/call", params)?;
         Ok(CallResult {
-            protocol: init
-                .get("protocolVersion")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .chars()
-                .take(32)
-                .collect(),
+            protocol: protocol_of(&init),
             server: init.get("serverInfo").cloned().unwrap_or(Value::Null),
             is_error: result
                 .get("isError")
@@ -392,6 +417,28 @@ impl<'a, W: Write> Client<'a, W> {
             call_ms: ms(t.elapsed()),
         })
     }
+}
+
+/// The protocol version an `initialize` answer names, bounded.
+fn protocol_of(init: &Value) -> String {
+    init.get("protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .chars()
+        .take(32)
+        .collect()
+}
+
+/// Listed tool names for a message: at most 20, then how many more.
+pub fn shown(listed: &[String]) -> String {
+    if listed.is_empty() {
+        return "nothing".into();
+    }
+    let mut shown: Vec<String> = listed.iter().take(20).cloned().collect();
+    if listed.len() > 20 {
+        shown.push(format!("and {} more", listed.len() - 20));
+    }
+    shown.join(", ")
 }
 
 /// A `tools/call` result's text content, as the tool wrote it (each part
