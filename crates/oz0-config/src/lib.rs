@@ -591,16 +591,35 @@ pub fn effective(
         .collect()
 }
 
-/// `config show` as text: one `key = value    # source` line each.
+/// `config show` as text, a TOML document the node reads back as its
+/// config file: one `key = value    # source` line each, an unset key as
+/// a comment (`# key = (unset)`). A value that reads as an integer or a
+/// boolean is written as one (the file takes either spelling), any other
+/// as a TOML string, escaped as TOML escapes.
 pub fn render(settings: &[Setting]) -> String {
+    fn value(v: &str) -> toml::Value {
+        match v {
+            "true" => toml::Value::Boolean(true),
+            "false" => toml::Value::Boolean(false),
+            _ => match v.parse::<i64>() {
+                Ok(i) if i.to_string() == v => toml::Value::Integer(i),
+                _ => toml::Value::String(v.to_string()),
+            },
+        }
+    }
     let mut out = String::new();
     for s in settings {
-        let value = match s.values.as_slice() {
-            [] => "(unset)".to_string(),
-            [one] => format!("{one:?}"),
-            many => format!("{many:?}"),
+        let line = match s.values.as_slice() {
+            [] => format!("# {} = (unset)\n", s.key),
+            [one] => format!("{} = {}    # {}\n", s.key, value(one), s.source),
+            many => format!(
+                "{} = {}    # {}\n",
+                s.key,
+                toml::Value::Array(many.iter().map(|v| value(v)).collect()),
+                s.source
+            ),
         };
-        out.push_str(&format!("{} = {value}    # {}\n", s.key, s.source));
+        out.push_str(&line);
     }
     out
 }

@@ -344,3 +344,42 @@ fn a_file_others_may_change_is_refused() {
     );
     std::fs::remove_file(f).unwrap();
 }
+
+/// `config show`'s text is TOML that the node reads back as its file, to
+/// the same settings: strings escaped as TOML escapes them, integers,
+/// booleans, lists, and unset keys as comments.
+#[test]
+fn what_config_show_prints_reads_back_as_the_same_file() {
+    let f = file(
+        "data-dir = \"/var/lib/a \\\"b\\\" \\\\c\\u001b\"\njobs = 3\ntool-env = [\"A\", \"B\"]\nverbose = true\n",
+    );
+    let (m, a) = run_with(&f, &[]);
+    let c = cmd();
+    let run = c.find_subcommand("run").unwrap();
+    let settings = effective(&m, &a, SPEC.commands[0].1, run, &|_, v| v.to_string());
+    let text = render(&settings);
+    let doc: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(
+        doc["data-dir"].as_str(),
+        Some("/var/lib/a \"b\" \\c\u{1b}"),
+        "{text}"
+    );
+    assert_eq!(doc["jobs"].as_integer(), Some(3), "{text}");
+    assert_eq!(doc["verbose"].as_bool(), Some(true), "{text}");
+    let unset = render(&[Setting {
+        key: "edge".into(),
+        values: vec![],
+        source: "unset".into(),
+    }]);
+    assert_eq!(unset, "# edge = (unset)\n");
+    assert!(toml::from_str::<toml::Table>(&unset).unwrap().is_empty());
+    // Read back as the file, it gives the same values.
+    let again = file(&text);
+    let (m2, a2) = run_with(&again, &[]);
+    let values = |m: &ArgMatches, a: &Applied| -> Vec<(String, Vec<String>)> {
+        show(m, a).into_iter().map(|(k, v, _)| (k, v)).collect()
+    };
+    assert_eq!(values(&m2, &a2), values(&m, &a), "{text}");
+    std::fs::remove_file(f).unwrap();
+    std::fs::remove_file(again).unwrap();
+}
