@@ -27,7 +27,7 @@ use rustix::fs::{FlockOperation, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::fsx;
-use crate::manifest::{self, Document, RunConfig, MAX_MANIFEST};
+use crate::manifest::{self, Document, ManifestError, RunConfig, MAX_MANIFEST};
 use crate::reference::{Digest, Reference};
 use crate::registry::{Client, RegistryError};
 use crate::unpack::{Bounds, LayerError, Tree, Unpacked};
@@ -84,7 +84,7 @@ pub enum PullError {
         /// Its digest.
         digest: Digest,
         /// Why.
-        why: String,
+        why: ManifestError,
     },
     /// A layer refused while unpacking.
     #[error(transparent)]
@@ -240,7 +240,7 @@ impl Cache {
 
     /// Pulls and unpacks `r` into `images/` (its lock held).
     fn fetch(&self, client: &Client, r: &Reference) -> Result<Record, PullError> {
-        let doc = |what: &'static str, digest: &Digest, why: String| PullError::Document {
+        let doc = |what: &'static str, digest: &Digest, why: ManifestError| PullError::Document {
             what,
             digest: digest.clone(),
             why,
@@ -259,11 +259,7 @@ impl Cache {
                 {
                     Document::Image(m) => (d.digest, m),
                     Document::Index(_) => {
-                        return Err(doc(
-                            "the manifest",
-                            &d.digest,
-                            "it is an index inside an index, which the node does not follow".into(),
-                        ))
+                        return Err(doc("the manifest", &d.digest, ManifestError::NestedIndex))
                     }
                 }
             }

@@ -40,20 +40,163 @@ pub enum Compression {
     Gzip,
 }
 
-/// The layer's compression, or why its media type is refused.
-fn layer_compression(media_type: &str) -> Result<Compression, String> {
-    match media_type {
+/// Why a manifest, an index or a config is refused: each names the value
+/// at fault and, where the operator can do something, what.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ManifestError {
+    /// A manifest or index that is not JSON of the expected shape.
+    #[error("it is not a manifest's JSON: {0}")]
+    NotManifestJson(serde_json::Error),
+    /// Docker's schema 1, or no schema version.
+    #[error("its schemaVersion is not 2 (Docker's schema 1 is refused): push the image as OCI or Docker v2 schema 2 (e.g. `skopeo copy --format oci`)")]
+    SchemaVersion,
+    /// A media type that is no manifest or index the node reads.
+    #[error("its media type {0} is not an OCI image manifest or index, nor Docker's v2 schema 2 manifest or list")]
+    MediaType(
+        /// The media type (escaped).
+        String,
+    ),
+    /// A media type and fields that disagree.
+    #[error("its media type and its fields disagree (an image has config and layers, an index manifests)")]
+    Shape,
+    /// An index of over [`MAX_INDEX_ENTRIES`] manifests.
+    #[error("it lists over {MAX_INDEX_ENTRIES} manifests")]
+    TooManyManifests,
+    /// A descriptor whose digest is not a sha256 digest.
+    #[error("{what} has the digest {digest}, not sha256:<64 hex digits>")]
+    BadDigest {
+        /// Which descriptor: `its config`, `layer 2 of 3`, `manifest 4`.
+        what: String,
+        /// The digest as given (escaped).
+        digest: String,
+    },
+    /// A descriptor with a negative size.
+    #[error("{what} has a negative size")]
+    NegativeSize {
+        /// Which descriptor.
+        what: String,
+    },
+    /// A config descriptor of another media type.
+    #[error("its config's media type {0} is not an image config")]
+    ConfigType(
+        /// The media type (escaped).
+        String,
+    ),
+    /// Over [`MAX_LAYERS`] layers.
+    #[error("it has {0} layers, over {MAX_LAYERS}")]
+    TooManyLayers(
+        /// How many it has.
+        usize,
+    ),
+    /// A zstd-compressed layer.
+    #[error("{what} ({digest}): zstd-compressed layers are not supported yet: push the image with gzip layers (e.g. `skopeo copy --dest-compress-format gzip`)")]
+    ZstdLayer {
+        /// Which layer: `layer 2 of 3`.
+        what: String,
+        /// Its blob's digest.
+        digest: Digest,
+    },
+    /// A foreign (non-distributable) layer.
+    #[error("{what} ({digest}): {media_type} is a foreign layer, fetched from URLs outside the registry, which the node never follows")]
+    ForeignLayer {
+        /// Which layer.
+        what: String,
+        /// Its blob's digest.
+        digest: Digest,
+        /// Its media type (escaped).
+        media_type: String,
+    },
+    /// A layer of another media type.
+    #[error("{what} ({digest}): {media_type} is not a layer type the node unpacks (OCI tar, tar+gzip or Docker's tar.gzip)")]
+    LayerType {
+        /// Which layer.
+        what: String,
+        /// Its blob's digest.
+        digest: Digest,
+        /// Its media type (escaped).
+        media_type: String,
+    },
+    /// An index inside an index.
+    #[error("it is an index inside an index, which the node does not follow")]
+    NestedIndex,
+    /// An index entry for this platform that is too big to read.
+    #[error("its {platform} manifest {digest} declares {size} bytes, over {MAX_MANIFEST}")]
+    PlatformManifestTooBig {
+        /// This node's platform, `linux/amd64`.
+        platform: String,
+        /// The manifest's digest.
+        digest: Digest,
+        /// The size it declares.
+        size: u64,
+    },
+    /// An index with no image for this node's platform.
+    #[error("it has no image for this node's platform {platform} (it has: {have}): pull an image built for {platform}")]
+    NoPlatform {
+        /// This node's platform, `linux/amd64`.
+        platform: String,
+        /// The platforms it has (escaped).
+        have: String,
+    },
+    /// A config that is not JSON of the expected shape.
+    #[error("it is not an image config: {0}")]
+    NotConfigJson(serde_json::Error),
+    /// A config for another platform.
+    #[error("the image is for {os}/{architecture}, this node is {platform}: pull an image built for {platform}")]
+    WrongPlatform {
+        /// The config's `os` (escaped).
+        os: String,
+        /// The config's `architecture` (escaped).
+        architecture: String,
+        /// This node's platform, `linux/amd64`.
+        platform: String,
+    },
+    /// A config whose rootfs is not `layers`.
+    #[error("its rootfs type is {0}, not layers")]
+    RootfsType(
+        /// The type (escaped).
+        String,
+    ),
+    /// A config whose `diff_ids` do not match the manifest's layers.
+    #[error("it names {named} layer digests (diff_ids) for {layers} layers")]
+    DiffIdCount {
+        /// How many `diff_ids` it names.
+        named: usize,
+        /// How many layers the manifest has.
+        layers: usize,
+    },
+    /// A `diff_id` that is not a sha256 digest.
+    #[error("its diff_id {0} is not a sha256 digest")]
+    BadDiffId(
+        /// The value (escaped).
+        String,
+    ),
+}
+
+/// The compression of layer `what` (`blob`), or why its media type is
+/// refused.
+fn layer_compression(what: &str, blob: &Descriptor) -> Result<Compression, ManifestError> {
+    let what = what.to_string();
+    let digest = blob.digest.clone();
+    match blob.media_type.as_str() {
         "application/vnd.oci.image.layer.v1.tar" => Ok(Compression::None),
         "application/vnd.oci.image.layer.v1.tar+gzip"
         | "application/vnd.docker.image.rootfs.diff.tar.gzip" => Ok(Compression::Gzip),
-        "application/vnd.oci.image.layer.v1.tar+zstd" => Err(
-            "zstd-compressed layers are not supported yet: push the image with gzip layers (e.g. `skopeo copy --dest-compress-format gzip`)".into(),
-        ),
-        t if t.contains("nondistributable") || t.contains("foreign") => Err(format!(
-            "{} is a foreign layer, fetched from URLs outside the registry, which the node never follows",
-            shown(t)
-        )),
-        t => Err(format!("{} is not a layer type the node unpacks (OCI tar, tar+gzip or Docker's tar.gzip)", shown(t))),
+        "application/vnd.oci.image.layer.v1.tar+zstd" => {
+            Err(ManifestError::ZstdLayer { what, digest })
+        }
+        t if t.contains("nondistributable") || t.contains("foreign") => {
+            Err(ManifestError::ForeignLayer {
+                what,
+                digest,
+                media_type: shown(t),
+            })
+        }
+        t => Err(ManifestError::LayerType {
+            what,
+            digest,
+            media_type: shown(t),
+        }),
     }
 }
 
@@ -129,14 +272,13 @@ struct RawDocument {
     manifests: Option<Vec<RawDescriptor>>,
 }
 
-fn descriptor(d: &RawDescriptor, what: &str) -> Result<Descriptor, String> {
-    let digest = Digest::parse(&d.digest).ok_or_else(|| {
-        format!(
-            "{what} has the digest {}, not sha256:<64 hex digits>",
-            shown(&d.digest)
-        )
+fn descriptor(d: &RawDescriptor, what: &str) -> Result<Descriptor, ManifestError> {
+    let digest = Digest::parse(&d.digest).ok_or_else(|| ManifestError::BadDigest {
+        what: what.into(),
+        digest: shown(&d.digest),
     })?;
-    let size = u64::try_from(d.size).map_err(|_| format!("{what} has a negative size"))?;
+    let size =
+        u64::try_from(d.size).map_err(|_| ManifestError::NegativeSize { what: what.into() })?;
     Ok(Descriptor {
         media_type: d.media_type.clone(),
         digest,
@@ -147,11 +289,10 @@ fn descriptor(d: &RawDescriptor, what: &str) -> Result<Descriptor, String> {
 /// Parses a manifest or an index (at most [`MAX_MANIFEST`] bytes, which the
 /// caller bounded); `content_type` is the registry's `Content-Type`, when
 /// the document came from one.
-pub fn parse_document(body: &[u8], content_type: Option<&str>) -> Result<Document, String> {
-    let raw: RawDocument =
-        serde_json::from_slice(body).map_err(|e| format!("it is not a manifest's JSON: {e}"))?;
+pub fn parse_document(body: &[u8], content_type: Option<&str>) -> Result<Document, ManifestError> {
+    let raw: RawDocument = serde_json::from_slice(body).map_err(ManifestError::NotManifestJson)?;
     if raw.schema_version != Some(2) {
-        return Err("its schemaVersion is not 2 (Docker's schema 1 is refused)".into());
+        return Err(ManifestError::SchemaVersion);
     }
     let header = content_type
         .map(|c| c.split(';').next().unwrap_or("").trim())
@@ -159,10 +300,7 @@ pub fn parse_document(body: &[u8], content_type: Option<&str>) -> Result<Documen
     let kind = raw.media_type.as_deref().or(header);
     if let Some(k) = kind {
         if !MANIFEST_TYPES.contains(&k) {
-            return Err(format!(
-                "its media type {} is not an OCI image manifest or index, nor Docker's v2 schema 2 manifest or list",
-                shown(k)
-            ));
+            return Err(ManifestError::MediaType(shown(k)));
         }
     }
     let is_index = match (kind, &raw.manifests, &raw.config) {
@@ -170,12 +308,12 @@ pub fn parse_document(body: &[u8], content_type: Option<&str>) -> Result<Documen
         (Some(OCI_MANIFEST | DOCKER_MANIFEST), None, Some(_)) => false,
         (None, Some(_), None) => true,
         (None, None, Some(_)) => false,
-        _ => return Err("its media type and its fields disagree (an image has config and layers, an index manifests)".into()),
+        _ => return Err(ManifestError::Shape),
     };
     if is_index {
         let list = raw.manifests.unwrap_or_default();
         if list.len() > MAX_INDEX_ENTRIES {
-            return Err(format!("it lists over {MAX_INDEX_ENTRIES} manifests"));
+            return Err(ManifestError::TooManyManifests);
         }
         let mut out = Vec::with_capacity(list.len());
         for (i, m) in list.iter().enumerate() {
@@ -188,24 +326,17 @@ pub fn parse_document(body: &[u8], content_type: Option<&str>) -> Result<Documen
     }
     let config = descriptor(raw.config.as_ref().expect("checked above"), "its config")?;
     if !CONFIG_TYPES.contains(&config.media_type.as_str()) {
-        return Err(format!(
-            "its config's media type {} is not an image config",
-            shown(&config.media_type)
-        ));
+        return Err(ManifestError::ConfigType(shown(&config.media_type)));
     }
     let raw_layers = raw.layers.unwrap_or_default();
     if raw_layers.len() > MAX_LAYERS {
-        return Err(format!(
-            "it has {} layers, over {MAX_LAYERS}",
-            raw_layers.len()
-        ));
+        return Err(ManifestError::TooManyLayers(raw_layers.len()));
     }
     let mut layers = Vec::with_capacity(raw_layers.len());
     for (i, l) in raw_layers.iter().enumerate() {
         let what = format!("layer {} of {}", i + 1, raw_layers.len());
         let blob = descriptor(l, &what)?;
-        let compression = layer_compression(&blob.media_type)
-            .map_err(|e| format!("{what} ({}): {e}", blob.digest))?;
+        let compression = layer_compression(&what, &blob)?;
         layers.push(Layer { blob, compression });
     }
     Ok(Document::Image(Manifest { config, layers }))
@@ -227,7 +358,9 @@ pub fn this_platform() -> (&'static str, &'static str) {
 }
 
 /// The entry of an index for this node's platform, or why none fits.
-pub fn pick_platform(entries: &[(Descriptor, Option<Platform>)]) -> Result<Descriptor, String> {
+pub fn pick_platform(
+    entries: &[(Descriptor, Option<Platform>)],
+) -> Result<Descriptor, ManifestError> {
     let (os, arch) = this_platform();
     let fits = |p: &Platform| {
         p.os == os
@@ -239,10 +372,11 @@ pub fn pick_platform(entries: &[(Descriptor, Option<Platform>)]) -> Result<Descr
             && [OCI_MANIFEST, DOCKER_MANIFEST].contains(&d.media_type.as_str())
     });
     match found {
-        Some((d, _)) if d.size > MAX_MANIFEST => Err(format!(
-            "its {os}/{arch} manifest {} declares {} bytes, over {MAX_MANIFEST}",
-            d.digest, d.size
-        )),
+        Some((d, _)) if d.size > MAX_MANIFEST => Err(ManifestError::PlatformManifestTooBig {
+            platform: format!("{os}/{arch}"),
+            digest: d.digest.clone(),
+            size: d.size,
+        }),
         Some((d, _)) => Ok(d.clone()),
         None => {
             let have: Vec<String> = entries
@@ -253,10 +387,10 @@ pub fn pick_platform(entries: &[(Descriptor, Option<Platform>)]) -> Result<Descr
                     None => format!("{}/{}", p.os, p.architecture),
                 })
                 .collect();
-            Err(format!(
-                "it has no image for this node's platform {os}/{arch} (it has: {}): pull an image built for {os}/{arch}",
-                shown(&have.join(", "))
-            ))
+            Err(ManifestError::NoPlatform {
+                platform: format!("{os}/{arch}"),
+                have: shown(&have.join(", ")),
+            })
         }
     }
 }
@@ -317,37 +451,30 @@ struct RawRootfs {
 
 /// Parses an image config (bounded by the caller) for an image of
 /// `layers` layers on this node's platform.
-pub fn parse_config(body: &[u8], layers: usize) -> Result<ImageConfig, String> {
-    let raw: RawConfig =
-        serde_json::from_slice(body).map_err(|e| format!("it is not an image config: {e}"))?;
+pub fn parse_config(body: &[u8], layers: usize) -> Result<ImageConfig, ManifestError> {
+    let raw: RawConfig = serde_json::from_slice(body).map_err(ManifestError::NotConfigJson)?;
     let (os, arch) = this_platform();
     if raw.os != os || raw.architecture != arch {
-        return Err(format!(
-            "the image is for {}/{}, this node is {os}/{arch}: pull an image built for {os}/{arch}",
-            shown(&raw.os),
-            shown(&raw.architecture)
-        ));
+        return Err(ManifestError::WrongPlatform {
+            os: shown(&raw.os),
+            architecture: shown(&raw.architecture),
+            platform: format!("{os}/{arch}"),
+        });
     }
     if raw.rootfs.kind != "layers" {
-        return Err(format!(
-            "its rootfs type is {}, not layers",
-            shown(&raw.rootfs.kind)
-        ));
+        return Err(ManifestError::RootfsType(shown(&raw.rootfs.kind)));
     }
     if raw.rootfs.diff_ids.len() != layers {
-        return Err(format!(
-            "it names {} layer digests (diff_ids) for {layers} layers",
-            raw.rootfs.diff_ids.len()
-        ));
+        return Err(ManifestError::DiffIdCount {
+            named: raw.rootfs.diff_ids.len(),
+            layers,
+        });
     }
     let diff_ids = raw
         .rootfs
         .diff_ids
         .iter()
-        .map(|d| {
-            Digest::parse(d)
-                .ok_or_else(|| format!("its diff_id {} is not a sha256 digest", shown(d)))
-        })
+        .map(|d| Digest::parse(d).ok_or_else(|| ManifestError::BadDiffId(shown(d))))
         .collect::<Result<Vec<_>, _>>()?;
     let r = raw.config.unwrap_or(RawRun {
         entrypoint: None,
@@ -395,6 +522,7 @@ mod tests {
         let v1 = r#"{"schemaVersion":1,"name":"x"}"#;
         assert!(parse_document(v1.as_bytes(), None)
             .unwrap_err()
+            .to_string()
             .contains("schema 1"));
         let odd = format!(
             r#"{{"schemaVersion":2,"mediaType":"application/vnd.example+json","config":{{"mediaType":"x","digest":"{}","size":1}},"layers":[]}}"#,
@@ -402,6 +530,7 @@ mod tests {
         );
         assert!(parse_document(odd.as_bytes(), None)
             .unwrap_err()
+            .to_string()
             .contains("media type"));
         let zstd = format!(
             r#"{{"schemaVersion":2,"config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{}","size":1}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar+zstd","digest":"{}","size":1}}]}}"#,
@@ -410,6 +539,7 @@ mod tests {
         );
         assert!(parse_document(zstd.as_bytes(), None)
             .unwrap_err()
+            .to_string()
             .contains("zstd"));
     }
 
@@ -427,7 +557,7 @@ mod tests {
             panic!("not an index")
         };
         assert_eq!(pick_platform(&list).unwrap().digest.to_string(), d('b'));
-        let e = pick_platform(&list[..1]).unwrap_err();
+        let e = pick_platform(&list[..1]).unwrap_err().to_string();
         assert!(e.contains("linux/s390x"), "{e}");
     }
 }
