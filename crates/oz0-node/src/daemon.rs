@@ -36,11 +36,7 @@ use oz0_policy::{EnvVar, RunRequest, RunSpec};
 
 use crate::record::{safe_id, tail};
 
-/// Writes one line to the node's log (its stderr). What the edge or a job
-/// said in it is escaped for a terminal.
-pub fn log(msg: &str) {
-    eprintln!("oz0-node: {}", oz0_edge::term::escape(msg.as_bytes()));
-}
+pub use crate::log::log;
 
 /// Logs `msg` and gives `code`'s status.
 pub fn fail(msg: impl std::fmt::Display, code: Exit) -> i32 {

@@ -46,6 +46,7 @@ mod edge;
 mod flags;
 #[cfg(target_os = "linux")]
 mod key;
+mod log;
 #[cfg(target_os = "macos")]
 mod mac;
 #[cfg(target_os = "linux")]

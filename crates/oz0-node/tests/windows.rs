@@ -677,6 +677,16 @@ fn a_windows_node_under_wine_registers_with_a_linux_edge_at_tier_0() {
         reported.contains("the edge routes this node at tier 0"),
         "{log:#?}"
     );
+    // Its log lines carry their time, as the Linux node's do.
+    let b = reported.as_bytes();
+    assert!(
+        b.len() > 25
+            && b[4] == b'-'
+            && b[10] == b'T'
+            && b[23] == b'Z'
+            && reported[24..].starts_with(" oz0-node: "),
+        "a log line without its time: {reported:?}"
+    );
     assert!(
         !log.iter().any(|l| l.contains(TOKEN)),
         "the enrolment token is never logged"
