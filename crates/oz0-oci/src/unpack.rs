@@ -103,6 +103,33 @@ pub struct LayerError {
     pub bound: bool,
 }
 
+/// Why a filled tree could not be made read-only: which folder, and the
+/// system's answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FinishError {
+    /// A folder's mode could not be set.
+    #[error("cannot make {folder} read-only: {errno}")]
+    ReadOnly {
+        /// The folder, in the rootfs (escaped).
+        folder: String,
+        /// Why.
+        errno: Errno,
+    },
+    /// A folder could not be opened (other than gone, or no longer a
+    /// folder, which later layers may do).
+    #[error("cannot open {folder}: {errno}")]
+    Open {
+        /// The folder, in the rootfs (escaped).
+        folder: String,
+        /// Why.
+        errno: Errno,
+    },
+    /// The rootfs's own mode could not be set.
+    #[error("cannot make the rootfs read-only: {0}")]
+    Root(Errno),
+}
+
 /// An entry's path, escaped for a message.
 fn shown(p: &[u8]) -> String {
     let s = String::from_utf8_lossy(p);
@@ -274,6 +301,8 @@ impl Tree {
         Ok(())
     }
 
+    /// Applies one entry: its bounds are charged, then it is a whiteout
+    /// or it is made in its parent folder.
     fn entry<R: Read>(
         &mut self,
         tar: &mut Reader<R>,
@@ -281,6 +310,45 @@ impl Tree {
         this_layer: &mut HashSet<Vec<u8>>,
     ) -> Result<Entry, Why> {
         let parts = components(&h.path)?;
+        let name_bytes = self.charge(&h, &parts)?;
+        let Some((last, parents)) = parts.split_last() else {
+            // The archive's own root (`./`): the rootfs's mode stays.
+            return Ok(Entry::Skip);
+        };
+        let parent_path = parents.join(&b'/');
+        // Whiteouts hide what lower layers left, never this layer's own.
+        if let Some(hidden) = last.strip_prefix(b".wh.") {
+            return self.whiteout(parents, &parent_path, hidden, this_layer);
+        }
+        let full = join(&parent_path, last);
+        let name = OsStr::from_bytes(last);
+        let dir = self.parent(parents)?;
+        let mode = self.mode(&full, h.mode);
+        match &h.kind {
+            Kind::Dir => {
+                make_dir(dir.as_fd(), name)?;
+                if self.dir_modes.insert(full.clone(), mode).is_none() {
+                    self.names += name_bytes;
+                }
+            }
+            Kind::File => write_file(tar, dir.as_fd(), name, mode)?,
+            Kind::Symlink(target) => make_symlink(dir.as_fd(), name, target)?,
+            Kind::Hardlink(target) => {
+                if !self.hard_link(dir.as_fd(), name, &parts, target)? {
+                    return Ok(Entry::Done);
+                }
+            }
+            Kind::Device | Kind::Fifo => self.drop_node(dir.as_fd(), name, &full)?,
+        }
+        if this_layer.insert(full) {
+            self.names += name_bytes;
+        }
+        Ok(Entry::Done)
+    }
+
+    /// Charges the entry's data and name against the image's bounds;
+    /// returns the bytes its name holds while it is remembered.
+    fn charge(&mut self, h: &Header, parts: &[&[u8]]) -> Result<u64, Why> {
         // Every entry's data is bounded, a file's written, anything
         // else's read and dropped.
         if self.done.bytes.saturating_add(h.size) > self.bounds.bytes {
@@ -306,147 +374,99 @@ impl Tree {
                 bound: true,
             });
         }
-        let Some((last, parents)) = parts.split_last() else {
-            // The archive's own root (`./`): the rootfs's mode stays.
-            return Ok(Entry::Skip);
-        };
-        let parent_path = parents.join(&b'/');
-        // Whiteouts hide what lower layers left, never this layer's own.
-        if let Some(hidden) = last.strip_prefix(b".wh.") {
-            if hidden == b".wh..opq" {
-                let dir = self.parent(parents)?;
-                for (n, _) in
-                    fsx::names(dir.as_fd()).map_err(|e| os(e, "cannot list its folder"))?
-                {
-                    if !this_layer.contains(&join(&parent_path, &n)) {
-                        fsx::remove_at(dir.as_fd(), OsStr::from_bytes(&n))
-                            .map_err(|e| os(e, "cannot remove what it hides"))?;
-                    }
-                }
-                return Ok(Entry::Done);
-            }
-            if hidden.starts_with(b".wh.") {
-                // Other AUFS metadata: nothing to apply.
-                return Ok(Entry::Skip);
-            }
-            if hidden.is_empty() || hidden == b"." || hidden == b".." || hidden.contains(&b'/') {
-                return Err("it is a whiteout of no valid name".to_string().into());
-            }
-            let target = join(&parent_path, hidden);
-            if !this_layer.contains(&target) {
-                match fsx::open_dir(
-                    self.root.as_fd(),
-                    Path::new(OsStr::from_bytes(&parent_path)),
-                ) {
-                    Ok(dir) => fsx::remove_at(dir.as_fd(), OsStr::from_bytes(hidden))
-                        .map_err(|e| os(e, "cannot remove what it hides"))?,
-                    // Nothing below to hide.
-                    Err(Errno::NOENT) => {}
-                    Err(e) => return Err(self.why_not_dir(parents, e)),
+        Ok(name_bytes)
+    }
+
+    /// A whiteout `.wh.<hidden>` in `parents`: removes what lower layers
+    /// left there (all of it for the opaque `.wh..wh..opq`).
+    fn whiteout(
+        &mut self,
+        parents: &[&[u8]],
+        parent_path: &[u8],
+        hidden: &[u8],
+        this_layer: &HashSet<Vec<u8>>,
+    ) -> Result<Entry, Why> {
+        if hidden == b".wh..opq" {
+            let dir = self.parent(parents)?;
+            for (n, _) in fsx::names(dir.as_fd()).map_err(|e| os(e, "cannot list its folder"))? {
+                if !this_layer.contains(&join(parent_path, &n)) {
+                    fsx::remove_at(dir.as_fd(), OsStr::from_bytes(&n))
+                        .map_err(|e| os(e, "cannot remove what it hides"))?;
                 }
             }
             return Ok(Entry::Done);
         }
-        let full = join(&parent_path, last);
-        let name = OsStr::from_bytes(last);
-        let dir = self.parent(parents)?;
-        let mode = self.mode(&full, h.mode);
-        match &h.kind {
-            Kind::Dir => {
-                match fsx::kind_at(dir.as_fd(), name).map_err(|e| os(e, "cannot look at it"))? {
-                    Some(FileType::Directory) => {}
-                    Some(_) => {
-                        fsx::remove_at(dir.as_fd(), name)
-                            .map_err(|e| os(e, "cannot replace it"))?;
-                        mkdir(dir.as_fd(), name)?;
-                    }
-                    None => mkdir(dir.as_fd(), name)?,
-                }
-                if self.dir_modes.insert(full.clone(), mode).is_none() {
-                    self.names += name_bytes;
-                }
-            }
-            Kind::File => {
-                fsx::remove_at(dir.as_fd(), name).map_err(|e| os(e, "cannot replace it"))?;
-                let fd =
-                    fsx::create(dir.as_fd(), name, 0o600).map_err(|e| os(e, "cannot create it"))?;
-                let mut f = std::fs::File::from(fd);
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    let n = tar.read_data(&mut buf).map_err(|e| {
-                        format!("the layer is not a tar stream the node reads: {e}")
-                    })?;
-                    if n == 0 {
-                        break;
-                    }
-                    f.write_all(&buf[..n])
-                        .map_err(|e| format!("cannot write it: {e}"))?;
-                }
-                rustix::fs::fchmod(&f, Mode::from_raw_mode(mode & 0o555))
-                    .map_err(|e| os(e, "cannot set its mode"))?;
-            }
-            Kind::Symlink(target) => {
-                if target.is_empty() || over_name(target.len()) || target.contains(&0) {
-                    return Err("it is a symbolic link to no valid target"
-                        .to_string()
-                        .into());
-                }
-                fsx::remove_at(dir.as_fd(), name).map_err(|e| os(e, "cannot replace it"))?;
-                rustix::fs::symlinkat(OsStr::from_bytes(target), dir.as_fd(), name)
-                    .map_err(|e| os(e, "cannot create it"))?;
-            }
-            Kind::Hardlink(target) => {
-                let tparts = components(target).map_err(|w| Why {
-                    why: format!("its hard link target {}: {}", shown(target), w.why),
-                    bound: w.bound,
-                })?;
-                let Some((tlast, tparents)) = tparts.split_last() else {
-                    return Err("it is a hard link to the rootfs itself".to_string().into());
-                };
-                let tdir = self.parent(tparents).map_err(|w| Why {
-                    why: format!("its hard link target {}: {}", shown(target), w.why),
-                    bound: w.bound,
-                })?;
-                let tname = OsStr::from_bytes(tlast);
-                if fsx::kind_at(tdir.as_fd(), tname)
-                    .map_err(|e| os(e, "cannot look at its target"))?
-                    != Some(FileType::RegularFile)
-                {
-                    return Err(format!(
-                        "it is a hard link to {}, which is not a regular file already in the image",
-                        shown(target)
-                    )
-                    .into());
-                }
-                if tparts == parts {
-                    return Ok(Entry::Done);
-                }
-                fsx::remove_at(dir.as_fd(), name).map_err(|e| os(e, "cannot replace it"))?;
-                rustix::fs::linkat(
-                    tdir.as_fd(),
-                    tname,
-                    dir.as_fd(),
-                    name,
-                    rustix::fs::AtFlags::empty(),
-                )
-                .map_err(|e| os(e, "cannot link it"))?;
-            }
-            Kind::Device | Kind::Fifo => {
-                // Never made; what a lower layer had there is gone, as
-                // the entry would have replaced it.
-                fsx::remove_at(dir.as_fd(), name).map_err(|e| os(e, "cannot replace it"))?;
-                self.done.dropped_nodes += 1;
-                if self.done.dropped_named.len() < MAX_NAMED {
-                    self.done
-                        .dropped_named
-                        .push(String::from_utf8_lossy(&full).into_owned());
-                }
-            }
+        if hidden.starts_with(b".wh.") {
+            // Other AUFS metadata: nothing to apply.
+            return Ok(Entry::Skip);
         }
-        if this_layer.insert(full) {
-            self.names += name_bytes;
+        if hidden.is_empty() || hidden == b"." || hidden == b".." || hidden.contains(&b'/') {
+            return Err("it is a whiteout of no valid name".to_string().into());
+        }
+        let target = join(parent_path, hidden);
+        if !this_layer.contains(&target) {
+            match fsx::open_dir(self.root.as_fd(), Path::new(OsStr::from_bytes(parent_path))) {
+                Ok(dir) => fsx::remove_at(dir.as_fd(), OsStr::from_bytes(hidden))
+                    .map_err(|e| os(e, "cannot remove what it hides"))?,
+                // Nothing below to hide.
+                Err(Errno::NOENT) => {}
+                Err(e) => return Err(self.why_not_dir(parents, e)),
+            }
         }
         Ok(Entry::Done)
+    }
+
+    /// A hard link `name` in `dir` (the entry `parts`) to `target`, which
+    /// must be a regular file already in the image; `false` when the
+    /// entry names itself (nothing to do).
+    fn hard_link(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+        parts: &[&[u8]],
+        target: &[u8],
+    ) -> Result<bool, Why> {
+        let tparts = components(target).map_err(|w| Why {
+            why: format!("its hard link target {}: {}", shown(target), w.why),
+            bound: w.bound,
+        })?;
+        let Some((tlast, tparents)) = tparts.split_last() else {
+            return Err("it is a hard link to the rootfs itself".to_string().into());
+        };
+        let tdir = self.parent(tparents).map_err(|w| Why {
+            why: format!("its hard link target {}: {}", shown(target), w.why),
+            bound: w.bound,
+        })?;
+        let tname = OsStr::from_bytes(tlast);
+        if fsx::kind_at(tdir.as_fd(), tname).map_err(|e| os(e, "cannot look at its target"))?
+            != Some(FileType::RegularFile)
+        {
+            return Err(format!(
+                "it is a hard link to {}, which is not a regular file already in the image",
+                shown(target)
+            )
+            .into());
+        }
+        if tparts == parts {
+            return Ok(false);
+        }
+        fsx::remove_at(dir, name).map_err(|e| os(e, "cannot replace it"))?;
+        rustix::fs::linkat(tdir.as_fd(), tname, dir, name, rustix::fs::AtFlags::empty())
+            .map_err(|e| os(e, "cannot link it"))?;
+        Ok(true)
+    }
+
+    /// A device node or a named pipe: never made; what a lower layer had
+    /// there is gone, as the entry would have replaced it (counted).
+    fn drop_node(&mut self, dir: BorrowedFd<'_>, name: &OsStr, full: &[u8]) -> Result<(), Why> {
+        fsx::remove_at(dir, name).map_err(|e| os(e, "cannot replace it"))?;
+        self.done.dropped_nodes += 1;
+        if self.done.dropped_named.len() < MAX_NAMED {
+            self.done
+                .dropped_named
+                .push(String::from_utf8_lossy(full).into_owned());
+        }
+        Ok(())
     }
 
     /// The entry's mode without setuid, setgid and sticky (counted).
@@ -530,20 +550,30 @@ impl Tree {
 
     /// Makes the tree read-only (folders deepest first, the root last)
     /// and returns what was done.
-    pub fn finish(self) -> Result<Unpacked, String> {
+    pub fn finish(self) -> Result<Unpacked, FinishError> {
         let mut dirs: Vec<(&Vec<u8>, &u32)> = self.dir_modes.iter().collect();
         dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.iter().filter(|b| **b == b'/').count()));
         for (p, mode) in dirs {
             match fsx::open_dir(self.root.as_fd(), Path::new(OsStr::from_bytes(p))) {
-                Ok(fd) => rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o555))
-                    .map_err(|e| format!("cannot make {} read-only: {e}", shown(p)))?,
+                Ok(fd) => {
+                    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o555)).map_err(|errno| {
+                        FinishError::ReadOnly {
+                            folder: shown(p),
+                            errno,
+                        }
+                    })?
+                }
                 // Removed, or replaced by a file, in a later layer.
                 Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => {}
-                Err(e) => return Err(format!("cannot open {}: {e}", shown(p))),
+                Err(errno) => {
+                    return Err(FinishError::Open {
+                        folder: shown(p),
+                        errno,
+                    })
+                }
             }
         }
-        rustix::fs::fchmod(&self.root, Mode::from_raw_mode(0o555))
-            .map_err(|e| format!("cannot make the rootfs read-only: {e}"))?;
+        rustix::fs::fchmod(&self.root, Mode::from_raw_mode(0o555)).map_err(FinishError::Root)?;
         Ok(self.done)
     }
 }
@@ -551,6 +581,58 @@ impl Tree {
 fn mkdir(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Why> {
     rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700))
         .map_err(|e| os(e, "cannot make a folder"))
+}
+
+/// A folder `name` in `dir`: kept when one is there, else made (what
+/// else was there replaced).
+fn make_dir(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Why> {
+    match fsx::kind_at(dir, name).map_err(|e| os(e, "cannot look at it"))? {
+        Some(FileType::Directory) => Ok(()),
+        Some(_) => {
+            fsx::remove_at(dir, name).map_err(|e| os(e, "cannot replace it"))?;
+            mkdir(dir, name)
+        }
+        None => mkdir(dir, name),
+    }
+}
+
+/// A regular file `name` in `dir`, made anew, its data copied from the
+/// tar stream; `mode` without its write bits.
+fn write_file<R: Read>(
+    tar: &mut Reader<R>,
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    mode: u32,
+) -> Result<(), Why> {
+    fsx::remove_at(dir, name).map_err(|e| os(e, "cannot replace it"))?;
+    let fd = fsx::create(dir, name, 0o600).map_err(|e| os(e, "cannot create it"))?;
+    let mut f = std::fs::File::from(fd);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = tar
+            .read_data(&mut buf)
+            .map_err(|e| format!("the layer is not a tar stream the node reads: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        f.write_all(&buf[..n])
+            .map_err(|e| format!("cannot write it: {e}"))?;
+    }
+    rustix::fs::fchmod(&f, Mode::from_raw_mode(mode & 0o555))
+        .map_err(|e| os(e, "cannot set its mode"))
+}
+
+/// A symbolic link `name` in `dir` to `target` (stored, never followed
+/// while unpacking).
+fn make_symlink(dir: BorrowedFd<'_>, name: &OsStr, target: &[u8]) -> Result<(), Why> {
+    if target.is_empty() || over_name(target.len()) || target.contains(&0) {
+        return Err("it is a symbolic link to no valid target"
+            .to_string()
+            .into());
+    }
+    fsx::remove_at(dir, name).map_err(|e| os(e, "cannot replace it"))?;
+    rustix::fs::symlinkat(OsStr::from_bytes(target), dir, name)
+        .map_err(|e| os(e, "cannot create it"))
 }
 
 /// Whether `len` bytes are over the longest name taken.
