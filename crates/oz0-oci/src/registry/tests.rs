@@ -7,6 +7,8 @@ use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex};
 
+use super::auth::{challenge, query_value};
+use super::http::{is_loopback, Url};
 use super::*;
 use crate::manifest::Descriptor;
 

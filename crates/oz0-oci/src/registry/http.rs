@@ -1,0 +1,237 @@
+//! One GET on a connection of its own: the URLs the client may reach,
+//! TCP and TLS opened within `CONNECT_TIMEOUT`, answers awaited within
+//! `IDLE_TIMEOUT`, and small bodies read within a bound.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+use super::{Client, RegistryError, CONNECT_TIMEOUT, IDLE_TIMEOUT};
+use crate::reference::valid_host;
+
+/// A URL the client may GET: the registry's, a token realm, a redirect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Url {
+    pub(super) tls: bool,
+    /// `host` or `[v6]`, lower case.
+    pub(super) host: String,
+    pub(super) port: u16,
+    /// `/path?query`.
+    pub(super) target: String,
+}
+
+impl Url {
+    /// The authority as references name it: `host` or `host:port` when
+    /// the port is not the scheme's.
+    pub(super) fn authority(&self) -> String {
+        if self.port == if self.tls { 443 } else { 80 } {
+            self.host.clone()
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// Parses an absolute `http(s)://HOST[:PORT]/…` URL (no user info).
+    pub(super) fn parse(s: &str) -> Option<Url> {
+        let (tls, rest) = match (s.strip_prefix("https://"), s.strip_prefix("http://")) {
+            (Some(r), _) => (true, r),
+            (None, Some(r)) => (false, r),
+            _ => return None,
+        };
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (auth, target) = rest.split_at(end);
+        if auth.contains('@') || !valid_host(auth) {
+            return None;
+        }
+        let (host, port) = match auth.rsplit_once(':') {
+            Some((h, p)) if !p.contains(']') => (h, p.parse().ok()?),
+            _ => (auth, if tls { 443 } else { 80 }),
+        };
+        let target = match target {
+            "" => "/".to_string(),
+            t if t.starts_with('?') => format!("/{t}"),
+            t => t.to_string(),
+        };
+        if target.bytes().any(|b| !(0x21..0x7f).contains(&b)) || target.contains('#') {
+            return None;
+        }
+        Some(Url {
+            tls,
+            host: host.to_ascii_lowercase(),
+            port,
+            target,
+        })
+    }
+
+    /// The registry `authority`'s API URL for `target`: HTTPS, or plain
+    /// HTTP when the registry is on loopback.
+    pub(super) fn registry(authority: &str, target: String) -> Url {
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !p.contains(']') => (h, p.parse().ok()),
+            _ => (authority, None),
+        };
+        let tls = !is_loopback(host);
+        Url {
+            tls,
+            host: host.to_string(),
+            port: port.unwrap_or(if tls { 443 } else { 80 }),
+            target,
+        }
+    }
+}
+
+/// Whether `host` is this machine: `localhost`, 127.0.0.0/8, `[::1]`.
+pub(super) fn is_loopback(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    h == "localhost" || h.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_loopback())
+}
+
+pub(super) type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
+
+pub(super) fn tls_config(
+    ca_file: Option<&Path>,
+) -> Result<Arc<rustls::ClientConfig>, RegistryError> {
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_file {
+        None => {
+            for c in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(c);
+            }
+        }
+        Some(p) => {
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(p)
+                .and_then(|i| i.collect::<Result<_, _>>())
+                .map_err(|e| RegistryError::Tls(format!("--oci-ca {}: {e}", p.display())))?;
+            for c in certs {
+                roots
+                    .add(c)
+                    .map_err(|e| RegistryError::Tls(format!("--oci-ca {}: {e}", p.display())))?;
+            }
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| RegistryError::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+impl Client {
+    /// One GET of `url`.
+    pub(super) async fn get(
+        &self,
+        url: &Url,
+        accept: Option<&str>,
+        authorization: Option<&str>,
+    ) -> Result<Response<Incoming>, String> {
+        let mut sender = self.connect(url).await?;
+        let mut req = Request::get(url.target.as_str())
+            .header(hyper::header::HOST, url.authority())
+            .header(
+                hyper::header::USER_AGENT,
+                concat!("oz0-node/", env!("CARGO_PKG_VERSION")),
+            );
+        if let Some(a) = accept {
+            req = req.header(hyper::header::ACCEPT, a);
+        }
+        if let Some(a) = authorization {
+            req = req.header(hyper::header::AUTHORIZATION, a);
+        }
+        let req = req
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| format!("cannot make the request: {e}"))?;
+        tokio::time::timeout(IDLE_TIMEOUT, sender.send_request(req))
+            .await
+            .map_err(|_| {
+                format!(
+                    "{} sent no answer in {} s",
+                    url.authority(),
+                    IDLE_TIMEOUT.as_secs()
+                )
+            })?
+            .map_err(|e| format!("the GET failed: {e}"))
+    }
+
+    async fn connect(&self, url: &Url) -> Result<Sender, String> {
+        let host = url.host.trim_start_matches('[').trim_end_matches(']');
+        let stream = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            tokio::net::TcpStream::connect((host, url.port)),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "cannot connect to {} in {} s",
+                url.authority(),
+                CONNECT_TIMEOUT.as_secs()
+            )
+        })?
+        .map_err(|e| format!("cannot connect to {}: {e}", url.authority()))?;
+        let _ = stream.set_nodelay(true);
+        if !url.tls {
+            return handshake(stream).await;
+        }
+        let name =
+            ServerName::try_from(host.to_string()).map_err(|e| format!("{}: {e}", url.host))?;
+        let tls = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            tokio_rustls::TlsConnector::from(self.tls.clone()).connect(name, stream),
+        )
+        .await
+        .map_err(|_| format!("TLS with {} took over {} s", url.authority(), CONNECT_TIMEOUT.as_secs()))?
+        .map_err(|e| format!("TLS with {}: {e} (is its certificate valid, for this name, and signed by a CA the node trusts: the system's, or --oci-ca's?)", url.authority()))?;
+        handshake(tls).await
+    }
+}
+
+pub(super) fn content_length(resp: &Response<Incoming>) -> Option<u64> {
+    resp.headers()
+        .get(hyper::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// A small body, at most `max` bytes.
+pub(super) async fn read_bounded(
+    resp: Response<Incoming>,
+    max: u64,
+    what: &str,
+) -> Result<Vec<u8>, String> {
+    if content_length(&resp).is_some_and(|n| n > max) {
+        return Err(format!("{what} is over {max} bytes"));
+    }
+    let limit = usize::try_from(max).unwrap_or(usize::MAX);
+    let body = tokio::time::timeout(
+        IDLE_TIMEOUT,
+        http_body_util::Limited::new(resp.into_body(), limit).collect(),
+    )
+    .await
+    .map_err(|_| format!("{what} did not come in {} s", IDLE_TIMEOUT.as_secs()))?
+    .map_err(|e| format!("{what}: {e}"))?;
+    Ok(body.to_bytes().to_vec())
+}
+
+async fn handshake<S>(stream: S) -> Result<Sender, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("HTTP: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
