@@ -9,7 +9,7 @@ use std::path::Path;
 
 use base64::Engine as _;
 
-use super::http::{is_loopback, read_bounded, Url};
+use super::http::{is_loopback, read_bounded, HttpError, Url};
 use super::{Client, RegistryError, MAX_AUTH_FILE, MAX_TOKEN};
 use crate::reference::{shown, Reference};
 
@@ -134,13 +134,46 @@ pub(super) fn read_credentials(path: &Path) -> Result<HashMap<String, String>, R
     Ok(out)
 }
 
+/// Why no token was taken: what the challenge, its realm or the token
+/// service did wrong (what it sent, escaped), and the fix where the
+/// operator has one.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TokenError {
+    #[error("the registry wants credentials (HTTP 401, Basic): name a credentials file with --oci-auth FILE")]
+    BasicWithoutCredentials,
+    #[error("the registry answered HTTP 401 with no challenge the node takes ({0})")]
+    Challenge(String),
+    #[error("the registry's Bearer challenge names no realm")]
+    NoRealm,
+    #[error("its token realm {0} is not a URL the node follows")]
+    RealmNotUrl(String),
+    #[error("its token realm {0} has a query already")]
+    RealmQuery(String),
+    #[error("the registry sends the node for a token to {0}, which is not a registry it allows: if you trust it, allow it with --oci-registry {0}")]
+    RealmNotAllowed(String),
+    #[error("its token realm {0} is plain HTTP off loopback")]
+    RealmPlainHttp(String),
+    #[error(
+        "its token service refused the node (HTTP {status}): check the credentials for {registry}"
+    )]
+    Refused { status: u16, registry: String },
+    #[error("its token service answered HTTP {0}")]
+    Status(u16),
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    #[error("its token answer is not JSON with a token: {0}")]
+    NotJson(serde_json::Error),
+    #[error("its token answer holds no token the node can send")]
+    NoToken,
+}
+
 impl Client {
     /// Takes a token for `r` from the realm a `401`'s challenge names.
     pub(super) async fn authenticate(
         &self,
         r: &Reference,
         challenge_header: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, TokenError> {
         let (scheme, params) = challenge(challenge_header);
         let creds = self.credentials.get(&r.registry);
         let basic = creds.map(|c| {
@@ -150,47 +183,21 @@ impl Client {
             )
         });
         match scheme.as_str() {
-            "basic" => {
-                return basic.ok_or_else(|| {
-                    "the registry wants credentials (HTTP 401, Basic): name a credentials file with --oci-auth FILE".to_string()
-                })
-            }
+            "basic" => return basic.ok_or(TokenError::BasicWithoutCredentials),
             "bearer" => {}
-            _ => {
-                return Err(format!(
-                    "the registry answered HTTP 401 with no challenge the node takes ({})",
-                    shown(challenge_header)
-                ))
-            }
+            _ => return Err(TokenError::Challenge(shown(challenge_header))),
         }
-        let realm = params
-            .get("realm")
-            .ok_or("the registry's Bearer challenge names no realm")?;
-        let mut url = Url::parse(realm).ok_or_else(|| {
-            format!(
-                "its token realm {} is not a URL the node follows",
-                shown(realm)
-            )
-        })?;
+        let realm = params.get("realm").ok_or(TokenError::NoRealm)?;
+        let mut url = Url::parse(realm).ok_or_else(|| TokenError::RealmNotUrl(shown(realm)))?;
         if url.target.contains('?') {
-            return Err(format!(
-                "its token realm {} has a query already",
-                shown(realm)
-            ));
+            return Err(TokenError::RealmQuery(shown(realm)));
         }
         let realm_host = url.authority();
         if realm_host != r.api_host() && !self.allowed.contains(&realm_host) {
-            return Err(format!(
-                "the registry sends the node for a token to {}, which is not a registry it allows: if you trust it, allow it with --oci-registry {}",
-                shown(&realm_host),
-                shown(&realm_host)
-            ));
+            return Err(TokenError::RealmNotAllowed(shown(&realm_host)));
         }
         if !url.tls && !is_loopback(&url.host) {
-            return Err(format!(
-                "its token realm {} is plain HTTP off loopback",
-                shown(realm)
-            ));
+            return Err(TokenError::RealmPlainHttp(shown(realm)));
         }
         let mut q = Vec::new();
         if let Some(s) = params.get("service") {
@@ -206,9 +213,12 @@ impl Client {
         let status = resp.status().as_u16();
         if status != 200 {
             return Err(if status == 401 || status == 403 {
-                format!("its token service refused the node (HTTP {status}): check the credentials for {}", r.registry)
+                TokenError::Refused {
+                    status,
+                    registry: r.registry.clone(),
+                }
             } else {
-                format!("its token service answered HTTP {status}")
+                TokenError::Status(status)
             });
         }
         let body = read_bounded(resp, MAX_TOKEN, "the token answer").await?;
@@ -217,13 +227,12 @@ impl Client {
             token: Option<String>,
             access_token: Option<String>,
         }
-        let a: Answer = serde_json::from_slice(&body)
-            .map_err(|e| format!("its token answer is not JSON with a token: {e}"))?;
+        let a: Answer = serde_json::from_slice(&body).map_err(TokenError::NotJson)?;
         let token = a
             .token
             .or(a.access_token)
             .filter(|t| !t.is_empty() && t.bytes().all(|b| (0x21..0x7f).contains(&b)))
-            .ok_or("its token answer holds no token the node can send")?;
+            .ok_or(TokenError::NoToken)?;
         Ok(format!("Bearer {token}"))
     }
 }

@@ -70,7 +70,8 @@ impl Client {
             };
             let resp = self
                 .get(&url, want.accept.as_deref(), auth.as_deref())
-                .await?;
+                .await
+                .map_err(|e| e.to_string())?;
             let status = resp.status().as_u16();
             match status {
                 200 => return self.body(resp, want, out).await,
@@ -82,7 +83,10 @@ impl Client {
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or("")
                         .to_string();
-                    let token = self.authenticate(r, &h).await?;
+                    let token = self
+                        .authenticate(r, &h)
+                        .await
+                        .map_err(|e| e.to_string())?;
                     self.tokens
                         .lock()
                         .expect("the token map is never poisoned")

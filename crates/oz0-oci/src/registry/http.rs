@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, InvalidDnsNameError, ServerName};
 
 use super::{Client, RegistryError, CONNECT_TIMEOUT, IDLE_TIMEOUT};
 use crate::reference::valid_host;
@@ -126,6 +126,48 @@ pub(super) fn tls_config(
     Ok(Arc::new(cfg))
 }
 
+/// Why a GET, or the small body it brought, failed: which host or what,
+/// and why (each message as a fetch's error carries it on).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum HttpError {
+    #[error("cannot connect to {authority} in {secs} s")]
+    ConnectTimeout { authority: String, secs: u64 },
+    #[error("cannot connect to {authority}: {error}")]
+    Connect {
+        authority: String,
+        error: std::io::Error,
+    },
+    #[error("{host}: {error}")]
+    ServerName {
+        host: String,
+        error: InvalidDnsNameError,
+    },
+    #[error("TLS with {authority} took over {secs} s")]
+    TlsTimeout { authority: String, secs: u64 },
+    #[error("TLS with {authority}: {error} (is its certificate valid, for this name, and signed by a CA the node trusts: the system's, or --oci-ca's?)")]
+    Tls {
+        authority: String,
+        error: std::io::Error,
+    },
+    #[error("HTTP: {0}")]
+    Handshake(hyper::Error),
+    #[error("cannot make the request: {0}")]
+    Request(hyper::http::Error),
+    #[error("{authority} sent no answer in {secs} s")]
+    NoAnswer { authority: String, secs: u64 },
+    #[error("the GET failed: {0}")]
+    Get(hyper::Error),
+    #[error("{what} is over {max} bytes")]
+    TooLong { what: String, max: u64 },
+    #[error("{what} did not come in {secs} s")]
+    Slow { what: String, secs: u64 },
+    #[error("{what}: {error}")]
+    Body {
+        what: String,
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
 impl Client {
     /// One GET of `url`.
     pub(super) async fn get(
@@ -133,7 +175,7 @@ impl Client {
         url: &Url,
         accept: Option<&str>,
         authorization: Option<&str>,
-    ) -> Result<Response<Incoming>, String> {
+    ) -> Result<Response<Incoming>, HttpError> {
         let mut sender = self.connect(url).await?;
         let mut req = Request::get(url.target.as_str())
             .header(hyper::header::HOST, url.authority())
@@ -149,47 +191,53 @@ impl Client {
         }
         let req = req
             .body(Empty::<Bytes>::new())
-            .map_err(|e| format!("cannot make the request: {e}"))?;
+            .map_err(HttpError::Request)?;
         tokio::time::timeout(IDLE_TIMEOUT, sender.send_request(req))
             .await
-            .map_err(|_| {
-                format!(
-                    "{} sent no answer in {} s",
-                    url.authority(),
-                    IDLE_TIMEOUT.as_secs()
-                )
+            .map_err(|_| HttpError::NoAnswer {
+                authority: url.authority(),
+                secs: IDLE_TIMEOUT.as_secs(),
             })?
-            .map_err(|e| format!("the GET failed: {e}"))
+            .map_err(HttpError::Get)
     }
 
-    async fn connect(&self, url: &Url) -> Result<Sender, String> {
+    async fn connect(&self, url: &Url) -> Result<Sender, HttpError> {
         let host = url.host.trim_start_matches('[').trim_end_matches(']');
         let stream = tokio::time::timeout(
             CONNECT_TIMEOUT,
             tokio::net::TcpStream::connect((host, url.port)),
         )
         .await
-        .map_err(|_| {
-            format!(
-                "cannot connect to {} in {} s",
-                url.authority(),
-                CONNECT_TIMEOUT.as_secs()
-            )
+        .map_err(|_| HttpError::ConnectTimeout {
+            authority: url.authority(),
+            secs: CONNECT_TIMEOUT.as_secs(),
         })?
-        .map_err(|e| format!("cannot connect to {}: {e}", url.authority()))?;
+        .map_err(|error| HttpError::Connect {
+            authority: url.authority(),
+            error,
+        })?;
         let _ = stream.set_nodelay(true);
         if !url.tls {
             return handshake(stream).await;
         }
         let name =
-            ServerName::try_from(host.to_string()).map_err(|e| format!("{}: {e}", url.host))?;
+            ServerName::try_from(host.to_string()).map_err(|error| HttpError::ServerName {
+                host: url.host.clone(),
+                error,
+            })?;
         let tls = tokio::time::timeout(
             CONNECT_TIMEOUT,
             tokio_rustls::TlsConnector::from(self.tls.clone()).connect(name, stream),
         )
         .await
-        .map_err(|_| format!("TLS with {} took over {} s", url.authority(), CONNECT_TIMEOUT.as_secs()))?
-        .map_err(|e| format!("TLS with {}: {e} (is its certificate valid, for this name, and signed by a CA the node trusts: the system's, or --oci-ca's?)", url.authority()))?;
+        .map_err(|_| HttpError::TlsTimeout {
+            authority: url.authority(),
+            secs: CONNECT_TIMEOUT.as_secs(),
+        })?
+        .map_err(|error| HttpError::Tls {
+            authority: url.authority(),
+            error,
+        })?;
         handshake(tls).await
     }
 }
@@ -208,9 +256,12 @@ pub(super) async fn read_bounded(
     resp: Response<Incoming>,
     max: u64,
     what: &str,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, HttpError> {
     if content_length(&resp).is_some_and(|n| n > max) {
-        return Err(format!("{what} is over {max} bytes"));
+        return Err(HttpError::TooLong {
+            what: what.into(),
+            max,
+        });
     }
     let limit = usize::try_from(max).unwrap_or(usize::MAX);
     let body = tokio::time::timeout(
@@ -218,18 +269,24 @@ pub(super) async fn read_bounded(
         http_body_util::Limited::new(resp.into_body(), limit).collect(),
     )
     .await
-    .map_err(|_| format!("{what} did not come in {} s", IDLE_TIMEOUT.as_secs()))?
-    .map_err(|e| format!("{what}: {e}"))?;
+    .map_err(|_| HttpError::Slow {
+        what: what.into(),
+        secs: IDLE_TIMEOUT.as_secs(),
+    })?
+    .map_err(|error| HttpError::Body {
+        what: what.into(),
+        error,
+    })?;
     Ok(body.to_bytes().to_vec())
 }
 
-async fn handshake<S>(stream: S) -> Result<Sender, String>
+async fn handshake<S>(stream: S) -> Result<Sender, HttpError>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| format!("HTTP: {e}"))?;
+        .map_err(HttpError::Handshake)?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
