@@ -17,7 +17,8 @@
 //! and given back to the edge at once, so another node takes it. A job's
 //! output is kept in `<data-dir>/jobs/<job>/` (stdout, stderr,
 //! status.json), within the limits of `edge/retention.rs`; the edge gets
-//! its exit status, its reason and the last 64 KiB of each stream.
+//! its output as it comes (`edge/stream.rs`), then its exit status, its
+//! reason and the last 64 KiB of each stream.
 //!
 //! A shell job's payload is `oz0_edge::wire::ShellJob` (the edge checks it
 //! at submit with the same type):
@@ -58,6 +59,7 @@ use crate::node::NodeArgs;
 mod job;
 pub(crate) mod retention;
 mod run;
+mod stream;
 
 use oz0_core::exit::Exit;
 use run::{Runner, Taking};

@@ -5,7 +5,8 @@
 //!
 //! - `oz0 job logs` shows a running job's output, `-f` follows it to the
 //!   job's end and exits with the job's own status; `--wait` labels the
-//!   streams, says what was cut and passes the job's status on;
+//!   streams, says what was cut and passes the job's status on; a real
+//!   node sends a job's output while it runs, and it stays after a cancel;
 //! - a cancel stops a job running on a real node at once, not at its next
 //!   renewal; a real node killed with SIGKILL has its job run elsewhere
 //!   long before its lease would lapse;
@@ -423,4 +424,98 @@ fn a_cancel_stops_a_real_nodes_job_at_once_and_a_killed_nodes_job_runs_elsewhere
             .args(["-9", p.split(':').next().unwrap()])
             .status();
     }
+}
+
+/// Reads a child's stream on a thread: what comes, piece by piece, and
+/// the whole when it ends.
+fn pieces(r: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = r;
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0
+                || tx
+                    .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                    .is_err()
+            {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+#[test]
+fn a_real_nodes_running_job_sends_its_output_as_it_runs_and_it_stays_after_a_cancel() {
+    if !sandbox_ready() {
+        return;
+    }
+    let Some(bin) = binaries() else { return };
+    let edge = Edge::start(&bin, 60);
+    let mut a = Node::start(&edge, "stream-a", &[]);
+    a.wait_log("facts reported", 120);
+    let m = marker("stream");
+    // A line on stdout, a byte that is not UTF-8 on stderr, then a long
+    // sleep: the job runs until it is cancelled.
+    let id = edge
+        .submit(
+            Origin::Webhook,
+            serde_json::json!({"command": [
+                "sh", "-c",
+                r#"printf '%s first-line\n' "$1"; printf 'bad \377 byte\n' >&2; sleep 300"#,
+                "sh", &m,
+            ]}),
+        )
+        .unwrap();
+    let line = format!("{m} first-line\n");
+
+    // `-f` prints the line while the job runs (before, nothing came until
+    // the job ended).
+    let mut follow = spawn_oz0(&edge, &["job", "logs", "-f", &id], &[]);
+    let out = pieces(follow.stdout.take().unwrap());
+    let err = pieces(follow.stderr.take().unwrap());
+    let mut seen = String::new();
+    let until = Instant::now() + Duration::from_secs(90);
+    while !seen.contains(&line) {
+        assert!(
+            Instant::now() < until,
+            "-f showed no output of the running job ({:?}, so far {seen:?}):\n{}",
+            edge.job(&id).state,
+            a.log()
+        );
+        if let Ok(p) = out.recv_timeout(Duration::from_millis(200)) {
+            seen.push_str(&p);
+        }
+    }
+    assert_eq!(edge.job(&id).state, "leased", "the job still runs");
+
+    // `oz0 job logs` shows both streams while it runs, the byte that is
+    // not UTF-8 as `?` (the edge's byte count is the file's).
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (st, shown, e) = edge.oz0(&["job", "logs", "--tenant", "acme", &id]);
+        assert_eq!(st, Some(0), "{e}");
+        if shown.contains(&line) && shown.contains("== stderr: 11 byte(s)\nbad ? byte\n") {
+            break;
+        }
+        assert!(Instant::now() < until, "logs of the running job: {shown}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(!processes_with(&m).is_empty(), "the job still runs");
+
+    // A cancel ends the follow with the job's status, and what came is
+    // still shown.
+    let (st, _, e) = edge.oz0(&["job", "cancel", &id]);
+    assert_eq!(st, Some(0), "{e}");
+    let st = follow.wait().unwrap().code();
+    let said: String = err.iter().collect();
+    seen.extend(out.iter());
+    assert_eq!(st, Some(1), "{seen} {said}");
+    assert!(said.contains("cancelled"), "{said}");
+    assert_eq!(seen, line, "the line once");
+    let (st, shown, e) = edge.oz0(&["job", "logs", "--tenant", "acme", &id]);
+    assert_eq!(st, Some(0), "{e}");
+    assert!(shown.contains(&line), "logs after the cancel: {shown}");
+    common::fleet::wait_gone(&m, 30);
 }

@@ -2,7 +2,8 @@
 //! record folder and fresh work folder, the check of its payload, its run
 //! under the lease (renewed a third of the way through, the run killed
 //! when the lease is lost or the job cancelled), and its end reported with
-//! the bounded tails of its output. Several run at once, each on its own
+//! the bounded tails of its output (sent to the edge as it comes, too:
+//! `edge/stream.rs`). Several run at once, each on its own
 //! task, lease, work folder and limits (`oz0-node run --jobs N`).
 //!
 //! A job is stopped, and its end not reported, when the edge says so: in
@@ -225,6 +226,7 @@ impl Runner {
                 return;
             }
         };
+        let output = super::stream::Output::open(&id, &record, &out, &err);
         let work = self.s.work_root.join(format!("job-{id}-{}", job.attempt));
         let fresh = private_dir(&self.s.work_root, "--work-root").and_then(|_| {
             let _ = fs::remove_dir_all(&work);
@@ -236,7 +238,7 @@ impl Runner {
                 log(&format!("job {id} refused: {e}"));
                 JobEnd::refused(e)
             }
-            Ok(task) => match self.run_under_lease(&mut lease, task, told).await {
+            Ok(task) => match self.run_under_lease(&mut lease, task, told, output).await {
                 Some(end) => end,
                 None => {
                     let _ = fs::remove_dir_all(&work);
@@ -314,6 +316,7 @@ impl Runner {
         lease: &mut Lease,
         task: Task,
         mut told: Told,
+        output: super::stream::Output,
     ) -> Option<JobEnd> {
         let id = lease.job.job_id.clone();
         let (cancel_r, cancel_w) = match UnixStream::pair() {
@@ -327,15 +330,18 @@ impl Runner {
         };
         let mut handle = tokio::task::spawn_blocking(move || task(OwnedFd::from(cancel_r)));
         let mut stop = self.stop.clone();
+        let client = self.edges.client();
+        // The output goes to the edge while the work runs, and stops with it.
+        let sending = output.send(client.clone(), lease.clone());
         let work = async {
             tokio::select! {
                 biased;
                 r = &mut handle => Ran::Ended(r),
                 _ = stopped(&mut stop) => Ran::NodeStopped,
                 t = told.wait_for(Option::is_some) => Ran::Told(t.ok().and_then(|t| *t)),
+                never = sending => match never {},
             }
         };
-        let client = self.edges.client();
         let r = client.run_leased(lease, work).await;
         // Closing the pipe's other end cancels the run (its whole tree).
         drop(cancel_w);
