@@ -11,7 +11,8 @@
 //! - an edge whose certificate the node does not trust stops `run --once`
 //!   (and the daemon) with an error, not retries;
 //! - several `--edge` URLs: the node fails over to the next one it can
-//!   reach, and says so.
+//!   reach, and says so; two replicas on one PostgreSQL, the node moving
+//!   from one to the other when the first goes away.
 
 #![cfg(target_os = "linux")]
 
@@ -356,6 +357,57 @@ fn a_node_fails_over_to_the_next_edge_it_can_reach() {
         .unwrap();
     let j = edge.wait_job(&id, 30);
     assert_eq!(j.state, "succeeded", "{j:?}");
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// Two edge replicas on one PostgreSQL store: a job submitted through
+/// either is the same queue; when the replica the node waits on goes
+/// away, the node goes on with the other and takes what is queued there.
+#[test]
+fn a_node_fails_over_between_replicas_on_one_postgresql() {
+    let Some(bin) = binaries() else { return };
+    let Some(pg) = common::fleet::postgres_store("link") else {
+        skip("OZ0_EDGE_TEST_POSTGRES is unset: scripts/test runs this file under with-postgres.sh");
+        return;
+    };
+    let mut a = Edge::start_with(&bin, 30, &["--store", &pg]);
+    let b = Edge::start_with(&bin, 30, &["--store", &pg]);
+    // Each replica's certificate is of a CA of its own: the node trusts both.
+    let dir = TempDir::new("replicas");
+    let cas = dir.join("cas.pem");
+    std::fs::write(
+        &cas,
+        std::fs::read_to_string(&a.ca).unwrap() + &std::fs::read_to_string(&b.ca).unwrap(),
+    )
+    .unwrap();
+    let mut c = node_cmd(&dir, &[&a.url, &b.url], &cas, &[])
+        .spawn()
+        .unwrap();
+    wait_said(&dir.join("log"), "facts reported", 60);
+    let run = |through: &Edge, seen_by: &Edge, what: &str| {
+        let id = through
+            .submit(
+                Origin::Internal,
+                serde_json::json!({"command": ["echo", what]}),
+            )
+            .unwrap();
+        let j = seen_by.wait_job(&id, 60);
+        assert_eq!(j.state, "succeeded", "{j:?}");
+    };
+    // Submitted through b, taken by the node waiting on a: one queue.
+    run(&b, &a, "through b");
+    // Replica a goes away while the node waits on it: the node goes on
+    // with b, and takes what is submitted there.
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    let log = wait_said(
+        &dir.join("log"),
+        &format!("failing over to the edge at {}", b.url),
+        60,
+    );
+    assert!(log.contains("cannot poll the edge for work"), "{log}");
+    run(&b, &b, "on b");
     let _ = c.kill();
     let _ = c.wait();
 }

@@ -43,36 +43,9 @@ fn ready() -> Option<PathBuf> {
     Some(edge)
 }
 
-/// A fresh PostgreSQL database, when the run has a server.
-fn postgres_store() -> Option<String> {
-    let base = std::env::var("OZ0_EDGE_TEST_POSTGRES")
-        .ok()
-        .filter(|b| !b.is_empty())?;
-    let name = format!("oz0_fleet_{}_{}", std::process::id(), marker("pg").len());
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
-            .await
-            .expect("connect to OZ0_EDGE_TEST_POSTGRES");
-        tokio::spawn(conn);
-        client
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .unwrap();
-    });
-    let (head, query) = base
-        .split_once('?')
-        .map_or((base.as_str(), None), |(h, q)| (h, Some(q)));
-    let slash = head.rfind('/').unwrap();
-    Some(match query {
-        Some(q) => format!("{}/{name}?{q}", &head[..slash]),
-        None => format!("{}/{name}", &head[..slash]),
-    })
-}
-
 fn stores() -> Vec<Option<String>> {
     let mut v = vec![None];
-    match postgres_store() {
+    match common::fleet::postgres_store("fleet") {
         Some(pg) => v.push(Some(pg)),
         None if std::env::var("OZ0_MUST_WORK").as_deref() == Ok("1") => {
             panic!("OZ0_MUST_WORK=1 and OZ0_EDGE_TEST_POSTGRES is unset: scripts/test runs this under with-postgres.sh")

@@ -386,3 +386,32 @@ pub fn wait_gone(marker: &str, secs: u64) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A fresh database on the run's PostgreSQL (`OZ0_EDGE_TEST_POSTGRES`, set
+/// by `with-postgres.sh`), named after `tag` and this process; None when
+/// the run has no server.
+pub fn postgres_store(tag: &str) -> Option<String> {
+    let base = std::env::var("OZ0_EDGE_TEST_POSTGRES")
+        .ok()
+        .filter(|b| !b.is_empty())?;
+    let name = format!("oz0_{tag}_{}", std::process::id());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
+            .await
+            .expect("connect to OZ0_EDGE_TEST_POSTGRES");
+        tokio::spawn(conn);
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+    });
+    let (head, query) = base
+        .split_once('?')
+        .map_or((base.as_str(), None), |(h, q)| (h, Some(q)));
+    let slash = head.rfind('/').unwrap();
+    Some(match query {
+        Some(q) => format!("{}/{name}?{q}", &head[..slash]),
+        None => format!("{}/{name}", &head[..slash]),
+    })
+}
