@@ -298,10 +298,11 @@ fn try_server(a: &CheckArgs, t: &Tool) -> Result<Listed, String> {
         t,
         std::time::Duration::from_secs(a.server_timeout),
     );
-    r.map_err(|why| match stderr_end(kept) {
-        Some(end) => format!("{why}; its stderr ended with: {end}"),
-        None => why,
-    })
+    r.map_err(|e| e.to_string())
+        .map_err(|why| match stderr_end(kept) {
+            Some(end) => format!("{why}; its stderr ended with: {end}"),
+            None => why,
+        })
 }
 
 /// The last line or so (at most 300 bytes) of what a server wrote to

@@ -133,6 +133,10 @@ pub enum ToolError {
     /// The thread that ran the server failed.
     #[error("the server's thread failed")]
     ServerThread,
+    /// A server started to be tried did not answer `initialize` and
+    /// `tools/list` (what it said, and how its run ended).
+    #[error("{0}")]
+    NoAnswer(String),
 }
 
 impl From<ToolError> for String {
@@ -522,8 +526,8 @@ fn in_sandbox(
 /// `timeout`; it is then ended. What it lists, or why it did not answer
 /// (with the run's own failure, and the end of its stderr, which goes to
 /// `ctx.errors`).
-pub fn try_server(ctx: Ctx<'_>, tool: &Tool, timeout: Duration) -> Result<Listed, String> {
-    let env = variables(tool, ctx.env_allowed).map_err(|e| e.to_string())?;
+pub fn try_server(ctx: Ctx<'_>, tool: &Tool, timeout: Duration) -> Result<Listed, ToolError> {
+    let env = variables(tool, ctx.env_allowed)?;
     let work = ctx
         .work
         .to_str()
@@ -540,15 +544,15 @@ pub fn try_server(ctx: Ctx<'_>, tool: &Tool, timeout: Duration) -> Result<Listed
     };
     let spec = server_spec(tool, &env, limits, &work, data_dir)?;
     let (r, run) = serve_in_sandbox(ctx, spec, Instant::now() + timeout, |c| c.list())?;
-    match (r, run) {
-        (Ok(l), _) => Ok(l),
-        (Err(e), Ok(o)) if o.exit_code != 0 => Err(format!(
-            "{e}; its server exited with status {}",
-            o.exit_code
-        )),
-        (Err(e), Ok(_)) => Err(e.to_string()),
-        (Err(e), Err(run)) => Err(format!("{e}; the sandbox: {run}")),
-    }
+    let why = match (r, run) {
+        (Ok(l), _) => return Ok(l),
+        (Err(e), Ok(o)) if o.exit_code != 0 => {
+            format!("{e}; its server exited with status {}", o.exit_code)
+        }
+        (Err(e), Ok(_)) => e.to_string(),
+        (Err(e), Err(run)) => format!("{e}; the sandbox: {run}"),
+    };
+    Err(ToolError::NoAnswer(why))
 }
 
 /// The call's result, or its error with the run's own failure added.
