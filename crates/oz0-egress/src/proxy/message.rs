@@ -7,7 +7,7 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName};
 use hyper::{Method, Request};
 
-use oz0_policy::net::{self as policy, Host, Port};
+use oz0_policy::net::{self as policy, Host, NetError, Port};
 
 pub(super) fn head_size(req: &Request<Incoming>) -> usize {
     let line = req.method().as_str().len() + req.uri().to_string().len() + 12;
@@ -18,41 +18,51 @@ pub(super) fn head_size(req: &Request<Incoming>) -> usize {
         + line
 }
 
+/// Why a request's target is malformed: what the client sent and how to
+/// send it instead.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TargetError {
+    #[error("a CONNECT target is host:port, e.g. CONNECT example.com:443")]
+    ConnectShape,
+    #[error("CONNECT target: {0}")]
+    ConnectTarget(#[source] NetError),
+    #[error("https:// URLs go through CONNECT (set HTTPS_PROXY)")]
+    Https,
+    #[error("only http:// URLs and CONNECT are proxied, not {0}://")]
+    Scheme(String),
+    #[error("this is a proxy: send an absolute URL (GET http://host/path) or CONNECT host:port")]
+    NotAbsolute,
+    #[error("the URL has no host")]
+    NoHost,
+    #[error("user information in a proxied URL is not forwarded: remove it")]
+    UserInfo,
+    #[error("URL host: {0}")]
+    UrlHost(#[source] NetError),
+}
+
 /// The canonical target of a request, or why it is malformed.
-pub(super) fn target_of(req: &Request<Incoming>) -> Result<(Host, Port), String> {
+pub(super) fn target_of(req: &Request<Incoming>) -> Result<(Host, Port), TargetError> {
     let uri = req.uri();
     if req.method() == Method::CONNECT {
-        let shape = "a CONNECT target is host:port, e.g. CONNECT example.com:443";
         let pq = uri.path_and_query().map_or("", |pq| pq.as_str());
         if uri.scheme().is_some() || !(pq.is_empty() || pq == "/") {
-            return Err(shape.into());
+            return Err(TargetError::ConnectShape);
         }
-        let auth = uri.authority().ok_or(shape)?;
+        let auth = uri.authority().ok_or(TargetError::ConnectShape)?;
         if auth.as_str().contains('@') {
-            return Err(shape.into());
+            return Err(TargetError::ConnectShape);
         }
-        return policy::parse_target(auth.as_str()).map_err(|e| format!("CONNECT target: {e}"));
+        return policy::parse_target(auth.as_str()).map_err(TargetError::ConnectTarget);
     }
     match uri.scheme_str() {
         Some("http") => {}
-        Some(s) if s.eq_ignore_ascii_case("https") => {
-            return Err("https:// URLs go through CONNECT (set HTTPS_PROXY)".into())
-        }
-        Some(s) => {
-            return Err(format!(
-                "only http:// URLs and CONNECT are proxied, not {s}://"
-            ))
-        }
-        None => {
-            return Err(
-                "this is a proxy: send an absolute URL (GET http://host/path) or CONNECT host:port"
-                    .into(),
-            )
-        }
+        Some(s) if s.eq_ignore_ascii_case("https") => return Err(TargetError::Https),
+        Some(s) => return Err(TargetError::Scheme(s.to_string())),
+        None => return Err(TargetError::NotAbsolute),
     }
-    let auth = uri.authority().ok_or("the URL has no host")?;
+    let auth = uri.authority().ok_or(TargetError::NoHost)?;
     if auth.as_str().contains('@') {
-        return Err("user information in a proxied URL is not forwarded: remove it".into());
+        return Err(TargetError::UserInfo);
     }
     let hp = auth.as_str();
     let with_port = if auth.port().is_some() {
@@ -60,7 +70,7 @@ pub(super) fn target_of(req: &Request<Incoming>) -> Result<(Host, Port), String>
     } else {
         format!("{hp}:80")
     };
-    policy::parse_target(&with_port).map_err(|e| format!("URL host: {e}"))
+    policy::parse_target(&with_port).map_err(TargetError::UrlHost)
 }
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus

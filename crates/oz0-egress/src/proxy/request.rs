@@ -122,7 +122,7 @@ async fn handle(
     }
     let (host, port) = match target_of(&req) {
         Ok(t) => t,
-        Err(why) => return call.bad(why),
+        Err(why) => return call.bad(why.to_string()),
     };
     let to = To {
         call: &call,
