@@ -543,4 +543,6 @@ pub fn describe(s: &Swept, r: Retention) -> Option<String> {
 }
 
 #[cfg(test)]
+// By path: benches/retention.rs includes this file from elsewhere.
+#[path = "retention/tests.rs"]
 mod tests;
