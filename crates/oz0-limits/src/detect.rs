@@ -7,6 +7,7 @@
 //! this without side effects.
 
 use std::collections::BTreeMap;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -122,7 +123,8 @@ pub fn probe_mode(opts: &ProbeOptions) -> ProbeResult {
 pub fn probe_mode_with(fs: &dyn CgroupFs, opts: &ProbeOptions) -> ProbeResult {
     let layout = match Layout::read(fs) {
         Ok(l) => l,
-        Err(reason) => {
+        Err(e) => {
+            let reason = e.to_string();
             let fix = "mount /proc (the node reads /proc/self/cgroup and /proc/self/mountinfo)"
                 .to_string();
             return unavailable(reason.clone(), fix, reason.clone(), reason);
@@ -256,6 +258,17 @@ pub(crate) struct Hier {
     pub controllers: Vec<String>,
 }
 
+/// Why the cgroup layout could not be read: the file and the system's
+/// answer (the callers add the fix: mount /proc).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LayoutError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: &'static str,
+        source: io::Error,
+    },
+}
+
 /// What `/proc/self/cgroup` and `/proc/self/mountinfo` say.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Layout {
@@ -265,13 +278,13 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    pub(crate) fn read(fs: &dyn CgroupFs) -> Result<Layout, String> {
-        let cg = fs
-            .read(Path::new("/proc/self/cgroup"))
-            .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
-        let mi = fs
-            .read(Path::new("/proc/self/mountinfo"))
-            .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+    pub(crate) fn read(fs: &dyn CgroupFs) -> Result<Layout, LayoutError> {
+        let read = |path: &'static str| {
+            fs.read(Path::new(path))
+                .map_err(|source| LayoutError::Read { path, source })
+        };
+        let cg = read("/proc/self/cgroup")?;
+        let mi = read("/proc/self/mountinfo")?;
         Ok(Self::parse(&cg, &mi))
     }
 

@@ -418,8 +418,8 @@ fn root_and_user(
 }
 
 fn read_layout(fs: &dyn CgroupFs) -> Result<Layout, JobError> {
-    Layout::read(fs).map_err(|reason| JobError::Unavailable {
-        reason,
+    Layout::read(fs).map_err(|e| JobError::Unavailable {
+        reason: e.to_string(),
         fix: "mount /proc".into(),
     })
 }

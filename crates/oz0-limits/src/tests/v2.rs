@@ -24,6 +24,21 @@ fn v2_probe_finds_the_delegated_own_cgroup() {
 }
 
 #[test]
+fn a_probe_without_proc_names_the_file_and_the_fix() {
+    let fs = FakeFs::new(1001);
+    let r = probe_mode_with(&fs, &ProbeOptions::default());
+    let JobMode::Unavailable { reason, fix } = &r.mode else {
+        panic!("{:?}", r.mode)
+    };
+    assert!(
+        reason.starts_with("cannot read /proc/self/cgroup: "),
+        "{reason}"
+    );
+    assert!(fix.starts_with("mount /proc"), "{fix}");
+    assert_eq!(&r.facts.v2, reason);
+}
+
+#[test]
 fn v2_probe_without_delegation_names_the_fix() {
     let fs = v2_host(false);
     let r = probe_mode_with(fs.as_ref(), &ProbeOptions::default());
