@@ -155,7 +155,7 @@ fn run_in(
         .iter()
         .map(|f| f.root.to_path_buf())
         .collect();
-    let (mut holders, ready) = Holders::new(&scratch.dir, roots)?;
+    let (mut holders, ready) = Holders::new(&scratch.dir, scratch.made, roots)?;
     let result = execute(
         &plan,
         &opts,
@@ -182,7 +182,10 @@ fn run_in(
             .iter()
             .map(|(path, fd)| crate::gitlook::Root { path, fd })
             .collect();
-        crate::gitlook::look(&roots, scratch.made, opts.git, &run_id, &kept)
+        // From when the run could change anything (the run's folder's own
+        // stamp if the making never started: it counts more, never less).
+        let since = holders.since.unwrap_or(scratch.made);
+        crate::gitlook::look(&roots, since, opts.git, &run_id, &kept)
     });
     drop(held);
     drop(egress_guard);

@@ -138,12 +138,20 @@ pub(crate) struct Holders {
     pub(crate) removed: bool,
     /// The pipe's write end, until the making starts.
     ready: Option<OwnedFd>,
+    /// When the run's folder was made (its `ctime`).
+    made: std::time::Duration,
+    /// From when the run could change anything: a stamp of the file clock
+    /// later than `made`, taken as the making starts (before the stage is
+    /// told to go on). What is stamped at or after it is the run's (see
+    /// `gitlook`).
+    pub(crate) since: Option<std::time::Duration>,
 }
 
 impl Holders {
     /// The holders of a run, and the end of the pipe the stage reads.
     pub(crate) fn new(
         record: &Path,
+        made: std::time::Duration,
         roots: Vec<PathBuf>,
     ) -> Result<(Holders, OwnedFd), SandboxError> {
         let (ready_r, ready_w) = crate::spawn::pipe()?;
@@ -153,6 +161,8 @@ impl Holders {
             pool: None,
             removed: false,
             ready: Some(ready_w),
+            made,
+            since: None,
         };
         Ok((holders, ready_r))
     }
@@ -169,6 +179,9 @@ impl Holders {
         let Some(ready) = self.ready.take() else {
             return Ok(());
         };
+        // Nothing of the run has started: what is stamped from here on may
+        // be its doing, what was stamped before may not.
+        self.since = Some(crate::record::later_stamp(&self.record, self.made));
         // Recorded before anything is created, so that a sweep can undo it
         // if this process dies.
         if let Err(e) = record_run(&self.record, &self.roots, ps) {

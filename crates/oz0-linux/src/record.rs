@@ -47,6 +47,44 @@ impl Scratch {
     }
 }
 
+/// A stamp of the kernel's clock for file changes strictly later than
+/// `after`, handed out now: the `ctime` `dir` (the run's own folder) gets
+/// when its times are set to now, set again until it is later than `after`.
+///
+/// File times come from a clock that may tick only every few milliseconds:
+/// a file the caller made just before the run, in the same tick as the
+/// run's folder, has that folder's very `ctime`, and would count as changed
+/// by the run. What is stamped before this call is stamped no later than
+/// `after` (or than this, when `after` is the stamp of a change made
+/// first); what the run changes after it is stamped no earlier. The wait
+/// is at most a tick of that clock; when the clock does not move within
+/// 50 ms, `after` is returned (a look from then counts more as changed,
+/// never less).
+pub(crate) fn later_stamp(dir: &Path, after: std::time::Duration) -> std::time::Duration {
+    use rustix::fs::{stat, utimensat, AtFlags, Timespec, Timestamps, UTIME_NOW, CWD};
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: UTIME_NOW,
+    };
+    let times = Timestamps {
+        last_access: now,
+        last_modification: now,
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(50);
+    loop {
+        if utimensat(CWD, dir, &times, AtFlags::empty()).is_err() {
+            return after;
+        }
+        match stat(dir) {
+            Ok(st) if crate::gitlook::ctime(&st) > after => return crate::gitlook::ctime(&st),
+            Ok(_) if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            _ => return after,
+        }
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
         remove_run_dir(&self.dir);
@@ -225,6 +263,32 @@ mod tests {
         let d = std::env::temp_dir().join(format!("oz0-launch-unit-{tag}-{}", new_run_id()));
         fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    /// A file the caller made just before the run, in the same tick of the
+    /// file clock as the run's folder (on this machine nearly always: the
+    /// clock is coarse), is older than the stamp the look starts from; a
+    /// file made after the stamp is not.
+    #[test]
+    fn what_was_made_before_the_run_is_older_than_its_stamp() {
+        let d = tmp("stamp");
+        for i in 0..200 {
+            let before = d.join(format!("before-{i}"));
+            fs::write(&before, "{}").unwrap();
+            let s = Scratch::create(&d, &format!("{i}")).unwrap();
+            let since = later_stamp(&s.dir, s.made);
+            assert!(since > s.made, "no later stamp than the folder's");
+            let st = rustix::fs::stat(&before).unwrap();
+            assert!(
+                crate::gitlook::ctime(&st) < since,
+                "a file made before the run counts as the run's ({i})"
+            );
+            let after = d.join(format!("after-{i}"));
+            fs::write(&after, "x").unwrap();
+            let st = rustix::fs::stat(&after).unwrap();
+            assert!(crate::gitlook::ctime(&st) >= since, "a later file is older");
+        }
+        fs::remove_dir_all(&d).unwrap();
     }
 
     /// A user's runtime folder counts only when it is a real folder of this
