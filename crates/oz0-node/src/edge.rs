@@ -517,6 +517,87 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Polls for work and starts each job leased (on `running`) until the
+    /// node stops or fails: its exit status. The facts are probed again
+    /// every `recheck_every` (`recheck`); `once` stops after the first
+    /// contact.
+    async fn take_work(
+        &mut self,
+        runner: &Arc<Runner>,
+        running: &mut tokio::task::JoinSet<()>,
+        recheck: &mut impl FnMut() -> Option<NodeFacts>,
+        once: bool,
+        recheck_every: Duration,
+    ) -> i32 {
+        let poll_every = self.s.poll;
+        let max_jobs = self.s.jobs;
+        let mut next_check = Instant::now() + recheck_every;
+        loop {
+            while running.try_join_next().is_some() {}
+            match self.connect().await {
+                Ok(Next::Continue) => {}
+                Ok(Next::Stop) => break Exit::Ok.code(),
+                Err(e) => {
+                    log(&e);
+                    break Exit::CheckFailed.code();
+                }
+            }
+            if once {
+                break Exit::Ok.code();
+            }
+            if Instant::now() >= next_check {
+                next_check = Instant::now() + recheck_every;
+                if let Some(f) = recheck() {
+                    self.facts = f;
+                    self.view = None;
+                    continue;
+                }
+            }
+            let free = running.len() < max_jobs;
+            let req = self.poll_request(free, runner.holding());
+            let sent = Instant::now();
+            let client = self.edges.client();
+            let r = tokio::select! {
+                biased;
+                _ = self.stop.readable() => break Exit::Ok.code(),
+                // Every slot was busy and one freed: poll again, taking.
+                _ = running.join_next(), if !free => continue,
+                r = client.poll_with(&req) => r,
+            };
+            let p = match self.answered(r).await {
+                None => break Exit::Ok.code(),
+                Some(None) => {
+                    if !self.sleep(poll_every).await {
+                        break Exit::Ok.code();
+                    }
+                    continue;
+                }
+                Some(Some(p)) => p,
+            };
+            for s in &p.stop {
+                runner.tell(s);
+            }
+            match p.lease {
+                Some(lease) => {
+                    let told = runner.hold(&lease.job.job_id);
+                    running.spawn(runner.clone().take(lease, self.taking(), told));
+                }
+                // An edge that answered with nothing sooner than
+                // --poll-ms (one that does not hold polls) is asked
+                // again after it.
+                None if p.stop.is_empty() => {
+                    let rest = poll_every.saturating_sub(sent.elapsed());
+                    if !rest.is_zero() && !self.sleep(rest).await {
+                        break Exit::Ok.code();
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+}
+
 /// Connects to the edge and takes work until SIGTERM or SIGINT. `recheck`
 /// probes the machine again and returns the facts when they changed.
 pub fn serve(
@@ -573,7 +654,6 @@ pub fn serve(
             }
         };
         let recheck_every = s.recheck;
-        let poll_every = s.poll;
         let max_jobs = s.jobs;
         let s = Arc::new(s);
         let edges = Arc::new(edges);
@@ -609,69 +689,9 @@ pub fn serve(
             d.s.tenant
         ));
         let mut running = tokio::task::JoinSet::new();
-        let mut next_check = Instant::now() + recheck_every;
-        let code = loop {
-            while running.try_join_next().is_some() {}
-            match d.connect().await {
-                Ok(Next::Continue) => {}
-                Ok(Next::Stop) => break Exit::Ok.code(),
-                Err(e) => {
-                    log(&e);
-                    break Exit::CheckFailed.code();
-                }
-            }
-            if once {
-                break Exit::Ok.code();
-            }
-            if Instant::now() >= next_check {
-                next_check = Instant::now() + recheck_every;
-                if let Some(f) = recheck() {
-                    d.facts = f;
-                    d.view = None;
-                    continue;
-                }
-            }
-            let free = running.len() < max_jobs;
-            let req = d.poll_request(free, runner.holding());
-            let sent = Instant::now();
-            let client = d.edges.client();
-            let r = tokio::select! {
-                biased;
-                _ = d.stop.readable() => break Exit::Ok.code(),
-                // Every slot was busy and one freed: poll again, taking.
-                _ = running.join_next(), if !free => continue,
-                r = client.poll_with(&req) => r,
-            };
-            let p = match d.answered(r).await {
-                None => break Exit::Ok.code(),
-                Some(None) => {
-                    if !d.sleep(poll_every).await {
-                        break Exit::Ok.code();
-                    }
-                    continue;
-                }
-                Some(Some(p)) => p,
-            };
-            for s in &p.stop {
-                runner.tell(s);
-            }
-            match p.lease {
-                Some(lease) => {
-                    let told = runner.hold(&lease.job.job_id);
-                    running.spawn(runner.clone().take(lease, d.taking(), told));
-                }
-                // An edge that answered with nothing sooner than
-                // --poll-ms (one that does not hold polls) is asked
-                // again after it.
-                None if p.stop.is_empty() => {
-                    let rest = poll_every.saturating_sub(sent.elapsed());
-                    if !rest.is_zero() && !d.sleep(rest).await {
-                        break Exit::Ok.code();
-                    }
-                }
-                None => {}
-            }
-        };
+        let code = d
+            .take_work(&runner, &mut running, &mut recheck, once, recheck_every)
+            .await;
         // Every running job stops and is given back before the node exits.
         let _ = stop_tx.send(true);
         while running.join_next().await.is_some() {}
