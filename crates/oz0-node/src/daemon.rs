@@ -336,26 +336,32 @@ impl Jobs {
             stderr_bytes,
             look: None,
         };
-        let mut backoff = Duration::from_secs(1);
-        loop {
-            match client.finish_job(&lease, &done).await {
-                Ok(()) => return,
-                Err(e @ (ClientError::LeaseLost { .. } | ClientError::Refused { .. })) => {
-                    log(&format!("the edge did not take job {id}'s end: {e}"));
-                    return;
-                }
-                Err(e) if lease.expired() => {
-                    log(&format!("job {id}'s end could not reach the edge before its lease lapsed ({e}); the edge hands it out again"));
-                    return;
-                }
-                Err(e) => {
-                    log(&format!(
-                        "cannot report job {id}'s end: {e}; retrying in {}s",
-                        backoff.as_secs()
-                    ));
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
-                }
+        report(client, &lease, &id, &done).await;
+    }
+}
+
+/// Reports job `id`'s end to the edge, retrying with a growing pause
+/// until the edge takes it, refuses it, or the lease lapses.
+async fn report(client: &NodeClient, lease: &Lease, id: &str, done: &Completion) {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        match client.finish_job(lease, done).await {
+            Ok(()) => return,
+            Err(e @ (ClientError::LeaseLost { .. } | ClientError::Refused { .. })) => {
+                log(&format!("the edge did not take job {id}'s end: {e}"));
+                return;
+            }
+            Err(e) if lease.expired() => {
+                log(&format!("job {id}'s end could not reach the edge before its lease lapsed ({e}); the edge hands it out again"));
+                return;
+            }
+            Err(e) => {
+                log(&format!(
+                    "cannot report job {id}'s end: {e}; retrying in {}s",
+                    backoff.as_secs()
+                ));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
             }
         }
     }
