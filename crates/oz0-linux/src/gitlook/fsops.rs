@@ -151,11 +151,43 @@ pub(super) fn aside_name(name: &[u8], suffix: &[u8], attempt: usize) -> Vec<u8> 
     out
 }
 
+/// Why an entry could not be renamed aside: the system's answer, and
+/// whether the folder's owner is another user.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum AsideError {
+    /// The folder's own status could not be read.
+    #[error("{0}")]
+    Stat(Errno),
+    /// The rename was refused in a folder of another user.
+    #[error("could not rename it aside ({0}), in a folder of another user")]
+    OtherUser(Errno),
+    /// The rename was refused and write permission could not be given back.
+    #[error(
+        "could not rename it aside ({rename}), nor give its folder write permission back ({chmod})"
+    )]
+    NoWriteBack {
+        /// Why the rename was refused.
+        rename: Errno,
+        /// Why the folder's mode could not be changed.
+        chmod: Errno,
+    },
+    /// The rename failed.
+    #[error("could not rename it aside: {0}")]
+    Rename(Errno),
+    /// Every name tried was taken.
+    #[error("could not rename it aside: every name tried was taken")]
+    Taken,
+}
+
 /// Renames `name` in `dir` aside, in `dir` itself, to a name no one has
 /// taken (never replacing anything). A folder of this process's user that
 /// the run left without write permission gets its owner's bits back first.
 /// Returns the new name, or why it could not be done.
-pub(super) fn rename_aside(dir: &OwnedFd, name: &CStr, suffix: &[u8]) -> Result<Vec<u8>, String> {
+pub(super) fn rename_aside(
+    dir: &OwnedFd,
+    name: &CStr,
+    suffix: &[u8],
+) -> Result<Vec<u8>, AsideError> {
     let mut restored = false;
     let mut attempt = 0;
     while attempt < 16 {
@@ -165,24 +197,21 @@ pub(super) fn rename_aside(dir: &OwnedFd, name: &CStr, suffix: &[u8]) -> Result<
             Err(Errno::EXIST) => attempt += 1,
             Err(e @ (Errno::ACCESS | Errno::PERM)) if !restored => {
                 restored = true;
-                let st = rustix::fs::fstat(dir).map_err(|e| e.to_string())?;
+                let st = rustix::fs::fstat(dir).map_err(AsideError::Stat)?;
                 if st.st_uid != rustix::process::geteuid().as_raw() {
-                    return Err(format!(
-                        "could not rename it aside ({e}), in a folder of another user"
-                    ));
+                    return Err(AsideError::OtherUser(e));
                 }
-                rustix::fs::fchmod(dir, Mode::from_raw_mode(st.st_mode | 0o700)).map_err(
-                    |e2| {
-                        format!(
-                            "could not rename it aside ({e}), nor give its folder write permission back ({e2})"
-                        )
-                    },
-                )?;
+                rustix::fs::fchmod(dir, Mode::from_raw_mode(st.st_mode | 0o700)).map_err(|e2| {
+                    AsideError::NoWriteBack {
+                        rename: e,
+                        chmod: e2,
+                    }
+                })?;
             }
-            Err(e) => return Err(format!("could not rename it aside: {e}")),
+            Err(e) => return Err(AsideError::Rename(e)),
         }
     }
-    Err("could not rename it aside: every name tried was taken".into())
+    Err(AsideError::Taken)
 }
 
 /// Where a link leads, learnt by following it (as git would) to an object

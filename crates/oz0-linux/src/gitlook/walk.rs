@@ -221,7 +221,7 @@ impl<'a> Looker<'a> {
                     f.aside = Some(f.path.with_file_name(OsString::from_vec(new.clone())));
                     self.renamed_in(dir, name.to_bytes(), &new);
                 }
-                Err(why) => f.left = Some(why),
+                Err(why) => f.left = Some(why.to_string()),
             }
         }
         self.findings.push(f);
