@@ -66,23 +66,35 @@ impl Settings {
     }
 }
 
+/// Why a command-line duration was refused: the value given and the
+/// forms taken.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum DurationError {
+    /// Not a number with an optional s, m or h.
+    #[error("{0:?} is not a duration: give 90, 90s, 10m or 2h")]
+    NotADuration(String),
+    /// More seconds than fit.
+    #[error("{0:?} is too long a duration")]
+    TooLong(String),
+}
+
 /// A duration: seconds, or a number with s, m or h.
-pub(super) fn duration(s: &str) -> Result<u64, String> {
+pub(super) fn duration(s: &str) -> Result<u64, DurationError> {
     let (n, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => s.split_at(i),
         None => (s, "s"),
     };
     let n: u64 = n
         .parse()
-        .map_err(|_| format!("{s:?} is not a duration: give 90, 90s, 10m or 2h"))?;
+        .map_err(|_| DurationError::NotADuration(s.to_string()))?;
     let by = match unit {
         "s" => 1,
         "m" => 60,
         "h" => 3600,
-        _ => return Err(format!("{s:?} is not a duration: give 90, 90s, 10m or 2h")),
+        _ => return Err(DurationError::NotADuration(s.to_string())),
     };
     n.checked_mul(by)
-        .ok_or_else(|| format!("{s:?} is too long a duration"))
+        .ok_or_else(|| DurationError::TooLong(s.to_string()))
 }
 
 /// Writes a man page for `cmd` and each of its subcommands into `dir`
@@ -120,7 +132,16 @@ mod tests {
         assert_eq!(super::duration("90"), Ok(90));
         assert_eq!(super::duration("10m"), Ok(600));
         assert_eq!(super::duration("2h"), Ok(7200));
-        assert!(super::duration("5d").unwrap_err().contains("10m"));
+        assert_eq!(
+            super::duration("5d").unwrap_err().to_string(),
+            r#""5d" is not a duration: give 90, 90s, 10m or 2h"#
+        );
         assert!(super::duration("x").is_err());
+        assert_eq!(
+            super::duration("18446744073709551615h")
+                .unwrap_err()
+                .to_string(),
+            r#""18446744073709551615h" is too long a duration"#
+        );
     }
 }
