@@ -99,9 +99,60 @@ pub struct Settings {
     keep: retention::Retention,
 }
 
+/// Why the flags of `run --edge` are refused: each names the flag, the
+/// value and the fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettingsError {
+    /// A path that cannot be made absolute.
+    #[error("{flag} {}: {source}", path.display())]
+    Path {
+        /// The flag.
+        flag: &'static str,
+        /// Its value.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// An edge URL (or the CA file) the client refuses.
+    #[error("--edge: {0}")]
+    Edge(ClientError),
+    /// Not a tenant name.
+    #[error(
+        "--tenant {0:?} is not a tenant name: lower-case letters, digits, - and _ (at most 63)"
+    )]
+    Tenant(String),
+    /// No enrolment token file.
+    #[error("--edge needs --enrolment-token-file FILE (mode 0600)")]
+    NoTokenFile,
+    /// The enrolment token file.
+    #[error(transparent)]
+    Token(#[from] crate::private::PrivateError),
+    /// The work root and the data directory overlap.
+    #[error("--work-root {} overlaps the data directory {}, which no job may see: name a folder outside it", work_root.display(), data_dir.display())]
+    Overlap {
+        /// --work-root.
+        work_root: PathBuf,
+        /// The data directory.
+        data_dir: PathBuf,
+    },
+    /// A --tool-env name a run may not be given.
+    #[error("--tool-env {name:?}: {source}")]
+    ToolEnv {
+        /// The name.
+        name: String,
+        /// Why.
+        source: oz0_policy::env::EnvError,
+    },
+}
+
 impl Settings {
     /// Checks the flags and reads the enrolment token.
-    pub fn from_args(urls: &[String], a: &NodeArgs, data_dir: &Path) -> Result<Settings, String> {
+    pub fn from_args(
+        urls: &[String],
+        a: &NodeArgs,
+        data_dir: &Path,
+    ) -> Result<Settings, SettingsError> {
         let trust = match &a.link.edge_ca {
             Some(f) => oz0_edge::client::Trust::CaFile(absolute(f, "--edge-ca")?),
             None => oz0_edge::client::Trust::System,
@@ -110,17 +161,17 @@ impl Settings {
         // self-test runs.
         for url in urls {
             NodeClient::with_trust(url, "probe", NodeKey::generate(), &trust)
-                .map_err(|e| format!("--edge: {e}"))?;
+                .map_err(SettingsError::Edge)?;
         }
         let tenant = a.link.tenant.clone().unwrap_or_default();
         if !oz0_edge::routing::is_tenant(&tenant) {
-            return Err(format!("--tenant {tenant:?} is not a tenant name: lower-case letters, digits, - and _ (at most 63)"));
+            return Err(SettingsError::Tenant(tenant));
         }
         let token_file = a
             .link
             .enrolment_token_file
             .as_deref()
-            .ok_or("--edge needs --enrolment-token-file FILE (mode 0600)")?;
+            .ok_or(SettingsError::NoTokenFile)?;
         let token = crate::private::read_token(token_file)?;
         let work_root = match &a.work_root {
             Some(w) => absolute(w, "--work-root")?,
@@ -131,11 +182,10 @@ impl Settings {
         };
         let data_abs = absolute(data_dir, "--data-dir")?;
         if work_root.starts_with(&data_abs) || data_abs.starts_with(&work_root) {
-            return Err(format!(
-                "--work-root {} overlaps the data directory {}, which no job may see: name a folder outside it",
-                work_root.display(),
-                data_abs.display()
-            ));
+            return Err(SettingsError::Overlap {
+                work_root,
+                data_dir: data_abs,
+            });
         }
         let name = match &a.name {
             Some(n) => Some(n.clone()),
@@ -163,7 +213,10 @@ impl Settings {
                 .map(|n| {
                     oz0_policy::env::EnvName::new(n)
                         .map(|_| n.clone())
-                        .map_err(|e| format!("--tool-env {n:?}: {e}"))
+                        .map_err(|source| SettingsError::ToolEnv {
+                            name: n.clone(),
+                            source,
+                        })
                 })
                 .collect::<Result<_, _>>()?,
             trust,
@@ -176,8 +229,12 @@ impl Settings {
     }
 }
 
-fn absolute(p: &Path, flag: &str) -> Result<PathBuf, String> {
-    std::path::absolute(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
+fn absolute(p: &Path, flag: &'static str) -> Result<PathBuf, SettingsError> {
+    std::path::absolute(p).map_err(|source| SettingsError::Path {
+        flag,
+        path: p.to_path_buf(),
+        source,
+    })
 }
 
 /// Makes `dir` a private folder of this user (0700), refusing a symbolic

@@ -15,16 +15,44 @@ use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
 
 use super::log;
 
-pub(super) fn spec_for(p: ShellJob, work: &Path, data_dir: &Path) -> Result<RunSpec, String> {
+/// Why a shell job's run was not made, or did not start.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum JobError {
+    /// A variable a run may not be given.
+    #[error("env {name}: {source}")]
+    Env {
+        /// The variable.
+        name: String,
+        /// Why.
+        source: oz0_policy::env::EnvError,
+    },
+    /// The work folder's or data directory's path is not UTF-8.
+    #[error("the {0} is not UTF-8")]
+    NotUtf8(&'static str),
+    /// The spec was refused.
+    #[error(transparent)]
+    Spec(#[from] oz0_policy::spec::SpecError),
+    /// The sandbox did not run it.
+    #[error("{0}")]
+    Run(oz0_core::RunError),
+}
+
+/// The run of a shell job's payload in `work`.
+pub(super) fn spec_for(p: ShellJob, work: &Path, data_dir: &Path) -> Result<RunSpec, JobError> {
     let env = p
         .env
         .iter()
-        .map(|(k, v)| EnvVar::new(k, v).map_err(|e| format!("env {k}: {e}")))
+        .map(|(k, v)| {
+            EnvVar::new(k, v).map_err(|source| JobError::Env {
+                name: k.clone(),
+                source,
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let req = RunRequest {
         work: work
             .to_str()
-            .ok_or("the work directory is not UTF-8")?
+            .ok_or(JobError::NotUtf8("work directory"))?
             .into(),
         read: vec![],
         write: vec![],
@@ -40,12 +68,12 @@ pub(super) fn spec_for(p: ShellJob, work: &Path, data_dir: &Path) -> Result<RunS
         },
         data_dir: data_dir
             .to_str()
-            .ok_or("the data directory is not UTF-8")?
+            .ok_or(JobError::NotUtf8("data directory"))?
             .into(),
         allow_unix_sockets: false,
         command: p.command,
     };
-    RunSpec::new(req).map_err(|e| e.to_string())
+    Ok(RunSpec::new(req)?)
 }
 
 pub(super) use crate::record::safe_id;
@@ -143,14 +171,14 @@ pub(super) fn run_job(
     out: File,
     err: File,
     cancel: OwnedFd,
-) -> Result<JobEnd, String> {
+) -> Result<JobEnd, JobError> {
     sandbox
         .run(
             spec,
             RunOptions::new(RunIo::files(out, err), Some(Cancel(cancel))),
         )
         .map(|o| JobEnd::from_outcome(&o))
-        .map_err(|e| e.to_string())
+        .map_err(JobError::Run)
 }
 
 pub(super) fn write_status(record: &Path, job: &oz0_edge::wire::LeasedJobView, end: &JobEnd) {

@@ -301,10 +301,10 @@ impl Runner {
         };
         p.check().map_err(|e| e.to_string())?;
         let p = p.clone();
-        let spec: RunSpec = spec_for(p, work, &self.s.data_dir)?;
+        let spec: RunSpec = spec_for(p, work, &self.s.data_dir).map_err(|e| e.to_string())?;
         let sandbox = self.sandbox.clone();
         Ok(Box::new(move |cancel| {
-            run_job(&*sandbox, &spec, out, err, cancel)
+            run_job(&*sandbox, &spec, out, err, cancel).map_err(|e| e.to_string())
         }))
     }
 
