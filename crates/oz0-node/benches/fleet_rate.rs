@@ -1,0 +1,163 @@
+//! Benchmark: trivial jobs end to end through a real `oz0-edge` (TLS, a CA
+//! made at run time) and a real `oz0-node run --edge --jobs P`, against
+//! the ceiling: the same runs started directly with `oz0-node sandbox run`,
+//! P at a time, in the same run of the benchmark. Not a test: nothing here
+//! asserts a time.
+//!
+//! - direct: N runs of `true`, each `sandbox run --work <fresh folder>`,
+//!   from P threads;
+//! - fleet: N jobs `["true"]` submitted at once, timed from the first
+//!   submission until the last has ended at the edge (the node's default
+//!   sandbox: tier 1 where the machine proves it, as the direct runs),
+//!   between two direct rounds whose mean is its baseline;
+//! - fleet, 10,000 kept records: the same on a node whose data directory
+//!   already holds 10,000 job records (what a node has after a busy week),
+//!   to show the rate does not fall as records grow.
+//!
+//! Each line prints the rate and its ratio to the direct one. Run as an
+//! unprivileged user (the node refuses root), with the binaries built
+//! (`cargo build -p oz0-node -p oz0-edge`):
+//!
+//! ```text
+//! OZ0_NODE_BIN=target/debug/oz0-node OZ0_EDGE_BIN=target/debug/oz0-edge \
+//!   cargo bench -p oz0-node --bench fleet_rate [-- N [P]]
+//! ```
+//!
+//! N defaults to 300 and P to 2.
+
+#[path = "../tests/common/mod.rs"]
+#[allow(unused_imports, unused_macros)]
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::fleet::{edge_bin, Edge, Node};
+use common::{node, TempDir};
+use oz0_edge::routing::Origin;
+
+/// Records put in the node's data directory before the second fleet round.
+const KEPT_RECORDS: usize = 10_000;
+
+/// N runs of `true` through `sandbox run`, P at a time: runs per second.
+fn direct(n: usize, p: usize) -> f64 {
+    let dir = TempDir::new("rate-direct");
+    let bin = node();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..p {
+            let (dir, bin) = (&dir, &bin);
+            s.spawn(move || {
+                for k in (t..n).step_by(p) {
+                    let work = dir.join(&format!("w{k}"));
+                    std::fs::create_dir(&work).unwrap();
+                    let st = Command::new(bin)
+                        .args(["sandbox", "run", "--work"])
+                        .arg(&work)
+                        .arg("--data-dir")
+                        .arg(dir.join("data"))
+                        .args(["--", "true"])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status()
+                        .unwrap();
+                    assert!(st.success(), "sandbox run failed: {st}");
+                }
+            });
+        }
+    });
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+/// N jobs through `edge` and its node: jobs per second, submission to the
+/// last end.
+fn fleet(edge: &Edge, n: usize) -> f64 {
+    let started = Instant::now();
+    let ids: Vec<String> = (0..n)
+        .map(|_| {
+            edge.submit(Origin::Internal, serde_json::json!({"command": ["true"]}))
+                .unwrap()
+        })
+        .collect();
+    for id in &ids {
+        loop {
+            let j = edge.job(id);
+            if !matches!(j.state.as_str(), "queued" | "leased") {
+                assert_eq!(j.state, "succeeded", "{j:?}");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+/// `count` job records in `data/jobs/`, shaped as the node leaves them.
+fn plant_records(data: &Path, count: usize) {
+    let jobs = data.join("jobs");
+    std::fs::create_dir_all(&jobs).unwrap();
+    for k in 0..count {
+        let r = jobs.join(format!("j{k:024x}"));
+        std::fs::create_dir(&r).unwrap();
+        std::fs::write(r.join("stdout"), "a line of output\n").unwrap();
+        std::fs::write(r.join("stderr"), "").unwrap();
+        std::fs::write(
+            r.join("status.json"),
+            r#"{"outcome":"exited","exit_code":0}"#,
+        )
+        .unwrap();
+    }
+}
+
+fn start_node(edge: &Edge, tag: &str, p: usize, records: usize) -> Node {
+    // The node's folders exist before it starts, so that records can be
+    // planted in its data directory (mode 0700, as the node makes it).
+    let mut n = Node::start(edge, tag, &["--jobs", &p.to_string()]);
+    n.wait_log("facts reported", 120);
+    if records > 0 {
+        let data = n.dir.join("data");
+        plant_records(&data, records);
+        let bin = node();
+        n.restart(
+            &bin,
+            edge,
+            tag,
+            &["--jobs", &p.to_string()],
+            &[("OZ0_MICROVM", "off")],
+        );
+        n.wait_log("facts reported", 120);
+    }
+    n
+}
+
+fn main() {
+    let mut nums = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse::<usize>().ok());
+    let n = nums.next().unwrap_or(300);
+    let p = nums.next().unwrap_or(2);
+    let Some(bin) = edge_bin() else {
+        eprintln!("SKIPPED: no oz0-edge binary: set OZ0_EDGE_BIN or `cargo build -p oz0-edge`");
+        return;
+    };
+    // Warm the caches of both paths once.
+    direct(p * 2, p);
+    let edge = Edge::start(&bin, 30);
+    // Each fleet round is measured between two direct rounds, and compared
+    // with their mean: other load on the machine moves both alike.
+    for (tag, records) in [("rate", 0), ("rate-kept", KEPT_RECORDS)] {
+        let nd = start_node(&edge, tag, p, records);
+        fleet(&edge, p * 2);
+        let before = direct(n, p);
+        let r = fleet(&edge, n);
+        let after = direct(n, p);
+        let base = (before + after) / 2.0;
+        println!(
+            "fleet, --jobs {p}, {records} kept records: {r:.1} jobs/s = {:.2}x direct \
+             (`sandbox run true`, {p} at a time: {before:.1} before, {after:.1} after; {n} each)",
+            r / base
+        );
+        drop(nd);
+    }
+}
