@@ -1,18 +1,31 @@
-//! One door: a process is started only by the files listed in
-//! [`STARTERS`]: the platform crates' walls (what implements `Sandbox`
-//! and the raw calls under it), and code that itself runs inside a wall
-//! (the witness, the guest agents). Anything else that starts a process
-//! — a new `Command`, `fork`, `posix_spawn`, `CreateProcessW` — fails
-//! here: a run goes through `oz0_core::Sandbox`, and a new wall or
-//! runtime is a new implementation of it, listed here with its reason.
-//! A listed file that no longer starts a process fails too (the list
-//! says what is true).
+//! The code keeps the shape the architecture promises.
+//!
+//! - **One door.** A process is started only by the files listed in
+//!   [`STARTERS`]: the platform crates' walls (what implements `Sandbox`
+//!   and the raw calls under it), and code that itself runs inside a wall
+//!   (the witness, the guest agents). Anything else that starts a process
+//!   — a new `Command`, `fork`, `posix_spawn`, `CreateProcessW` — fails
+//!   here: a run goes through `oz0_core::Sandbox`, and a new wall or
+//!   runtime is a new implementation of it, listed here with its reason.
+//!   A listed file that no longer starts a process fails too (the list
+//!   says what is true).
+//! - **Sizes.** No source file over [`MAX_FILE_LINES`] lines, no function
+//!   over [`MAX_FN_LINES`], at most [`MAX_STRING_ERRORS`] public functions
+//!   whose error is a bare `String` (errors are types that name the value
+//!   and the fix).
 //!
 //! Test files (`tests/`, `tests.rs`, a trailing `#[cfg(test)] mod`) may
-//! start what they test and are not counted.
+//! start what they test and are not counted. The figures are printed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+/// The longest source file.
+const MAX_FILE_LINES: usize = 800;
+/// The longest function.
+const MAX_FN_LINES: usize = 120;
+/// Public functions whose error is a `String`.
+const MAX_STRING_ERRORS: usize = 5;
 
 /// Every file that starts a process, and why it may.
 const STARTERS: &[(&str, &str)] = &[
@@ -215,4 +228,193 @@ fn a_process_start_is_seen_and_test_modules_are_not_counted() {
     assert!(!code("// std::process::Command in a comment")
         .iter()
         .any(|l| STARTS.iter().any(|s| l.contains(s))));
+}
+
+/// The lines of each function of `lines` longer than `max`, as
+/// (lines, name, first line); braces in strings and comments ignored.
+fn long_functions(lines: &[String], max: usize) -> Vec<(usize, String, usize)> {
+    let is_fn = |l: &str| {
+        let mut t = l.trim_start();
+        for p in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+            "extern \"C\" ",
+        ] {
+            t = t.strip_prefix(p).unwrap_or(t);
+        }
+        t.strip_prefix("fn ").map(|r| {
+            r.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+    };
+    let strip = |l: &str| {
+        let mut out = String::new();
+        let mut in_str = false;
+        let mut chars = l.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if in_str => {
+                    chars.next();
+                }
+                '"' => in_str = !in_str,
+                '/' if !in_str && chars.peek() == Some(&'/') => break,
+                '\'' if !in_str => {
+                    // A char literal ('{', '\'') or a lifetime.
+                    let rest: String = chars.clone().take(3).collect();
+                    if rest.chars().nth(1) == Some('\'') {
+                        chars.next();
+                        chars.next();
+                    } else if rest.starts_with('\\') && rest.chars().nth(2) == Some('\'') {
+                        chars.next();
+                        chars.next();
+                        chars.next();
+                    }
+                }
+                _ if !in_str => out.push(c),
+                _ => {}
+            }
+        }
+        out
+    };
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if let Some(name) = is_fn(&lines[i]) {
+            let (mut depth, mut started, mut j) = (0i64, false, i);
+            'body: while j < lines.len() {
+                for c in strip(&lines[j]).chars() {
+                    match c {
+                        '{' => {
+                            depth += 1;
+                            started = true;
+                        }
+                        '}' => depth -= 1,
+                        ';' if !started && depth == 0 => break 'body,
+                        _ => {}
+                    }
+                }
+                if started && depth <= 0 {
+                    break;
+                }
+                j += 1;
+            }
+            let n = j - i + 1;
+            if started && n > max {
+                found.push((n, name, i + 1));
+            }
+        }
+        i += 1;
+    }
+    found
+}
+
+/// Public functions (`pub`, not `pub(crate)`) of `text` whose error is
+/// a bare `String`.
+fn string_errors(text: &str) -> Vec<String> {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut found = Vec::new();
+    let mut rest = flat.as_str();
+    while let Some(at) = rest.find("pub ") {
+        rest = &rest[at + 4..];
+        let sig_end = rest.find(['{', ';']).unwrap_or(rest.len());
+        let sig = &rest[..sig_end];
+        let Some(name) = sig
+            .strip_prefix("fn ")
+            .or_else(|| sig.strip_prefix("async fn "))
+        else {
+            continue;
+        };
+        if let Some(ret) = sig.rsplit_once(") -> ").map(|(_, r)| r.trim()) {
+            let ret = ret.split(" where ").next().unwrap_or(ret).trim();
+            if ret.starts_with("Result<") && ret.replace(' ', "").ends_with(",String>") {
+                found.push(name.split('(').next().unwrap_or(name).to_string());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn files_functions_and_errors_stay_small() {
+    let (mut biggest, mut longest, mut strings) = (Vec::new(), Vec::new(), Vec::new());
+    let mut largest = (0, String::new());
+    let mut longest_fn = (0, String::new());
+    for (rel, text) in sources() {
+        let n = text.lines().count();
+        if n > largest.0 {
+            largest = (n, rel.clone());
+        }
+        if n > MAX_FILE_LINES {
+            biggest.push(format!("{rel}: {n} lines"));
+        }
+        if is_test_file(&rel) {
+            continue;
+        }
+        let code = code(&text);
+        for (n, name, line) in long_functions(&code, 0) {
+            if n > longest_fn.0 {
+                longest_fn = (n, format!("{rel}:{line} {name}"));
+            }
+            if n > MAX_FN_LINES {
+                longest.push(format!("{rel}:{line}: fn {name}, {n} lines"));
+            }
+        }
+        strings.extend(
+            string_errors(&code.join("\n"))
+                .into_iter()
+                .map(|f| format!("{rel}: {f}")),
+        );
+    }
+    println!("largest source file: {} lines ({})", largest.0, largest.1);
+    println!(
+        "longest function: {} lines ({})",
+        longest_fn.0, longest_fn.1
+    );
+    println!("public functions erring with a String: {}", strings.len());
+    for s in &strings {
+        println!("  {s}");
+    }
+    assert!(
+        biggest.is_empty(),
+        "source files over {MAX_FILE_LINES} lines: split them by what they do:\n{}",
+        biggest.join("\n")
+    );
+    assert!(
+        longest.is_empty(),
+        "functions over {MAX_FN_LINES} lines: split them into named phases:\n{}",
+        longest.join("\n")
+    );
+    assert!(
+        strings.len() <= MAX_STRING_ERRORS,
+        "{} public functions err with a String (at most {MAX_STRING_ERRORS}): give them an error type that names the value and the fix",
+        strings.len()
+    );
+}
+
+#[test]
+fn the_measures_measure() {
+    // A long function, a String error and a process start are each seen.
+    let f: Vec<String> = std::iter::once("pub fn f() -> Result<(), String> {".to_string())
+        .chain((0..130).map(|_| "    let s = \"}\"; // {".to_string()))
+        .chain(std::iter::once("}".to_string()))
+        .collect();
+    assert_eq!(long_functions(&code(&f.join("\n")), 120)[0].0, 132);
+    assert_eq!(
+        string_errors("pub fn a(x: u8)\n -> Result<u8,\n String> { }"),
+        ["a"]
+    );
+    assert!(string_errors("pub fn a() -> Result<u8, Error> {}").is_empty());
+    // Functions of a crate's own (pub(crate), pub(super)) are its inside.
+    assert!(string_errors("pub(crate) fn b() -> Result<(), String>;").is_empty());
+    let starts = code(
+        "use std::process::Command; // run\n#[cfg(test)]\nmod tests {\n use tokio::process;\n}",
+    );
+    assert_eq!(starts.len(), 1);
+    assert!(STARTS.iter().any(|s| starts[0].contains(s)));
 }
