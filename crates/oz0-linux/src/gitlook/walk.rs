@@ -3,7 +3,9 @@
 //! way to where it is); a folder is listed whole (its entries read in large
 //! batches, the names of its subfolders kept as bytes in one arena shared
 //! by every level) before anything in it is looked at or renamed, so no
-//! rename ever races the listing. Nothing is allocated per entry.
+//! rename ever races the listing. Nothing is allocated per entry, and an
+//! entry's name is compared with the names that matter only when its
+//! first byte and length are those of one of them.
 
 use std::collections::HashSet;
 use std::ffi::{CStr, CString, OsString};
@@ -20,8 +22,41 @@ use rustix::io::Errno;
 use super::fsops::{self, ctime, id};
 use super::{Finding, GitLook, Limits, Policy, Root, What, MAX_HOST_EXEC};
 
-/// Bytes read from a folder per `getdents64`.
-const LIST_BUFFER: usize = 64 * 1024;
+/// Bytes read from a folder per `getdents64` (some 8,000 entries).
+const LIST_BUFFER: usize = 256 * 1024;
+
+/// The first bytes and lengths of the names an entry can matter by (a
+/// `.git`, a git directory's `HEAD`, `objects`, `refs` or `commondir`,
+/// agents' settings, project files host tools execute): a name that has
+/// not both cannot be one of them.
+struct Names {
+    first: [bool; 256],
+    len: [bool; 256],
+}
+
+impl Names {
+    fn new() -> Names {
+        let mut n = Names {
+            first: [false; 256],
+            len: [false; 256],
+        };
+        let all = [protected::GIT_DIR, "HEAD", "objects", "refs", "commondir"]
+            .into_iter()
+            .chain(protected::AGENT_SETTINGS.iter().copied())
+            .chain(protected::HOST_EXEC.iter().map(|h| h.name));
+        for name in all {
+            let b = name.as_bytes();
+            n.first[usize::from(b[0])] = true;
+            n.len[b.len().min(255)] = true;
+        }
+        n
+    }
+
+    /// Whether `name` may be one of the names that matter.
+    fn may_matter(&self, name: &[u8]) -> bool {
+        name.first().is_some_and(|&b| self.first[usize::from(b)]) && self.len[name.len().min(255)]
+    }
+}
 
 /// What a folder of the walk is part of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +144,7 @@ pub(super) struct Looker<'a> {
     pending: Vec<(usize, usize)>,
     frames: Vec<Frame>,
     buf: Vec<MaybeUninit<u8>>,
+    names: Names,
 }
 
 impl<'a> Looker<'a> {
@@ -141,6 +177,7 @@ impl<'a> Looker<'a> {
             pending: Vec::new(),
             frames: Vec::new(),
             buf: Vec::with_capacity(LIST_BUFFER),
+            names: Names::new(),
         }
     }
 
@@ -415,9 +452,7 @@ impl<'a> Looker<'a> {
         let region = match parent_region {
             Region::Settings { top } => Region::Settings { top },
             Region::HostTree => Region::HostTree,
-            Region::Plain if protected::AGENT_SETTINGS.contains(&as_str(&name)) => {
-                Region::Settings { top: depth }
-            }
+            Region::Plain if agent_settings(&name) => Region::Settings { top: depth },
             Region::Plain if host_exec(&parent_name, &name).is_some_and(|h| h.tree) => {
                 Region::HostTree
             }
@@ -585,10 +620,13 @@ impl<'a> Looker<'a> {
                 self.arena.extend_from_slice(name);
                 self.pending.push((start, name.len()));
             }
-            match name {
-                b"HEAD" => flags.head = true,
-                b"objects" | b"refs" | b"commondir" => flags.store = true,
-                _ => {}
+            let may_matter = self.names.may_matter(name);
+            if may_matter {
+                match name {
+                    b"HEAD" => flags.head = true,
+                    b"objects" | b"refs" | b"commondir" => flags.store = true,
+                    _ => {}
+                }
             }
             if let Some(st) = st {
                 if self.changed(&st) {
@@ -602,7 +640,7 @@ impl<'a> Looker<'a> {
                     }
                 }
             }
-            if special(&dir_name, name, ft, region) {
+            if may_matter && special(&dir_name, name, ft, region) {
                 let start = self.arena.len();
                 self.arena.extend_from_slice(name);
                 flags.special.push((start, name.len(), ft));
@@ -680,7 +718,7 @@ impl<'a> Looker<'a> {
             }
             return;
         }
-        if protected::AGENT_SETTINGS.contains(&as_str(name)) && ft != FileType::Directory {
+        if agent_settings(name) && ft != FileType::Directory {
             if changed {
                 self.found(dir, &c, path, What::AgentSettings);
             }
@@ -715,7 +753,7 @@ struct Flags {
 fn special(dir_name: &[u8], name: &[u8], ft: FileType, region: Region) -> bool {
     (name == protected::GIT_DIR.as_bytes() && ft != FileType::Directory)
         || (region == Region::Plain
-            && ((ft != FileType::Directory && protected::AGENT_SETTINGS.contains(&as_str(name)))
+            && ((ft != FileType::Directory && agent_settings(name))
                 || host_exec(dir_name, name).is_some_and(|h| !h.tree)))
 }
 
@@ -727,8 +765,32 @@ fn host_exec(dir_name: &[u8], name: &[u8]) -> Option<&'static HostExec> {
         .find(|h| h.name.as_bytes() == name && h.parent.is_none_or(|p| p.as_bytes() == dir_name))
 }
 
-/// `name` as text when it is UTF-8 (every name the lists hold is), else
-/// a text no list holds.
-fn as_str(name: &[u8]) -> &str {
-    std::str::from_utf8(name).unwrap_or("\0")
+/// Whether `name` is one of agents' or editors' settings (compared as
+/// bytes, whatever its encoding).
+fn agent_settings(name: &[u8]) -> bool {
+    protected::AGENT_SETTINGS
+        .iter()
+        .any(|s| s.as_bytes() == name)
+}
+
+#[cfg(test)]
+mod names_tests {
+    use super::*;
+
+    /// The quick test lets every name that matters through, and stops
+    /// names that are none of them.
+    #[test]
+    fn the_quick_test_keeps_every_name_that_matters() {
+        let n = Names::new();
+        let all = [protected::GIT_DIR, "HEAD", "objects", "refs", "commondir"]
+            .into_iter()
+            .chain(protected::AGENT_SETTINGS.iter().copied())
+            .chain(protected::HOST_EXEC.iter().map(|h| h.name));
+        for name in all {
+            assert!(n.may_matter(name.as_bytes()), "{name}");
+        }
+        for name in ["f12345.txt", "README", "d0001", "index", "\u{e9}t\u{e9}"] {
+            assert!(!n.may_matter(name.as_bytes()), "{name}");
+        }
+    }
 }
