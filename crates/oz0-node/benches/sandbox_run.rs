@@ -10,6 +10,13 @@
 //! bubblewrap needs a root to find /bin/true in). `OZ0_NODE_BIN_OTHER` names
 //! a second `oz0-node` (another build) to measure in the same rounds. Run
 //! it as the node's user: `oz0-node` refuses to run sandboxes as root.
+//!
+//! A second row measures what a work folder's size adds to a run (the look
+//! at git after it walks the whole folder): the same run with an empty work
+//! folder against one holding a git repository of `OZ0_BENCH_WORK_FILES`
+//! files (default 100,000, in folders of 1,000, committed and packed as a
+//! clone is), alternating, as medians and their difference. It is skipped
+//! with `OZ0_BENCH_WORK_FILES=0`.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -115,8 +122,89 @@ fn main() {
             ms(m) / ms(mb)
         );
     }
+    let files: usize = std::env::var("OZ0_BENCH_WORK_FILES")
+        .ok()
+        .map(|v| v.parse().expect("OZ0_BENCH_WORK_FILES is a number"))
+        .unwrap_or(100_000);
+    if files > 0 {
+        let big = std::env::temp_dir().join(format!("oz0-bench-big-{}", std::process::id()));
+        let t = Instant::now();
+        repository(&big, files);
+        println!(
+            "  work folder: a git repository of {files} files, made in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        let big = big.canonicalize().unwrap();
+        let run_in = |bin: &PathBuf, w: &PathBuf| {
+            let mut c = Command::new(bin);
+            c.args(["sandbox", "run", "--work"])
+                .arg(w)
+                .arg("--data-dir")
+                .arg(&data)
+                .args(["--", "/bin/true"]);
+            c
+        };
+        let mut bins = vec![node.clone()];
+        bins.extend(other.clone());
+        let rounds = (runs / 2).max(15);
+        let mut empty = vec![Vec::new(); bins.len()];
+        let mut full = vec![Vec::new(); bins.len()];
+        for b in &bins {
+            time(&mut run_in(b, &work));
+            time(&mut run_in(b, &big));
+        }
+        for _ in 0..rounds {
+            for (i, b) in bins.iter().enumerate() {
+                empty[i].push(time(&mut run_in(b, &work)));
+                full[i].push(time(&mut run_in(b, &big)));
+            }
+        }
+        println!("  work folder size, {rounds} runs each, alternating:");
+        for (i, b) in bins.iter().enumerate() {
+            let (me, mf) = (median(&mut empty[i]), median(&mut full[i]));
+            println!(
+                "    {}: empty median {:.2} ms, {files} files median {:.2} ms (p90 {:.2} ms): {:+.2} ms",
+                b.display(),
+                ms(me),
+                ms(mf),
+                ms(p90(&mut full[i])),
+                ms(mf) - ms(me)
+            );
+        }
+        let _ = std::fs::remove_dir_all(&big);
+    }
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&data);
+}
+
+/// A git repository of `files` small files in `dir`, in folders of 1,000,
+/// committed and packed (as a clone is).
+fn repository(dir: &std::path::Path, files: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    for i in 0..files {
+        let sub = dir.join(format!("d{:04}", i / 1000));
+        if i % 1000 == 0 {
+            std::fs::create_dir_all(&sub).unwrap();
+        }
+        std::fs::write(sub.join(format!("f{i}.txt")), format!("{i}\n")).unwrap();
+    }
+    let git = |args: &[&str]| {
+        let st = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=bench", "-c", "user.email=bench@localhost"])
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .expect("git is installed");
+        assert!(st.success(), "git {args:?} failed: {st:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "files"]);
+    git(&["gc", "-q"]);
+    // Written out before anything is timed.
+    let _ = Command::new("sync").status();
 }
 
 /// "static" when the ELF file has no PT_INTERP program header (no dynamic
