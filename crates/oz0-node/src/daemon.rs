@@ -309,7 +309,15 @@ impl Jobs {
                         // cancel; the lease is gone, so the result is no
                         // one's.
                         drop(guard);
-                        log(&format!("job {id} killed: {e}"));
+                        log(&match e {
+                            ClientError::LeaseLost { cancelled: true, .. } => format!(
+                                "job {id} cancelled by an operator: stopped; its end is not reported"
+                            ),
+                            ClientError::LeaseLost { .. } => format!(
+                                "job {id} stopped: its lease is not this node's any more (it lapsed, or a drain moved the job); its end is not reported"
+                            ),
+                            e => format!("job {id} stopped: {e}; its end is not reported"),
+                        });
                         let _ = fs::remove_dir_all(&work);
                         return;
                     }

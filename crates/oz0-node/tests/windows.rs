@@ -821,6 +821,35 @@ fn a_windows_node_under_wine_registers_with_a_linux_edge_at_tier_0() {
         &["ping.exe -n 63"],
         "a process the job left running outlived it",
     );
+    // An operator's cancel stops the job and every process it started,
+    // and the node logs it as a cancel.
+    let id = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({"command": [cmd, "/c", format!("{ping} -n 64 127.0.0.1 >nul")]}),
+        )
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while left("ping.exe -n 64").is_empty() {
+        assert!(std::time::Instant::now() < until, "the job never started");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    edge.cancel(&id);
+    gone(
+        &["ping.exe -n 64"],
+        "a process of the cancelled job outlived it",
+    );
+    let said = format!("job {id} cancelled by an operator: stopped");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !log.iter().any(|l| l.contains(&said)) {
+        assert!(
+            std::time::Instant::now() < until,
+            "no cancel in the node's log: {log:#?}"
+        );
+        if let Ok(l) = rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            log.push(l);
+        }
+    }
     stop(&mut node);
 }
 
