@@ -13,6 +13,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use oz0_policy::protected::{self, HostExec};
@@ -72,7 +73,9 @@ enum Region {
 
 /// One folder on the way: open, listed.
 struct Frame {
-    fd: OwnedFd,
+    /// Shared with the listing and the look at what is in it, so that
+    /// neither takes a descriptor of its own.
+    fd: Rc<OwnedFd>,
     st: Stat,
     /// Length of the path buffer with this folder's path.
     path_len: usize,
@@ -385,7 +388,7 @@ impl<'a> Looker<'a> {
 
     fn push(&mut self, fd: OwnedFd, st: Stat, name_at: usize, moved: bool, region: Region) {
         self.frames.push(Frame {
-            fd,
+            fd: Rc::new(fd),
             st,
             path_len: self.path.len(),
             name_at,
@@ -581,9 +584,9 @@ impl<'a> Looker<'a> {
         let frame = self.frames.last().expect("a frame");
         let region = frame.region;
         let dir_name = self.path[frame.name_at..frame.path_len].to_vec();
-        let fd = rustix::io::fcntl_dupfd_cloexec(&frame.fd, 0).map_err(ListError::Os)?;
+        let fd = Rc::clone(&frame.fd);
         let mut flags = Flags::default();
-        let mut raw = rustix::fs::RawDir::new(&fd, buf);
+        let mut raw = rustix::fs::RawDir::new(&*fd, buf);
         while let Some(e) = raw.next() {
             let e = e.map_err(ListError::Os)?;
             let name = e.file_name().to_bytes();
@@ -654,19 +657,7 @@ impl<'a> Looker<'a> {
     /// git directory.
     fn after_listing(&mut self, flags: Flags) {
         let frame = self.frames.last().expect("a frame");
-        let fd = match rustix::io::fcntl_dupfd_cloexec(&frame.fd, 0) {
-            Ok(fd) => fd,
-            Err(e) => {
-                let path = self.here();
-                return self.found_left(
-                    path,
-                    What::Unexamined {
-                        reason: format!("the look ran out of descriptors: {e}"),
-                    },
-                    "no descriptor was left to look with",
-                );
-            }
-        };
+        let fd = Rc::clone(&frame.fd);
         let moved = frame.moved;
         let dir_name = self.path[frame.name_at..frame.path_len].to_vec();
         for (s, l, ft) in flags.special {
