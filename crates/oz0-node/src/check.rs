@@ -5,7 +5,7 @@ use oz0_core::{Check, Line, SelfTest, Wall};
 use oz0_linux::wall::UnknownFault;
 use oz0_linux::{Fault, LinuxWall};
 
-use crate::cli::HostArgs;
+use crate::flags::HostArgs;
 use oz0_core::exit::Exit;
 
 /// `sandbox check` flags.

@@ -2,8 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
-use oz0_linux::HostConfig;
+use clap::{Parser, Subcommand};
 
 use oz0_core::exit::Exit;
 
@@ -84,7 +83,7 @@ enum Top {
     /// check, writes <data-dir>/facts.json, and reports tier 1 only when the
     /// self-test passed (tier 0 with the failed property otherwise). SIGTERM
     /// or SIGINT stop it cleanly.
-    Run(crate::node::NodeArgs),
+    Run(crate::flags::NodeArgs),
     /// The node's key: rotate it with the edge (the node keeps its id).
     #[command(subcommand)]
     Key(KeyCmd),
@@ -185,7 +184,7 @@ enum SandboxCmd {
     /// Example:
     ///   oz0-node sandbox run --work "$PWD" --env LANG=C.UTF-8 -- make test
     #[command(verbatim_doc_comment)]
-    Run(RunArgs),
+    Run(crate::run::RunArgs),
     /// Probe this machine: which tier it can have, the facts, and the fix.
     ///
     /// Asks the system (is bubblewrap there and can it create a user
@@ -207,99 +206,6 @@ enum SandboxCmd {
     /// errno of each refused system call, and the result of each --read,
     /// --write, --list, --connect and --link you name.
     Probe(crate::witness::ProbeArgs),
-}
-
-/// `sandbox run` flags.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    #[command(flatten)]
-    pub wall: crate::flags::RunFlags,
-    /// Give the command NAME=VALUE, or NAME with the value of NAME from this
-    /// process's environment (keeps secrets off command lines). Nothing else
-    /// from this environment reaches the command.
-    #[arg(long = "env", value_name = "NAME[=VALUE]")]
-    pub env: Vec<String>,
-    /// Read NAME=VALUE lines from FILE (blank lines and # comments ignored):
-    /// a regular file of at most 1 MiB, reached without any symbolic link
-    /// (a run may have left one in a folder it could write), or a descriptor
-    /// of yours such as `<(vault read ...)`.
-    #[arg(long = "env-file", value_name = "FILE")]
-    pub env_file: Vec<PathBuf>,
-    /// Size of each of the run's memory file systems, its /tmp (also HOME)
-    /// and its /dev (with /dev/shm), in MiB; each holds at most 128 files
-    /// per MiB. Their files are memory, and count towards --memory too.
-    #[arg(long = "tmp-size", value_name = "MiB", default_value_t = oz0_policy::limits::DEFAULT_TMP_MIB)]
-    pub tmp_size: u64,
-    /// Let the command create unix sockets. By default it cannot (socket
-    /// pairs still work), so that it cannot reach a host service's socket in
-    /// a folder it was given.
-    #[arg(long = "allow-unix-sockets")]
-    pub allow_unix_sockets: bool,
-    /// Write the run's status (how it ended, what was enforced) as JSON to
-    /// FILE. Its folder is opened before the run, without following any
-    /// symbolic link, and the document is renamed into place there.
-    #[arg(long = "json-status", value_name = "FILE")]
-    pub json_status: Option<PathBuf>,
-    /// Append a JSON line for every egress decision (allowed, 403, 407) to
-    /// FILE, never to stderr, which the run shares
-    /// [default: <data-dir>/egress-audit.jsonl, 0600].
-    #[arg(long = "audit-log", value_name = "FILE")]
-    pub audit_log: Option<PathBuf>,
-    #[command(flatten)]
-    pub host: HostArgs,
-    /// After the run, what it left in its writable folders that host git
-    /// would run or follow (hooks, a config that runs programs, commondir,
-    /// alternates, a .git file, in any repository there) is renamed aside
-    /// to NAME.oz0-quarantine-<run id> ("neutralise"), or only reported
-    /// ("report"); each is a warning and is listed in --json-status.
-    #[arg(
-        long = "git-findings",
-        value_name = "neutralise|report",
-        default_value = "neutralise"
-    )]
-    pub git_findings: oz0_linux::gitlook::Policy,
-    /// Print the plan (mounts, protected paths, environment names) as JSON and run nothing.
-    #[arg(long = "dry-run")]
-    pub dry_run: bool,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
-    pub command: Vec<std::ffi::OsString>,
-}
-
-/// The node's data directory: one flag for every command that uses it.
-#[derive(Debug, Clone, Args)]
-pub struct DataDirArg {
-    /// The node's data directory, which no run may see
-    /// [default: $XDG_DATA_HOME/oz0-node or ~/.local/share/oz0-node].
-    #[arg(long = "data-dir", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-}
-
-/// Where the node's parts are: one set of flags, the same for every
-/// command that runs or checks sandboxes.
-#[derive(Debug, Clone, Args)]
-pub struct HostArgs {
-    #[command(flatten)]
-    pub data: DataDirArg,
-    /// Where run jobs (cgroups) are made [default: probed: the node's own
-    /// delegated cgroup v2, else the `oz0` folder `oz0-node setup cgroups` made].
-    #[arg(long = "cgroup-root", value_name = "DIR")]
-    pub cgroup_root: Option<PathBuf>,
-    /// The bubblewrap binary [default: bwrap on PATH, then /usr/bin/bwrap].
-    #[arg(long, value_name = "PATH")]
-    pub bwrap: Option<PathBuf>,
-}
-
-impl HostArgs {
-    /// The host context's parts.
-    pub fn config(&self) -> HostConfig {
-        HostConfig {
-            data_dir: self.data.data_dir.clone(),
-            cgroup_root: self.cgroup_root.clone(),
-            bwrap: self.bwrap.clone(),
-            ..Default::default()
-        }
-    }
 }
 
 /// Parses the command line `args` (the program name first) and runs it;

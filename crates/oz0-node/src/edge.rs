@@ -54,7 +54,7 @@ use oz0_edge::client::{ClientError, NodeClient, NodeKey, Polled};
 use oz0_edge::wire::{NodeView, PollRequest};
 use oz0_policy::facts::NodeFacts;
 
-use crate::node::NodeArgs;
+use crate::flags::NodeArgs;
 
 mod job;
 pub(crate) mod retention;
@@ -88,7 +88,7 @@ pub struct Settings {
     poll: Duration,
     recheck: Duration,
     sandbox_none: bool,
-    host: crate::cli::HostArgs,
+    host: crate::flags::HostArgs,
     /// The variables of this node's environment tool jobs may be given.
     tool_env: std::collections::BTreeSet<String>,
     /// What the edge's certificate is verified against.
@@ -205,7 +205,7 @@ impl Settings {
             data_dir: data_abs,
             poll: Duration::from_millis(a.poll_ms.clamp(50, 60_000)),
             recheck: Duration::from_secs(a.recheck_secs.max(1)),
-            sandbox_none: a.sandbox == crate::node::Sandbox::None,
+            sandbox_none: a.sandbox == crate::flags::Sandbox::None,
             host: a.host.clone(),
             tool_env: a
                 .tool_env

@@ -224,3 +224,149 @@ pub fn enrolment_token(text: &str, file: &Path) -> Result<String, FlagError> {
     }
     Ok(token)
 }
+
+/// The node's data directory: one flag for every command that uses it.
+#[cfg(target_os = "linux")]
+#[derive(Debug, Clone, Args)]
+pub struct DataDirArg {
+    /// The node's data directory, which no run may see
+    /// [default: $XDG_DATA_HOME/oz0-node or ~/.local/share/oz0-node].
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Where the node's parts are: one set of flags, the same for every
+/// command that runs or checks sandboxes.
+#[cfg(target_os = "linux")]
+#[derive(Debug, Clone, Args)]
+pub struct HostArgs {
+    #[command(flatten)]
+    pub data: DataDirArg,
+    /// Where run jobs (cgroups) are made [default: probed: the node's own
+    /// delegated cgroup v2, else the `oz0` folder `oz0-node setup cgroups` made].
+    #[arg(long = "cgroup-root", value_name = "DIR")]
+    pub cgroup_root: Option<PathBuf>,
+    /// The bubblewrap binary [default: bwrap on PATH, then /usr/bin/bwrap].
+    #[arg(long, value_name = "PATH")]
+    pub bwrap: Option<PathBuf>,
+}
+
+#[cfg(target_os = "linux")]
+impl HostArgs {
+    /// The host context's parts.
+    pub fn config(&self) -> oz0_linux::HostConfig {
+        oz0_linux::HostConfig {
+            data_dir: self.data.data_dir.clone(),
+            cgroup_root: self.cgroup_root.clone(),
+            bwrap: self.bwrap.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Default `--keep-jobs-days`: job records older than this go.
+#[cfg(target_os = "linux")]
+pub const DEFAULT_KEEP_DAYS: u64 = 7;
+/// Default `--keep-jobs-mib`: the records together stay at or under this.
+#[cfg(target_os = "linux")]
+pub const DEFAULT_KEEP_MIB: u64 = 1024;
+
+/// `run` flags.
+#[cfg(target_os = "linux")]
+#[derive(Debug, clap::Args)]
+pub struct NodeArgs {
+    /// auto: the strongest wall this machine proves; none: tier 0, no
+    /// sandbox (work runs with the node's own permissions); psec: Windows only.
+    #[arg(long, value_enum, default_value_t = Sandbox::Auto)]
+    pub sandbox: Sandbox,
+    /// The node's data directory, where jobs go, and bubblewrap.
+    #[command(flatten)]
+    pub host: HostArgs,
+    /// Start, publish the facts, and exit instead of staying up (with
+    /// --edge: register and report the facts, then exit).
+    #[arg(long)]
+    pub once: bool,
+    #[command(flatten)]
+    pub link: EdgeFlags,
+    /// Where each job's fresh work directory is made (never under the data
+    /// directory) [default: a private 0700 folder under the temp dir].
+    #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
+    pub work_root: Option<PathBuf>,
+    /// The name shown on the edge's Nodes page: lower-case letters, digits,
+    /// '.' and '-', e.g. build-01 [default: the host name, when it is one].
+    #[arg(long, value_name = "NAME", requires = "edge", value_parser = node_name)]
+    pub name: Option<String>,
+    /// Jobs run at once, each under its own lease, work folder and limits
+    /// [default: this machine's processors].
+    #[arg(long, value_name = "N", requires = "edge", value_parser = at_least_one)]
+    pub jobs: Option<usize>,
+    /// A variable of this node's environment that tool jobs may be given,
+    /// by the name a plugin's manifest lists under settings or secrets
+    /// (repeatable). A tool job naming any other is refused: a job's
+    /// manifest never reaches a variable the operator did not list.
+    #[arg(long = "tool-env", value_name = "NAME", requires = "edge", value_parser = env_name)]
+    pub tool_env: Vec<String>,
+    /// Job records (<data-dir>/jobs/<job>/: output, status, result) older
+    /// than this many days are removed, at the node's start and after each
+    /// job.
+    #[arg(long = "keep-jobs-days", value_name = "DAYS", default_value_t = DEFAULT_KEEP_DAYS, requires = "edge")]
+    pub keep_jobs_days: u64,
+    /// The job records together stay under this many MiB: beyond it the
+    /// oldest go (a running job's record is never removed).
+    #[arg(long = "keep-jobs-mib", value_name = "MIB", default_value_t = DEFAULT_KEEP_MIB, requires = "edge")]
+    pub keep_jobs_mib: u64,
+    /// Weaken the self-test's own sandboxes at PROPERTY, to show that the
+    /// check fails (the node is then tier 0).
+    #[arg(long = "inject-fault", value_name = "PROPERTY", hide = true)]
+    pub inject_fault: Option<String>,
+    /// The edge holds each of the node's polls for work up to 15 s and
+    /// answers the moment a job is queued: this is how long the node waits
+    /// before asking again when the edge answers at once with nothing (an
+    /// edge that does not hold polls, or while this node waits for an
+    /// operator's approval), in milliseconds (50 to 60000).
+    #[arg(
+        long = "poll-ms",
+        value_name = "MS",
+        default_value_t = 2000,
+        requires = "edge"
+    )]
+    pub poll_ms: u64,
+    /// How often the machine is probed again for changed facts, in seconds.
+    #[arg(
+        long = "recheck-secs",
+        value_name = "S",
+        default_value_t = 300,
+        hide = true
+    )]
+    pub recheck_secs: u64,
+}
+
+/// `--jobs`: one or more.
+#[cfg(target_os = "linux")]
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("give at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `--tool-env`: a variable's name.
+#[cfg(target_os = "linux")]
+fn env_name(s: &str) -> Result<String, String> {
+    oz0_policy::env::EnvName::new(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// `--sandbox`.
+#[cfg(target_os = "linux")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sandbox {
+    /// The strongest wall the machine proves.
+    Auto,
+    /// No sandbox (tier 0).
+    None,
+    /// Windows 11's PSEC (Windows only).
+    Psec,
+}

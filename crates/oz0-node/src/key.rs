@@ -21,7 +21,7 @@ use clap::Args;
 use oz0_core::exit::Exit;
 use oz0_edge::client::{NodeClient, NodeKey, Trust};
 
-use crate::cli::DataDirArg;
+use crate::flags::DataDirArg;
 
 /// `key rotate` flags.
 #[derive(Debug, Args)]

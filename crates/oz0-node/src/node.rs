@@ -13,105 +13,9 @@ use oz0_linux::HostConfig;
 use oz0_linux::LinuxWall;
 use oz0_policy::facts::{Microvm, MicrovmReason, NodeFacts};
 
-use crate::cli::{DataDirArg, HostArgs};
+use crate::flags::{DataDirArg, NodeArgs, Sandbox};
 
 use oz0_core::exit::Exit;
-
-/// `run` flags.
-#[derive(Debug, Args)]
-pub struct NodeArgs {
-    /// auto: the strongest wall this machine proves; none: tier 0, no
-    /// sandbox (work runs with the node's own permissions); psec: Windows only.
-    #[arg(long, value_enum, default_value_t = Sandbox::Auto)]
-    pub sandbox: Sandbox,
-    /// The node's data directory, where jobs go, and bubblewrap.
-    #[command(flatten)]
-    pub host: HostArgs,
-    /// Start, publish the facts, and exit instead of staying up (with
-    /// --edge: register and report the facts, then exit).
-    #[arg(long)]
-    pub once: bool,
-    #[command(flatten)]
-    pub link: crate::flags::EdgeFlags,
-    /// Where each job's fresh work directory is made (never under the data
-    /// directory) [default: a private 0700 folder under the temp dir].
-    #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
-    pub work_root: Option<PathBuf>,
-    /// The name shown on the edge's Nodes page: lower-case letters, digits,
-    /// '.' and '-', e.g. build-01 [default: the host name, when it is one].
-    #[arg(long, value_name = "NAME", requires = "edge", value_parser = crate::flags::node_name)]
-    pub name: Option<String>,
-    /// Jobs run at once, each under its own lease, work folder and limits
-    /// [default: this machine's processors].
-    #[arg(long, value_name = "N", requires = "edge", value_parser = at_least_one)]
-    pub jobs: Option<usize>,
-    /// A variable of this node's environment that tool jobs may be given,
-    /// by the name a plugin's manifest lists under settings or secrets
-    /// (repeatable). A tool job naming any other is refused: a job's
-    /// manifest never reaches a variable the operator did not list.
-    #[arg(long = "tool-env", value_name = "NAME", requires = "edge", value_parser = env_name)]
-    pub tool_env: Vec<String>,
-    /// Job records (<data-dir>/jobs/<job>/: output, status, result) older
-    /// than this many days are removed, at the node's start and after each
-    /// job.
-    #[arg(long = "keep-jobs-days", value_name = "DAYS", default_value_t = crate::edge::retention::DEFAULT_DAYS, requires = "edge")]
-    pub keep_jobs_days: u64,
-    /// The job records together stay under this many MiB: beyond it the
-    /// oldest go (a running job's record is never removed).
-    #[arg(long = "keep-jobs-mib", value_name = "MIB", default_value_t = crate::edge::retention::DEFAULT_MIB, requires = "edge")]
-    pub keep_jobs_mib: u64,
-    /// Weaken the self-test's own sandboxes at PROPERTY, to show that the
-    /// check fails (the node is then tier 0).
-    #[arg(long = "inject-fault", value_name = "PROPERTY", hide = true)]
-    pub inject_fault: Option<String>,
-    /// The edge holds each of the node's polls for work up to 15 s and
-    /// answers the moment a job is queued: this is how long the node waits
-    /// before asking again when the edge answers at once with nothing (an
-    /// edge that does not hold polls, or while this node waits for an
-    /// operator's approval), in milliseconds (50 to 60000).
-    #[arg(
-        long = "poll-ms",
-        value_name = "MS",
-        default_value_t = 2000,
-        requires = "edge"
-    )]
-    pub poll_ms: u64,
-    /// How often the machine is probed again for changed facts, in seconds.
-    #[arg(
-        long = "recheck-secs",
-        value_name = "S",
-        default_value_t = 300,
-        hide = true
-    )]
-    pub recheck_secs: u64,
-}
-
-/// `--jobs`: one or more.
-fn at_least_one(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(0) => Err("give at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// `--tool-env`: a variable's name.
-fn env_name(s: &str) -> Result<String, String> {
-    oz0_policy::env::EnvName::new(s)
-        .map(|_| s.to_string())
-        .map_err(|e| e.to_string())
-}
-
-/// `--sandbox`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Sandbox {
-    /// The strongest wall the machine proves.
-    Auto,
-    /// No sandbox (tier 0).
-    None,
-    /// Windows 11's PSEC (Windows only).
-    Psec,
-}
 
 /// `facts` flags.
 #[derive(Debug, Args)]
@@ -138,7 +42,7 @@ pub enum Format {
 pub const NFD_PREFIX: &str = "oz0.dev/";
 
 fn log(msg: &str) {
-    crate::edge::log(msg);
+    crate::log::log(msg);
 }
 
 /// Why the node key cannot be had.

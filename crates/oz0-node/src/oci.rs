@@ -15,7 +15,7 @@ use oz0_oci::registry::{Client, Options};
 use oz0_oci::Reference;
 use serde_json::json;
 
-use crate::cli::DataDirArg;
+use crate::flags::DataDirArg;
 
 /// `oz0-node oci …`.
 #[derive(Debug, Subcommand)]

@@ -21,7 +21,7 @@ use oz0_plugin::manifest::{Isolation, Tool};
 use oz0_plugin::mcp::{shown, Listed};
 use serde_json::json;
 
-use crate::cli::HostArgs;
+use crate::flags::HostArgs;
 
 /// `oz0-node plugin …`.
 #[derive(Debug, Subcommand)]

@@ -10,7 +10,9 @@ use oz0_linux::{Host, SandboxError};
 use oz0_policy::{EnvVar, RunRequest, RunSpec};
 use serde_json::json;
 
-use crate::cli::{HostArgs, RunArgs};
+use clap::Args;
+
+use crate::flags::HostArgs;
 
 /// Version of the `--json-status` document.
 pub const STATUS_SCHEMA: u32 = 1;
@@ -32,6 +34,63 @@ fn refuse(json_status: Option<&OutFile>, msg: impl std::fmt::Display) -> i32 {
 }
 
 use crate::flags::utf8;
+
+/// `sandbox run` flags.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub wall: crate::flags::RunFlags,
+    /// Give the command NAME=VALUE, or NAME with the value of NAME from this
+    /// process's environment (keeps secrets off command lines). Nothing else
+    /// from this environment reaches the command.
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    pub env: Vec<String>,
+    /// Read NAME=VALUE lines from FILE (blank lines and # comments ignored):
+    /// a regular file of at most 1 MiB, reached without any symbolic link
+    /// (a run may have left one in a folder it could write), or a descriptor
+    /// of yours such as `<(vault read ...)`.
+    #[arg(long = "env-file", value_name = "FILE")]
+    pub env_file: Vec<std::path::PathBuf>,
+    /// Size of each of the run's memory file systems, its /tmp (also HOME)
+    /// and its /dev (with /dev/shm), in MiB; each holds at most 128 files
+    /// per MiB. Their files are memory, and count towards --memory too.
+    #[arg(long = "tmp-size", value_name = "MiB", default_value_t = oz0_policy::limits::DEFAULT_TMP_MIB)]
+    pub tmp_size: u64,
+    /// Let the command create unix sockets. By default it cannot (socket
+    /// pairs still work), so that it cannot reach a host service's socket in
+    /// a folder it was given.
+    #[arg(long = "allow-unix-sockets")]
+    pub allow_unix_sockets: bool,
+    /// Write the run's status (how it ended, what was enforced) as JSON to
+    /// FILE. Its folder is opened before the run, without following any
+    /// symbolic link, and the document is renamed into place there.
+    #[arg(long = "json-status", value_name = "FILE")]
+    pub json_status: Option<std::path::PathBuf>,
+    /// Append a JSON line for every egress decision (allowed, 403, 407) to
+    /// FILE, never to stderr, which the run shares
+    /// [default: <data-dir>/egress-audit.jsonl, 0600].
+    #[arg(long = "audit-log", value_name = "FILE")]
+    pub audit_log: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub host: HostArgs,
+    /// After the run, what it left in its writable folders that host git
+    /// would run or follow (hooks, a config that runs programs, commondir,
+    /// alternates, a .git file, in any repository there) is renamed aside
+    /// to NAME.oz0-quarantine-<run id> ("neutralise"), or only reported
+    /// ("report"); each is a warning and is listed in --json-status.
+    #[arg(
+        long = "git-findings",
+        value_name = "neutralise|report",
+        default_value = "neutralise"
+    )]
+    pub git_findings: oz0_linux::gitlook::Policy,
+    /// Print the plan (mounts, protected paths, environment names) as JSON and run nothing.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
+}
 
 fn parse_env(args: &RunArgs) -> Result<Vec<EnvVar>, String> {
     let mut out = Vec::new();

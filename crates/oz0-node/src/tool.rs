@@ -379,7 +379,7 @@ fn in_vm(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, ToolError> {
         why: e.to_string(),
     })?;
     if let Some(w) = warning {
-        crate::edge::log(&format!("warning: {w}"));
+        crate::log::log(&format!("warning: {w}"));
     }
     let package = t.tool.package.clone().unwrap_or_default();
     let image = match &backend {

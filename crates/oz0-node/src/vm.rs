@@ -9,7 +9,7 @@ use oz0_microvm::command::VmCommand;
 use oz0_microvm::manifest::{MAX_MEMORY_MB, MIN_MEMORY_MB};
 use oz0_microvm::vm::{DEFAULT_MEMORY_MIB, EXIT_VM_FAILED};
 
-use crate::cli::HostArgs;
+use crate::flags::HostArgs;
 
 /// Run one tool server in a microVM whose monitor runs inside tier 1.
 ///

@@ -49,11 +49,6 @@ pub struct Retention {
     pub max_bytes: u64,
 }
 
-/// Default `--keep-jobs-days`.
-pub const DEFAULT_DAYS: u64 = 7;
-/// Default `--keep-jobs-mib`.
-pub const DEFAULT_MIB: u64 = 1024;
-
 impl Retention {
     /// From the flags' values (days, MiB).
     pub fn new(days: u64, mib: u64) -> Retention {
