@@ -17,7 +17,7 @@
 //! Test files (`tests/`, `tests.rs`, a trailing `#[cfg(test)] mod`) may
 //! start what they test and are not counted. The figures are printed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The longest source file.
@@ -417,4 +417,92 @@ fn the_measures_measure() {
     );
     assert_eq!(starts.len(), 1);
     assert!(STARTS.iter().any(|s| starts[0].contains(s)));
+}
+
+/// The node binary's modules (`oz0-node/src/<module>`) and the modules
+/// each names as `crate::<module>`, from its code (tests left out).
+fn node_imports(sources: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (rel, text) in sources {
+        let Some(inner) = rel.strip_prefix("oz0-node/src/") else {
+            continue;
+        };
+        if is_test_file(rel) {
+            continue;
+        }
+        let top = inner
+            .split('/')
+            .next()
+            .unwrap_or(inner)
+            .trim_end_matches(".rs");
+        if top == "main" {
+            continue;
+        }
+        let used = graph.entry(top.to_string()).or_default();
+        for line in code(text) {
+            let mut rest = line.as_str();
+            while let Some(at) = rest.find("crate::") {
+                rest = &rest[at + "crate::".len()..];
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if !name.is_empty() && name != top {
+                    used.insert(name);
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// A circle in `graph`, if there is one (its modules in order).
+fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        g: &BTreeMap<String, BTreeSet<String>>,
+        v: &str,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == v) {
+            return Some(path[i..].to_vec());
+        }
+        if done.contains(v) {
+            return None;
+        }
+        path.push(v.to_string());
+        for w in g.get(v).into_iter().flatten() {
+            if let Some(c) = visit(g, w, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(v.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|v| visit(graph, v, &mut Vec::new(), &mut done))
+}
+
+/// The node binary's modules import downwards only: a command's module may
+/// use shared ones (`flags`, `log`, the daemon), none uses the module that
+/// dispatches to it, so each can be read (and moved) on its own.
+#[test]
+fn the_node_modules_form_no_circle() {
+    let graph = node_imports(&sources());
+    assert!(graph.len() > 10, "found only {} modules", graph.len());
+    if let Some(c) = circle(&graph) {
+        panic!(
+            "the node's modules import each other in a circle: {} -> {}: move what they share into a module of its own (flags.rs, log.rs)",
+            c.join(" -> "),
+            c[0]
+        );
+    }
+    // The check finds a circle when there is one.
+    let mut g = graph.clone();
+    g.entry("flags".into()).or_default().insert("cli".into());
+    g.entry("cli".into()).or_default().insert("flags".into());
+    assert!(circle(&g).is_some());
 }
