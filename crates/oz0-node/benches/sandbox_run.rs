@@ -193,6 +193,9 @@ fn repository(dir: &std::path::Path, files: usize) {
             .arg("-C")
             .arg(dir)
             .args(["-c", "user.name=bench", "-c", "user.email=bench@localhost"])
+            // No gc of its own in the background: the one below would
+            // find it running and fail.
+            .args(["-c", "gc.auto=0"])
             .args(args)
             .stdout(Stdio::null())
             .status()
