@@ -330,10 +330,7 @@ async fn the_edge_binary_reads_its_config_file_and_flags_override_it() {
         out.contains(&format!("require-approval = \"acme\"    # {fp}:7")),
         "{out}"
     );
-    assert!(
-        out.contains("node-live-secs = 30    # default"),
-        "{out}"
-    );
+    assert!(out.contains("node-live-secs = 30    # default"), "{out}");
     let out = show(&[], Some(&f));
     assert!(
         out.contains(&format!("lease-secs = 7    # {fp}:6")),

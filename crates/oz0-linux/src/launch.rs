@@ -1,5 +1,5 @@
 //! The launcher: prepares a run, starts bubblewrap, supervises the run to its
-//! end and cleans up. Callers reach it through [`crate::Host`].
+//! end and cleans up. Callers reach it through [`crate::Tier1`].
 //!
 //! One process tree: the command is the first process of a fresh pid
 //! namespace under bubblewrap, whose init is the stage. When the command
@@ -43,7 +43,7 @@ use crate::protocol::{BridgeConfig, StageConfig, StageReport};
 use crate::record::{new_run_id, sweep_stale, Scratch};
 use crate::spawn::{kill_tree, pipe, read_child_pid, sealed_memfd, spawn_bwrap};
 
-/// Everything one run is launched with, resolved by the [`crate::Host`].
+/// Everything one run is launched with, resolved by the [`crate::Tier1`].
 pub(crate) struct Launch<'a> {
     /// bubblewrap.
     pub bwrap: &'a Path,

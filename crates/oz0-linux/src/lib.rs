@@ -1,7 +1,7 @@
 //! `oz0-linux` owns tier 1 on Linux: it turns a validated [`oz0_policy::RunSpec`]
 //! into a plan ([`plan`]), launches it under bubblewrap (`launch`), completes
 //! the sandbox from inside with Landlock and seccomp ([`stage`]), and
-//! supervises the run's single process tree to its end. [`Host`] is the one
+//! supervises the run's single process tree to its end. [`Tier1`] is the one
 //! door to a run: the context a node process makes once, implementing
 //! [`oz0_core::Sandbox`]; [`plain::Plain`] is tier 0 (no wall).
 //! [`wall::LinuxWall`] is Linux's [`oz0_core::Wall`]: the probes and their
@@ -42,5 +42,5 @@ pub mod wall;
 
 pub use outcome::{RunOutcome, SandboxError};
 pub use record::{new_run_id, scratch_base, sweep_stale};
-pub use tier1::{Host, HostConfig};
+pub use tier1::{HostConfig, Tier1};
 pub use wall::{Fault, LinuxWall};

@@ -61,7 +61,7 @@ impl Scratch {
 /// 50 ms, `after` is returned (a look from then counts more as changed,
 /// never less).
 pub(crate) fn later_stamp(dir: &Path, after: std::time::Duration) -> std::time::Duration {
-    use rustix::fs::{stat, utimensat, AtFlags, Timespec, Timestamps, UTIME_NOW, CWD};
+    use rustix::fs::{stat, utimensat, AtFlags, Timespec, Timestamps, CWD, UTIME_NOW};
     let now = Timespec {
         tv_sec: 0,
         tv_nsec: UTIME_NOW,

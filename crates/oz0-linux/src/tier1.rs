@@ -2,7 +2,7 @@
 //! (its data directory, bubblewrap, its own binary, the job mode, the
 //! egress proxy), and the one door to a tier-1 run on Linux. Every caller
 //! (`sandbox run`, edge jobs, the self-test, a VM's monitor) runs through
-//! [`Host::run`], or [`oz0_core::Sandbox::run`] on it.
+//! [`Tier1::run`], or [`oz0_core::Sandbox::run`] on it.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -42,7 +42,7 @@ pub struct HostConfig {
 /// kept once found (a machine fixed after the node started is then seen at
 /// the next run); the egress proxy is the one the caller gives, shared by
 /// every run.
-pub struct Host {
+pub struct Tier1 {
     data_dir: PathBuf,
     node_exe: PathBuf,
     scratch: PathBuf,
@@ -55,9 +55,9 @@ pub struct Host {
     git: gitlook::Policy,
 }
 
-impl std::fmt::Debug for Host {
+impl std::fmt::Debug for Tier1 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Host")
+        f.debug_struct("Tier1")
             .field("data_dir", &self.data_dir)
             .field("node_exe", &self.node_exe)
             .field("scratch", &self.scratch)
@@ -81,16 +81,16 @@ pub(crate) struct RunOptions<'a> {
     pub jobs: Option<&'a JobMode>,
 }
 
-impl Host {
+impl Tier1 {
     /// Resolves the data directory and the node binary; everything else is
     /// found when a run needs it.
-    pub fn open(cfg: HostConfig) -> Result<Host, SandboxError> {
+    pub fn open(cfg: HostConfig) -> Result<Tier1, SandboxError> {
         let data_dir = host::data_dir(cfg.data_dir.as_deref())?;
         let node_exe = match cfg.node_exe {
             Some(p) => p,
             None => std::env::current_exe().map_err(host::HostError::OwnPath)?,
         };
-        Ok(Host {
+        Ok(Tier1 {
             data_dir,
             node_exe,
             scratch: cfg.scratch.unwrap_or_else(record::scratch_base),
@@ -106,21 +106,21 @@ impl Host {
 
     /// Serves runs' egress with `service`, which records every decision in
     /// `audit_log` (named in each run's status).
-    pub fn with_egress(mut self, service: Arc<dyn EgressService>, audit_log: PathBuf) -> Host {
+    pub fn with_egress(mut self, service: Arc<dyn EgressService>, audit_log: PathBuf) -> Tier1 {
         self.egress = Some(service);
         self.audit_log = Some(audit_log);
         self
     }
 
     /// Does `policy` with what runs leave that host git would run.
-    pub fn with_git(mut self, policy: gitlook::Policy) -> Host {
+    pub fn with_git(mut self, policy: gitlook::Policy) -> Tier1 {
         self.git = policy;
         self
     }
 
     /// Puts runs' jobs in `mode` instead of the probed one (the self-test's
     /// host, which has probed it already).
-    pub fn with_job_mode(self, mode: JobMode) -> Host {
+    pub fn with_job_mode(self, mode: JobMode) -> Tier1 {
         *self.jobs.lock().unwrap_or_else(|e| e.into_inner()) = Some(mode);
         self
     }
@@ -217,7 +217,7 @@ impl Host {
     }
 }
 
-impl oz0_core::Sandbox for Host {
+impl oz0_core::Sandbox for Tier1 {
     fn tier(&self) -> u8 {
         1
     }
@@ -261,7 +261,7 @@ impl oz0_core::Sandbox for Host {
             }
             Some(f) => extras.fault = Some(plan_fault(f)?),
         }
-        let outcome = Host::run(
+        let outcome = Tier1::run(
             self,
             spec,
             RunOptions {

@@ -8,7 +8,7 @@ use oz0_policy::facts::{Mechanism, Os, Platform, Property};
 
 use crate::check::{self, Probe};
 use crate::selftest::{Layer, LinuxProofs};
-use crate::{Host, HostConfig};
+use crate::{HostConfig, Tier1};
 
 /// What `--inject-fault` names: one property's runs to weaken, or one
 /// layer of the sandbox to take away from every run.
@@ -105,7 +105,7 @@ impl oz0_core::Wall for LinuxWall {
         if check.tier < 1 {
             return None;
         }
-        let host = match Host::open(self.host.clone()) {
+        let host = match Tier1::open(self.host.clone()) {
             Ok(h) => h,
             Err(e) => {
                 let line = Line {

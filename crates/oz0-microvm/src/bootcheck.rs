@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use oz0_core::{Ended, RunIo};
-use oz0_linux::{Host, HostConfig};
+use oz0_linux::{HostConfig, Tier1};
 use oz0_policy::facts::{Microvm, MicrovmBackend, MicrovmReason};
 use oz0_policy::{AbsPath, EnvVar, Limits, RunRequest, RunSpec};
 use serde::Serialize;
@@ -113,8 +113,8 @@ pub fn classify_failure(log: &str) -> MicrovmReason {
 }
 
 /// The host context a test VM's monitor runs through: only with tier 1.
-fn tier1_host(o: &ProbeOptions) -> Result<Host, ProbeReport> {
-    match (o.tier1, Host::open(o.host.clone())) {
+fn tier1_host(o: &ProbeOptions) -> Result<Tier1, ProbeReport> {
+    match (o.tier1, Tier1::open(o.host.clone())) {
         (true, Ok(h)) => Ok(h),
         _ => Err(no(
             MicrovmReason::NoTier1,
@@ -196,7 +196,12 @@ pub fn probe(o: &ProbeOptions) -> ProbeReport {
     with_warning(boot_smolvm(o, &host, &vmm, pinned))
 }
 
-fn boot_smolvm(o: &ProbeOptions, host: &Host, vmm: &pin::Vmm, pinned: Option<bool>) -> ProbeReport {
+fn boot_smolvm(
+    o: &ProbeOptions,
+    host: &Tier1,
+    vmm: &pin::Vmm,
+    pinned: Option<bool>,
+) -> ProbeReport {
     let fail = |r, d: String| no(r, pinned, d);
     let vmdir = match VmDir::create(&o.tmp, &o.data_dir) {
         Ok(d) => d,

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use oz0_linux::Host;
+use oz0_linux::Tier1;
 
 use crate::backend::backend_from_env;
 use crate::vm::{self, VmEnded, VmHost, VmIo, VmRequest, EXIT_VM_FAILED};
@@ -50,7 +50,7 @@ fn tail(t: &str) -> String {
 /// Runs `cmd` on `host` (whose egress service serves the VM, if it asks
 /// for egress); returns the exit status: the server's, or 125 when the VM
 /// could not run it, with the reason on stderr.
-pub fn run(cmd: VmCommand, host: &Host) -> i32 {
+pub fn run(cmd: VmCommand, host: &Tier1) -> i32 {
     let mut env = Vec::new();
     for n in &cmd.env_names {
         if let Some(why) = crate::manifest::vm_variable_refusal(n) {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use oz0_core::exit::Exit;
 use oz0_core::{Cancel, Ended, Monitor, Outcome, Role, RunIo, RunOptions, Sandbox, Stdio};
-use oz0_linux::Host;
+use oz0_linux::Tier1;
 use oz0_policy::{AbsPath, EnvVar, Limits, RunRequest, RunSpec};
 
 use crate::backend::{self, Backend, MonitorInput};
@@ -121,7 +121,7 @@ impl<'a> VmHost<'a> {
     /// A VM of `backend` whose monitor runs through the node's tier-1
     /// `host`, with its node binary and egress proxy; VM folders in the
     /// temp dir, no signal handling, no caller's stop.
-    pub fn on(host: &'a Host, backend: Backend) -> VmHost<'a> {
+    pub fn on(host: &'a Tier1, backend: Backend) -> VmHost<'a> {
         VmHost {
             sandbox: host,
             node_exe: host.node_exe(),

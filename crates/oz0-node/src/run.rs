@@ -6,7 +6,7 @@ use std::sync::Arc;
 use oz0_core::exit::Exit;
 use oz0_core::{Cancel, Ended, LimitHit, Outcome, RunIo, RunOptions, Sandbox};
 use oz0_linux::hostfs::OutFile;
-use oz0_linux::{Host, SandboxError};
+use oz0_linux::{SandboxError, Tier1};
 use oz0_policy::{EnvVar, RunRequest, RunSpec};
 use serde_json::json;
 
@@ -149,8 +149,8 @@ fn request(args: &RunArgs) -> Result<RunRequest, String> {
 /// the node's stderr, which the run shares and could forge records in or
 /// bury them under. The egress proxy starts with the first run that has
 /// egress, and the log is made then.
-pub fn open_host(args: &HostArgs, audit_log: Option<&Path>) -> Result<Host, SandboxError> {
-    let host = Host::open(args.config())?;
+pub fn open_host(args: &HostArgs, audit_log: Option<&Path>) -> Result<Tier1, SandboxError> {
+    let host = Tier1::open(args.config())?;
     let audit = audit_log
         .map(Path::to_path_buf)
         .unwrap_or_else(|| host.data_dir().join(oz0_egress::AUDIT_LOG_NAME));

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use oz0_core::exit::Exit;
 use oz0_core::{Cancel, RunIo, RunOptions, Sandbox, Stdio};
-use oz0_linux::Host;
+use oz0_linux::Tier1;
 use oz0_microvm::backend::{backend_from_env, Backend, TestGuest};
 use oz0_microvm::vm::{self, VmHost, VmRequest, DEFAULT_MEMORY_MIB};
 use oz0_plugin::job::{container_refusal, CheckedToolJob, FILES_DIR};
@@ -148,7 +148,7 @@ impl From<ToolError> for String {
 /// What a call needs of the node.
 pub struct Ctx<'a> {
     /// The node's host context: every server's run goes through it.
-    pub host: &'a Host,
+    pub host: &'a Tier1,
     /// The call's work folder: fresh, empty, this node's own.
     pub work: &'a Path,
     /// The node's data directory (VM records).

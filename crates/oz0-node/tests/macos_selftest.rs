@@ -44,8 +44,8 @@ fn host(
     data: &std::path::Path,
     scratch: &std::path::Path,
     cgroup_root: Option<PathBuf>,
-) -> oz0_linux::Host {
-    oz0_linux::Host::open(oz0_linux::HostConfig {
+) -> oz0_linux::Tier1 {
+    oz0_linux::Tier1::open(oz0_linux::HostConfig {
         data_dir: Some(data.to_path_buf()),
         node_exe: Some(common::node()),
         scratch: Some(scratch.to_path_buf()),

@@ -83,7 +83,7 @@ fn sandbox_vm(args: Vec<String>) -> i32 {
             other => return usage(&format!("unknown flag {other}")),
         }
     }
-    let host = match oz0_linux::Host::open(host) {
+    let host = match oz0_linux::Tier1::open(host) {
         Ok(h) => h,
         Err(e) => return usage(&e.to_string()),
     };

@@ -45,7 +45,7 @@ pub(super) struct Runner {
     /// one egress proxy for all jobs), or none (`--sandbox none`).
     pub(super) sandbox: Arc<dyn Sandbox>,
     /// The same host context, for tool servers (none at tier 0).
-    pub(super) host: Option<Arc<oz0_linux::Host>>,
+    pub(super) host: Option<Arc<oz0_linux::Tier1>>,
     /// The edges; a job's renewals go to the one talked to when it
     /// started, its end to the one talked to when it ended.
     pub(super) edges: Arc<super::Edges>,
