@@ -28,13 +28,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oz0_core::exit::Exit;
-use oz0_core::{Cancel, Ended, Outcome, RunIo, RunOptions, Sandbox};
+use oz0_core::{Cancel, RunIo, RunOptions, Sandbox};
 use oz0_edge::client::{ClientError, Completion, Lease, NodeClient, NodeKey, Trust};
 use oz0_edge::wire::{JobPayload, ShellJob};
 use oz0_policy::facts::NodeFacts;
 use oz0_policy::{EnvVar, RunRequest, RunSpec};
 
-use crate::record::{safe_id, tail};
+use crate::outcome::JobEnd;
+use crate::record::safe_id;
 
 pub use crate::log::log;
 
@@ -42,71 +43,6 @@ pub use crate::log::log;
 pub fn fail(msg: impl std::fmt::Display, code: Exit) -> i32 {
     log(&msg.to_string());
     code.code()
-}
-
-/// How a job ended.
-#[derive(Debug)]
-pub struct End {
-    /// Exit status 0.
-    pub succeeded: bool,
-    /// Its status, when it has one.
-    pub exit_code: Option<i32>,
-    /// Why it failed, when the node knows.
-    pub error: Option<String>,
-}
-
-impl End {
-    /// A job refused before it ran.
-    pub fn refused(why: String) -> End {
-        End {
-            succeeded: false,
-            exit_code: Some(Exit::Sandbox.code()),
-            error: Some(why),
-        }
-    }
-
-    /// A job that exited with `code`.
-    pub fn exited(code: i32) -> End {
-        End {
-            succeeded: code == 0,
-            exit_code: Some(code),
-            error: None,
-        }
-    }
-
-    /// A job killed at its timeout.
-    pub fn timed_out() -> End {
-        End {
-            succeeded: false,
-            exit_code: Some(Exit::Timeout.code()),
-            error: Some("the job's timeout was reached".into()),
-        }
-    }
-}
-
-impl End {
-    /// How a run through the door ended, as the edge is told.
-    pub fn from_outcome(o: &Outcome) -> End {
-        match &o.ended {
-            Ended::Exited => End::exited(o.exit_code),
-            Ended::Timeout => End::timed_out(),
-            Ended::CpuTime => End {
-                succeeded: false,
-                exit_code: Some(o.exit_code),
-                error: Some("the job's cpu_seconds were used up".into()),
-            },
-            Ended::Cancelled => End {
-                succeeded: false,
-                exit_code: Some(o.exit_code),
-                error: Some("the job was cancelled".into()),
-            },
-            Ended::NotExecuted { reason } => End {
-                succeeded: false,
-                exit_code: Some(o.exit_code),
-                error: Some(reason.clone()),
-            },
-        }
-    }
 }
 
 /// Runs one job to its end (blocking) through the node's tier-0 sandbox,
@@ -117,10 +53,10 @@ pub fn run_job(
     out: fs::File,
     err: fs::File,
     cancel: Cancel,
-) -> End {
+) -> JobEnd {
     match sandbox.run(spec, RunOptions::new(RunIo::files(out, err), Some(cancel))) {
-        Ok(o) => End::from_outcome(&o),
-        Err(e) => End::refused(e.to_string()),
+        Ok(o) => JobEnd::from_outcome(&o),
+        Err(e) => JobEnd::refused(e.to_string()),
     }
 }
 
@@ -289,7 +225,7 @@ impl Jobs {
         let end = match prepared {
             Err(e) => {
                 log(&format!("job {id} refused: {e}"));
-                End::refused(e)
+                JobEnd::refused(e)
             }
             Ok((spec, out, err, cancel, guard)) => {
                 let sandbox = self.sandbox.clone();
@@ -299,11 +235,7 @@ impl Jobs {
                 let r = client.run_leased(&mut lease, handle).await;
                 match r {
                     Ok(Ok(end)) => end,
-                    Ok(Err(e)) => End {
-                        succeeded: false,
-                        exit_code: None,
-                        error: Some(format!("the job's thread failed: {e}")),
-                    },
+                    Ok(Err(e)) => JobEnd::refused(format!("the job's thread failed: {e}")),
                     Err(e) => {
                         // Its processes end when the guard fires its
                         // cancel; the lease is gone, so the result is no
@@ -327,23 +259,10 @@ impl Jobs {
         let _ = fs::remove_dir_all(&work);
         log(&format!(
             "job {id} ended: status {} after {}ms",
-            end.exit_code
-                .map_or_else(|| "none".into(), |c| c.to_string()),
+            end.exit_code,
             started.elapsed().as_millis()
         ));
-        let (stdout_tail, stdout_bytes) = tail(&record.join("stdout"));
-        let (stderr_tail, stderr_bytes) = tail(&record.join("stderr"));
-        let done = Completion {
-            succeeded: end.succeeded,
-            exit_code: end.exit_code,
-            result: None,
-            error: end.error,
-            stdout_tail,
-            stderr_tail,
-            stdout_bytes,
-            stderr_bytes,
-            look: None,
-        };
+        let done = end.completion(&record);
         report(client, &lease, &id, &done).await;
     }
 }

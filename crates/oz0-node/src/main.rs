@@ -55,6 +55,7 @@ mod node;
 mod oci;
 #[cfg(target_os = "linux")]
 mod out;
+mod outcome;
 #[cfg(not(target_os = "linux"))]
 mod platform;
 #[cfg(target_os = "linux")]

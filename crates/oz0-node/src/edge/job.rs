@@ -8,8 +8,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use oz0_core::exit::Exit;
-use oz0_core::{Cancel, Ended, Outcome, RunIo, RunOptions, Sandbox};
+use oz0_core::{Cancel, RunIo, RunOptions, Sandbox};
 use oz0_edge::wire::ShellJob;
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
 
@@ -78,90 +77,7 @@ pub(super) fn spec_for(p: ShellJob, work: &Path, data_dir: &Path) -> Result<RunS
 
 pub(super) use crate::record::safe_id;
 
-/// How a job ended, on this node.
-#[derive(Debug)]
-pub(super) struct JobEnd {
-    pub(super) outcome: &'static str,
-    pub(super) exit_code: i32,
-    pub(super) duration_ms: u64,
-    pub(super) reason: Option<String>,
-    /// A tool call's result (`tools/call`'s answer).
-    pub(super) result: Option<serde_json::Value>,
-    /// A tool call's phases (ms).
-    pub(super) phases: Option<serde_json::Value>,
-    /// What the look after the run found.
-    pub(super) look: Option<oz0_edge::wire::JobLook>,
-}
-
-impl JobEnd {
-    pub(super) fn refused(reason: String) -> JobEnd {
-        JobEnd {
-            outcome: "sandbox_error",
-            exit_code: Exit::Sandbox.code(),
-            duration_ms: 0,
-            reason: Some(reason),
-            result: None,
-            phases: None,
-            look: None,
-        }
-    }
-
-    pub(super) fn from_outcome(o: &Outcome) -> JobEnd {
-        let mut end = JobEnd::from_ended(&o.ended, o.exit_code);
-        end.duration_ms = o.duration_ms;
-        end.look = o
-            .report
-            .get("git")
-            .and_then(oz0_edge::wire::JobLook::from_status);
-        if end.look.as_ref().is_some_and(|l| l.left_in_place > 0) && o.exit_code != 0 {
-            end.reason.get_or_insert_with(|| {
-                "the look after the run could not rename aside what host git would run; it is left in place".into()
-            });
-        }
-        end
-    }
-
-    pub(super) fn from_ended(ended: &Ended, exit_code: i32) -> JobEnd {
-        let (outcome, reason) = match ended {
-            Ended::Exited => ("exited", None),
-            Ended::Timeout => ("timeout", Some("the job's timeout was reached".into())),
-            Ended::CpuTime => (
-                "cpu_time",
-                Some("the job's cpu_seconds were used up".into()),
-            ),
-            Ended::Cancelled => ("cancelled", Some("the job was cancelled".into())),
-            Ended::NotExecuted { reason } => ("not_executed", Some(reason.clone())),
-        };
-        JobEnd {
-            outcome,
-            exit_code,
-            duration_ms: 0,
-            reason,
-            result: None,
-            phases: None,
-            look: None,
-        }
-    }
-
-    pub(super) fn succeeded(&self) -> bool {
-        self.outcome == "exited" && self.exit_code == 0
-    }
-
-    pub(super) fn from_tool(t: crate::tool::ToolEnd) -> JobEnd {
-        JobEnd {
-            outcome: t.outcome,
-            exit_code: t.exit_code,
-            duration_ms: t.duration_ms,
-            reason: t.reason,
-            result: t.result,
-            phases: Some(t.phases),
-            look: t
-                .look
-                .as_ref()
-                .and_then(oz0_edge::wire::JobLook::from_status),
-        }
-    }
-}
+pub(super) use crate::outcome::JobEnd;
 
 /// Runs one job to its end (blocking) through the node's sandbox, its
 /// output into its files.

@@ -26,14 +26,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use oz0_core::Sandbox;
-use oz0_edge::client::{ClientError, Completion, Lease};
+use oz0_edge::client::{ClientError, Lease};
 use oz0_edge::wire::{JobPayload, StopJob, MAX_HOLDING};
 use oz0_policy::RunSpec;
 use tokio::sync::watch;
 
 use super::job::{run_job, safe_id, spec_for, write_status, JobEnd};
 use super::{log, private_dir, Settings, MAX_BACKOFF};
-use crate::record::tail;
 
 /// A job's work, run on a blocking thread with its cancel descriptor.
 type Task = Box<dyn FnOnce(OwnedFd) -> Result<JobEnd, String> + Send>;
@@ -391,19 +390,7 @@ impl Runner {
     /// and the lease holds.
     async fn complete(&self, lease: &Lease, end: &JobEnd, record: &Path) {
         let id = &lease.job.job_id;
-        let (stdout_tail, stdout_bytes) = tail(&record.join("stdout"));
-        let (stderr_tail, stderr_bytes) = tail(&record.join("stderr"));
-        let completion = Completion {
-            succeeded: end.succeeded(),
-            exit_code: Some(end.exit_code),
-            result: end.result.clone(),
-            error: end.reason.clone(),
-            stdout_tail,
-            stderr_tail,
-            stdout_bytes,
-            stderr_bytes,
-            look: end.look.clone(),
-        };
+        let completion = end.completion(record);
         let mut backoff = Duration::from_secs(1);
         let mut stop = self.stop.clone();
         loop {
