@@ -202,9 +202,17 @@ fn check(a: &CheckArgs) -> i32 {
     // What a call needs of a command tool: its server starts in tier 1.
     let mut servers: Vec<Option<Result<Listed, String>>> = vec![None; tools.len()];
     if !a.no_start {
+        // Opened once, when a server is to be tried.
+        let mut host = None;
         for (i, (t, r)) in tools.iter_mut().enumerate() {
             if r.is_ok() && t.isolation == Isolation::Sandbox {
-                let tried = try_server(a, t);
+                let host = host.get_or_insert_with(|| {
+                    crate::run::open_host(&a.host, None).map_err(|e| e.to_string())
+                });
+                let tried = match host {
+                    Ok(h) => try_server(a, h, t),
+                    Err(e) => Err(e.clone()),
+                };
                 if let Err(why) = &tried {
                     *r = Err(format!("tool {:?} is left out: its server did not answer in the node's tier-1 sandbox: {why}", t.id));
                 }
@@ -268,8 +276,7 @@ fn check(a: &CheckArgs) -> i32 {
 /// Starts a command tool's server in tier 1 in a work folder of its own
 /// and asks it `initialize` and `tools/list`: what it lists, or why it did
 /// not answer, with the end of what it wrote to stderr.
-fn try_server(a: &CheckArgs, t: &Tool) -> Result<Listed, String> {
-    let host = crate::run::open_host(&a.host, None).map_err(|e| e.to_string())?;
+fn try_server(a: &CheckArgs, host: &oz0_linux::Tier1, t: &Tool) -> Result<Listed, String> {
     let dir = CallDir::new().map_err(|e| {
         format!(
             "a work folder under {}: {e}",
@@ -287,7 +294,7 @@ fn try_server(a: &CheckArgs, t: &Tool) -> Result<Listed, String> {
     let data_dir = host.data_dir().to_path_buf();
     let r = crate::tool::try_server(
         crate::tool::Ctx {
-            host: &host,
+            host,
             work: &dir.0,
             data_dir: &data_dir,
             microvms: Ok(()),

@@ -164,6 +164,22 @@ pub struct Ctx<'a> {
     pub cancel: OwnedFd,
 }
 
+impl Ctx<'_> {
+    /// The work folder's and the data directory's paths, as a run's spec
+    /// takes them.
+    fn paths(&self) -> Result<(String, String), ToolError> {
+        let utf8 = |p: &Path, what| {
+            p.to_str()
+                .map(str::to_string)
+                .ok_or(ToolError::NotUtf8(what))
+        };
+        Ok((
+            utf8(self.work, "the work folder")?,
+            utf8(self.data_dir, "the data directory")?,
+        ))
+    }
+}
+
 /// How a call ended.
 #[derive(Debug, Clone)]
 pub struct ToolEnd {
@@ -320,16 +336,7 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, ToolError> {
         env: variables(&t.tool, ctx.env_allowed)?,
     };
     place_files(ctx.work, &t.files)?;
-    let work = ctx
-        .work
-        .to_str()
-        .ok_or(ToolError::NotUtf8("the work folder"))?
-        .to_string();
-    let data_dir = ctx
-        .data_dir
-        .to_str()
-        .ok_or(ToolError::NotUtf8("the data directory"))?
-        .to_string();
+    let (work, data_dir) = ctx.paths()?;
     let served = match t.tool.isolation {
         Isolation::Microvm => in_vm(ctx, call)?,
         Isolation::Sandbox => in_sandbox(ctx, call, work, data_dir)?,
@@ -528,16 +535,7 @@ fn in_sandbox(
 /// `ctx.errors`).
 pub fn try_server(ctx: Ctx<'_>, tool: &Tool, timeout: Duration) -> Result<Listed, ToolError> {
     let env = variables(tool, ctx.env_allowed)?;
-    let work = ctx
-        .work
-        .to_str()
-        .ok_or(ToolError::NotUtf8("the work folder"))?
-        .to_string();
-    let data_dir = ctx
-        .data_dir
-        .to_str()
-        .ok_or(ToolError::NotUtf8("the data directory"))?
-        .to_string();
+    let (work, data_dir) = ctx.paths()?;
     let limits = Limits {
         timeout_seconds: Some(timeout.as_secs() + RUN_GRACE_S),
         ..Limits::default()
