@@ -24,7 +24,8 @@ pub mod selftest;
 mod wall;
 
 pub use run::{
-    Cancel, Ended, Fault, LimitHit, Monitor, Outcome, Role, RunError, RunIo, RunOptions, Stdio,
+    Cancel, Ended, Fault, ImageRoot, LimitHit, Monitor, Outcome, Role, RunError, RunIo, RunOptions,
+    Stdio, IMAGE_WORK,
 };
 pub use wall::{Check, Line, SelfTest};
 

@@ -93,6 +93,35 @@ pub enum Role {
     /// A microVM's monitor (tier 2): the same wall, and what a VMM needs
     /// beyond a command. A wall that cannot hold a monitor refuses it.
     Monitor(Monitor),
+    /// A command whose whole root is an unpacked OCI image (read-only),
+    /// with the spec's work folder at [`IMAGE_WORK`] and nothing of the
+    /// host's system. A wall that cannot give a run another root refuses it.
+    Image(ImageRoot),
+}
+
+/// Where the work folder is inside a run whose root is an image.
+pub const IMAGE_WORK: &str = "/work";
+
+/// An image's root for a run ([`Role::Image`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRoot {
+    /// The unpacked rootfs on the host, by absolute path: a folder no run
+    /// can write (the node's image cache).
+    pub rootfs: String,
+    /// The command's working folder inside (the image's `WorkingDir`);
+    /// `None` is [`IMAGE_WORK`].
+    pub cwd: Option<String>,
+}
+
+impl Role {
+    /// What the run is, for a wall's refusal ("a VM's monitor").
+    pub fn what(&self) -> &'static str {
+        match self {
+            Role::Command => "a command",
+            Role::Monitor(_) => "a VM's monitor",
+            Role::Image(_) => "a run in an image's root",
+        }
+    }
 }
 
 /// What a VM monitor's run needs beyond a command's.

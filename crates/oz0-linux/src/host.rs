@@ -123,10 +123,17 @@ pub const MAX_GIT_HELD: usize = 256;
 /// Everything the plan needs to know about the host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HostFacts {
-    /// `(path, entry)` for each system path.
+    /// `(path, entry)` for each system path, as the run sees it.
     pub system: Vec<(AbsPath, Entry)>,
+    /// Where the system paths are found on the host: `None` at their own
+    /// paths, or an image's rootfs (`/usr` is `<rootfs>/usr`).
+    pub system_root: Option<AbsPath>,
     /// The node binary (canonical).
     pub node_exe: AbsPath,
+    /// In an image's root, where the host's system is not there: the
+    /// node binary's dynamic loader and libraries when it is not static
+    /// (the loader first), each bound at `/oz0/lib/<name>`.
+    pub node_libs: Vec<AbsPath>,
     /// The work directory and each `--read`/`--write` path.
     pub roots: Vec<RootFact>,
     /// The protected names of each writable folder that is a directory.
@@ -233,6 +240,17 @@ pub enum HostError {
     /// This binary's own path could not be found.
     #[error("cannot find this binary's own path: {0}")]
     OwnPath(#[source] io::Error),
+    /// An image's rootfs cannot be a run's root.
+    #[error("the image root {root}: {why}")]
+    Image {
+        /// The rootfs.
+        root: AbsPath,
+        /// What is wrong, and the fix.
+        why: String,
+    },
+    /// A dynamically linked node binary whose libraries are not known.
+    #[error("the node binary {0} is dynamically linked and is not this process's own, so the libraries it needs in an image's root are not known: use the static build (scripts/build-node)")]
+    NodeLibs(AbsPath),
     /// Another run holds a writable folder.
     #[error("another run is using {0} (as its work folder or a --write folder): runs never share a writable folder at once, since each holds the protected names there for its length; give each run its own folder, or wait for the other to end")]
     InUse(AbsPath),
@@ -357,11 +375,18 @@ fn list_names(dir: &OwnedFd) -> Result<Vec<String>, Errno> {
     Ok(names)
 }
 
-/// Gathers the facts for `spec`, with `node_exe` as the binary to bind.
-/// With `lock`, each writable folder is locked for the run: a folder another
-/// run holds refuses this one ([`HostError::InUse`]).
-pub fn gather(spec: &RunSpec, node_exe: &Path, lock: bool) -> Result<(HostFacts, Held), HostError> {
-    let mut ids = Vec::new();
+/// The names at the top of an image's rootfs that the run's own mounts
+/// take (its kernel interfaces, TEMP, work folder and the node's files):
+/// what the image has there is not bound.
+pub const IMAGE_SKIPPED: &[&str] = &["proc", "sys", "dev", "tmp", "work", "oz0"];
+
+/// At most this many names at the top of an image's rootfs (each is a
+/// mount of the run).
+pub const MAX_IMAGE_TOP: usize = 64;
+
+/// The system paths of the host: each of `SYSTEM_READ_ONLY`, with the
+/// identity of each folder.
+fn host_system(ids: &mut Vec<(AbsPath, FileId)>) -> Result<Vec<(AbsPath, Entry)>, HostError> {
     let mut system = Vec::new();
     for s in SYSTEM_READ_ONLY {
         let p = AbsPath::new(s).expect("constant is valid");
@@ -372,6 +397,129 @@ pub fn gather(spec: &RunSpec, node_exe: &Path, lock: bool) -> Result<(HostFacts,
         }
         system.push((p, e));
     }
+    Ok(system)
+}
+
+/// The system paths of an image: every name at the top of `rootfs` but
+/// [`IMAGE_SKIPPED`], as `/<name>`, its folders' identities recorded at
+/// their host paths. A name that is not UTF-8, or more than
+/// [`MAX_IMAGE_TOP`] of them, refuses the run (the unpacker admits
+/// neither).
+fn image_system(
+    rootfs: &AbsPath,
+    ids: &mut Vec<(AbsPath, FileId)>,
+) -> Result<Vec<(AbsPath, Entry)>, HostError> {
+    let refuse = |why: String| HostError::Image {
+        root: rootfs.clone(),
+        why,
+    };
+    let dir = crate::hostfs::open_no_links(
+        rootfs.as_path(),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+    )
+    .map_err(|e| {
+        refuse(format!(
+            "cannot be opened without links ({e}): pull the image again"
+        ))
+    })?;
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&dir).map_err(errno_err(rootfs.as_path()))? {
+        let entry = entry.map_err(errno_err(rootfs.as_path()))?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let name = std::str::from_utf8(name)
+            .map_err(|_| refuse("holds a name that is not UTF-8".into()))?;
+        if !IMAGE_SKIPPED.contains(&name) {
+            names.push(name.to_string());
+        }
+        if names.len() > MAX_IMAGE_TOP {
+            return Err(refuse(format!(
+                "holds more than {MAX_IMAGE_TOP} names at its top"
+            )));
+        }
+    }
+    names.sort();
+    let mut system = Vec::new();
+    for name in names {
+        let inside = AbsPath::new("/")
+            .and_then(|r| r.join(&name))
+            .map_err(|e| refuse(format!("{name:?}: {e}")))?;
+        let src = rootfs
+            .join(&name)
+            .map_err(|e| refuse(format!("{name:?}: {e}")))?;
+        let (e, id) = entry_at(&dir, &name, src.as_path())?;
+        if let (Entry::Dir, Some(id)) = (&e, id) {
+            ids.push((src, id));
+        }
+        system.push((inside, e));
+    }
+    Ok(system)
+}
+
+/// The dynamic loader and libraries of the node binary `node_exe`, the
+/// loader first, each with its identity; none when it is static (the
+/// shipped build). They are read from this process's own mappings, so
+/// `node_exe` must be this very binary: another dynamically linked one
+/// refuses the run (its libraries are not known here).
+fn libraries(
+    node_exe: &AbsPath,
+    ids: &mut Vec<(AbsPath, FileId)>,
+) -> Result<Vec<AbsPath>, HostError> {
+    let maps = Path::new("/proc/self/maps");
+    let text = fs::read_to_string(maps).map_err(io_err(maps))?;
+    let mut libs: Vec<AbsPath> = Vec::new();
+    for path in text.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+        let name = path.rsplit('/').next().unwrap_or_default();
+        let shared = name.ends_with(".so") || name.contains(".so.");
+        if !shared || !path.starts_with('/') || libs.iter().any(|l| l.as_str() == path) {
+            continue;
+        }
+        let p = AbsPath::new(path).map_err(|_| HostError::NodeExe(path.to_string()))?;
+        if name.starts_with("ld-") {
+            libs.insert(0, p);
+        } else {
+            libs.push(p);
+        }
+    }
+    if libs.is_empty() {
+        return Ok(libs);
+    }
+    let me = rustix::fs::stat("/proc/self/exe").map_err(errno_err(Path::new("/proc/self/exe")))?;
+    let exe = rustix::fs::stat(node_exe.as_path()).map_err(errno_err(node_exe.as_path()))?;
+    if FileId::of(&me) != FileId::of(&exe)
+        || !libs[0]
+            .as_str()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .starts_with("ld-")
+    {
+        return Err(HostError::NodeLibs(node_exe.clone()));
+    }
+    for l in &libs {
+        let st = rustix::fs::stat(l.as_path()).map_err(errno_err(l.as_path()))?;
+        ids.push((l.clone(), FileId::of(&st)));
+    }
+    Ok(libs)
+}
+
+/// Gathers the facts for `spec`, with `node_exe` as the binary to bind and
+/// the system of the host, or of the image unpacked at `image`.
+/// With `lock`, each writable folder is locked for the run: a folder another
+/// run holds refuses this one ([`HostError::InUse`]).
+pub fn gather(
+    spec: &RunSpec,
+    node_exe: &Path,
+    image: Option<&AbsPath>,
+    lock: bool,
+) -> Result<(HostFacts, Held), HostError> {
+    let mut ids = Vec::new();
+    let system = match image {
+        None => host_system(&mut ids)?,
+        Some(rootfs) => image_system(rootfs, &mut ids)?,
+    };
     let exe = fs::canonicalize(node_exe).map_err(io_err(node_exe))?;
     let node_exe =
         AbsPath::from_path(&exe).map_err(|_| HostError::NodeExe(exe.display().to_string()))?;
@@ -382,6 +530,10 @@ pub fn gather(spec: &RunSpec, node_exe: &Path, lock: bool) -> Result<(HostFacts,
     ids.push((dev, FileId::of(&st)));
     let mounts =
         mount_points("/proc/self/mountinfo").map_err(io_err(Path::new("/proc/self/mountinfo")))?;
+    let node_libs = match image {
+        None => Vec::new(),
+        Some(_) => libraries(&node_exe, &mut ids)?,
+    };
 
     let mut roots = Vec::new();
     let mut held = Held::default();
@@ -429,7 +581,9 @@ pub fn gather(spec: &RunSpec, node_exe: &Path, lock: bool) -> Result<(HostFacts,
     Ok((
         HostFacts {
             system,
+            system_root: image.cloned(),
             node_exe,
+            node_libs,
             roots,
             protected,
             ids,

@@ -72,7 +72,8 @@ pub(crate) fn plan_only(
     node_exe: &Path,
     extras: &plan::Extras,
 ) -> Result<Plan, SandboxError> {
-    let (facts, _) = host::gather(spec, node_exe, false)?;
+    let image = extras.image.as_ref().map(|i| &i.rootfs);
+    let (facts, _) = host::gather(spec, node_exe, image, false)?;
     Ok(plan::plan(spec, &facts, extras)?)
 }
 
@@ -148,7 +149,8 @@ fn run_in(
 
     // The writable folders stay locked (`held`) until the run is over and
     // its placeholders are gone.
-    let (facts, held) = host::gather(spec, opts.node_exe, true)?;
+    let image = extras.image.as_ref().map(|i| &i.rootfs);
+    let (facts, held) = host::gather(spec, opts.node_exe, image, true)?;
     let plan = plan::plan(spec, &facts, &extras)?;
     let roots = facts
         .protected
@@ -309,7 +311,7 @@ fn wire(
         seccomp_off: plan.seccomp_off,
         bridge,
         deny_unix_sockets: plan.deny_unix_sockets,
-        placeholders: plan.placeholders.clone(),
+        placeholders: plan.placeholders_inside.clone(),
         expect: plan.expect.clone(),
         holds: plan.holds.clone(),
         mount_points: plan.mount_points.clone(),
@@ -380,11 +382,12 @@ fn start(
     capture_w: OwnedFd,
 ) -> Result<crate::spawn::Bwrap, SandboxError> {
     let io = (&opts.io.stdin, &opts.io.stdout);
-    let mut child =
-        spawn_bwrap(opts.bwrap, io, capture_w, &setup).map_err(|source| SandboxError::Exec {
+    let mut child = spawn_bwrap(opts.bwrap, plan, io, capture_w, &setup).map_err(|source| {
+        SandboxError::Exec {
             bwrap: opts.bwrap.to_path_buf(),
             source,
-        })?;
+        }
+    })?;
     drop(setup);
     if let Err(e) = holders.start(&plan.placeholders, spec.data_dir.as_path(), run_id) {
         if let Some(pid) = rustix::process::Pid::from_raw(child.id()) {

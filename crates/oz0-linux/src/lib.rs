@@ -42,5 +42,5 @@ pub mod wall;
 
 pub use outcome::{RunOutcome, SandboxError};
 pub use record::{new_run_id, scratch_base, sweep_stale};
-pub use tier1::{HostConfig, Tier1};
+pub use tier1::{extras_for, HostConfig, Tier1};
 pub use wall::{Fault, LinuxWall};

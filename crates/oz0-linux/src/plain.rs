@@ -39,7 +39,11 @@ impl oz0_core::Sandbox for Plain {
             io, cancel, role, ..
         } = opts;
         if role != Role::Command {
-            return Err("tier 0 has no wall, and a VM's monitor runs only inside tier 1".into());
+            return Err(format!(
+                "tier 0 has no wall, and {} runs only inside tier 1",
+                role.what()
+            )
+            .into());
         }
         let started = Instant::now();
         let run_id = crate::record::new_run_id();

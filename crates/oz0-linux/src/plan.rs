@@ -40,6 +40,9 @@ pub use types::*;
 
 /// Where the node binary is inside every run.
 pub const NODE_BIN_INSIDE: &str = "/oz0/oz0-node";
+/// Where a dynamically linked node binary's loader and libraries are inside
+/// a run in an image's root.
+pub const NODE_LIBS_INSIDE: &str = "/oz0/lib";
 /// The hidden argument that makes the node binary act as the in-sandbox stage.
 pub const STAGE_ARG: &str = "__oz0-stage";
 /// The run's private TEMP inside (and its `HOME`).
@@ -138,7 +141,23 @@ pub struct Extras {
     /// value is on a command line. Set by the node itself, never from a
     /// caller's `--env`; any other name refuses the plan.
     pub vm_secrets: Vec<(String, String)>,
+    /// The run's root is this image's, not the host's system.
+    pub image: Option<ImageRoot>,
 }
+
+/// A run whose root is an unpacked image (see `oz0_core::Role::Image`):
+/// the image's names bound read-only at the top of the run's root in place
+/// of the host's system folders, and the work folder at [`IMAGE_WORK`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRoot {
+    /// The unpacked rootfs on the host.
+    pub rootfs: AbsPath,
+    /// The command's working folder inside.
+    pub cwd: AbsPath,
+}
+
+/// Where the work folder is inside a run whose root is an image.
+pub const IMAGE_WORK: &str = oz0_core::IMAGE_WORK;
 
 /// The prefix of every [`Extras::vm_secrets`] name.
 pub const VM_SECRET_PREFIX: &str = "OZ0_VMENV_";
@@ -183,6 +202,7 @@ impl Default for Extras {
             egress_socket: None,
             fault: None,
             vm_secrets: Vec::new(),
+            image: None,
         }
     }
 }
@@ -207,6 +227,9 @@ pub struct Plan {
     /// Placeholders the node makes on the host (while bubblewrap builds the
     /// sandbox) and the stage mounts read-only; removed after the run.
     pub placeholders: Vec<Placeholder>,
+    /// The same, at their paths inside the run (where the stage mounts
+    /// them): other paths only when the work folder is elsewhere inside.
+    pub placeholders_inside: Vec<Placeholder>,
     /// What bubblewrap must have mounted where, of the caller's paths: the
     /// stage checks each before anything of the caller runs (see
     /// `hold::verify_binds`).
@@ -234,6 +257,9 @@ pub struct Plan {
     pub seccomp_off: bool,
     /// New unix sockets refused to the command.
     pub deny_unix_sockets: bool,
+    /// The node binary's loader inside, when the stage is started through
+    /// it (a dynamically linked node in an image's root).
+    pub loader: Option<AbsPath>,
 }
 
 /// Why no plan could be made. Each names the path and the fix.
@@ -279,6 +305,9 @@ pub enum PlanError {
     /// A VM secret variable not named `OZ0_VMENV_<NAME>`.
     #[error("{0:?} is not a VM secret variable (OZ0_VMENV_ followed by letters, digits and _)")]
     BadVmSecret(String),
+    /// A run in an image's root given folders besides its work folder.
+    #[error("{0}: a run in an image's root has its work folder at /work and no other host folder (--read and --write are for runs on the host's system)")]
+    ImageExtraPath(AbsPath),
     /// The host facts do not match the spec (a bug).
     #[error("host facts do not cover {0}")]
     NoFacts(AbsPath),
@@ -311,14 +340,32 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
     system(host, &mut l)?;
     // 2. Kernel interfaces and the private TEMP.
     let tmp = kernel_and_tmp(spec, host, &mut l)?;
-    // 3. The node binary, for the stage.
-    node_binary(host, &mut l)?;
+    // 3. The node binary, for the stage, with its libraries in an image.
+    let loader = node_binary(host, &mut l)?;
     // 3b. The run's own proxy socket (its only way out), and devices.
     let devices = socket_and_devices(extras, &mut l)?;
 
     // 4. The caller's paths and the protected paths, parents before children.
-    let mut user = caller_paths(spec, host, &mut l)?;
-    let (protected, placeholders, holds) = protected_paths(host, extras)?;
+    let work_inside = match &extras.image {
+        None => spec.work.clone(),
+        Some(_) => abs(IMAGE_WORK),
+    };
+    if let (Some(_), Some(p)) = (&extras.image, spec.read.iter().chain(&spec.write).next()) {
+        return Err(PlanError::ImageExtraPath(p.clone()));
+    }
+    let inside = |p: &AbsPath| relocate(p, &spec.work, &work_inside);
+    let mut user = caller_paths(spec, host, &work_inside, &mut l)?;
+    let (protected, placeholders, mut holds) = protected_paths(host, extras)?;
+    for h in &mut holds {
+        h.path = inside(&h.path);
+    }
+    let placeholders_inside: Vec<Placeholder> = placeholders
+        .iter()
+        .map(|p| Placeholder {
+            path: inside(&p.path),
+            kind: p.kind,
+        })
+        .collect();
     user.extend(fault_mount(extras));
     refuse_protected_writes(spec, &protected)?;
     // A stable sort by depth puts every mount after the mounts of its parents.
@@ -336,7 +383,13 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
         landlock,
         expect,
     } = l;
-    let mount_points = mount_points(&mounts, &host.mounts, &devices, &holds, &placeholders);
+    let mount_points = mount_points(
+        &mounts,
+        &host.mounts,
+        &devices,
+        &holds,
+        &placeholders_inside,
+    );
     Ok(Plan {
         namespaces,
         mounts,
@@ -344,31 +397,50 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
         tmp,
         protected,
         placeholders,
+        placeholders_inside,
         expect,
         holds,
         mount_points,
         env,
-        cwd: spec.work.clone(),
+        cwd: match &extras.image {
+            None => spec.work.clone(),
+            Some(i) => i.cwd.clone(),
+        },
         argv: spec.command.clone(),
         landlock,
         landlock_off: extras.fault == Some(Fault::NoLandlock),
         seccomp: extras.profile,
         seccomp_off: extras.fault == Some(Fault::NoSeccomp),
         deny_unix_sockets: !spec.allow_unix_sockets && extras.profile == Profile::Default,
+        loader,
     })
 }
 
-/// Step 1: the system's folders bound read-only, its links kept as links.
+/// `p` inside a run whose work folder `work` is at `work_inside`.
+fn relocate(p: &AbsPath, work: &AbsPath, work_inside: &AbsPath) -> AbsPath {
+    match p.as_str().strip_prefix(work.as_str()) {
+        Some("") => work_inside.clone(),
+        Some(rest) if rest.starts_with('/') => join_all(work_inside, &rest[1..]),
+        _ => p.clone(),
+    }
+}
+
+/// Step 1: the system's folders bound read-only, its links kept as links
+/// (the host's, or an image's: see [`HostFacts::system_root`]).
 fn system(host: &HostFacts, l: &mut Layers) -> Result<(), PlanError> {
     for (path, entry) in &host.system {
         match entry {
             Entry::Dir => {
+                let src = match &host.system_root {
+                    None => path.clone(),
+                    Some(root) => join_all(root, path.as_str().trim_start_matches('/')),
+                };
                 l.mounts.push(Mount::RoBind {
-                    src: path.clone(),
+                    src: src.clone(),
                     dest: path.clone(),
                 });
                 l.landlock.read.push(path.to_string());
-                l.expect.push(Expect::of(host, path, true)?);
+                l.expect.push(Expect::at(host, &src, path.clone(), true)?);
             }
             Entry::Symlink(target) => l.mounts.push(Mount::Symlink {
                 target: target.clone(),
@@ -408,8 +480,10 @@ fn kernel_and_tmp(
     Ok(tmp)
 }
 
-/// Step 3: the node binary, read-only at [`NODE_BIN_INSIDE`], for the stage.
-fn node_binary(host: &HostFacts, l: &mut Layers) -> Result<(), PlanError> {
+/// Step 3: the node binary, read-only at [`NODE_BIN_INSIDE`], for the
+/// stage, and its loader and libraries at [`NODE_LIBS_INSIDE`] when it
+/// needs them (in an image's root); the loader inside, then.
+fn node_binary(host: &HostFacts, l: &mut Layers) -> Result<Option<AbsPath>, PlanError> {
     l.mounts.push(Mount::RoBind {
         src: host.node_exe.clone(),
         dest: abs(NODE_BIN_INSIDE),
@@ -421,7 +495,23 @@ fn node_binary(host: &HostFacts, l: &mut Layers) -> Result<(), PlanError> {
         abs(NODE_BIN_INSIDE),
         true,
     )?);
-    Ok(())
+    let mut loader = None;
+    for lib in &host.node_libs {
+        let name = lib.as_str().rsplit('/').next().unwrap_or_default();
+        let dest = abs(NODE_LIBS_INSIDE)
+            .join(name)
+            .map_err(|_| PlanError::NoFacts(lib.clone()))?;
+        l.mounts.push(Mount::RoBind {
+            src: lib.clone(),
+            dest: dest.clone(),
+        });
+        l.expect.push(Expect::at(host, lib, dest.clone(), true)?);
+        loader.get_or_insert(dest);
+    }
+    if loader.is_some() {
+        l.landlock.read.push(NODE_LIBS_INSIDE.to_string());
+    }
+    Ok(loader)
 }
 
 /// Step 3b: the run's own proxy socket (its only way out), and the names
@@ -446,7 +536,12 @@ fn socket_and_devices(extras: &Extras, l: &mut Layers) -> Result<Vec<String>, Pl
 
 /// Step 4: the work folder and the `--read`/`--write` paths, each checked
 /// against what the node found on the host; their mounts, unsorted.
-fn caller_paths(spec: &RunSpec, host: &HostFacts, l: &mut Layers) -> Result<Vec<Mount>, PlanError> {
+fn caller_paths(
+    spec: &RunSpec,
+    host: &HostFacts,
+    work_inside: &AbsPath,
+    l: &mut Layers,
+) -> Result<Vec<Mount>, PlanError> {
     let mut user = Vec::new();
     let roots = std::iter::once((&spec.work, true))
         .chain(spec.read.iter().map(|p| (p, false)))
@@ -471,12 +566,13 @@ fn caller_paths(spec: &RunSpec, host: &HostFacts, l: &mut Layers) -> Result<Vec<
         if path == &spec.work && fact.entry != Entry::Dir {
             return Err(PlanError::WorkNotDir(path.clone()));
         }
+        let dest = relocate(path, &spec.work, work_inside);
         if writable {
             user.push(Mount::Bind {
                 src: path.clone(),
-                dest: path.clone(),
+                dest: dest.clone(),
             });
-            l.landlock.write.push(path.to_string());
+            l.landlock.write.push(dest.to_string());
             if host.node_exe.starts_with(path) {
                 return Err(PlanError::NodeInWritable {
                     node: host.node_exe.clone(),
@@ -486,11 +582,11 @@ fn caller_paths(spec: &RunSpec, host: &HostFacts, l: &mut Layers) -> Result<Vec<
         } else {
             user.push(Mount::RoBind {
                 src: path.clone(),
-                dest: path.clone(),
+                dest: dest.clone(),
             });
-            l.landlock.read.push(path.to_string());
+            l.landlock.read.push(dest.to_string());
         }
-        l.expect.push(Expect::of(host, path, !writable)?);
+        l.expect.push(Expect::at(host, path, dest, !writable)?);
     }
     Ok(user)
 }
@@ -640,15 +736,19 @@ impl Plan {
     }
 
     /// bubblewrap's real command line after its program name: it names only
-    /// the args descriptor and the stage, nothing of the run.
-    pub fn bwrap_command() -> Vec<String> {
-        vec![
-            "--args".into(),
-            fds::ARGS.to_string(),
-            "--".into(),
-            NODE_BIN_INSIDE.into(),
-            STAGE_ARG.into(),
-        ]
+    /// the args descriptor and the stage (through its loader, when the
+    /// plan has one), nothing of the run.
+    pub fn bwrap_command(&self) -> Vec<String> {
+        let mut c = vec!["--args".into(), fds::ARGS.to_string(), "--".into()];
+        if let Some(loader) = &self.loader {
+            c.extend([
+                loader.to_string(),
+                "--library-path".into(),
+                NODE_LIBS_INSIDE.into(),
+            ]);
+        }
+        c.extend([NODE_BIN_INSIDE.into(), STAGE_ARG.into()]);
+        c
     }
 }
 

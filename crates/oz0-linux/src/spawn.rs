@@ -75,6 +75,7 @@ impl Bwrap {
 /// here).
 pub(crate) fn spawn_bwrap(
     bwrap: &Path,
+    plan: &Plan,
     (stdin, stdout): (&oz0_core::Stdio, &oz0_core::Stdio),
     capture: OwnedFd,
     setup: &oz0_sys::spawn::ChildSetup,
@@ -86,7 +87,7 @@ pub(crate) fn spawn_bwrap(
         };
         let program = cstr(bwrap.as_os_str().as_bytes())?;
         let mut argv = vec![program.clone()];
-        for a in Plan::bwrap_command() {
+        for a in plan.bwrap_command() {
             argv.push(cstr(a.as_bytes())?);
         }
         let raw = |s: &oz0_core::Stdio| match s {
@@ -113,7 +114,7 @@ pub(crate) fn spawn_bwrap(
     };
     let mut cmd = Command::new(bwrap);
     cmd.env_clear()
-        .args(Plan::bwrap_command())
+        .args(plan.bwrap_command())
         .stdin(owned(stdin)?)
         .stdout(owned(stdout)?)
         .stderr(Stdio::from(capture));

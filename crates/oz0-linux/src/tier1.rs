@@ -227,19 +227,7 @@ impl oz0_core::Sandbox for Tier1 {
         spec: &RunSpec,
         opts: oz0_core::RunOptions,
     ) -> Result<oz0_core::Outcome, oz0_core::RunError> {
-        let mut extras = plan::Extras::default();
-        if let Role::Monitor(m) = opts.role {
-            if m.vmm_syscalls {
-                extras.profile = crate::seccomp::Profile::Vmm;
-            }
-            extras.devices = m
-                .devices
-                .iter()
-                .map(|d| AbsPath::new(d))
-                .collect::<Result<_, _>>()?;
-            extras.egress_socket = m.egress_socket.as_deref().map(AbsPath::new).transpose()?;
-            extras.vm_secrets = m.secrets;
-        }
+        let mut extras = extras_for(opts.role)?;
         // A run that cannot be confined: its job goes where no cgroup can
         // be made (a path through a file), so the launcher must refuse it.
         let broken;
@@ -273,6 +261,34 @@ impl oz0_core::Sandbox for Tier1 {
         )?;
         Ok(outcome.into_core(self.audit_log()))
     }
+}
+
+/// What tier 1 adds to a run's spec for its role: a VM monitor's devices,
+/// system calls, secrets and socket, or an image's root.
+pub fn extras_for(role: Role) -> Result<plan::Extras, oz0_policy::path::PathError> {
+    let mut extras = plan::Extras::default();
+    match role {
+        Role::Command => {}
+        Role::Monitor(m) => {
+            if m.vmm_syscalls {
+                extras.profile = crate::seccomp::Profile::Vmm;
+            }
+            extras.devices = m
+                .devices
+                .iter()
+                .map(|d| AbsPath::new(d))
+                .collect::<Result<_, _>>()?;
+            extras.egress_socket = m.egress_socket.as_deref().map(AbsPath::new).transpose()?;
+            extras.vm_secrets = m.secrets;
+        }
+        Role::Image(i) => {
+            extras.image = Some(plan::ImageRoot {
+                rootfs: AbsPath::new(&i.rootfs)?,
+                cwd: AbsPath::new(i.cwd.as_deref().unwrap_or(plan::IMAGE_WORK))?,
+            })
+        }
+    }
+    Ok(extras)
 }
 
 /// The Linux form of a self-test's fault.

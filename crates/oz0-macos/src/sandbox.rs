@@ -313,8 +313,10 @@ impl oz0_core::Sandbox for Seatbelt {
             role,
             fault,
         } = opts;
-        if role != Role::Command {
-            return Err("a VM's monitor does not run in Seatbelt: microVMs run in Apple's container (sandbox vm)".into());
+        match role {
+            Role::Command => {}
+            Role::Monitor(_) => return Err("a VM's monitor does not run in Seatbelt: microVMs run in Apple's container (sandbox vm)".into()),
+            _ => return Err(format!("{} does not run in Seatbelt: only Linux tier 1 gives a run an image's root", role.what()).into()),
         }
         // The one fault Seatbelt makes: a profile sandbox-exec cannot
         // compile, which it must refuse to run anything under.
@@ -381,7 +383,11 @@ impl oz0_core::Sandbox for Plain {
             io, cancel, role, ..
         } = opts;
         if role != Role::Command {
-            return Err("tier 0 has no wall, and a VM's monitor runs only inside one".into());
+            return Err(format!(
+                "tier 0 has no wall, and {} runs only inside one",
+                role.what()
+            )
+            .into());
         }
         if spec.limits.needs_job() || spec.egress.is_enabled() {
             return Err("tier 0 has no wall: it enforces neither job limits nor an egress allowlist, so a run that asks for them is refused".into());

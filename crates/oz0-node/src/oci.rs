@@ -1,18 +1,23 @@
 //! `oz0-node oci pull`: an image by digest into the node's image cache
-//! (`<data dir>/oci/`, `oz0_oci::cache`), checked and unpacked once.
+//! (`<data dir>/oci/`, `oz0_oci::cache`), checked and unpacked once; and
+//! what `sandbox run --image` takes from it (the rootfs, and the command,
+//! variables and working folder of the image's config).
 //!
 //! What the image's config says (entrypoint, command, environment, working
 //! folder, user) is the image's text: it is printed escaped (JSON strings),
 //! never as it came.
 
 use std::os::unix::fs::DirBuilderExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use oz0_core::exit::Exit;
 use oz0_oci::cache::{Cache, Image};
+use oz0_oci::manifest::RunConfig;
 use oz0_oci::registry::{Client, Options};
 use oz0_oci::Reference;
+use oz0_policy::env::{NODE_PREFIX, PROXY_VARS, SANDBOX_SET};
+use oz0_policy::EnvVar;
 use serde_json::json;
 
 use crate::flags::DataDirArg;
@@ -51,6 +56,18 @@ pub struct PullArgs {
     /// The image: oci:REGISTRY/NAME@sha256:<64 hex digits>
     #[arg(value_name = "IMAGE")]
     pub image: String,
+    #[command(flatten)]
+    pub oci: OciArgs,
+    /// One JSON document instead of lines
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub data: DataDirArg,
+}
+
+/// Where images come from and how much of them the node keeps.
+#[derive(Debug, Args)]
+pub struct OciArgs {
     /// A registry the node may pull from, HOST[:PORT] as images name it
     /// (plain HTTP on loopback only, HTTPS elsewhere) (repeatable)
     #[arg(long = "oci-registry", value_name = "HOST[:PORT]")]
@@ -67,11 +84,6 @@ pub struct PullArgs {
     /// used images nothing holds are removed past it
     #[arg(long = "oci-cache-mib", value_name = "MiB", default_value_t = oz0_oci::cache::DEFAULT_MAX_BYTES >> 20)]
     pub cache_mib: u64,
-    /// One JSON document instead of lines
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub data: DataDirArg,
 }
 
 /// Runs `oci …`; returns the exit status.
@@ -81,14 +93,57 @@ pub fn main(c: OciCmd) -> i32 {
     }
 }
 
-fn pull(a: PullArgs) -> i32 {
-    let r = match Reference::parse(&a.image) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("oz0-node: oci pull: {e}");
-            return Exit::Usage.code();
+/// Why an image could not be had: the message, and whether the command
+/// line was wrong (usage) or the pull failed.
+pub struct FetchError {
+    /// What went wrong, naming the blob or flag and the fix.
+    pub msg: String,
+    /// The command line was wrong (a tag, an unknown registry's flags).
+    pub usage: bool,
+}
+
+impl FetchError {
+    /// The exit status it gives.
+    pub fn code(&self) -> i32 {
+        if self.usage {
+            Exit::Usage.code()
+        } else {
+            Exit::CheckFailed.code()
         }
-    };
+    }
+}
+
+/// `image` (`oci:REGISTRY/NAME@sha256:…`) from the cache in `data_dir`,
+/// pulled and unpacked first when it is not there. The image stays held
+/// (never evicted) while the returned value lives.
+pub fn fetch(image: &str, a: &OciArgs, data_dir: &Path) -> Result<(Reference, Image), FetchError> {
+    let usage = |msg: String| FetchError { msg, usage: true };
+    let failed = |msg: String| FetchError { msg, usage: false };
+    let r = Reference::parse(image).map_err(|e| usage(e.to_string()))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(data_dir)
+        .map_err(|e| {
+            failed(format!(
+                "cannot make the data directory {}: {e}",
+                data_dir.display()
+            ))
+        })?;
+    let client = Client::new(&Options {
+        allowed: a.registries.clone(),
+        auth_file: a.auth.clone(),
+        ca_file: a.ca.clone(),
+    })
+    .map_err(|e| usage(e.to_string()))?;
+    let max = a.cache_mib.saturating_mul(1 << 20);
+    let image = Cache::open(data_dir, max)
+        .and_then(|c| c.pull(&client, &r))
+        .map_err(|e| failed(format!("{r}: {e}")))?;
+    Ok((r, image))
+}
+
+fn pull(a: PullArgs) -> i32 {
     let data_dir = match oz0_linux::host::data_dir(a.data.data_dir.as_deref()) {
         Ok(d) => d,
         Err(e) => {
@@ -96,40 +151,67 @@ fn pull(a: PullArgs) -> i32 {
             return Exit::Usage.code();
         }
     };
-    if let Err(e) = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&data_dir)
-    {
-        eprintln!(
-            "oz0-node: oci pull: cannot make the data directory {}: {e}",
-            data_dir.display()
-        );
-        return Exit::CheckFailed.code();
-    }
-    let client = match Client::new(&Options {
-        allowed: a.registries,
-        auth_file: a.auth,
-        ca_file: a.ca,
-    }) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("oz0-node: oci pull: {e}");
-            return Exit::Usage.code();
-        }
-    };
-    let max = a.cache_mib.saturating_mul(1 << 20);
-    let image = Cache::open(&data_dir, max).and_then(|c| c.pull(&client, &r));
-    match image {
-        Ok(i) => {
+    match fetch(&a.image, &a.oci, &data_dir) {
+        Ok((r, i)) => {
             show(&r, &i, a.json);
             Exit::Ok.code()
         }
         Err(e) => {
-            eprintln!("oz0-node: oci pull {r}: {e}");
-            Exit::CheckFailed.code()
+            eprintln!("oz0-node: oci pull {}", e.msg);
+            e.code()
         }
     }
+}
+
+/// The command a run of the image starts: its entrypoint, then `given`
+/// (the caller's arguments) or, when none are given, its cmd.
+pub(crate) fn command(c: &RunConfig, given: Vec<String>) -> Result<Vec<String>, String> {
+    let rest = if given.is_empty() {
+        c.cmd.clone()
+    } else {
+        given
+    };
+    let argv: Vec<String> = c.entrypoint.iter().cloned().chain(rest).collect();
+    if argv.is_empty() {
+        return Err(
+            "the image's config names no entrypoint and no cmd: give the command after --".into(),
+        );
+    }
+    Ok(argv)
+}
+
+/// The run's variables: the image's `Env`, then the caller's (which win
+/// over the image's of the same name). Of the image's, what the sandbox
+/// sets itself (HOME, TMPDIR, the proxy variables) and the node's own
+/// (`OZ0_`) are left out, each named in the returned notes; one that is
+/// not a variable refuses the run.
+pub(crate) fn env(
+    c: &RunConfig,
+    caller: Vec<EnvVar>,
+) -> Result<(Vec<EnvVar>, Vec<String>), String> {
+    let mut out: Vec<EnvVar> = Vec::new();
+    let mut notes = Vec::new();
+    for e in &c.env {
+        let name = e.split('=').next().unwrap_or_default();
+        if SANDBOX_SET.contains(&name)
+            || PROXY_VARS.contains(&name)
+            || name.starts_with(NODE_PREFIX)
+        {
+            notes.push(format!(
+                "the image's variable {} is not passed: the sandbox sets it, or it is the node's",
+                q(name)
+            ));
+            continue;
+        }
+        let v = EnvVar::parse(e).map_err(|why| format!("the image's variable {}: {why}", q(e)))?;
+        out.retain(|o| o.name != v.name);
+        out.push(v);
+    }
+    for v in caller {
+        out.retain(|o| o.name != v.name);
+        out.push(v);
+    }
+    Ok((out, notes))
 }
 
 /// A string of the image's, escaped.

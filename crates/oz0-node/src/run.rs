@@ -4,9 +4,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use oz0_core::exit::Exit;
-use oz0_core::{Cancel, Ended, LimitHit, Outcome, RunIo, RunOptions, Sandbox};
+use oz0_core::{Cancel, Ended, ImageRoot, LimitHit, Outcome, Role, RunIo, RunOptions, Sandbox};
 use oz0_linux::hostfs::OutFile;
 use oz0_linux::{SandboxError, Tier1};
+use oz0_oci::cache::Image;
 use oz0_policy::{EnvVar, RunRequest, RunSpec};
 use serde_json::json;
 
@@ -87,8 +88,24 @@ pub struct RunArgs {
     /// Print the plan (mounts, protected paths, environment names) as JSON and run nothing.
     #[arg(long = "dry-run")]
     pub dry_run: bool,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// Run in this image's root instead of the host's system:
+    /// oci:REGISTRY/NAME@sha256:<64 hex digits>, pulled by digest into the
+    /// node's image cache (see `oci pull`) when it is not there. The run
+    /// sees the image's files, read-only, and none of the host's; the
+    /// --work folder is at /work, and no --read or --write folder is given.
+    /// The command is the image's entrypoint, then the arguments after --
+    /// or, when there are none, the image's cmd; the image's variables come
+    /// first (--env wins), and its working folder is the run's. Every other
+    /// wall of the run is the same as without an image. The image's user is
+    /// not taken: a run is always the node's user, who owns every file of
+    /// the image.
+    #[arg(long = "image", value_name = "IMAGE")]
+    pub image: Option<String>,
+    #[command(flatten)]
+    pub oci: crate::oci::OciArgs,
+    /// The command and its arguments (with --image, the arguments after
+    /// the image's entrypoint).
+    #[arg(last = true, required_unless_present = "image", value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,
 }
 
@@ -116,10 +133,10 @@ fn parse_env(args: &RunArgs) -> Result<Vec<EnvVar>, String> {
     Ok(out)
 }
 
-fn request(args: &RunArgs) -> Result<RunRequest, String> {
+fn request(args: &RunArgs, image: Option<&Image>) -> Result<RunRequest, String> {
     let data_dir =
         oz0_linux::host::data_dir(args.host.data.data_dir.as_deref()).map_err(|e| e.to_string())?;
-    let command = args
+    let mut command = args
         .command
         .iter()
         .enumerate()
@@ -129,12 +146,22 @@ fn request(args: &RunArgs) -> Result<RunRequest, String> {
                 .ok_or_else(|| format!("argument {i} of the command is not valid UTF-8"))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let mut env = parse_env(args)?;
+    if let Some(i) = image {
+        let c = &i.record.config;
+        command = crate::oci::command(c, command)?;
+        let notes;
+        (env, notes) = crate::oci::env(c, env)?;
+        for n in notes {
+            eprintln!("oz0-node: {n}");
+        }
+    }
     let (work, read, write) = args.wall.paths()?;
     Ok(RunRequest {
         work,
         read,
         write,
-        env: parse_env(args)?,
+        env,
         allow: args.wall.allow.clone(),
         forward: args.wall.forward.clone(),
         limits: args.wall.limits(Some(args.tmp_size)),
@@ -200,6 +227,23 @@ fn error_doc(e: &dyn std::fmt::Display) -> serde_json::Value {
     })
 }
 
+/// The root of a run in `image`: its rootfs, and its working folder
+/// (which must be an absolute path).
+fn image_root(image: &Image) -> Result<ImageRoot, String> {
+    let rootfs = utf8("the image's rootfs", &image.rootfs)?;
+    let cwd = match image.record.config.working_dir.as_deref() {
+        None | Some("") => None,
+        Some(w) if w.starts_with('/') => Some(w.to_string()),
+        Some(w) => {
+            return Err(format!(
+                "the image's working folder {} is not an absolute path",
+                serde_json::to_string(w).expect("a string serialises")
+            ))
+        }
+    };
+    Ok(ImageRoot { rootfs, cwd })
+}
+
 /// Runs `sandbox run`; returns the exit status.
 pub fn run(args: RunArgs) -> i32 {
     // The status document's folder is opened now, without following links,
@@ -214,7 +258,27 @@ pub fn run(args: RunArgs) -> i32 {
         Some(Err(e)) => return refuse(None, e),
     };
     let refuse = |e: String| refuse(status_out.as_ref(), e);
-    let req = match request(&args) {
+    let image = match &args.image {
+        None => None,
+        Some(name) => {
+            let data_dir = match oz0_linux::host::data_dir(args.host.data.data_dir.as_deref()) {
+                Ok(d) => d,
+                Err(e) => return refuse(e.to_string()),
+            };
+            match crate::oci::fetch(name, &args.oci, &data_dir) {
+                Ok((_, i)) => Some(i),
+                Err(e) => return refuse(format!("--image {}", e.msg)),
+            }
+        }
+    };
+    let role = match &image {
+        None => Role::Command,
+        Some(i) => match image_root(i) {
+            Ok(r) => Role::Image(r),
+            Err(e) => return refuse(e),
+        },
+    };
+    let req = match request(&args, image.as_ref()) {
         Ok(r) => r,
         Err(e) => return refuse(e.to_string()),
     };
@@ -227,7 +291,11 @@ pub fn run(args: RunArgs) -> i32 {
         Err(e) => return refuse(e.to_string()),
     };
     if args.dry_run {
-        return match host.plan(&spec, &Default::default()) {
+        let extras = match oz0_linux::extras_for(role) {
+            Ok(x) => x,
+            Err(e) => return refuse(e.to_string()),
+        };
+        return match host.plan(&spec, &extras) {
             Ok(plan) => {
                 let env_names: Vec<&str> = plan.env.iter().map(|(n, _)| n.as_str()).collect();
                 let doc = json!({
@@ -250,10 +318,11 @@ pub fn run(args: RunArgs) -> i32 {
         };
     }
     let sandbox: &dyn Sandbox = &host;
-    let result = sandbox.run(
-        &spec,
-        RunOptions::new(RunIo::inherit(), crate::signals::cancel_pipe().map(Cancel)),
-    );
+    let mut opts = RunOptions::new(RunIo::inherit(), crate::signals::cancel_pipe().map(Cancel));
+    opts.role = role;
+    let result = sandbox.run(&spec, opts);
+    // The image stays held (never evicted from the cache) to the run's end.
+    drop(image);
     // The proxy (if a run started it) stops with the host.
     drop(host);
     let (code, doc) = match &result {

@@ -33,10 +33,19 @@ pub const NO_EGRESS: &str = "egress (--allow/--forward) for a PSEC run is not in
 
 /// What a PSEC run refuses before anything is made: why, or None.
 pub fn refusal(spec: &RunSpec, role: &Role, fault: Option<&Fault>, io: &RunIo) -> Option<String> {
-    if role != &Role::Command {
-        return Some(
-            "a VM's monitor does not run in PSEC: this build has no microVMs on Windows".into(),
-        );
+    match role {
+        Role::Command => {}
+        Role::Monitor(_) => {
+            return Some(
+                "a VM's monitor does not run in PSEC: this build has no microVMs on Windows".into(),
+            )
+        }
+        _ => {
+            return Some(format!(
+                "{} does not run in PSEC: only Linux tier 1 gives a run an image's root",
+                role.what()
+            ))
+        }
     }
     if let Some(f) = fault {
         return Some(format!("PSEC cannot inject {f:?}"));

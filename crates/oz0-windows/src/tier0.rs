@@ -83,12 +83,15 @@ pub fn job_env(spec: &RunSpec, system_root: &str) -> Vec<(String, String)> {
 }
 
 /// What tier 0 refuses: a monitor, egress, limits (no wall holds them).
-pub fn refusal(spec: &RunSpec, role: &Role) -> Option<&'static str> {
+pub fn refusal(spec: &RunSpec, role: &Role) -> Option<String> {
     if role != &Role::Command {
-        return Some("tier 0 has no wall, and a VM's monitor runs only inside one");
+        return Some(format!(
+            "tier 0 has no wall, and {} runs only inside one",
+            role.what()
+        ));
     }
     if spec.limits.needs_job() || spec.egress.is_enabled() {
-        return Some("tier 0 has no wall: it enforces neither job limits nor an egress allowlist, so a run that asks for them is refused");
+        return Some("tier 0 has no wall: it enforces neither job limits nor an egress allowlist, so a run that asks for them is refused".into());
     }
     None
 }

@@ -111,7 +111,9 @@ fn host(roots: Vec<RootFact>, protected: Vec<ProtectedFacts>) -> HostFacts {
             (p("/lib32"), Entry::Missing),
             (p("/etc"), Entry::Dir),
         ],
+        system_root: None,
         node_exe: p("/opt/oz0/oz0-node"),
+        node_libs: Vec::new(),
         roots,
         protected,
         ids,
@@ -157,7 +159,7 @@ fn golden_minimal_run() {
     assert!(!args.contains(PLACEHOLDERS_INSIDE), "{args}");
     // Nothing of the caller's is on bubblewrap's real command line.
     assert_eq!(
-        Plan::bwrap_command().join(" "),
+        plan.bwrap_command().join(" "),
         "--args 3 -- /oz0/oz0-node __oz0-stage"
     );
     assert_eq!(plan.argv, vec!["make", "test"]);
@@ -590,4 +592,118 @@ fn refusals_of_protected_paths() {
         ),
         |e| matches!(e, PlanError::ProtectedWritable(_)),
     );
+}
+
+/// A run in an image's root: the image's names in place of the host's
+/// system, the work folder at /work (its binds, Landlock rule, checks,
+/// holds and placeholders all there inside, and the placeholders made at
+/// their host paths), the image's working folder; other folders refused.
+#[test]
+fn image_root_replaces_the_system_and_puts_work_at_slash_work() {
+    let rootfs = "/data/oci/images/abc/rootfs";
+    let mut h = host(
+        vec![root("/w", Entry::Dir)],
+        vec![prot("/w", Entry::Dir, &[])],
+    );
+    h.system = vec![
+        (p("/usr"), Entry::Dir),
+        (p("/bin"), Entry::Symlink("usr/bin".into())),
+        (p("/app"), Entry::Dir),
+    ];
+    h.system_root = Some(p(rootfs));
+    for (i, name) in ["usr", "app"].iter().enumerate() {
+        let id = FileId {
+            major: 8,
+            minor: 2,
+            ino: 900 + i as u64,
+        };
+        h.ids.push((p(&format!("{rootfs}/{name}")), id));
+    }
+    let extras = Extras {
+        image: Some(ImageRoot {
+            rootfs: p(rootfs),
+            cwd: p("/app"),
+        }),
+        ..Extras::default()
+    };
+    let plan = plan(&spec(|_| {}), &h, &extras).unwrap();
+    let args = plan.bwrap_args().join(" ");
+    assert!(
+        args.contains(&format!(
+            "--ro-bind {rootfs}/usr /usr --symlink usr/bin /bin --ro-bind {rootfs}/app /app --proc"
+        )),
+        "{args}"
+    );
+    assert!(
+        !args.contains("/etc"),
+        "the host's system stays out: {args}"
+    );
+    assert!(args.contains("--bind /w /work --chdir /app"), "{args}");
+    assert!(plan.landlock.write.contains(&"/work".to_string()));
+    assert!(!plan.landlock.write.contains(&"/w".to_string()));
+    assert!(plan.landlock.read.contains(&"/app".to_string()));
+    let work = plan.expect.iter().find(|e| e.path == p("/work")).unwrap();
+    assert!(!work.readonly);
+    assert!(plan
+        .expect
+        .iter()
+        .any(|e| e.path == p("/usr") && e.id.ino == 900));
+    assert!(plan.holds.iter().all(|x| x.path.starts_with(&p("/work"))));
+    assert!(!plan.holds.is_empty());
+    assert!(!plan.placeholders.is_empty());
+    for (host_side, inside) in plan.placeholders.iter().zip(&plan.placeholders_inside) {
+        assert!(host_side.path.starts_with(&p("/w")), "{:?}", host_side.path);
+        let rest = host_side.path.as_str().strip_prefix("/w").unwrap();
+        assert_eq!(inside.path.as_str(), format!("/work{rest}"));
+    }
+    assert!(plan.mount_points.iter().all(|m| !m.starts_with("/w/")));
+    assert!(plan.mount_points.contains(&"/work".to_string()));
+    assert!(plan.mount_points.contains(&"/app".to_string()));
+    // A static node binary needs nothing more.
+    assert_eq!(
+        plan.bwrap_command().join(" "),
+        "--args 3 -- /oz0/oz0-node __oz0-stage"
+    );
+
+    // A dynamically linked one: its loader and libraries, checked like
+    // every bind, and the stage started through the loader.
+    let libs = [
+        "/lib64/ld-linux-x86-64.so.2",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+    ];
+    for (i, l) in libs.iter().enumerate() {
+        h.node_libs.push(p(l));
+        let id = FileId {
+            major: 8,
+            minor: 3,
+            ino: 950 + i as u64,
+        };
+        h.ids.push((p(l), id));
+    }
+    let plan = super::plan(&spec(|_| {}), &h, &extras).unwrap();
+    let args = plan.bwrap_args().join(" ");
+    assert!(
+        args.contains("--ro-bind /lib64/ld-linux-x86-64.so.2 /oz0/lib/ld-linux-x86-64.so.2 --ro-bind /usr/lib/x86_64-linux-gnu/libc.so.6 /oz0/lib/libc.so.6"),
+        "{args}"
+    );
+    assert_eq!(
+        plan.bwrap_command().join(" "),
+        "--args 3 -- /oz0/lib/ld-linux-x86-64.so.2 --library-path /oz0/lib /oz0/oz0-node __oz0-stage"
+    );
+    assert!(plan.landlock.read.contains(&"/oz0/lib".to_string()));
+    assert!(plan
+        .expect
+        .iter()
+        .any(|e| e.path == p("/oz0/lib/libc.so.6") && e.id.ino == 951));
+    assert!(plan
+        .mount_points
+        .contains(&"/oz0/lib/libc.so.6".to_string()));
+
+    for edit in [
+        (|r: &mut RunRequest| r.read = vec!["/r".into()]) as fn(&mut RunRequest),
+        |r: &mut RunRequest| r.write = vec!["/x".into()],
+    ] {
+        let err = super::plan(&spec(edit), &h, &extras).unwrap_err();
+        assert!(matches!(err, PlanError::ImageExtraPath(_)), "{err}");
+    }
 }

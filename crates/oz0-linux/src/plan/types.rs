@@ -124,15 +124,6 @@ pub struct Expect {
 }
 
 impl Expect {
-    /// `path` bound onto itself.
-    pub(super) fn of(
-        host: &HostFacts,
-        path: &AbsPath,
-        readonly: bool,
-    ) -> Result<Expect, PlanError> {
-        Expect::at(host, path, path.clone(), readonly)
-    }
-
     /// Host `src` bound at `dest`.
     pub(super) fn at(
         host: &HostFacts,

@@ -1,0 +1,218 @@
+//! `oz0-node sandbox run --image`: a command in an image's root, inside the
+//! same tier-1 wall as every run, against a real registry on loopback
+//! (Debian's `docker-registry`) and an image this test builds from Debian's
+//! static busybox. The run sees the image's files and none of the host's
+//! system, its work folder at /work, the image's command, variables and
+//! working folder; the image cannot be written; the wall's properties
+//! (seccomp, no capabilities, no new privileges) hold inside it.
+#![cfg(target_os = "linux")]
+
+#[macro_use]
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::oci::{tar, Registry};
+use common::{stderr, stdout, Env};
+
+/// Debian's static busybox (package busybox-static).
+const BUSYBOX: &str = "/bin/busybox";
+
+/// An image of busybox with `sh` and `ls`, a `/srv/hello.txt`, and `run`
+/// as its config, pushed as `name`; its reference.
+fn busybox_image(reg: &Registry, name: &str, run: &str) -> Option<String> {
+    let Ok(bb) = std::fs::read(BUSYBOX) else {
+        common::skip("no static busybox at /bin/busybox (apt-get install busybox-static)");
+        return None;
+    };
+    let layer = tar(&[
+        ("bin/", b'5', 0o755, b""),
+        ("bin/busybox", b'0', 0o755, &bb),
+        ("bin/sh", b'2', 0o777, b"busybox"),
+        ("srv/", b'5', 0o755, b""),
+        ("srv/hello.txt", b'0', 0o644, b"hello from the image\n"),
+        // What the run's own mounts take: never bound from the image.
+        ("tmp/", b'5', 0o755, b""),
+        ("tmp/image-tmp", b'0', 0o644, b"x"),
+    ]);
+    let digest = reg.push_with(name, &[layer], None, run);
+    Some(format!("oci:{}/{name}@{digest}", reg.host()))
+}
+
+/// `sandbox run --image IMAGE` with the registry allowed, then `cmd`.
+fn run_image(env: &Env, reg: &Registry, image: &str, extra: &[&str], cmd: &[&str]) -> Output {
+    let host = reg.host();
+    let mut args = vec!["--image", image, "--oci-registry", &host];
+    args.extend_from_slice(extra);
+    env.cmd(&args, cmd).output().unwrap()
+}
+
+const SCRIPT: &str = "echo pwd=$(pwd); echo greeting=$GREETING; echo home=$HOME; \
+cat /srv/hello.txt; for n in bin srv work tmp oz0 usr etc lib lib64 home root var; do \
+test -e /$n && echo has-$n; done; \
+test -e /etc/passwd && echo host-etc-visible; test -e /tmp/image-tmp && echo image-tmp-bound; \
+echo made > /work/out.txt; (echo x > /srv/new) 2>/dev/null && echo image-writable; \
+(echo x > /new) 2>/dev/null && echo root-writable; echo done";
+
+fn config(cmd: &str) -> String {
+    let cmd = serde_json::to_string(cmd).unwrap();
+    format!(
+        r#"{{"Entrypoint":["/bin/sh","-c"],"Cmd":[{cmd}],"Env":["PATH=/bin","GREETING=hi","HOME=/root"],"WorkingDir":"/srv","User":"1000"}}"#
+    )
+}
+
+#[test]
+fn an_image_runs_its_own_command_in_its_root_with_work_at_slash_work() {
+    ready!();
+    let Some(reg) = Registry::start() else { return };
+    let Some(image) = busybox_image(&reg, "acme/busybox", &config(SCRIPT)) else {
+        return;
+    };
+    let env = Env::new("oci-run");
+    let out = run_image(&env, &reg, &image, &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for want in [
+        "pwd=/srv\n",
+        "greeting=hi\n",
+        "home=/tmp\n",
+        "hello from the image\n",
+        "done\n",
+    ] {
+        assert!(text.contains(want), "{want:?} missing: {text}");
+    }
+    for never in [
+        "host-etc-visible",
+        "image-tmp-bound",
+        "image-writable",
+        "root-writable",
+    ] {
+        assert!(!text.contains(never), "{never}: {text}");
+    }
+    // At the top: the image's names and the run's own mounts, nothing of
+    // the host's system (the root itself cannot be listed: Landlock).
+    let has: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("has-"))
+        .collect();
+    assert_eq!(has, ["bin", "srv", "work", "tmp", "oz0"], "{text}");
+    assert_eq!(
+        std::fs::read_to_string(env.work.join("out.txt")).unwrap(),
+        "made\n"
+    );
+    // The image's HOME is the sandbox's to set, and says so.
+    assert!(
+        stderr(&out).contains("\"HOME\" is not passed"),
+        "{}",
+        stderr(&out)
+    );
+    // The cached image is as it was pulled.
+    let images = env.data.join("oci/images");
+    let one = std::fs::read_dir(&images).unwrap().next().unwrap().unwrap();
+    let rootfs = one.path().join("rootfs");
+    assert!(rootfs.join("srv/hello.txt").exists());
+    assert!(!rootfs.join("srv/new").exists());
+    assert!(!rootfs.join("new").exists());
+    assert!(!Path::new(&rootfs).join("work").exists());
+
+    // Arguments after -- take the cmd's place after the entrypoint.
+    let out = run_image(&env, &reg, &image, &[], &["echo given; pwd"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "given\n/srv\n");
+}
+
+#[test]
+fn the_wall_holds_inside_an_image_root() {
+    ready!();
+    let Some(reg) = Registry::start() else { return };
+    // busybox's own applets, nothing of the node's: what the kernel says
+    // of the command's process, a new user namespace, the registry's port.
+    let script = format!(
+        "grep -E '^(CapEff|CapPrm|CapInh|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status; \
+         unshare -U true 2>/dev/null && echo unshare-ok; \
+         echo | nc -w 2 127.0.0.1 {} 2>/dev/null && echo connect-ok; \
+         ls /oz0; echo end",
+        reg.host().rsplit(':').next().unwrap()
+    );
+    let Some(image) = busybox_image(&reg, "acme/wall", &config(&script)) else {
+        return;
+    };
+    let env = Env::new("oci-wall");
+    let out = run_image(&env, &reg, &image, &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for set in ["CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb"] {
+        assert!(
+            text.contains(&format!("{set}:\t0000000000000000\n")),
+            "{set}: {text}"
+        );
+    }
+    assert!(text.contains("NoNewPrivs:\t1\n"), "{text}");
+    assert!(text.contains("Seccomp:\t2\n"), "{text}");
+    assert!(
+        !text.contains("unshare-ok"),
+        "a user namespace was made: {text}"
+    );
+    assert!(
+        !text.contains("connect-ok"),
+        "the registry was reachable: {text}"
+    );
+    assert!(text.ends_with("end\n"), "{text}");
+}
+
+#[test]
+fn what_an_image_run_refuses() {
+    ready!();
+    let Some(reg) = Registry::start() else { return };
+    let Some(image) = busybox_image(&reg, "acme/refused", &config("true")) else {
+        return;
+    };
+    let env = Env::new("oci-refused");
+    let extra = env.root.join("extra");
+    std::fs::create_dir(&extra).unwrap();
+    let extra = extra.display().to_string();
+    let cases: Vec<(Vec<&str>, String, &str)> = vec![
+        // No host folder besides the work folder.
+        (
+            vec!["--read", &extra],
+            image.clone(),
+            "no other host folder",
+        ),
+        // A tag instead of a digest.
+        (
+            vec![],
+            format!("oci:{}/acme/refused:v1", reg.host()),
+            "digest",
+        ),
+        // A registry the node was not told it may use.
+        (
+            vec![],
+            image.replace("127.0.0.1", "localhost"),
+            "--oci-registry",
+        ),
+    ];
+    for (extra, image, want) in cases {
+        let out = run_image(&env, &reg, &image, &extra, &[]);
+        assert_eq!(
+            out.status.code(),
+            Some(125),
+            "{image} {extra:?}: {}",
+            stderr(&out)
+        );
+        assert!(stderr(&out).contains(want), "{want:?}: {}", stderr(&out));
+    }
+    // The plan shows the work folder at /work and the image's names.
+    let out = run_image(&env, &reg, &image, &["--dry-run"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let args: Vec<String> = serde_json::from_value(plan["bwrap_args"].clone()).unwrap();
+    let args = args.join(" ");
+    assert!(
+        args.contains(&format!("--bind {} /work", env.work.display())),
+        "{args}"
+    );
+    assert!(args.contains("/rootfs/srv /srv"), "{args}");
+    assert!(!args.contains("--ro-bind /usr /usr"), "{args}");
+    assert_eq!(plan["cwd"], "/srv");
+}
