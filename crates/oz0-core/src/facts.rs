@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use oz0_policy::facts::{
-    FixKind, Microvm, MicrovmReason, NodeFacts, SelfTest as Proven, FACTS_SCHEMA,
+    FixKind, Microvm, MicrovmReason, NodeFacts, Oci, OciReason, SelfTest as Proven, FACTS_SCHEMA,
 };
 
 use crate::{Check, SelfTest};
@@ -25,6 +25,7 @@ pub fn assemble(
     self_test: Option<&SelfTest>,
     mode: SandboxMode,
     microvm: Microvm,
+    oci: Oci,
     node_version: &str,
 ) -> NodeFacts {
     let (tier, proven, fix) = match (mode, self_test) {
@@ -52,6 +53,12 @@ pub fn assemble(
     } else {
         microvm
     };
+    // No container runs outside tier 1.
+    let oci = if tier < 1 && oci.ready {
+        Oci::unavailable(OciReason::NoTier1)
+    } else {
+        oci
+    };
     let mut f = NodeFacts {
         schema: FACTS_SCHEMA,
         node_version: node_version.to_string(),
@@ -62,9 +69,10 @@ pub fn assemble(
         self_test: proven,
         fix,
         microvm,
+        oci,
         labels: BTreeMap::new(),
     };
-    f.derive_labels(false);
+    f.derive_labels();
     f
 }
 

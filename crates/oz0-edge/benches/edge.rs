@@ -54,9 +54,15 @@ fn facts(i: usize) -> NodeFacts {
             pinned: None,
             backend: None,
         },
+        oci: Default::default(),
         labels: BTreeMap::new(),
     };
-    f.derive_labels(true);
+    f.oci = oz0_policy::facts::Oci {
+        ready: true,
+        runtimes: vec![oz0_policy::facts::OciRuntime::Tier1],
+        reason: None,
+    };
+    f.derive_labels();
     f
 }
 

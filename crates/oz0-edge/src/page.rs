@@ -84,7 +84,7 @@ pub fn render_nodes(page: &NodePage, tenant: Option<&str>, now_ms: i64) -> Strin
             String::new()
         };
         h.push_str(&format!(
-            "<tr><td>{name}<code>{}</code></td><td>{}</td><td class=\"{sclass}\">{}<br><small>last seen {}</small></td><td>{}</td><td class=\"{class}\">{}{note}</td><td>{}</td><td>{}</td><td>MicroVMs: {}</td><td>{}{dropped}</td></tr>",
+            "<tr><td>{name}<code>{}</code></td><td>{}</td><td class=\"{sclass}\">{}<br><small>last seen {}</small></td><td>{}</td><td class=\"{class}\">{}{note}</td><td>{}</td><td>{}</td><td>MicroVMs: {}<br>Containers: {}</td><td>{}{dropped}</td></tr>",
             escape(&n.id),
             escape(&n.tenant),
             escape(&n.state),
@@ -94,6 +94,7 @@ pub fn render_nodes(page: &NodePage, tenant: Option<&str>, now_ms: i64) -> Strin
             escape(&n.mechanism_line),
             escape(n.fix.as_deref().unwrap_or("none")),
             escape(&n.microvm_line),
+            escape(&n.containers_line),
             escape(n.last_report.as_deref().unwrap_or("never")),
         ));
     }
@@ -132,7 +133,7 @@ mod tests {
             "id": hostile, "tenant": hostile, "name": hostile,
             "tier_proven": 1, "tier_routed": 1, "tier_line": hostile,
             "platform_line": hostile, "mechanism_line": hostile, "fix": hostile,
-            "microvm_line": hostile, "routed_note": hostile, "state": hostile,
+            "microvm_line": hostile, "containers_line": hostile, "routed_note": hostile, "state": hostile,
             "last_seen": hostile, "last_report": hostile, "last_report_ms": 0,
             "last_seen_ms": 0, "dropped_last": 0, "dropped_total": 0, "facts": null,
         });
@@ -149,12 +150,12 @@ mod tests {
             !html.chars().any(|c| c.is_control() && c != '\n'),
             "{html:?}"
         );
-        // Every one of the node's 12 fields, the tenant in the heading, and
+        // Every one of the node's 13 fields, the tenant in the heading, and
         // the next page's link (tenant and after): there, escaped.
         assert_eq!(
             html.matches("&lt;script&gt;alert(1)&lt;/script&gt;")
                 .count(),
-            15,
+            16,
             "{html}"
         );
     }

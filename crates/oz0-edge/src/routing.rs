@@ -290,9 +290,9 @@ impl JobRequest {
         let tier = match isolation {
             Isolation::Microvm => 2,
             _ if tier == 2 => return Err(NeedsError::Tier2WithoutMicrovm(job.tool.id)),
-            // A command tool's server runs in the node's tier-1 sandbox.
-            Isolation::None => tier.max(1),
-            Isolation::Container => tier,
+            // A command tool's server runs in the node's tier-1 sandbox,
+            // and a container tool's in its image's root inside it.
+            Isolation::None | Isolation::Container => tier.max(1),
         };
         Ok(Needs {
             tier,
@@ -353,6 +353,9 @@ impl Needs {
                 .unwrap_or_default();
             return format!("this microVM tool runs only in a microVM: it needs a node routed at tier 2 and labelled isolation.microvm=ready{arch}, and tenant {tenant} has none live (a node offers microVMs only when its test VM booted inside tier 1; oz0-node sandbox vm --probe says why one does not)");
         }
+        if self.oci {
+            return format!("this container tool runs in its image's root inside tier 1: it needs a node labelled runtime.oci=ready at tier {} or higher, and tenant {tenant} has none live (a Linux node offers it with a proven tier 1 and --oci-registry naming the registry its images come from; or declare isolation: microvm to run the tool in a microVM)", self.tier);
+        }
         let at_tier = nodes.iter().filter(|n| n.0 >= self.tier).count();
         if at_tier == 0 {
             let why = if origin.is_outside() && self.tier == 1 {
@@ -370,9 +373,6 @@ impl Needs {
                 format!("this job needs tier {}, and tenant {tenant} has no live node routed at tier {} or higher", self.tier, self.tier)
             };
             return why;
-        }
-        if self.oci {
-            return format!("this container tool needs a node labelled runtime.oci=ready at tier {} or higher, and tenant {tenant} has none live (no OZ0 node runs OCI containers yet: declare isolation: microvm to run the tool in a microVM, or give a command: to run its server in a node's tier-1 sandbox)", self.tier);
         }
         format!("no live node of tenant {tenant} can take this job")
     }
@@ -494,7 +494,7 @@ mod tests {
             "a command tool runs at tier 1"
         );
         let n = req(Origin::Internal, Isolation::Container).needs().unwrap();
-        assert!(n.oci && !n.microvm && n.tier == 0, "{n:?}");
+        assert!(n.oci && !n.microvm && n.tier == 1, "{n:?}");
         // What the submitter says must match the manifest.
         let mut r = req(Origin::Internal, Isolation::None);
         r.isolation = Isolation::Microvm;
@@ -554,8 +554,7 @@ mod tests {
         let n = req(Origin::Internal, Isolation::Container).needs().unwrap();
         let why = n.refusal("acme", Origin::Internal, &[(1, false, false, None)]);
         assert!(
-            why.contains("runtime.oci=ready")
-                && why.contains("no OZ0 node runs OCI containers yet"),
+            why.contains("runtime.oci=ready") && why.contains("--oci-registry"),
             "{why}"
         );
         assert!(is_tenant("acme") && !is_tenant("Acme") && !is_tenant("a/b"));

@@ -68,8 +68,15 @@ pub struct Sanitized {
     /// a test build's fixture).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub microvm_backend: Option<oz0_policy::facts::MicrovmBackend>,
-    /// Whether the node can run OCI containers (`runtime.oci=ready`).
+    /// Whether the node can run OCI containers (`runtime.oci=ready`): only
+    /// a Linux node with a proven tier 1, whose facts say so.
     pub oci_ready: bool,
+    /// What runs its containers, when ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub oci_runtimes: Vec<oz0_policy::facts::OciRuntime>,
+    /// Why no containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci_reason: Option<oz0_policy::facts::OciReason>,
     /// Scheduler labels, derived by the edge.
     pub labels: BTreeMap<String, String>,
 }
@@ -187,6 +194,16 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
             microvm_pinned: f.microvm.pinned,
             microvm_backend: f.microvm.backend.filter(|_| t.microvm_ready),
             oci_ready,
+            oci_runtimes: if oci_ready {
+                let mut r = f.oci.runtimes.clone();
+                r.sort();
+                r.dedup();
+                r.truncate(4);
+                r
+            } else {
+                Vec::new()
+            },
+            oci_reason: f.oci.reason.filter(|_| !oci_ready),
             labels,
         },
         dropped,
@@ -264,6 +281,7 @@ struct Tiers {
     routed: u8,
     claimed_routed: u8,
     microvm_ready: bool,
+    oci_ready: bool,
 }
 
 /// The tier, as the edge accepts it: nothing without a passed self-test
@@ -304,11 +322,22 @@ fn tiers(f: &NodeFacts, kind: &str, dropped: &mut Vec<&'static str>) -> Tiers {
     } else {
         base.min(1)
     };
+    // Containers run in tier 1 on Linux, with a runtime named.
+    let oci_ready = f.oci.ready
+        && os == Os::Linux
+        && tier_routed >= 1
+        && f.oci
+            .runtimes
+            .contains(&oz0_policy::facts::OciRuntime::Tier1);
+    if f.oci.ready && !oci_ready {
+        dropped.push("oci.ready");
+    }
     Tiers {
         proven: tier_proven,
         routed: tier_routed,
         claimed_routed: tier_claimed_routed,
         microvm_ready,
+        oci_ready,
     }
 }
 
@@ -321,15 +350,19 @@ fn labels(
     dropped: &mut Vec<&'static str>,
 ) -> (BTreeMap<String, String>, bool) {
     let microvm_ready = t.microvm_ready;
-    let mut oci_ready = false;
+    let oci_ready = t.oci_ready;
     for (i, (k, v)) in f.labels.iter().enumerate() {
         if i >= MAX_LABELS {
             dropped.push("labels");
             break;
         }
         match k.as_str() {
-            "runtime.oci" if v == "ready" => oci_ready = true,
-            "runtime.oci" if v == "unavailable" => {}
+            "runtime.oci" if v == "ready" && oci_ready => {}
+            "runtime.oci" if v == "unavailable" || v == "ready" => {
+                if v == "ready" {
+                    dropped.push("labels.runtime.oci");
+                }
+            }
             "isolation.microvm" if v == "ready" && microvm_ready => {}
             "isolation.microvm" if v == "unavailable" || v == "ready" => {
                 if v == "ready" {

@@ -75,6 +75,9 @@ pub struct NodeView {
     pub fix: Option<String>,
     /// The `MicroVMs` line.
     pub microvm_line: String,
+    /// The `Containers` line (`runtime.oci`).
+    #[serde(default)]
+    pub containers_line: String,
     /// Why routed lower than claimed (or waiting for approval).
     pub routed_note: Option<String>,
     /// `up`, `down` (not heard from within the liveness window),

@@ -42,7 +42,16 @@ pub const CONFIG: oz0_config::Spec = oz0_config::Spec {
         (&["sandbox", "check"], &["data-dir", "cgroup-root", "bwrap"]),
         (&["facts"], &["data-dir"]),
         (&["key", "rotate"], &["edge", "edge-ca", "data-dir"]),
-        (&["oci", "pull"], &["data-dir"]),
+        (
+            &["oci", "pull"],
+            &[
+                "data-dir",
+                "oci-registry",
+                "oci-auth",
+                "oci-ca",
+                "oci-cache-mib",
+            ],
+        ),
         // Applies the file to `run` itself; its own keys are none.
         (&["config", "show"], &[]),
     ],
@@ -64,6 +73,10 @@ const RUN_KEYS: &[&str] = &[
     "tool-env",
     "keep-jobs-days",
     "keep-jobs-mib",
+    "oci-registry",
+    "oci-auth",
+    "oci-ca",
+    "oci-cache-mib",
 ];
 
 #[derive(Debug, Subcommand)]

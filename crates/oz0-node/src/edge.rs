@@ -246,6 +246,14 @@ impl Daemon {
                     None => "it proved none at its start".to_string(),
                 })
             },
+            images: if self.facts.oci.ready && self.tier() >= 1 {
+                Ok(())
+            } else {
+                Err(match self.facts.oci.reason {
+                    Some(r) => r.words().to_string(),
+                    None => "it offers none".to_string(),
+                })
+            },
         }
     }
 

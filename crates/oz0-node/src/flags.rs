@@ -306,6 +306,12 @@ pub struct NodeArgs {
     /// manifest never reaches a variable the operator did not list.
     #[arg(long = "tool-env", value_name = "NAME", requires = "edge", value_parser = env_name)]
     pub tool_env: Vec<String>,
+    /// Container tools (an image without isolation: microvm): the
+    /// registries their images may come from. With at least one, and a
+    /// proven tier 1, the node offers runtime.oci and runs each container
+    /// tool's server in its image's root inside tier 1.
+    #[command(flatten)]
+    pub oci: OciArgs,
     /// Job records (<data-dir>/jobs/<job>/: output, status, result) older
     /// than this many days are removed, at the node's start and after each
     /// job.
@@ -369,4 +375,26 @@ pub enum Sandbox {
     None,
     /// Windows 11's PSEC (Windows only).
     Psec,
+}
+
+/// Where images come from and how much of them the node keeps.
+#[cfg(target_os = "linux")]
+#[derive(Debug, Clone, Args)]
+pub struct OciArgs {
+    /// A registry the node may pull from, HOST[:PORT] as images name it
+    /// (plain HTTP on loopback only, HTTPS elsewhere) (repeatable)
+    #[arg(long = "oci-registry", value_name = "HOST[:PORT]")]
+    pub registries: Vec<String>,
+    /// Registry credentials: an auth.json (containers' format) that only
+    /// this user can read
+    #[arg(long = "oci-auth", value_name = "FILE")]
+    pub auth: Option<PathBuf>,
+    /// The CA certificates (PEM) registries' certificates must be signed by
+    /// [default: the system's CAs]
+    #[arg(long = "oci-ca", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// The image cache's bound, in MiB of image data; the least recently
+    /// used images nothing holds are removed past it
+    #[arg(long = "oci-cache-mib", value_name = "MiB", default_value_t = oz0_oci::cache::DEFAULT_MAX_BYTES >> 20)]
+    pub cache_mib: u64,
 }

@@ -11,7 +11,7 @@ use oz0_core::{Check, Wall};
 use oz0_edge::client::{ClientError, NodeKey};
 use oz0_linux::HostConfig;
 use oz0_linux::LinuxWall;
-use oz0_policy::facts::{Microvm, MicrovmReason, NodeFacts};
+use oz0_policy::facts::{Microvm, MicrovmReason, NodeFacts, Oci, OciReason, OciRuntime};
 
 use crate::flags::{DataDirArg, NodeArgs, Sandbox};
 
@@ -143,6 +143,42 @@ struct Assessor {
     mode: SandboxMode,
     wall: LinuxWall,
     data_dir: PathBuf,
+    oci: crate::flags::OciArgs,
+}
+
+/// Whether the node runs container tools (before the rule that none runs
+/// without a proven tier 1): with a registry to pull from and an image
+/// cache it can open.
+fn oci_state(a: &crate::flags::OciArgs, data_dir: &Path) -> Oci {
+    if a.registries.is_empty() {
+        return Oci::unavailable(OciReason::NoRegistry);
+    }
+    match oz0_oci::cache::Cache::open(data_dir, a.cache_mib.saturating_mul(1 << 20)) {
+        Ok(_) => Oci {
+            ready: true,
+            runtimes: vec![OciRuntime::Tier1],
+            reason: None,
+        },
+        Err(e) => {
+            log(&format!("the image cache cannot be used: {e}"));
+            Oci::unavailable(OciReason::Cache)
+        }
+    }
+}
+
+/// The node's log line about container tools.
+fn oci_line(o: &Oci) -> String {
+    match (o.ready, o.reason) {
+        (true, _) => {
+            let r: Vec<&str> = o.runtimes.iter().map(|r| r.as_str()).collect();
+            format!("container tools (runtime.oci): ready, in {}", r.join(", "))
+        }
+        (false, Some(why)) => format!(
+            "container tools (runtime.oci): not offered: {}",
+            why.words()
+        ),
+        (false, None) => "container tools (runtime.oci): not offered".into(),
+    }
 }
 
 fn check_key(c: &Check) -> String {
@@ -183,11 +219,13 @@ impl Assessor {
             outcome.as_ref(),
             self.mode,
             microvm,
+            oci_state(&self.oci, &self.data_dir),
             env!("CARGO_PKG_VERSION"),
         );
         if let Some(o) = &outcome {
             log(&o.closing(&check.wall_name));
         }
+        log(&oci_line(&facts.oci));
         Assessment {
             facts,
             check_key: check_key(&check),
@@ -228,6 +266,18 @@ pub fn run(a: NodeArgs) -> i32 {
             return Exit::Usage.code();
         }
     };
+    // The registries and their credentials, checked now: a wrong flag is
+    // said at once, not at the first container tool.
+    if !a.oci.registries.is_empty() {
+        if let Err(e) = oz0_oci::registry::Client::new(&oz0_oci::registry::Options {
+            allowed: a.oci.registries.clone(),
+            auth_file: a.oci.auth.clone(),
+            ca_file: a.oci.ca.clone(),
+        }) {
+            eprintln!("oz0-node: {e}");
+            return Exit::Usage.code();
+        }
+    }
     // Everything the edge connection needs is checked before the (slow)
     // self-test, so a wrong flag is said at once.
     let edge = match a.link.edge.as_slice() {
@@ -267,6 +317,7 @@ pub fn run(a: NodeArgs) -> i32 {
         },
         wall: crate::check::wall(&a.host, fault),
         data_dir: data_dir.clone(),
+        oci: a.oci.clone(),
     };
     let mut assessment = assessor.assess();
     if let Err(code) = publish(&data_dir, &assessment.facts) {

@@ -8,10 +8,11 @@
 //! never as it came.
 
 use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::{Args, Subcommand};
 use oz0_core::exit::Exit;
+use oz0_core::ImageRoot;
 use oz0_oci::cache::{Cache, Image};
 use oz0_oci::manifest::RunConfig;
 use oz0_oci::registry::{Client, Options};
@@ -21,6 +22,7 @@ use oz0_policy::EnvVar;
 use serde_json::json;
 
 use crate::flags::DataDirArg;
+pub use crate::flags::OciArgs;
 
 /// `oz0-node oci …`.
 #[derive(Debug, Subcommand)]
@@ -63,27 +65,6 @@ pub struct PullArgs {
     pub json: bool,
     #[command(flatten)]
     pub data: DataDirArg,
-}
-
-/// Where images come from and how much of them the node keeps.
-#[derive(Debug, Args)]
-pub struct OciArgs {
-    /// A registry the node may pull from, HOST[:PORT] as images name it
-    /// (plain HTTP on loopback only, HTTPS elsewhere) (repeatable)
-    #[arg(long = "oci-registry", value_name = "HOST[:PORT]")]
-    pub registries: Vec<String>,
-    /// Registry credentials: an auth.json (containers' format) that only
-    /// this user can read
-    #[arg(long = "oci-auth", value_name = "FILE")]
-    pub auth: Option<PathBuf>,
-    /// The CA certificates (PEM) registries' certificates must be signed by
-    /// [default: the system's CAs]
-    #[arg(long = "oci-ca", value_name = "FILE")]
-    pub ca: Option<PathBuf>,
-    /// The image cache's bound, in MiB of image data; the least recently
-    /// used images nothing holds are removed past it
-    #[arg(long = "oci-cache-mib", value_name = "MiB", default_value_t = oz0_oci::cache::DEFAULT_MAX_BYTES >> 20)]
-    pub cache_mib: u64,
 }
 
 /// Runs `oci …`; returns the exit status.
@@ -287,4 +268,21 @@ fn show(r: &Reference, i: &Image, as_json: bool) {
         ));
     }
     crate::out::print(&(out.join("\n") + "\n"));
+}
+
+/// The root of a run in `image`: its rootfs, and its working folder
+/// (which must be an absolute path).
+pub(crate) fn root(image: &Image) -> Result<ImageRoot, String> {
+    let rootfs = crate::flags::utf8("the image's rootfs", &image.rootfs)?;
+    let cwd = match image.record.config.working_dir.as_deref() {
+        None | Some("") => None,
+        Some(w) if w.starts_with('/') => Some(w.to_string()),
+        Some(w) => {
+            return Err(format!(
+                "the image's working folder {} is not an absolute path",
+                serde_json::to_string(w).expect("a string serialises")
+            ))
+        }
+    };
+    Ok(ImageRoot { rootfs, cwd })
 }

@@ -33,11 +33,13 @@ pub enum PluginCmd {
     /// run` does at its start, and prints one line per tool: a microVM tool
     /// needs a test VM that booted inside tier 1 (and the image's
     /// architecture), a command tool needs tier 1 and a server that starts
-    /// there, a container tool needs runtime.oci, which no OZ0 node offers
-    /// yet. A command tool's server is started as `plugin call` starts it
-    /// (tier 1, an empty work folder, its settings and secrets from this
-    /// environment) and must answer initialize and tools/list within
-    /// --server-timeout; its stderr's end is shown when it does not.
+    /// there, a container tool needs tier 1 and its image's registry among
+    /// --oci-registry (runtime.oci). A command or container tool's server is
+    /// started as `plugin call` starts it (tier 1, a container tool's image
+    /// pulled into the node's cache and its root, an empty work folder, its
+    /// settings and secrets from this environment) and must answer
+    /// initialize and tools/list within --server-timeout; its stderr's end
+    /// is shown when it does not.
     /// Changes nothing.
     ///
     /// Exit status: 0 when this node offers every tool; 1 when it leaves one
@@ -47,7 +49,9 @@ pub enum PluginCmd {
     ///
     /// Starts the tool's MCP server behind the wall its manifest asks for —
     /// a microVM of its own for isolation: microvm (never anything weaker),
-    /// the tier-1 sandbox for a command tool — makes initialize, tools/list
+    /// the tier-1 sandbox for a command tool, its image's root inside tier 1
+    /// for a container tool (pulled from a registry --oci-registry names,
+    /// by digest) — makes initialize, tools/list
     /// and the call, prints the result, and ends the server and its VM.
     /// Files given with --file are placed under /work/.oz0-files/ and named
     /// in the call's _meta["oz0/files"]. The tool's settings and secrets are
@@ -85,6 +89,8 @@ pub struct CheckArgs {
           value_parser = clap::value_parser!(u64).range(1..=600))]
     pub server_timeout: u64,
     #[command(flatten)]
+    pub oci: crate::flags::OciArgs,
+    #[command(flatten)]
     pub host: HostArgs,
 }
 
@@ -118,6 +124,8 @@ pub struct CallCliArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
+    pub oci: crate::flags::OciArgs,
+    #[command(flatten)]
     pub host: HostArgs,
 }
 
@@ -129,10 +137,32 @@ pub fn main(cmd: PluginCmd) -> i32 {
     }
 }
 
-/// Whether this node offers `t`, and why not.
-fn offer(t: &Tool, tier1: Result<(), String>, microvm: Result<(), String>) -> Result<(), String> {
+/// Whether this node offers `t`, and why not: `oci` is the registries it
+/// may pull images from.
+fn offer(
+    t: &Tool,
+    tier1: Result<(), String>,
+    microvm: Result<(), String>,
+    oci: &[String],
+) -> Result<(), String> {
     match t.isolation {
-        Isolation::Container => Err(container_refusal(&t.id)),
+        Isolation::Container => {
+            let why = |w: &str| container_refusal(&t.id, w);
+            tier1.map_err(|e| why(&format!("no tier 1 to run containers in: {e}")))?;
+            let registry = t
+                .package
+                .as_deref()
+                .and_then(|p| oz0_oci::Reference::parse(p).ok())
+                .map(|r| r.registry)
+                .unwrap_or_default();
+            if oci.iter().any(|r| r.trim().eq_ignore_ascii_case(&registry)) {
+                Ok(())
+            } else {
+                Err(why(&format!(
+                    "its image's registry {registry} is not among --oci-registry: name it to pull from it"
+                )))
+            }
+        }
         Isolation::Sandbox => tier1.map_err(|why| {
             format!("tool {:?} is left out: its server runs in the node's tier-1 sandbox, which this node does not have ({why})", t.id)
         }),
@@ -197,29 +227,20 @@ fn check(a: &CheckArgs) -> i32 {
     let mut tools: Vec<(&Tool, Result<(), String>)> = manifest
         .tools
         .iter()
-        .map(|t| (t, offer(t, tier1.clone(), microvm.clone())))
+        .map(|t| {
+            (
+                t,
+                offer(t, tier1.clone(), microvm.clone(), &a.oci.registries),
+            )
+        })
         .collect();
-    // What a call needs of a command tool: its server starts in tier 1.
-    let mut servers: Vec<Option<Result<Listed, String>>> = vec![None; tools.len()];
-    if !a.no_start {
-        // Opened once, when a server is to be tried.
-        let mut host = None;
-        for (i, (t, r)) in tools.iter_mut().enumerate() {
-            if r.is_ok() && t.isolation == Isolation::Sandbox {
-                let host = host.get_or_insert_with(|| {
-                    crate::run::open_host(&a.host, None).map_err(|e| e.to_string())
-                });
-                let tried = match host {
-                    Ok(h) => try_server(a, h, t),
-                    Err(e) => Err(e.clone()),
-                };
-                if let Err(why) = &tried {
-                    *r = Err(format!("tool {:?} is left out: its server did not answer in the node's tier-1 sandbox: {why}", t.id));
-                }
-                servers[i] = Some(tried);
-            }
-        }
-    }
+    // What a call needs of a command or container tool: its server
+    // starts in tier 1.
+    let servers = if a.no_start {
+        vec![None; tools.len()]
+    } else {
+        start_servers(a, &mut tools)
+    };
     let all = tools.iter().all(|(_, r)| r.is_ok());
     if a.json {
         let doc = json!({
@@ -255,7 +276,7 @@ fn check(a: &CheckArgs) -> i32 {
                     l.initialize_ms,
                     escape(shown(&l.tools).as_bytes())
                 ),
-                (Ok(()), _) if a.no_start && t.isolation == Isolation::Sandbox => {
+                (Ok(()), _) if a.no_start && t.isolation != Isolation::Microvm => {
                     format!(
                         "{}: {kind}: offered (its server was not started: --no-start)",
                         t.id
@@ -271,6 +292,35 @@ fn check(a: &CheckArgs) -> i32 {
     } else {
         Exit::CheckFailed.code()
     }
+}
+
+/// Starts each offered command or container tool's server as a call
+/// would, leaving out those that do not answer: what each listed.
+fn start_servers(
+    a: &CheckArgs,
+    tools: &mut [(&Tool, Result<(), String>)],
+) -> Vec<Option<Result<Listed, String>>> {
+    let mut servers: Vec<Option<Result<Listed, String>>> = vec![None; tools.len()];
+    // Opened once, when a server is to be tried.
+    let mut host = None;
+    for (i, (t, r)) in tools.iter_mut().enumerate() {
+        if r.is_ok() && matches!(t.isolation, Isolation::Sandbox | Isolation::Container) {
+            let host = host.get_or_insert_with(|| {
+                crate::run::open_host(&a.host, None).map_err(|e| e.to_string())
+            });
+            let tried = match host {
+                Ok(h) => try_server(a, h, t),
+                Err(e) => Err(e.clone()),
+            };
+            if let Err(why) = &tried {
+                *r = Err(format!("tool {:?} is left out: its server did not answer in the node's tier-1 sandbox: {why}", t.id));
+                // (A container tool's image is pulled first: a pull's
+                // failure is said here too, naming the blob.)
+            }
+            servers[i] = Some(tried);
+        }
+    }
+    servers
 }
 
 /// Starts a command tool's server in tier 1 in a work folder of its own
@@ -298,6 +348,8 @@ fn try_server(a: &CheckArgs, host: &oz0_linux::Tier1, t: &Tool) -> Result<Listed
             work: &dir.0,
             data_dir: &data_dir,
             microvms: Ok(()),
+            // offer() found its registry among --oci-registry.
+            images: Ok(&a.oci),
             env_allowed: None,
             errors,
             cancel,
@@ -403,6 +455,11 @@ fn call(a: CallCliArgs) -> i32 {
             // Asked for by name: whatever VMM this environment selects
             // (OZ0_MICROVM, pinned or named) runs it, or it is left out.
             microvms: Ok(()),
+            images: if a.oci.registries.is_empty() {
+                Err(oz0_policy::facts::OciReason::NoRegistry.words().to_string())
+            } else {
+                Ok(&a.oci)
+            },
             // The caller's own environment, asked for by the caller.
             env_allowed: None,
             errors,

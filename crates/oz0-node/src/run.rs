@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use oz0_core::exit::Exit;
-use oz0_core::{Cancel, Ended, ImageRoot, LimitHit, Outcome, Role, RunIo, RunOptions, Sandbox};
+use oz0_core::{Cancel, Ended, LimitHit, Outcome, Role, RunIo, RunOptions, Sandbox};
 use oz0_linux::hostfs::OutFile;
 use oz0_linux::{SandboxError, Tier1};
 use oz0_oci::cache::Image;
@@ -227,23 +227,6 @@ fn error_doc(e: &dyn std::fmt::Display) -> serde_json::Value {
     })
 }
 
-/// The root of a run in `image`: its rootfs, and its working folder
-/// (which must be an absolute path).
-fn image_root(image: &Image) -> Result<ImageRoot, String> {
-    let rootfs = utf8("the image's rootfs", &image.rootfs)?;
-    let cwd = match image.record.config.working_dir.as_deref() {
-        None | Some("") => None,
-        Some(w) if w.starts_with('/') => Some(w.to_string()),
-        Some(w) => {
-            return Err(format!(
-                "the image's working folder {} is not an absolute path",
-                serde_json::to_string(w).expect("a string serialises")
-            ))
-        }
-    };
-    Ok(ImageRoot { rootfs, cwd })
-}
-
 /// Runs `sandbox run`; returns the exit status.
 pub fn run(args: RunArgs) -> i32 {
     // The status document's folder is opened now, without following links,
@@ -273,7 +256,7 @@ pub fn run(args: RunArgs) -> i32 {
     };
     let role = match &image {
         None => Role::Command,
-        Some(i) => match image_root(i) {
+        Some(i) => match crate::oci::root(i) {
             Ok(r) => Role::Image(r),
             Err(e) => return refuse(e),
         },

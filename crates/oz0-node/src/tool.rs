@@ -8,7 +8,9 @@
 //! its own for `isolation: microvm` (its monitor inside tier 1), never
 //! anything weaker: a node that offers no microVMs leaves the tool out and
 //! says why; a command tool's server runs in the node's tier-1 sandbox; a
-//! container tool is refused, since no OZ0 node runs OCI containers yet.
+//! container tool's server runs in its image's root inside tier 1 (the
+//! image pulled by digest from a registry the node names), where the node
+//! offers `runtime.oci`, and is left out, saying why, where it does not.
 //! The node then speaks MCP to it over its stdio with the bounded client of
 //! `oz0_plugin::mcp`: `initialize`, `tools/list` (the tool must be listed),
 //! `tools/call`. A result over the bound is refused whole. Whatever ends
@@ -21,7 +23,8 @@
 //! process's environment (a name it does not have refuses the call, naming
 //! it), and for a microVM reach the server only inside the VM.
 //!
-//! A command tool's server sees its work folder where tier 1 mounts it, at
+//! A container tool's server sees its work folder at `/work`, as a microVM's
+//! does. A command tool's server sees it where tier 1 mounts it, at
 //! its own path on the node; so that a call reads the same for every tool,
 //! `/work` (alone or at the start of a path) in the tool's command and in
 //! the call's string arguments stands for that path, and
@@ -37,7 +40,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oz0_core::exit::Exit;
-use oz0_core::{Cancel, RunIo, RunOptions, Sandbox, Stdio};
+use oz0_core::{Cancel, Role, RunIo, RunOptions, Sandbox, Stdio};
 use oz0_linux::Tier1;
 use oz0_microvm::backend::{backend_from_env, Backend, TestGuest};
 use oz0_microvm::vm::{self, VmHost, VmRequest, DEFAULT_MEMORY_MIB};
@@ -47,13 +50,18 @@ use oz0_plugin::mcp::{CallResult, Client, Listed, McpError};
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::fs::{Mode, OFlags};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// How a microVM's server sees the work folder.
 pub const WORK_IN_VM: &str = "/work";
 /// Time the server's sandbox may run past the call's deadline before its
 /// tier-1 timeout kills it (the call ends it first in every normal case).
 const RUN_GRACE_S: u64 = 30;
+mod end;
+
+pub use end::ToolEnd;
+use end::{end_of, with_run_error};
+
 /// Longest failure reason reported, bytes (the edge takes at most 4096).
 const MAX_REASON_BYTES: usize = 2000;
 
@@ -62,9 +70,24 @@ const MAX_REASON_BYTES: usize = 2000;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ToolError {
-    /// A container tool: no node runs OCI containers yet.
-    #[error("{}", container_refusal(.0))]
-    Container(String),
+    /// A container tool on a node that offers no containers.
+    #[error("{}", container_refusal(tool, why))]
+    NoContainers {
+        /// The tool.
+        tool: String,
+        /// Why not.
+        why: String,
+    },
+    /// A container tool's image could not be had or run.
+    #[error("tool {tool:?}: its image {image}: {why}")]
+    Image {
+        /// The tool.
+        tool: String,
+        /// The image.
+        image: String,
+        /// Why, naming the blob or field and the fix.
+        why: String,
+    },
     /// A microVM tool on a node that offers none, or with no usable VMM.
     #[error("{}", left_out(tool, why))]
     LeftOut {
@@ -155,6 +178,9 @@ pub struct Ctx<'a> {
     pub data_dir: &'a Path,
     /// Whether this node offers microVMs: why not, when not.
     pub microvms: Result<(), String>,
+    /// Whether this node runs container tools: where it pulls their images
+    /// from, or why not.
+    pub images: Result<&'a crate::flags::OciArgs, String>,
     /// The variables of this process's environment a tool may be given
     /// (the daemon's `--tool-env`); None: any (a caller's own call).
     pub env_allowed: Option<&'a std::collections::BTreeSet<String>>,
@@ -180,51 +206,9 @@ impl Ctx<'_> {
     }
 }
 
-/// How a call ended.
-#[derive(Debug, Clone)]
-pub struct ToolEnd {
-    /// `exited` (a result), `tool_error` (a result with `isError`),
-    /// `tool_failed` (no result).
-    pub outcome: &'static str,
-    /// 0 for a result, 1 for a tool's error, 125 when there is no result.
-    pub exit_code: i32,
-    /// Why it failed.
-    pub reason: Option<String>,
-    /// The `tools/call` result, whole.
-    pub result: Option<Value>,
-    /// Where the time went, ms: `vm_answered_ms` (a VM: its guest agent
-    /// answered), `initialize_ms` (the server answered `initialize`, from
-    /// the start), `list_ms`, `call_ms`, and `backend`.
-    pub phases: Value,
-    /// The whole call, ms.
-    pub duration_ms: u64,
-    /// What the look after the server's run found in the work folder (its
-    /// status document's `git`), for a server run in tier 1.
-    pub look: Option<Value>,
-}
-
-impl ToolEnd {
-    /// A call that ended with a result the tool did not mark as an error.
-    pub fn succeeded(&self) -> bool {
-        self.outcome == "exited" && self.exit_code == 0
-    }
-}
-
 /// The seed's words for a microVM tool on a node without microVMs.
 pub fn left_out(tool: &str, why: &str) -> String {
     format!("tool {tool:?} is left out: it runs only in a microVM, which this node does not offer ({why})")
-}
-
-/// A reason, at most [`MAX_REASON_BYTES`] and a few more (said when cut).
-fn bounded(reason: String) -> String {
-    if reason.len() <= MAX_REASON_BYTES {
-        return reason;
-    }
-    let mut end = MAX_REASON_BYTES;
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{} … (reason cut)", &reason[..end])
 }
 
 /// The variables the tool names, with this process's values.
@@ -315,7 +299,14 @@ fn args_at_work(v: &mut Value, work: &str) {
 pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, ToolError> {
     let started = Instant::now();
     match t.tool.isolation {
-        Isolation::Container => return Err(ToolError::Container(t.tool.id.clone())),
+        Isolation::Container => {
+            if let Err(why) = &ctx.images {
+                return Err(ToolError::NoContainers {
+                    tool: t.tool.id.clone(),
+                    why: why.clone(),
+                });
+            }
+        }
         Isolation::Microvm => {
             if let Err(why) = &ctx.microvms {
                 return Err(ToolError::LeftOut {
@@ -336,11 +327,9 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, ToolError> {
         env: variables(&t.tool, ctx.env_allowed)?,
     };
     place_files(ctx.work, &t.files)?;
-    let (work, data_dir) = ctx.paths()?;
     let served = match t.tool.isolation {
         Isolation::Microvm => in_vm(ctx, call)?,
-        Isolation::Sandbox => in_sandbox(ctx, call, work, data_dir)?,
-        Isolation::Container => unreachable!("refused above"),
+        Isolation::Sandbox | Isolation::Container => in_sandbox(ctx, call)?,
     };
     let mut end = end_of(served.result, started, served.backend, served.vm_answered);
     if let Some((look, failed)) = served.look {
@@ -440,35 +429,83 @@ fn in_vm(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, ToolError> {
     })
 }
 
-/// The run of a command tool's server in tier 1: its command with `/work`
-/// standing for the work folder, its variables, its egress.
-fn server_spec(
+/// The run of a tool's server in tier 1, and the image it runs in (held
+/// while the value lives).
+struct ServerRun {
+    spec: RunSpec,
+    role: Role,
+    /// Where the server sees the work folder.
+    work_inside: String,
+    _image: Option<oz0_oci::cache::Image>,
+}
+
+/// The run of a tool's server in tier 1, with its variables and egress:
+/// a command tool's command with `/work` standing for the work folder; a
+/// container tool's image (pulled when not in the node's cache), its
+/// `command:` or else the image's entrypoint and cmd, the image's
+/// variables under the tool's, and the work folder at `/work`.
+fn server_run(
+    ctx: &Ctx<'_>,
     tool: &Tool,
     env: &[(String, String)],
     limits: Limits,
-    work: &str,
-    data_dir: String,
-) -> Result<RunSpec, ToolError> {
-    Ok(RunSpec::new(RunRequest {
-        work: work.to_string(),
+) -> Result<ServerRun, ToolError> {
+    let (work, data_dir) = ctx.paths()?;
+    let mut env: Vec<EnvVar> = env
+        .iter()
+        .map(|(k, v)| {
+            EnvVar::new(k, v).map_err(|source| ToolError::Variable {
+                name: k.clone(),
+                source,
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let mut command: Vec<String> = tool.command.iter().map(|a| at_work(a, &work)).collect();
+    let (mut role, mut work_inside, mut image) = (Role::Command, work.clone(), None);
+    if tool.isolation == Isolation::Container {
+        let package = tool.package.clone().unwrap_or_default();
+        let refuse = |why: String| ToolError::Image {
+            tool: tool.id.clone(),
+            image: package.clone(),
+            why,
+        };
+        let oci = ctx.images.as_ref().map_err(|why| ToolError::NoContainers {
+            tool: tool.id.clone(),
+            why: why.clone(),
+        })?;
+        let (_, i) = crate::oci::fetch(&package, oci, ctx.data_dir).map_err(|e| refuse(e.msg))?;
+        let c = &i.record.config;
+        command = tool.command.clone();
+        if command.is_empty() {
+            command = crate::oci::command(c, Vec::new()).map_err(&refuse)?;
+        }
+        let notes;
+        (env, notes) = crate::oci::env(c, env).map_err(&refuse)?;
+        for n in notes {
+            crate::log::log(&format!("tool {:?}: {n}", tool.id));
+        }
+        role = Role::Image(crate::oci::root(&i).map_err(&refuse)?);
+        work_inside = WORK_IN_VM.to_string();
+        image = Some(i);
+    }
+    let spec = RunSpec::new(RunRequest {
+        work,
         read: vec![],
         write: vec![],
-        env: env
-            .iter()
-            .map(|(k, v)| {
-                EnvVar::new(k, v).map_err(|source| ToolError::Variable {
-                    name: k.clone(),
-                    source,
-                })
-            })
-            .collect::<Result<_, _>>()?,
+        env,
         allow: tool.egress.iter().map(ToString::to_string).collect(),
         forward: vec![],
         limits,
         data_dir,
         allow_unix_sockets: false,
-        command: tool.command.iter().map(|a| at_work(a, work)).collect(),
-    })?)
+        command,
+    })?;
+    Ok(ServerRun {
+        spec,
+        role,
+        work_inside,
+        _image: image,
+    })
 }
 
 /// What a server answered over MCP, and its run's end (or why it failed).
@@ -479,6 +516,7 @@ type Talked<T> = (Result<T, McpError>, Result<oz0_core::Outcome, String>);
 fn serve_in_sandbox<T>(
     ctx: Ctx<'_>,
     spec: RunSpec,
+    role: Role,
     deadline: Instant,
     talk: impl FnOnce(Client<'_, UnixStream>) -> Result<T, McpError>,
 ) -> Result<Talked<T>, ToolError> {
@@ -490,25 +528,25 @@ fn serve_in_sandbox<T>(
     } = ctx;
     call_over(talk, deadline, &cancel, errors, move |io, stop| {
         let sandbox: &dyn Sandbox = host;
-        sandbox
-            .run(&spec, RunOptions::new(io, Some(Cancel(stop))))
-            .map_err(|e| e.to_string())
+        let mut opts = RunOptions::new(io, Some(Cancel(stop)));
+        opts.role = role;
+        sandbox.run(&spec, opts).map_err(|e| e.to_string())
     })
 }
 
-/// Serves the call from the node's tier-1 sandbox, with `/work` in its
-/// command and arguments standing for the work folder.
-fn in_sandbox(
-    ctx: Ctx<'_>,
-    call: Call<'_>,
-    work: String,
-    data_dir: String,
-) -> Result<Served, ToolError> {
+/// Serves the call from the node's tier-1 sandbox (in its image's root for
+/// a container tool), with `/work` in its command and arguments standing
+/// for the work folder.
+fn in_sandbox(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, ToolError> {
     let t = call.t;
-    let spec = server_spec(&t.tool, &call.env, call.limits, &work, data_dir)?;
-    let mut params = t.call_params(&work);
-    args_at_work(&mut params["arguments"], &work);
-    let (r, run) = serve_in_sandbox(ctx, spec, call.deadline, move |c| c.call(params))?;
+    let s = server_run(&ctx, &t.tool, &call.env, call.limits)?;
+    let mut params = t.call_params(&s.work_inside);
+    args_at_work(&mut params["arguments"], &s.work_inside);
+    let backend = match s.role {
+        Role::Image(_) => "tier-1 sandbox in the image's root (bubblewrap, seccomp, Landlock)",
+        _ => "tier-1 sandbox (bubblewrap, seccomp, Landlock)",
+    };
+    let (r, run) = serve_in_sandbox(ctx, s.spec, s.role, call.deadline, move |c| c.call(params))?;
     let mut look = None;
     if let Some(g) = run.as_ref().ok().and_then(|o| o.report.get("git")) {
         // A finding left in place fails the run (its own status then
@@ -520,7 +558,7 @@ fn in_sandbox(
     }
     Ok(Served {
         result: with_run_error(r, run.err(), "the sandbox"),
-        backend: "tier-1 sandbox (bubblewrap, seccomp, Landlock)",
+        backend,
         vm_answered: None,
         look,
     })
@@ -535,13 +573,13 @@ fn in_sandbox(
 /// `ctx.errors`).
 pub fn try_server(ctx: Ctx<'_>, tool: &Tool, timeout: Duration) -> Result<Listed, ToolError> {
     let env = variables(tool, ctx.env_allowed)?;
-    let (work, data_dir) = ctx.paths()?;
     let limits = Limits {
         timeout_seconds: Some(timeout.as_secs() + RUN_GRACE_S),
         ..Limits::default()
     };
-    let spec = server_spec(tool, &env, limits, &work, data_dir)?;
-    let (r, run) = serve_in_sandbox(ctx, spec, Instant::now() + timeout, |c| c.list())?;
+    let s = server_run(&ctx, tool, &env, limits)?;
+    let deadline = Instant::now() + timeout;
+    let (r, run) = serve_in_sandbox(ctx, s.spec, s.role, deadline, |c| c.list())?;
     let why = match (r, run) {
         (Ok(l), _) => return Ok(l),
         (Err(e), Ok(o)) if o.exit_code != 0 => {
@@ -551,67 +589,6 @@ pub fn try_server(ctx: Ctx<'_>, tool: &Tool, timeout: Duration) -> Result<Listed
         (Err(e), Err(run)) => format!("{e}; the sandbox: {run}"),
     };
     Err(ToolError::NoAnswer(why))
-}
-
-/// The call's result, or its error with the run's own failure added.
-fn with_run_error(
-    r: Result<CallResult, McpError>,
-    run: Option<String>,
-    what: &str,
-) -> Result<CallResult, String> {
-    match (r, run) {
-        (Ok(c), _) => Ok(c),
-        (Err(e), None) => Err(e.to_string()),
-        (Err(e), Some(run)) => Err(format!("{e}; {what}: {run}")),
-    }
-}
-
-/// The end of a call.
-fn end_of(
-    r: Result<CallResult, String>,
-    started: Instant,
-    backend: &str,
-    vm_answered_ms: Option<u64>,
-) -> ToolEnd {
-    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let too_large = |c: &CallResult| {
-        serde_json::to_string(&c.result).map_or(true, |s| s.len() > oz0_plugin::mcp::MAX_LINE_BYTES)
-    };
-    match r {
-        Ok(c) if too_large(&c) => end_of(
-            Err(format!("the tool's result is over {} bytes of JSON: refused whole, not cut (the result limit)", oz0_plugin::mcp::MAX_LINE_BYTES)),
-            started,
-            backend,
-            vm_answered_ms,
-        ),
-        Ok(c) => ToolEnd {
-            outcome: if c.is_error { "tool_error" } else { "exited" },
-            exit_code: i32::from(c.is_error),
-            reason: c
-                .is_error
-                .then(|| "the tool answered with isError: true".to_string()),
-            phases: json!({
-                "backend": backend,
-                "vm_answered_ms": vm_answered_ms,
-                "initialize_ms": c.initialize_ms,
-                "list_ms": c.list_ms,
-                "call_ms": c.call_ms,
-                "protocol": c.protocol,
-            }),
-            result: Some(c.result),
-            duration_ms,
-            look: None,
-        },
-        Err(e) => ToolEnd {
-            outcome: "tool_failed",
-            exit_code: Exit::Sandbox.code(),
-            reason: Some(bounded(e)),
-            result: None,
-            phases: json!({"backend": backend, "vm_answered_ms": vm_answered_ms}),
-            duration_ms,
-            look: None,
-        },
-    }
 }
 
 /// Starts the server with `start` (its stdio and its stop descriptor) on a
@@ -717,7 +694,9 @@ fn either(a: OwnedFd, b: UnixStream) -> std::io::Result<OwnedFd> {
 
 #[cfg(test)]
 mod tests {
+    use super::end::bounded;
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn work_paths_stand_for_the_work_folder() {

@@ -50,9 +50,10 @@ fn windows_facts() -> NodeFacts {
             pinned: None,
             backend: None,
         },
+        oci: Default::default(),
         labels: BTreeMap::new(),
     };
-    f.derive_labels(false);
+    f.derive_labels();
     f
 }
 

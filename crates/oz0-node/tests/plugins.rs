@@ -155,8 +155,8 @@ fn plugin_check_names_each_tool_offered_or_left_out() {
         "{out}"
     );
     assert!(
-        out.contains("boxed: container: tool \"boxed\" is a container tool")
-            && out.contains("no OZ0 node offers yet"),
+        out.contains("boxed: container: tool \"boxed\" is left out: it is a container tool")
+            && out.contains("is not among --oci-registry"),
         "{out}"
     );
     let o = p.run(&["check", "--json"], &[("OZ0_MICROVM", "off")]);

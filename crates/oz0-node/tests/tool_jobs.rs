@@ -6,7 +6,7 @@
 //!
 //! - The edge routes by the manifest: a microVM tool with no node that
 //!   proved microVMs is refused with the reason, a container tool is
-//!   refused (no node offers runtime.oci), a manifest with an unknown key is
+//!   refused (no node here offers runtime.oci: see oci_tools.rs), a manifest with an unknown key is
 //!   refused with its line.
 //! - The shipped node, even asked for the test backend, offers no microVMs
 //!   (a shipped build has no test backends); it runs command tools at tier
@@ -256,15 +256,14 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
     assert!(!view.microvm_line.contains("ready"), "{view:?}");
     let refused = submit(vm_call("read_file", serde_json::json!({}), &[])).unwrap_err();
     assert!(refused.contains("isolation.microvm=ready"), "{refused}");
-    // A container tool: no node offers runtime.oci.
+    // A container tool: no node offers runtime.oci (none names a registry).
     let refused = submit(serde_json::json!({
         "manifest": format!("tools:\n  - id: box\n    package: oci:ghcr.io/acme/box@sha256:{DIGEST}\n"),
         "tool": "box",
     }))
     .unwrap_err();
     assert!(
-        refused.contains("runtime.oci=ready")
-            && refused.contains("no OZ0 node runs OCI containers yet"),
+        refused.contains("runtime.oci=ready") && refused.contains("--oci-registry"),
         "{refused}"
     );
     // A manifest with an unknown key, and one with a forbidden variable.

@@ -117,9 +117,9 @@ pub enum ToolJobError {
     TooLarge(usize),
 }
 
-/// Why a node that runs no OCI containers refuses a container tool.
-pub fn container_refusal(tool: &str) -> String {
-    format!("tool {tool:?} is a container tool (an image without isolation: microvm): it needs runtime.oci, which no OZ0 node offers yet; declare isolation: microvm to run it in a microVM, or give a command: to run it in the node's tier-1 sandbox")
+/// Why a node that runs no OCI containers leaves a container tool out.
+pub fn container_refusal(tool: &str, why: &str) -> String {
+    format!("tool {tool:?} is left out: it is a container tool (an image without isolation: microvm), which runs in its image's root where a node offers runtime.oci, and this node does not ({why})")
 }
 
 /// A tool job that holds: its manifest parsed, its tool found.
@@ -477,9 +477,7 @@ mod tests {
         );
         let c = job(serde_json::json!({"tool": "box"})).unwrap();
         assert_eq!(c.tool.isolation, Isolation::Container);
-        assert!(
-            container_refusal("box").contains("needs runtime.oci, which no OZ0 node offers yet")
-        );
+        assert!(container_refusal("box", "no registry").contains("where a node offers runtime.oci"));
         let mut big =
             serde_json::json!({"tool": "echo", "arguments": {"x": "y".repeat(MAX_TOOL_JOB_BYTES)}});
         big["manifest"] = VM.into();

@@ -269,6 +269,84 @@ impl MicrovmBackend {
     }
 }
 
+/// What runs a node's OCI containers (`runtime.oci`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum OciRuntime {
+    /// The image's root inside the node's tier-1 sandbox.
+    #[serde(rename = "tier1")]
+    Tier1,
+    /// gVisor (`runsc`): its own user-space kernel.
+    #[serde(rename = "gvisor")]
+    Gvisor,
+}
+
+impl OciRuntime {
+    /// Its name (`tier1`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OciRuntime::Tier1 => "tier1",
+            OciRuntime::Gvisor => "gvisor",
+        }
+    }
+}
+
+/// Why OCI containers are not offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum OciReason {
+    /// The node names no registry to pull images from.
+    NoRegistry,
+    /// No tier 1 to run containers in.
+    NoTier1,
+    /// The node's image cache cannot be used.
+    Cache,
+    /// The platform has no container runtime in this build.
+    Unsupported,
+}
+
+impl OciReason {
+    /// Why, in a few words with the fix.
+    pub fn words(self) -> &'static str {
+        match self {
+            OciReason::NoRegistry => {
+                "no registry to pull images from (start the node with --oci-registry HOST)"
+            }
+            OciReason::NoTier1 => "no tier 1 to run containers in",
+            OciReason::Cache => {
+                "the image cache in the data directory cannot be used (the node's log says why)"
+            }
+            OciReason::Unsupported => "not supported on this platform yet",
+        }
+    }
+}
+
+/// OCI container state (`runtime.oci`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Oci {
+    /// True when the node runs container tools.
+    pub ready: bool,
+    /// What runs them, when ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtimes: Vec<OciRuntime>,
+    /// Why not, when not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<OciReason>,
+}
+
+impl Oci {
+    /// Not offered, for `why`.
+    pub fn unavailable(why: OciReason) -> Oci {
+        Oci {
+            ready: false,
+            runtimes: Vec::new(),
+            reason: Some(why),
+        }
+    }
+}
+
 /// Everything a node reports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -292,13 +370,17 @@ pub struct NodeFacts {
     pub fix: Option<FixKind>,
     /// MicroVMs.
     pub microvm: Microvm,
+    /// OCI containers (absent from nodes before it: not offered).
+    #[serde(default)]
+    pub oci: Oci,
     /// Scheduler labels (`sandbox.tier`, `isolation.microvm`, `runtime.oci`, `arch`).
     pub labels: BTreeMap<String, String>,
 }
 
 impl NodeFacts {
     /// The labels that follow from the other facts.
-    pub fn derive_labels(&mut self, oci_ready: bool) {
+    pub fn derive_labels(&mut self) {
+        let oci_ready = self.oci.ready;
         let mut l = BTreeMap::new();
         l.insert("sandbox.tier".to_string(), self.tier_routed.to_string());
         l.insert(
@@ -356,6 +438,7 @@ mod tests {
                 pinned: None,
                 backend: None,
             },
+            oci: Default::default(),
             labels: BTreeMap::new(),
         };
         let mut v = serde_json::to_value(&f).unwrap();

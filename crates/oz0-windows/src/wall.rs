@@ -189,10 +189,17 @@ pub fn facts(
         pinned: None,
         backend: None,
     };
-    let mut f =
-        oz0_core::facts::assemble(check, self_test, mode, microvm, env!("CARGO_PKG_VERSION"));
+    let oci = pf::Oci::unavailable(pf::OciReason::Unsupported);
+    let mut f = oz0_core::facts::assemble(
+        check,
+        self_test,
+        mode,
+        microvm,
+        oci,
+        env!("CARGO_PKG_VERSION"),
+    );
     f.tier_routed = 0;
-    f.derive_labels(false);
+    f.derive_labels();
     f
 }
 

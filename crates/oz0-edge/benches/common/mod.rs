@@ -41,9 +41,10 @@ pub fn facts() -> NodeFacts {
             pinned: None,
             backend: None,
         },
+        oci: Default::default(),
         labels: BTreeMap::new(),
     };
-    f.derive_labels(false);
+    f.derive_labels();
     f
 }
 

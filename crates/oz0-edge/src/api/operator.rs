@@ -31,6 +31,10 @@ pub fn node_view(n: &NodeRow, live_since_ms: i64) -> NodeView {
             .facts
             .as_deref()
             .and_then(|f| serde_json::from_str(f).ok());
+        let containers_line = facts.as_ref().map_or_else(
+            || "none: no report yet".to_string(),
+            Sanitized::containers_line,
+        );
         let (tier_proven, tier_line, platform_line, mechanism_line, fix, microvm_line, routed_note) =
             match &facts {
                 Some(s) => (
@@ -94,6 +98,7 @@ pub fn node_view(n: &NodeRow, live_since_ms: i64) -> NodeView {
             mechanism_line,
             fix,
             microvm_line,
+            containers_line,
             routed_note,
             state: state.to_string(),
             up,

@@ -31,9 +31,15 @@ fn linux() -> NodeFacts {
             pinned: None,
             backend: None,
         },
+        oci: Default::default(),
         labels: BTreeMap::new(),
     };
-    f.derive_labels(true);
+    f.oci = oz0_policy::facts::Oci {
+        ready: true,
+        runtimes: vec![oz0_policy::facts::OciRuntime::Tier1],
+        reason: None,
+    };
+    f.derive_labels();
     f
 }
 
@@ -155,7 +161,8 @@ fn a_mac_whose_self_test_fails_at_job_limits_is_routed_at_zero() {
         pinned: None,
         backend: None,
     };
-    f.derive_labels(false);
+    f.oci = oz0_policy::facts::Oci::unavailable(oz0_policy::facts::OciReason::Unsupported);
+    f.derive_labels();
     let o = sanitize(&f).unwrap();
     assert!(o.dropped.is_empty(), "{:?}", o.dropped);
     assert_eq!(o.facts.os, "macos");
@@ -273,4 +280,50 @@ fn every_fix_kind_is_worded_without_node_text() {
     s.build = Some("26200.1234".into());
     s.fix_kind = Some(FixKind::PsecMissing);
     assert!(s.fix_text().unwrap().contains("26200.9457"));
+}
+
+/// Containers run in an image's root inside tier 1: the edge takes
+/// `runtime.oci=ready` only from a Linux node with tier 1 proven and routed,
+/// whose facts name the tier-1 runtime; any other claim is dropped, and
+/// the node is said to offer none, with its reason.
+#[test]
+fn runtime_oci_is_taken_only_from_a_linux_node_with_tier_1() {
+    let f = linux();
+    let o = sanitize(&f).unwrap();
+    assert!(o.facts.oci_ready, "{:?}", o.dropped);
+    assert_eq!(o.facts.labels["runtime.oci"], "ready");
+    assert_eq!(o.facts.containers_line(), "ready (runtime.oci), in tier1");
+
+    // Tier 0 (no self-test passed) claiming containers.
+    let mut f = linux();
+    f.tier_proven = 0;
+    f.tier_routed = 0;
+    f.self_test = SelfTest::NotRun;
+    let o = sanitize(&f).unwrap();
+    assert!(!o.facts.oci_ready);
+    assert_eq!(o.facts.labels["runtime.oci"], "unavailable");
+    assert!(o.dropped.contains(&"oci.ready"), "{:?}", o.dropped);
+    assert!(o.dropped.contains(&"labels.runtime.oci"), "{:?}", o.dropped);
+
+    // Ready with no runtime named.
+    let mut f = linux();
+    f.oci.runtimes.clear();
+    let o = sanitize(&f).unwrap();
+    assert!(!o.facts.oci_ready && o.dropped.contains(&"oci.ready"));
+
+    // Not offered, with the reason the node gave.
+    let mut f = linux();
+    f.oci = oz0_policy::facts::Oci::unavailable(oz0_policy::facts::OciReason::NoRegistry);
+    f.derive_labels();
+    let o = sanitize(&f).unwrap();
+    assert!(
+        !o.facts.oci_ready && o.dropped.is_empty(),
+        "{:?}",
+        o.dropped
+    );
+    assert!(
+        o.facts.containers_line().contains("--oci-registry"),
+        "{}",
+        o.facts.containers_line()
+    );
 }

@@ -133,6 +133,21 @@ impl Sanitized {
         format!("none: {why}")
     }
 
+    /// The `Containers` line (`runtime.oci`).
+    pub fn containers_line(&self) -> String {
+        if self.oci_ready {
+            let r: Vec<&str> = self.oci_runtimes.iter().map(|r| r.as_str()).collect();
+            return format!("ready (runtime.oci), in {}", r.join(", "));
+        }
+        let why = match self.oci_reason {
+            Some(r) => r.words(),
+            None if self.os != "linux" => "not supported on this platform yet",
+            None if self.tier_proven == 0 => "no tier 1 to run containers in",
+            None => "not offered",
+        };
+        format!("none: {why}")
+    }
+
     /// Why the edge routes lower than the node claims, if it does.
     pub fn routed_note(&self) -> Option<String> {
         if self.os == "windows" && self.tier_proven >= 1 {

@@ -178,9 +178,19 @@ pub fn linux_facts(microvm: bool, oci: bool) -> NodeFacts {
                 backend: None,
             }
         },
+        oci: Default::default(),
         labels: BTreeMap::new(),
     };
-    f.derive_labels(oci);
+    f.oci = oz0_policy::facts::Oci {
+        ready: oci,
+        runtimes: if oci {
+            vec![oz0_policy::facts::OciRuntime::Tier1]
+        } else {
+            Vec::new()
+        },
+        reason: None,
+    };
+    f.derive_labels();
     f
 }
 
@@ -196,7 +206,7 @@ pub fn failing_facts() -> NodeFacts {
         pinned: None,
         backend: None,
     };
-    f.derive_labels(false);
+    f.derive_labels();
     f
 }
 
@@ -226,9 +236,10 @@ pub fn windows_facts() -> NodeFacts {
             pinned: None,
             backend: None,
         },
+        oci: Default::default(),
         labels: BTreeMap::new(),
     };
-    f.derive_labels(false);
+    f.derive_labels();
     f
 }
 

@@ -84,6 +84,8 @@ pub(super) struct Taking {
     pub(super) tier: u8,
     /// Whether it offers microVMs: why not, when not.
     pub(super) microvms: Result<(), String>,
+    /// Whether it runs container tools: why not, when not.
+    pub(super) images: Result<(), String>,
 }
 
 /// How a job's work ended, under its lease.
@@ -272,6 +274,8 @@ impl Runner {
                 .clone()
                 .ok_or("a tool's server runs only behind a wall, and this node runs with --sandbox none (tier 0)")?;
             let microvms = at.microvms.clone();
+            let images = at.images.clone();
+            let oci = self.s.oci.clone();
             let (work, data_dir) = (work.to_path_buf(), self.s.data_dir.clone());
             let tool_env = self.s.tool_env.clone();
             return Ok(Box::new(move |cancel| {
@@ -280,6 +284,7 @@ impl Runner {
                     work: &work,
                     data_dir: &data_dir,
                     microvms,
+                    images: images.map(|()| &oci),
                     env_allowed: Some(&tool_env),
                     errors: err,
                     cancel,

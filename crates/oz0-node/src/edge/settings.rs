@@ -33,6 +33,8 @@ pub struct Settings {
     pub(super) jobs: usize,
     /// How long job records are kept.
     pub(super) keep: retention::Retention,
+    /// Where container tools' images come from.
+    pub(super) oci: crate::flags::OciArgs,
 }
 
 /// Why the flags of `run --edge` are refused: each names the flag, the
@@ -156,6 +158,7 @@ impl Settings {
                 })
                 .collect::<Result<_, _>>()?,
             trust,
+            oci: a.oci.clone(),
             // --jobs is at least 1 (its parser).
             jobs: a
                 .jobs

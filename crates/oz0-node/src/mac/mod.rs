@@ -209,6 +209,7 @@ fn check(a: &CheckArgs) -> i32 {
         outcome.as_ref(),
         SandboxMode::Auto,
         wall.microvm(),
+        oz0_policy::facts::Oci::unavailable(oz0_policy::facts::OciReason::Unsupported),
         env!("CARGO_PKG_VERSION"),
     );
     if a.json {

@@ -102,6 +102,7 @@ fn assess(sandbox: Sandbox, data_dir: &Path) -> NodeFacts {
         outcome.as_ref(),
         mode,
         microvm,
+        oz0_policy::facts::Oci::unavailable(oz0_policy::facts::OciReason::Unsupported),
         env!("CARGO_PKG_VERSION"),
     );
     log(&super::microvm_line(&facts.microvm));

@@ -81,6 +81,7 @@ pub(super) fn node(n: &NodeView) -> String {
     s.push_str(&format!("Mechanism: {}\n", n.mechanism_line));
     s.push_str(&format!("Fix: {}\n", n.fix.as_deref().unwrap_or("none")));
     s.push_str(&format!("MicroVMs: {}\n", n.microvm_line));
+    s.push_str(&format!("Containers: {}\n", n.containers_line));
     if let Some(f) = &n.facts {
         let labels: Vec<String> = f.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         s.push_str(&format!("Labels: {}\n", labels.join(" ")));

@@ -1,0 +1,261 @@
+//! Container tools through the fleet, end to end: a real `oz0-edge`, a real
+//! node as the unprivileged user with `--oci-registry`, a registry on
+//! loopback (Debian's `docker-registry`), and a real MCP server in an image
+//! this test builds: the npm `@modelcontextprotocol/server-filesystem` with
+//! the host's `node` and the libraries it needs, and nothing else. The
+//! plugin's manifest names the image by digest and no `command:`: the
+//! server is the image's entrypoint and cmd, as the seed's example manifest
+//! has it.
+//!
+//! - With no node offering `runtime.oci`, a container tool is refused at
+//!   submit, with the fix.
+//! - A tier-1 node with `--oci-registry` says `runtime.oci=ready` (in
+//!   tier 1) in its facts, and the edge shows it; the tool's job pulls the
+//!   image, runs the server in its image's root inside tier 1, and comes
+//!   back with the server's answers: its allowed folder is `/work`, a file
+//!   given with the call is read there, and the host's `/etc/passwd` is
+//!   outside what it may read.
+//! - `plugin check` pulls the image, starts the server and lists its tools;
+//!   with the registry not named, it leaves the tool out and says why.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine;
+use common::fleet::{edge_bin, Edge, Node};
+use common::oci::Registry;
+use common::{node, sandbox_ready, skip, TempDir};
+use oz0_edge::routing::{JobKind, Origin};
+
+/// Where npm installs the server for every user.
+const SERVER_DIR: &str = "/usr/lib/node_modules/@modelcontextprotocol/server-filesystem";
+
+/// `node` and the shared libraries `ldd` names for it (real files), or
+/// why not.
+fn node_and_libraries() -> Result<(PathBuf, Vec<(PathBuf, String)>), String> {
+    let node = Command::new("sh")
+        .args(["-c", "command -v node"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let node = PathBuf::from(String::from_utf8_lossy(&node.stdout).trim());
+    if !node.is_absolute() {
+        return Err("node is not on PATH (apt-get install nodejs)".into());
+    }
+    let node = std::fs::canonicalize(&node).map_err(|e| e.to_string())?;
+    let out = Command::new("ldd")
+        .arg(&node)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let mut libs = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)`, or the
+        // loader's own `/lib64/ld-linux-x86-64.so.2 (0x…)`.
+        let path = match line.split("=>").nth(1) {
+            Some(rest) => rest.split_whitespace().next(),
+            None => line
+                .split_whitespace()
+                .next()
+                .filter(|p| p.starts_with('/')),
+        };
+        let Some(path) = path.filter(|p| p.starts_with('/')) else {
+            continue;
+        };
+        let real = std::fs::canonicalize(path).map_err(|e| format!("{path}: {e}"))?;
+        libs.push((real, path.to_string()));
+    }
+    Ok((node, libs))
+}
+
+/// The image's one layer: `node` at /usr/bin/node, its libraries where
+/// `ldd` found them, the server's package at /app. Built with the host's
+/// `tar` from a staged folder.
+fn server_layer(root: &TempDir) -> Result<Vec<u8>, String> {
+    let (node, libs) = node_and_libraries()?;
+    let stage = root.join("stage");
+    let copy = |from: &Path, to: &str| -> Result<(), String> {
+        let dest = stage.join(to.trim_start_matches('/'));
+        std::fs::create_dir_all(dest.parent().unwrap()).map_err(|e| e.to_string())?;
+        std::fs::copy(from, &dest).map_err(|e| format!("{}: {e}", from.display()))?;
+        Ok(())
+    };
+    copy(&node, "/usr/bin/node")?;
+    for (real, named) in &libs {
+        copy(real, named)?;
+    }
+    std::fs::create_dir_all(&stage).map_err(|e| e.to_string())?;
+    let cp = Command::new("cp")
+        .args(["-a", SERVER_DIR])
+        .arg(stage.join("app"))
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !cp.success() {
+        return Err(format!("cp -a {SERVER_DIR} failed"));
+    }
+    let tar = Command::new("tar")
+        .args(["--numeric-owner", "--owner=0", "--group=0", "-C"])
+        .arg(&stage)
+        .args(["-cf", "-", "."])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !tar.status.success() {
+        return Err(String::from_utf8_lossy(&tar.stderr).into_owned());
+    }
+    Ok(tar.stdout)
+}
+
+/// The image's config: the server with `/work` as its one allowed folder.
+const RUN: &str = r#"{"Entrypoint":["/usr/bin/node","/app/dist/index.js"],"Cmd":["/work"],"Env":["PATH=/usr/bin:/bin","NODE_ENV=production"],"WorkingDir":"/work"}"#;
+
+fn manifest(image: &str) -> String {
+    format!("name: fs-image\ntools:\n  - id: fs\n    package: {image}\n")
+}
+
+fn call(image: &str, name: &str, arguments: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "manifest": manifest(image),
+        "tool": "fs",
+        "name": name,
+        "arguments": arguments,
+        "timeout": 120,
+    })
+}
+
+fn json(j: &oz0_edge::wire::JobView) -> serde_json::Value {
+    serde_json::to_value(j).unwrap()
+}
+
+fn text(j: &serde_json::Value) -> String {
+    j["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_container_tool_runs_its_image_s_mcp_server_in_tier_1_through_the_edge() {
+    if !sandbox_ready() {
+        return;
+    }
+    let Some(edge_bin) = edge_bin() else {
+        skip("the oz0-edge binary is not found: set OZ0_EDGE_BIN or `cargo build -p oz0-edge`");
+        return;
+    };
+    if !Path::new(SERVER_DIR).join("dist/index.js").exists() {
+        skip("mcp-server-filesystem is not installed (npm install -g @modelcontextprotocol/server-filesystem)");
+        return;
+    }
+    let Some(reg) = Registry::start() else { return };
+    let dir = TempDir::new("oci-tools");
+    let layer = match server_layer(&dir) {
+        Ok(l) => l,
+        Err(why) => {
+            skip(&format!("cannot build the server's image: {why}"));
+            return;
+        }
+    };
+    let digest = reg.push_with("acme/fs-mcp", &[layer], None, RUN);
+    let image = format!("oci:{}/acme/fs-mcp@{digest}", reg.host());
+
+    let edge = Edge::start(&edge_bin, 30);
+    let submit = |p: serde_json::Value| edge.submit_kind(Origin::Internal, JobKind::Tool, p);
+
+    // No node offers runtime.oci: refused at submit, with the fix.
+    let refused = submit(call(
+        &image,
+        "list_allowed_directories",
+        serde_json::json!({}),
+    ))
+    .unwrap_err();
+    assert!(
+        refused.contains("runtime.oci=ready") && refused.contains("--oci-registry"),
+        "{refused}"
+    );
+
+    let host = reg.host();
+    let mut n = Node::start(&edge, "oci", &["--oci-registry", &host]);
+    n.wait_log("facts reported", 120);
+    assert!(
+        n.log()
+            .contains("container tools (runtime.oci): ready, in tier1"),
+        "{}",
+        n.log()
+    );
+    let view = edge.rt.block_on(edge.op.node("oci")).unwrap();
+    assert_eq!(
+        view.containers_line, "ready (runtime.oci), in tier1",
+        "{view:?}"
+    );
+    let labels = &view.facts.as_ref().unwrap().labels;
+    assert_eq!(labels["runtime.oci"], "ready", "{view:?}");
+
+    // The server's own answer: its one allowed folder is /work.
+    let id = submit(call(
+        &image,
+        "list_allowed_directories",
+        serde_json::json!({}),
+    ))
+    .unwrap();
+    let j = json(&edge.wait_job(&id, 180));
+    assert_eq!(j["state"], "succeeded", "{j}\n{}", n.log());
+    assert_eq!(j["tier"], 1, "{j}");
+    assert!(text(&j).contains("/work"), "{j}");
+
+    // A file given with the call, read by the server at /work/.oz0-files/.
+    let mut with_file = call(
+        &image,
+        "read_text_file",
+        serde_json::json!({"path": "/work/.oz0-files/note.txt"}),
+    );
+    with_file["files"] = serde_json::json!([{
+        "name": "note.txt",
+        "base64": base64::engine::general_purpose::STANDARD.encode("a note for the image\n"),
+    }]);
+    let id = submit(with_file).unwrap();
+    let j = json(&edge.wait_job(&id, 120));
+    assert_eq!(j["state"], "succeeded", "{j}\n{}", n.log());
+    assert_eq!(text(&j), "a note for the image\n", "{j}");
+
+    // The host's files are not the image's, and the server may not leave
+    // /work anyway: its own refusal comes back.
+    let id = submit(call(
+        &image,
+        "read_text_file",
+        serde_json::json!({"path": "/etc/passwd"}),
+    ))
+    .unwrap();
+    let j = json(&edge.wait_job(&id, 120));
+    assert_eq!(j["state"], "failed", "{j}");
+    assert!(text(&j).contains("outside allowed directories"), "{j}");
+
+    // plugin check: the image pulled (already in this node's cache: a
+    // fresh data folder here), its server started and listing its tools.
+    let plugin = dir.join("plugin");
+    std::fs::create_dir(&plugin).unwrap();
+    std::fs::write(plugin.join("oz0-plugin.yaml"), manifest(&image)).unwrap();
+    let data = dir.join("check-data");
+    let check = |extra: &[&str]| {
+        Command::new(node())
+            .args(["--no-config", "plugin", "check"])
+            .arg(&plugin)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = check(&["--oci-registry", &host]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}{}", common::stderr(&out));
+    assert!(
+        said.contains("fs: container: offered (its server answered in tier 1")
+            && said.contains("list_allowed_directories"),
+        "{said}"
+    );
+    let out = check(&[]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("is not among --oci-registry"), "{said}");
+}
