@@ -23,6 +23,7 @@ pub mod gitlook;
 pub mod hold;
 pub mod host;
 pub mod hostfs;
+pub mod image_check;
 pub mod landlock;
 mod launch;
 pub mod outcome;

@@ -325,6 +325,11 @@ pub struct NodeArgs {
     /// check fails (the node is then tier 0).
     #[arg(long = "inject-fault", value_name = "PROPERTY", hide = true)]
     pub inject_fault: Option<String>,
+    /// Weaken the check of runs in an image's root (its tests only): the
+    /// data directory exposed, or no image's root at all.
+    #[arg(long = "inject-image-fault", value_name = "WHAT", hide = true,
+          value_parser = ["data-dir", "no-image"])]
+    pub inject_image_fault: Option<String>,
     /// The edge holds each of the node's polls for work up to 15 s and
     /// answers the moment a job is queued: this is how long the node waits
     /// before asking again when the edge answers at once with nothing (an

@@ -144,24 +144,60 @@ struct Assessor {
     wall: LinuxWall,
     data_dir: PathBuf,
     oci: crate::flags::OciArgs,
+    image_fault: Option<String>,
 }
 
-/// Whether the node runs container tools (before the rule that none runs
-/// without a proven tier 1): with a registry to pull from and an image
-/// cache it can open.
-fn oci_state(a: &crate::flags::OciArgs, data_dir: &Path) -> Oci {
-    if a.registries.is_empty() {
-        return Oci::unavailable(OciReason::NoRegistry);
-    }
-    match oz0_oci::cache::Cache::open(data_dir, a.cache_mib.saturating_mul(1 << 20)) {
-        Ok(_) => Oci {
-            ready: true,
-            runtimes: vec![OciRuntime::Tier1],
-            reason: None,
-        },
-        Err(e) => {
+impl Assessor {
+    /// Whether the node runs container tools: with a registry to pull from,
+    /// an image cache it can open, and (with a proven tier 1) runs in an
+    /// image's root that pass their check.
+    fn oci_state(&self, tier1: bool) -> Oci {
+        let a = &self.oci;
+        if a.registries.is_empty() {
+            return Oci::unavailable(OciReason::NoRegistry);
+        }
+        let max = a.cache_mib.saturating_mul(1 << 20);
+        if let Err(e) = oz0_oci::cache::Cache::open(&self.data_dir, max) {
             log(&format!("the image cache cannot be used: {e}"));
-            Oci::unavailable(OciReason::Cache)
+            return Oci::unavailable(OciReason::Cache);
+        }
+        if !tier1 {
+            return Oci::unavailable(OciReason::NoTier1);
+        }
+        let fault = match self.image_fault.as_deref() {
+            Some("data-dir") => Some(oz0_core::Fault::Expose(self.data_dir.display().to_string())),
+            _ => None,
+        };
+        let checked = match oz0_linux::Tier1::open(self.wall.host.clone()) {
+            Ok(t) => oz0_linux::image_check::ImageCheck {
+                runs: &t,
+                data_dir: &self.data_dir,
+                base: std::env::temp_dir(),
+                fault,
+                no_image: self.image_fault.as_deref() == Some("no-image"),
+            }
+            .run()
+            .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match checked {
+            // A check with a fault injected never offers anything.
+            Ok(shown) if self.image_fault.is_none() => {
+                log(&format!("runs in an image's root: checked: {shown}"));
+                Oci {
+                    ready: true,
+                    runtimes: vec![OciRuntime::Tier1],
+                    reason: None,
+                }
+            }
+            Ok(shown) => {
+                log(&format!("runs in an image's root: checked with a fault injected, so not offered: {shown}"));
+                Oci::unavailable(OciReason::ImageCheckFailed)
+            }
+            Err(e) => {
+                log(&format!("runs in an image's root: the check failed: {e}"));
+                Oci::unavailable(OciReason::ImageCheckFailed)
+            }
         }
     }
 }
@@ -219,7 +255,7 @@ impl Assessor {
             outcome.as_ref(),
             self.mode,
             microvm,
-            oci_state(&self.oci, &self.data_dir),
+            self.oci_state(tier1),
             env!("CARGO_PKG_VERSION"),
         );
         if let Some(o) = &outcome {
@@ -318,6 +354,7 @@ pub fn run(a: NodeArgs) -> i32 {
         wall: crate::check::wall(&a.host, fault),
         data_dir: data_dir.clone(),
         oci: a.oci.clone(),
+        image_fault: a.inject_image_fault.clone(),
     };
     let mut assessment = assessor.assess();
     if let Err(code) = publish(&data_dir, &assessment.facts) {

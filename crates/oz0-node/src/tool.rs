@@ -448,7 +448,7 @@ fn server_run(
     ctx: &Ctx<'_>,
     tool: &Tool,
     env: &[(String, String)],
-    limits: Limits,
+    mut limits: Limits,
 ) -> Result<ServerRun, ToolError> {
     let (work, data_dir) = ctx.paths()?;
     let mut env: Vec<EnvVar> = env
@@ -485,6 +485,9 @@ fn server_run(
             crate::log::log(&format!("tool {:?}: {n}", tool.id));
         }
         role = Role::Image(crate::oci::root(&i).map_err(&refuse)?);
+        // The manifest's `container: {memory_mb}`, as the run's cgroup
+        // limit (CPUs are a VM's vCPUs: tier 1 has no CPU share to give).
+        limits.memory_mib = tool.resources.memory_mb.map(u64::from);
         work_inside = WORK_IN_VM.to_string();
         image = Some(i);
     }

@@ -216,3 +216,54 @@ fn what_an_image_run_refuses() {
     assert!(!args.contains("--ro-bind /usr /usr"), "{args}");
     assert_eq!(plan["cwd"], "/srv");
 }
+
+/// The node checks runs in an image's root at its start before it offers
+/// runtime.oci, with its own witness in an image it makes; each judgement
+/// of that check can fail (the data directory exposed; no image's root).
+#[test]
+fn the_node_checks_runs_in_an_image_root_before_it_offers_them() {
+    ready!();
+    let dir = common::TempDir::new("oci-check");
+    let run = |fault: Option<&str>| {
+        let data = dir.join(&format!("data-{}", fault.unwrap_or("none")));
+        let mut c = std::process::Command::new(common::node());
+        c.args(["--no-config", "run", "--once", "--data-dir"])
+            .arg(&data)
+            // Never reached: the check needs no registry.
+            .args(["--oci-registry", "127.0.0.1:9"])
+            .env("OZ0_MICROVM", "off");
+        if let Some(f) = fault {
+            c.args(["--inject-image-fault", f]);
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let facts = std::process::Command::new(common::node())
+            .args(["--no-config", "facts", "--data-dir"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let facts: serde_json::Value = serde_json::from_slice(&facts.stdout).unwrap();
+        (stderr(&out), facts)
+    };
+    let (log, facts) = run(None);
+    assert!(log.contains("runs in an image's root: checked"), "{log}");
+    assert_eq!(facts["oci"]["ready"], true, "{facts}");
+    assert_eq!(facts["oci"]["runtimes"][0], "tier1", "{facts}");
+    assert_eq!(facts["labels"]["runtime.oci"], "ready", "{facts}");
+    for (fault, saw) in [
+        (
+            "data-dir",
+            "could be listed or its key read in an image's root",
+        ),
+        ("no-image", "the host's /etc/passwd could be read"),
+    ] {
+        let (log, facts) = run(Some(fault));
+        assert!(
+            log.contains("the check failed") && log.contains(saw),
+            "{fault}: {log}"
+        );
+        assert_eq!(facts["oci"]["ready"], false, "{facts}");
+        assert_eq!(facts["oci"]["reason"], "image_check_failed", "{facts}");
+        assert_eq!(facts["labels"]["runtime.oci"], "unavailable", "{facts}");
+    }
+}

@@ -110,7 +110,9 @@ fn server_layer(root: &TempDir) -> Result<Vec<u8>, String> {
 const RUN: &str = r#"{"Entrypoint":["/usr/bin/node","/app/dist/index.js"],"Cmd":["/work"],"Env":["PATH=/usr/bin:/bin","NODE_ENV=production"],"WorkingDir":"/work"}"#;
 
 fn manifest(image: &str) -> String {
-    format!("name: fs-image\ntools:\n  - id: fs\n    package: {image}\n")
+    format!(
+        "name: fs-image\ntools:\n  - id: fs\n    package: {image}\n    container: {{memory_mb: 512}}\n"
+    )
 }
 
 fn call(image: &str, name: &str, arguments: serde_json::Value) -> serde_json::Value {

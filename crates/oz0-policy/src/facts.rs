@@ -302,6 +302,8 @@ pub enum OciReason {
     NoTier1,
     /// The node's image cache cannot be used.
     Cache,
+    /// The check of runs in an image's root failed.
+    ImageCheckFailed,
     /// The platform has no container runtime in this build.
     Unsupported,
 }
@@ -316,6 +318,9 @@ impl OciReason {
             OciReason::NoTier1 => "no tier 1 to run containers in",
             OciReason::Cache => {
                 "the image cache in the data directory cannot be used (the node's log says why)"
+            }
+            OciReason::ImageCheckFailed => {
+                "the check of runs in an image's root failed (the node's log says how)"
             }
             OciReason::Unsupported => "not supported on this platform yet",
         }

@@ -1,0 +1,251 @@
+//! The proof of the container path: a run in an image's root
+//! (`oz0_core::Role::Image`) through the same door as every run, with the
+//! node binary's `sandbox probe` as the witness inside, judged on what makes
+//! that path differ from tier 1's other runs. The eight-property self-test
+//! proves the wall itself (namespaces, seccomp, Landlock, limits, egress);
+//! what an image's root changes is the file system, so the witness shows:
+//!
+//! - the image's own files are there, and read-only;
+//! - none of the host's system (`/etc/passwd`) and no caller path but the
+//!   work folder, which is at `/work` and writable;
+//! - the node's data directory is not there, by its path;
+//! - no capability, no new privileges, the seccomp filter on.
+//!
+//! The image is one the node makes for the check: a folder holding a
+//! marker file, in a folder of its own under `base`, removed after. Each
+//! judgement can fail: `tests` runs the check with the data directory
+//! exposed (a self-test fault), and without an image's root at all.
+
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use oz0_core::selftest::Failed;
+use oz0_core::{Fault, ImageRoot, Outcome, Role, RunIo, RunOptions, Sandbox};
+use oz0_policy::{RunRequest, RunSpec};
+
+use crate::plan::{NODE_BIN_INSIDE, NODE_LIBS_INSIDE};
+
+/// The marker file in the check's image, and what it holds.
+const MARKER: (&str, &str) = ("srv/oz0-image-marker", "oz0 image root\n");
+
+/// What the check needs.
+pub struct ImageCheck<'a> {
+    /// The wall: the node's tier 1.
+    pub runs: &'a crate::Tier1,
+    /// The node's data directory.
+    pub data_dir: &'a Path,
+    /// Where the check's folder is made (by its real path).
+    pub base: PathBuf,
+    /// A fault for every run (the check's own tests only).
+    pub fault: Option<Fault>,
+    /// Run without an image's root (the check's own tests only).
+    pub no_image: bool,
+}
+
+/// The check's folder, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn os(what: &str) -> impl FnOnce(std::io::Error) -> Failed + '_ {
+    move |e| Failed::from(format!("{what}: {e}"))
+}
+
+impl ImageCheck<'_> {
+    /// Runs the check: Ok with what it showed, or how it failed.
+    pub fn run(&self) -> Result<String, Failed> {
+        let dir = self.base.join(format!(
+            "oz0-image-check-{}-{}",
+            std::process::id(),
+            crate::record::new_run_id()
+        ));
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(os("the check's folder"))?;
+        let scratch = Scratch(dir);
+        let rootfs = scratch.0.join("rootfs");
+        let work = scratch.0.join("work");
+        fs::create_dir_all(rootfs.join("srv")).map_err(os("the check's image"))?;
+        fs::create_dir(&work).map_err(os("the check's work folder"))?;
+        fs::write(rootfs.join(MARKER.0), MARKER.1).map_err(os("the check's image"))?;
+        let key = self.data_dir.join("identity").join("node.key");
+        let probe = [
+            "--read",
+            "/etc/passwd",
+            "--read",
+            &format!("/{}", MARKER.0),
+            "--read",
+            &key.display().to_string(),
+            "--list",
+            &self.data_dir.display().to_string(),
+            "--write",
+            "/work/written",
+            "--write",
+            "/srv/written",
+            "--write",
+            "/written",
+            "--no-syscalls",
+        ]
+        .map(String::from);
+        let report = self.probe(&rootfs, &work, &probe)?;
+        judge(&report, &key, self.data_dir)?;
+        if !work.join("written").exists() {
+            return Err("the witness's write to /work did not reach the work folder".into());
+        }
+        Ok("the image's files read-only, nothing of the host's system or data directory, the work folder at /work, no capability, seccomp on".into())
+    }
+
+    /// Runs the witness with `args` in the image at `rootfs`: its report.
+    fn probe(
+        &self,
+        rootfs: &Path,
+        work: &Path,
+        args: &[String],
+    ) -> Result<serde_json::Value, Failed> {
+        let utf8 = |p: &Path| p.to_str().map(str::to_string).ok_or("a path is not UTF-8");
+        let role = if self.no_image {
+            Role::Command
+        } else {
+            Role::Image(ImageRoot {
+                rootfs: utf8(rootfs)?,
+                cwd: None,
+            })
+        };
+        let mut command = vec![
+            NODE_BIN_INSIDE.to_string(),
+            "sandbox".into(),
+            "probe".into(),
+        ];
+        command.extend_from_slice(args);
+        let spec = RunSpec::new(RunRequest {
+            work: utf8(work)?,
+            data_dir: utf8(self.data_dir)?,
+            command,
+            ..RunRequest::default()
+        })
+        .map_err(|e| Failed::from(e.to_string()))?;
+        // A dynamically linked node runs through its loader there.
+        let extras = crate::extras_for(role.clone()).map_err(|e| Failed::from(e.to_string()))?;
+        let plan = self
+            .runs
+            .plan(&spec, &extras)
+            .map_err(|e| Failed::from(format!("the run could not be planned: {e}")))?;
+        let spec = match plan.loader {
+            None => spec,
+            Some(loader) => {
+                let mut c = vec![
+                    loader.to_string(),
+                    "--library-path".into(),
+                    NODE_LIBS_INSIDE.into(),
+                ];
+                c.extend(spec.command.iter().cloned());
+                let mut s = spec;
+                s.command = c;
+                s
+            }
+        };
+        let out = tempfile_in(work.parent().unwrap_or(work))?;
+        let io = RunIo::files(
+            out.try_clone().map_err(os("the witness's output"))?,
+            tempfile_in(work.parent().unwrap_or(work))?,
+        );
+        let opts = RunOptions {
+            role,
+            fault: self.fault.clone(),
+            ..RunOptions::new(io, None)
+        };
+        let sandbox: &dyn Sandbox = self.runs;
+        let o: Outcome = sandbox
+            .run(&spec, opts)
+            .map_err(|e| Failed::from(format!("the run in an image's root was refused: {e}")))?;
+        if o.exit_code != 0 {
+            return Err(format!(
+                "the witness in an image's root exited with {} ({})",
+                o.exit_code,
+                o.describe().1.unwrap_or_default()
+            )
+            .into());
+        }
+        let text = read_all(out)?;
+        serde_json::from_str(&text)
+            .map_err(|e| format!("the witness's report is not JSON ({e})").into())
+    }
+}
+
+/// A file of the check's, for the witness's output.
+fn tempfile_in(dir: &Path) -> Result<fs::File, Failed> {
+    let p = dir.join(format!("out-{}", crate::record::new_run_id()));
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .map_err(os("the witness's output"))
+}
+
+fn read_all(mut f: fs::File) -> Result<String, Failed> {
+    use std::io::{Read, Seek};
+    f.rewind().map_err(os("the witness's output"))?;
+    let mut s = String::new();
+    f.take(1 << 20)
+        .read_to_string(&mut s)
+        .map_err(os("the witness's output"))?;
+    Ok(s)
+}
+
+/// What the witness must have seen.
+fn judge(r: &serde_json::Value, key: &Path, data_dir: &Path) -> Result<(), Failed> {
+    let at = |k: &str, p: &str| r[k][p].as_str().unwrap_or("missing").to_string();
+    if at("read", "/etc/passwd") == "ok" {
+        return Err(
+            "the host's /etc/passwd could be read: the host's system is in the image's root".into(),
+        );
+    }
+    let key = key.display().to_string();
+    let data = data_dir.display().to_string();
+    if at("read", &key) == "ok" || at("list", &data) == "ok" {
+        return Err(format!(
+            "the node's data directory {data} could be listed or its key read in an image's root"
+        )
+        .into());
+    }
+    let marker = format!("/{}", MARKER.0);
+    if at("read", &marker) != "ok" {
+        return Err(format!(
+            "the image's own file {marker} could not be read ({})",
+            at("read", &marker)
+        )
+        .into());
+    }
+    if at("write", "/work/written") != "ok" {
+        return Err(format!(
+            "the work folder at /work could not be written ({})",
+            at("write", "/work/written")
+        )
+        .into());
+    }
+    for p in ["/srv/written", "/written"] {
+        if at("write", p) == "ok" {
+            return Err(format!("{p} could be written: the image's root is not read-only").into());
+        }
+    }
+    for set in ["cap_eff", "cap_prm", "cap_inh", "cap_bnd", "cap_amb"] {
+        if r[set] != "0000000000000000" {
+            return Err(format!("{set} is {} in an image's root", r[set]).into());
+        }
+    }
+    if r["no_new_privs"] != "1" || r["seccomp"] != "2" {
+        return Err(format!(
+            "no_new_privs {} and seccomp {} in an image's root",
+            r["no_new_privs"], r["seccomp"]
+        )
+        .into());
+    }
+    Ok(())
+}
