@@ -20,6 +20,7 @@ pub mod bwrap;
 pub mod check;
 pub mod devfs;
 pub mod gitlook;
+pub mod gvisor;
 pub mod hold;
 pub mod host;
 pub mod hostfs;

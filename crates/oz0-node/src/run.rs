@@ -101,6 +101,13 @@ pub struct RunArgs {
     /// the image.
     #[arg(long = "image", value_name = "IMAGE")]
     pub image: Option<String>,
+    /// What runs the image: tier1 (its root inside this node's tier-1
+    /// sandbox) or gvisor (runsc, rootless, with no network at all and a
+    /// kernel of its own between the command and this machine's; egress
+    /// and --cpu-seconds are refused there).
+    #[arg(long = "oci-runtime", value_name = "tier1|gvisor", default_value = "tier1",
+          value_parser = ["tier1", "gvisor"], requires = "image")]
+    pub oci_runtime: String,
     #[command(flatten)]
     pub oci: crate::oci::OciArgs,
     /// The command and its arguments (with --image, the arguments after
@@ -274,6 +281,9 @@ pub fn run(args: RunArgs) -> i32 {
         Err(e) => return refuse(e.to_string()),
     };
     if args.dry_run {
+        if args.oci_runtime == "gvisor" {
+            return refuse("--dry-run prints tier 1's plan, and --oci-runtime gvisor has none: leave one of them out".into());
+        }
         let extras = match oz0_linux::extras_for(role) {
             Ok(x) => x,
             Err(e) => return refuse(e.to_string()),
@@ -300,7 +310,17 @@ pub fn run(args: RunArgs) -> i32 {
             Err(e) => refuse(e.to_string()),
         };
     }
-    let sandbox: &dyn Sandbox = &host;
+    let gvisor = match args.oci_runtime.as_str() {
+        "gvisor" => match oz0_linux::gvisor::Gvisor::find(host.data_dir(), host.job_mode().ok()) {
+            Ok(g) => Some(g),
+            Err(e) => return refuse(e.to_string()),
+        },
+        _ => None,
+    };
+    let sandbox: &dyn Sandbox = match &gvisor {
+        Some(g) => g,
+        None => &host,
+    };
     let mut opts = RunOptions::new(RunIo::inherit(), crate::signals::cancel_pipe().map(Cancel));
     opts.role = role;
     let result = sandbox.run(&spec, opts);

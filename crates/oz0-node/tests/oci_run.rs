@@ -267,3 +267,86 @@ fn the_node_checks_runs_in_an_image_root_before_it_offers_them() {
         assert_eq!(facts["labels"]["runtime.oci"], "unavailable", "{facts}");
     }
 }
+
+/// `--oci-runtime gvisor`: the same image behind gVisor's own kernel, with
+/// no network at all; what it cannot enforce is refused.
+#[test]
+fn gvisor_runs_the_image_behind_a_kernel_of_its_own() {
+    ready!();
+    if std::process::Command::new("runsc")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        common::skip("runsc (gVisor) is not installed (apt-get install runsc)");
+        return;
+    }
+    let Some(reg) = Registry::start() else { return };
+    let script = format!(
+        "cat /proc/version; cat /srv/hello.txt; echo greeting=$GREETING; echo pwd=$(pwd); \\
+         test -e /etc/passwd && echo host-etc-visible; echo made > /work/out.txt; \\
+         (echo x > /srv/new) 2>/dev/null && echo image-writable; \\
+         grep -E '^CapEff:' /proc/self/status; \\
+         echo | nc -w 2 127.0.0.1 {} 2>/dev/null && echo connect-ok; echo end",
+        reg.host().rsplit(':').next().unwrap()
+    );
+    let Some(image) = busybox_image(&reg, "acme/gvisor", &config(&script)) else {
+        return;
+    };
+    let env = Env::new("oci-gvisor");
+    let out = run_image(&env, &reg, &image, &["--oci-runtime", "gvisor"], &[]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    // gVisor's kernel answers, not this machine's.
+    let host_version = std::fs::read_to_string("/proc/version").unwrap();
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("Linux version") && !host_version.starts_with(first),
+        "{text}"
+    );
+    for want in [
+        "hello from the image\n",
+        "greeting=hi\n",
+        "pwd=/srv\n",
+        "CapEff:\t0000000000000000\n",
+        "end\n",
+    ] {
+        assert!(text.contains(want), "{want:?}: {text}");
+    }
+    for never in ["host-etc-visible", "image-writable", "connect-ok"] {
+        assert!(!text.contains(never), "{never}: {text}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(env.work.join("out.txt")).unwrap(),
+        "made\n"
+    );
+    // The command's own status comes back.
+    let out = run_image(
+        &env,
+        &reg,
+        &image,
+        &["--oci-runtime", "gvisor"],
+        &["exit 7"],
+    );
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    // What gVisor cannot give here is refused, never dropped.
+    for extra in [
+        &["--oci-runtime", "gvisor", "--allow", "example.com"][..],
+        &["--oci-runtime", "gvisor", "--cpu-seconds", "5"][..],
+    ] {
+        let out = run_image(&env, &reg, &image, extra, &[]);
+        assert_eq!(out.status.code(), Some(125), "{extra:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("never dropped"), "{}", stderr(&out));
+    }
+    // The timeout ends the sandbox.
+    let started = std::time::Instant::now();
+    let out = run_image(
+        &env,
+        &reg,
+        &image,
+        &["--oci-runtime", "gvisor", "--timeout", "2"],
+        &["sleep 60"],
+    );
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert!(started.elapsed().as_secs() < 30);
+}

@@ -1,0 +1,348 @@
+//! gVisor: a run in an image's root behind a kernel of its own. `runsc`
+//! (Debian's package) runs the image's rootfs as an OCI bundle, rootless
+//! (`--rootless`), with no network at all (`--network=none`), its own
+//! user-space kernel between the command and the host's: the runtime a
+//! tenant asks for with `--oci gvisor`. Only runs in an image's root
+//! ([`oz0_core::Role::Image`]) are taken.
+//!
+//! What each run gets: the rootfs read-only, the work folder at `/work`
+//! writable, a private `/tmp` and `/dev`, the spec's variables with `HOME`
+//! and `TMPDIR` at `/tmp`, no capability and no new privileges (inside
+//! gVisor's own kernel), and the job's memory and process limits by the
+//! node's cgroup job, which `runsc` and its sandbox join before they start
+//! (`--ignore-cgroups`: runsc makes none of its own). An egress allowlist
+//! (gVisor has no network here) and CPU-time limits are refused, never
+//! dropped. Its timeout and a cancel end the sandbox (`runsc kill`, then
+//! the job's processes) and remove its state.
+
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use oz0_core::exit::{status_code, Exit};
+use oz0_core::{Ended, Outcome, Role, RunError, RunOptions, IMAGE_WORK};
+use oz0_policy::env::DEFAULT_PATH;
+use oz0_policy::RunSpec;
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use serde_json::json;
+
+use crate::plan::TMP_INSIDE;
+
+/// How often the run is looked at while it runs.
+const TICK: Duration = Duration::from_millis(50);
+
+/// Why gVisor cannot be used here.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GvisorError {
+    /// No `runsc`.
+    #[error("runsc (gVisor) is not installed: apt-get install runsc")]
+    Missing,
+    /// `runsc --version` did not answer.
+    #[error("{runsc} --version failed: {why}")]
+    Version {
+        /// The binary.
+        runsc: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// Its state folder could not be made.
+    #[error("gVisor's state folder {path}: {source}")]
+    State {
+        /// The folder.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// gVisor, as the node has it.
+pub struct Gvisor {
+    runsc: PathBuf,
+    version: String,
+    /// runsc's state (`--root`): the node's own, 0700.
+    state: PathBuf,
+    /// Where a run's job goes, when it has limits.
+    jobs: Option<oz0_limits::JobMode>,
+}
+
+impl Gvisor {
+    /// `runsc` from PATH (or `/usr/bin`), checked by its version, with its
+    /// state under `data_dir`; `jobs` where limited runs' jobs go.
+    pub fn find(data_dir: &Path, jobs: Option<oz0_limits::JobMode>) -> Result<Gvisor, GvisorError> {
+        let runsc = std::env::var_os("PATH")
+            .into_iter()
+            .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
+            .map(|d| d.join("runsc"))
+            .find(|p| p.is_file())
+            .ok_or(GvisorError::Missing)?;
+        let out = Command::new(&runsc)
+            .arg("--version")
+            .env_clear()
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| GvisorError::Version {
+                runsc: runsc.clone(),
+                why: e.to_string(),
+            })?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let version = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("runsc version "))
+            .filter(|_| out.status.success())
+            .map(|v| {
+                v.chars()
+                    .filter(|c| c.is_ascii_graphic())
+                    .take(64)
+                    .collect()
+            })
+            .ok_or_else(|| GvisorError::Version {
+                runsc: runsc.clone(),
+                why: format!("it said {:?}", text.chars().take(120).collect::<String>()),
+            })?;
+        let state = data_dir.join("gvisor");
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(&state)
+            .map_err(|source| GvisorError::State {
+                path: state.clone(),
+                source,
+            })?;
+        Ok(Gvisor {
+            runsc,
+            version,
+            state,
+            jobs,
+        })
+    }
+
+    /// `runsc version …`.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// `runsc --root <state> <args>`, quiet, waited for.
+    fn runsc(&self, args: &[&str]) {
+        let _ = Command::new(&self.runsc)
+            .arg("--root")
+            .arg(&self.state)
+            .args(args)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// The OCI runtime configuration of one run.
+fn config(spec: &RunSpec, rootfs: &str, cwd: &str) -> serde_json::Value {
+    let mut env: Vec<String> = spec
+        .env_with_path(DEFAULT_PATH)
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    env.push(format!("HOME={TMP_INSIDE}"));
+    env.push(format!("TMPDIR={TMP_INSIDE}"));
+    let none: [&str; 0] = [];
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 0, "gid": 0},
+            "args": spec.command,
+            "env": env,
+            "cwd": cwd,
+            "capabilities": {
+                "bounding": none, "effective": none, "inheritable": none,
+                "permitted": none, "ambient": none,
+            },
+            "noNewPrivileges": true,
+        },
+        "root": {"path": rootfs, "readonly": true},
+        "hostname": "oz0",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "noexec", "mode=755"]},
+            {"destination": TMP_INSIDE, "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "nodev", format!("size={}m", spec.limits.tmp_size_mib())]},
+            {"destination": IMAGE_WORK, "type": "bind", "source": spec.work.as_str(),
+             "options": ["rbind", "rw", "nosuid", "nodev"]},
+        ],
+        "linux": {
+            "namespaces": [
+                {"type": "pid"}, {"type": "network"}, {"type": "ipc"},
+                {"type": "uts"}, {"type": "mount"},
+            ],
+        },
+    })
+}
+
+/// The run's bundle folder, removed when dropped.
+struct Bundle(PathBuf);
+
+impl Drop for Bundle {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn stdio(s: oz0_core::Stdio) -> Stdio {
+    match s {
+        oz0_core::Stdio::Inherit => Stdio::inherit(),
+        oz0_core::Stdio::Null => Stdio::null(),
+        oz0_core::Stdio::File(f) => Stdio::from(f),
+    }
+}
+
+impl Gvisor {
+    /// What it refuses before anything is made: why, or None.
+    fn refusal(spec: &RunSpec, opts: &RunOptions) -> Option<String> {
+        if !matches!(opts.role, Role::Image(_)) {
+            return Some(format!(
+                "gVisor runs only an image's root, not {}",
+                opts.role.what()
+            ));
+        }
+        if opts.fault.is_some() {
+            return Some("gVisor takes no self-test fault".into());
+        }
+        if spec.egress.is_enabled() {
+            return Some("a gVisor run has no network at all (runsc --network=none): an egress allowlist is refused, never dropped; run the tool in tier 1 (without --oci gvisor) for egress".into());
+        }
+        if !spec.read.is_empty() || !spec.write.is_empty() {
+            return Some(
+                "a run in an image's root has its work folder at /work and no other host folder"
+                    .into(),
+            );
+        }
+        if spec.limits.cpu_seconds.is_some() {
+            return Some(
+                "a gVisor run takes no CPU-time limit in this build: refused, never dropped".into(),
+            );
+        }
+        None
+    }
+}
+
+impl oz0_core::Sandbox for Gvisor {
+    fn tier(&self) -> u8 {
+        1
+    }
+
+    fn run(&self, spec: &RunSpec, opts: RunOptions) -> Result<Outcome, RunError> {
+        if let Some(why) = Gvisor::refusal(spec, &opts) {
+            return Err(why.into());
+        }
+        let RunOptions {
+            io, cancel, role, ..
+        } = opts;
+        let Role::Image(image) = role else {
+            unreachable!("refused above")
+        };
+        let started = Instant::now();
+        let run_id = crate::record::new_run_id();
+        let job = match (spec.limits.needs_job(), &self.jobs) {
+            (false, _) => None,
+            (true, None) => return Err("the run has job limits and this node has no cgroup jobs for gVisor runs (oz0-node setup cgroups)".into()),
+            (true, Some(mode)) => {
+                let id = oz0_limits::RunId::new(&run_id)?;
+                Some(oz0_limits::Job::create(mode, &id, &spec.limits)?)
+            }
+        };
+        let dir = std::env::temp_dir().join(format!("oz0-gvisor-{run_id}"));
+        fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let bundle = Bundle(dir);
+        let cwd = image.cwd.as_deref().unwrap_or(IMAGE_WORK);
+        let cfg = config(spec, &image.rootfs, cwd);
+        fs::write(bundle.0.join("config.json"), serde_json::to_vec(&cfg)?)?;
+        let id = format!("oz0-{run_id}");
+        let mut cmd = Command::new(&self.runsc);
+        cmd.args(["--rootless", "--network=none", "--ignore-cgroups", "--root"])
+            .arg(&self.state)
+            .args(["run", "--bundle"])
+            .arg(&bundle.0)
+            .arg(&id)
+            .env_clear()
+            .stdin(stdio(io.stdin))
+            .stdout(stdio(io.stdout))
+            .stderr(stdio(io.stderr));
+        let mut setup = oz0_sys::spawn::ChildSetup::new();
+        if let Some(j) = &job {
+            for f in j.procs_files()? {
+                setup.join_cgroup(f);
+            }
+        }
+        setup.install(&mut cmd);
+        let mut child = cmd.spawn()?;
+        let deadline = spec
+            .limits
+            .timeout_seconds
+            .map(|t| started + Duration::from_secs(t));
+        let end = |this: &Gvisor| {
+            this.runsc(&["kill", "--all", &id, "KILL"]);
+            this.runsc(&["delete", "--force", &id]);
+            if let Some(j) = &job {
+                let _ = j.kill();
+            }
+        };
+        let (ended, code) = loop {
+            if let Some(st) = child.try_wait()? {
+                break (Ended::Exited, status_code(st));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                end(self);
+                let _ = child.kill();
+                let _ = child.wait();
+                break (Ended::Timeout, Exit::Timeout.code());
+            }
+            let t = Timespec {
+                tv_sec: 0,
+                tv_nsec: TICK.as_nanos().try_into().unwrap_or(0),
+            };
+            let fired = match &cancel {
+                Some(c) => {
+                    let mut fds = [PollFd::new(&c.0, PollFlags::IN)];
+                    poll(&mut fds, Some(&t)).unwrap_or(0) > 0 && !fds[0].revents().is_empty()
+                }
+                None => {
+                    std::thread::sleep(TICK);
+                    false
+                }
+            };
+            if fired {
+                end(self);
+                let _ = child.kill();
+                let st = child.wait()?;
+                break (Ended::Cancelled, status_code(st));
+            }
+        };
+        // Whatever is left of the sandbox goes with the run.
+        self.runsc(&["delete", "--force", &id]);
+        let enforced = json!({
+            "mechanism": "gvisor",
+            "runsc": self.version,
+            "network": "none",
+            "job": job.as_ref().map(|j| j.version_name()),
+        });
+        if let Some(j) = job {
+            let _ = j.kill();
+            let _ = j.remove();
+        }
+        Ok(Outcome {
+            run_id,
+            ended,
+            exit_code: code,
+            duration_ms: started.elapsed().as_millis().try_into().unwrap_or(u64::MAX),
+            limit_hit: None,
+            warnings: Vec::new(),
+            report: serde_json::Map::from_iter([("enforced".to_string(), enforced)]),
+        })
+    }
+}
