@@ -39,6 +39,10 @@ const STARTERS: &[(&str, &str)] = &[
         "inside the wall: the stage's own user namespace, the egress bridge's fork",
     ),
     (
+        "oz0-linux/src/gvisor.rs",
+        "gVisor (a Sandbox): runsc runs the image's root, and kills and deletes its sandbox",
+    ),
+    (
         "oz0-linux/src/spawn.rs",
         "tier 1 and tier 0 on Linux: the run's process, through oz0-sys",
     ),

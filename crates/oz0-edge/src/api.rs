@@ -47,6 +47,8 @@ pub struct EdgeConfig {
     /// Tenants whose new nodes wait for an operator's approval before they
     /// take any work.
     pub approval_tenants: std::collections::BTreeSet<String>,
+    /// Tenants whose container tools run only in gVisor (`--oci-gvisor`).
+    pub gvisor_tenants: std::collections::BTreeSet<String>,
     /// Times a job may be handed out (its lease lapsing each time) before it
     /// fails with the reason.
     pub max_attempts: i64,
@@ -72,6 +74,7 @@ impl EdgeConfig {
             lease_ms: 30_000,
             node_live_ms: 30_000,
             approval_tenants: Default::default(),
+            gvisor_tenants: Default::default(),
             max_attempts: 3,
             keep_jobs_ms: 7 * 24 * 3600 * 1000,
             keep_jobs: 100_000,

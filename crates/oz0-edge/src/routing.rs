@@ -187,8 +187,31 @@ pub struct Needs {
     pub microvm: bool,
     /// `runtime.oci=ready`.
     pub oci: bool,
+    /// `runtime.oci` with gVisor: a container tool of a tenant that asks
+    /// for it (`oz0-edge --oci-gvisor TENANT`).
+    #[serde(default)]
+    pub oci_gvisor: bool,
     /// `arch=…`.
     pub arch: Option<String>,
+}
+
+impl Needs {
+    /// The OCI level a node must offer, as the store keeps it: 0 none,
+    /// 1 any runtime, 2 gVisor.
+    pub fn oci_level(&self) -> i64 {
+        match (self.oci, self.oci_gvisor) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        }
+    }
+
+    /// The needs of level `level` (see [`Needs::oci_level`]).
+    pub fn with_oci_level(mut self, level: i64) -> Needs {
+        self.oci = level >= 1;
+        self.oci_gvisor = level >= 2;
+        self
+    }
 }
 
 /// A job the edge will not take.
@@ -258,6 +281,7 @@ impl JobRequest {
             tier,
             microvm: false,
             oci: false,
+            oci_gvisor: false,
             arch: None,
         })
     }
@@ -298,6 +322,7 @@ impl JobRequest {
             tier,
             microvm: isolation == Isolation::Microvm,
             oci: isolation == Isolation::Container,
+            oci_gvisor: false,
             arch,
         })
     }
@@ -352,6 +377,9 @@ impl Needs {
                 .map(|a| format!(" for {a}"))
                 .unwrap_or_default();
             return format!("this microVM tool runs only in a microVM: it needs a node routed at tier 2 and labelled isolation.microvm=ready{arch}, and tenant {tenant} has none live (a node offers microVMs only when its test VM booted inside tier 1; oz0-node sandbox vm --probe says why one does not)");
+        }
+        if self.oci_gvisor {
+            return format!("this container tool of tenant {tenant} runs only in gVisor (the edge's --oci-gvisor {tenant}): it needs a node whose runtime.oci offers gvisor at tier {} or higher, and the tenant has none live (a Linux node offers it with runsc installed, Debian's package, and its check passed: the node's log says why not)", self.tier);
         }
         if self.oci {
             return format!("this container tool runs in its image's root inside tier 1: it needs a node labelled runtime.oci=ready at tier {} or higher, and tenant {tenant} has none live (a Linux node offers it with a proven tier 1 and --oci-registry naming the registry its images come from; or declare isolation: microvm to run the tool in a microVM)", self.tier);

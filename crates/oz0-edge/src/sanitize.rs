@@ -210,6 +210,22 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
     })
 }
 
+impl Sanitized {
+    /// `runtime.oci` as the store keeps it: 0 none, 1 ready, 2 ready with
+    /// gVisor.
+    pub fn oci_level(&self) -> i64 {
+        match (
+            self.oci_ready,
+            self.oci_runtimes
+                .contains(&oz0_policy::facts::OciRuntime::Gvisor),
+        ) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        }
+    }
+}
+
 /// The sandbox mechanism: a kind from the platform's closed set, each
 /// detail kept only when it matches its pattern.
 fn mechanism(m: &Mechanism, os: Os, dropped: &mut Vec<&'static str>) -> MechanismView {

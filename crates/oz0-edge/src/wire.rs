@@ -185,6 +185,10 @@ pub struct LeasedJobView {
     pub job: JobPayload,
     /// How many times it was handed out, this one included.
     pub attempt: i64,
+    /// The runtime a container tool must run in (`gvisor`: its tenant
+    /// asks for it), when not the node's choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci_runtime: Option<String>,
 }
 
 /// The answer to a poll.

@@ -10,7 +10,9 @@
 //! and `TMPDIR` at `/tmp`, no capability and no new privileges (inside
 //! gVisor's own kernel), and the job's memory and process limits by the
 //! node's cgroup job, which `runsc` and its sandbox join before they start
-//! (`--ignore-cgroups`: runsc makes none of its own). An egress allowlist
+//! (`--ignore-cgroups`: runsc makes none of its own). The work folder is
+//! locked for the run, and looked at after it for what host git would run
+//! or follow, as after every tier-1 run (`gitlook`). An egress allowlist
 //! (gVisor has no network here) and CPU-time limits are refused, never
 //! dropped. Its timeout and a cancel end the sandbox (`runsc kill`, then
 //! the job's processes) and remove its state.
@@ -21,11 +23,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use oz0_core::exit::{status_code, Exit};
-use oz0_core::{Ended, Outcome, Role, RunError, RunOptions, IMAGE_WORK};
+use oz0_core::{Outcome, Role, RunError, RunOptions, IMAGE_WORK};
 use oz0_policy::env::DEFAULT_PATH;
 use oz0_policy::RunSpec;
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use serde_json::json;
 
 use crate::plan::TMP_INSIDE;
@@ -66,6 +66,8 @@ pub struct Gvisor {
     state: PathBuf,
     /// Where a run's job goes, when it has limits.
     jobs: Option<oz0_limits::JobMode>,
+    /// What is done with what a run left that host git would run.
+    git: crate::gitlook::Policy,
 }
 
 impl Gvisor {
@@ -118,7 +120,14 @@ impl Gvisor {
             version,
             state,
             jobs,
+            git: crate::gitlook::Policy::default(),
         })
+    }
+
+    /// With `policy` for what runs leave that host git would run.
+    pub fn with_git(mut self, policy: crate::gitlook::Policy) -> Gvisor {
+        self.git = policy;
+        self
     }
 
     /// `runsc version …`.
@@ -256,9 +265,14 @@ impl oz0_core::Sandbox for Gvisor {
                 Some(oz0_limits::Job::create(mode, &id, &spec.limits)?)
             }
         };
+        // The work folder is held for the run, and looked at after it.
+        let held = crate::host::lock_folders(&[spec.work.to_path_buf()])
+            .ok_or_else(|| format!("another run is using {} (as its work folder): runs never share a writable folder at once", spec.work))?;
         let dir = std::env::temp_dir().join(format!("oz0-gvisor-{run_id}"));
         fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let bundle = Bundle(dir);
+        let made = crate::gitlook::ctime(&rustix::fs::stat(&bundle.0)?);
+        let since = crate::record::later_stamp(&bundle.0, made);
         let cwd = image.cwd.as_deref().unwrap_or(IMAGE_WORK);
         let cfg = config(spec, &image.rootfs, cwd);
         fs::write(bundle.0.join("config.json"), serde_json::to_vec(&cfg)?)?;
@@ -292,39 +306,20 @@ impl oz0_core::Sandbox for Gvisor {
                 let _ = j.kill();
             }
         };
-        let (ended, code) = loop {
-            if let Some(st) = child.try_wait()? {
-                break (Ended::Exited, status_code(st));
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                end(self);
-                let _ = child.kill();
-                let _ = child.wait();
-                break (Ended::Timeout, Exit::Timeout.code());
-            }
-            let t = Timespec {
-                tv_sec: 0,
-                tv_nsec: TICK.as_nanos().try_into().unwrap_or(0),
-            };
-            let fired = match &cancel {
-                Some(c) => {
-                    let mut fds = [PollFd::new(&c.0, PollFlags::IN)];
-                    poll(&mut fds, Some(&t)).unwrap_or(0) > 0 && !fds[0].revents().is_empty()
-                }
-                None => {
-                    std::thread::sleep(TICK);
-                    false
-                }
-            };
-            if fired {
-                end(self);
-                let _ = child.kill();
-                let st = child.wait()?;
-                break (Ended::Cancelled, status_code(st));
-            }
-        };
+        let (ended, code) =
+            crate::plain::supervise(&mut child, deadline, cancel.as_ref(), TICK, || end(self))?;
         // Whatever is left of the sandbox goes with the run.
         self.runsc(&["delete", "--force", &id]);
+        if let Some(j) = &job {
+            let _ = j.kill();
+        }
+        let folders = held.folders();
+        let roots: Vec<crate::gitlook::Root<'_>> = folders
+            .iter()
+            .map(|(path, fd)| crate::gitlook::Root { path, fd })
+            .collect();
+        let git = crate::gitlook::look(&roots, since, self.git, &run_id, &Default::default());
+        drop(held);
         let enforced = json!({
             "mechanism": "gvisor",
             "runsc": self.version,
@@ -335,14 +330,17 @@ impl oz0_core::Sandbox for Gvisor {
             let _ = j.kill();
             let _ = j.remove();
         }
+        let mut report = serde_json::Map::new();
+        let exit_code = crate::outcome::git_report(Some(&git), code, &mut report);
+        report.insert("enforced".into(), enforced);
         Ok(Outcome {
             run_id,
             ended,
-            exit_code: code,
+            exit_code,
             duration_ms: started.elapsed().as_millis().try_into().unwrap_or(u64::MAX),
             limit_hit: None,
-            warnings: Vec::new(),
-            report: serde_json::Map::from_iter([("enforced".to_string(), enforced)]),
+            warnings: git.warnings(),
+            report,
         })
     }
 }

@@ -505,6 +505,12 @@ fn libraries(
     Ok(libs)
 }
 
+/// The dynamic loader and libraries the node binary `node_exe` needs (the
+/// loader first), none when it is static; see [`gather`].
+pub fn node_libraries(node_exe: &AbsPath) -> Result<Vec<AbsPath>, HostError> {
+    libraries(node_exe, &mut Vec::new())
+}
+
 /// Gathers the facts for `spec`, with `node_exe` as the binary to bind and
 /// the system of the host, or of the image unpacked at `image`.
 /// With `lock`, each writable folder is locked for the run: a folder another

@@ -9,7 +9,15 @@
 //! - none of the host's system (`/etc/passwd`) and no caller path but the
 //!   work folder, which is at `/work` and writable;
 //! - the node's data directory is not there, by its path;
-//! - no capability, no new privileges, the seccomp filter on.
+//! - no network: a listener the check opened on the host's loopback is
+//!   not reached;
+//! - no capability, no new privileges, the seccomp filter on (gVisor:
+//!   no capability; its own kernel is the filter).
+//!
+//! Through tier 1 the witness is the node binary tier 1 binds at
+//! `/oz0/oz0-node`; through gVisor, which binds nothing of the node's, it
+//! is a copy of it (and of its loader and libraries, for a dynamically
+//! linked build) in the check's image.
 //!
 //! The image is one the node makes for the check: a folder holding a
 //! marker file, in a folder of its own under `base`, removed after. Each
@@ -29,10 +37,18 @@ use crate::plan::{NODE_BIN_INSIDE, NODE_LIBS_INSIDE};
 /// The marker file in the check's image, and what it holds.
 const MARKER: (&str, &str) = ("srv/oz0-image-marker", "oz0 image root\n");
 
+/// The runtime under check.
+pub enum Runs<'a> {
+    /// The image's root inside tier 1.
+    Tier1(&'a crate::Tier1),
+    /// gVisor, with the node binary to copy into the check's image.
+    Gvisor(&'a crate::gvisor::Gvisor, &'a Path),
+}
+
 /// What the check needs.
 pub struct ImageCheck<'a> {
-    /// The wall: the node's tier 1.
-    pub runs: &'a crate::Tier1,
+    /// The runtime.
+    pub runs: Runs<'a>,
     /// The node's data directory.
     pub data_dir: &'a Path,
     /// Where the check's folder is made (by its real path).
@@ -75,6 +91,12 @@ impl ImageCheck<'_> {
         fs::create_dir(&work).map_err(os("the check's work folder"))?;
         fs::write(rootfs.join(MARKER.0), MARKER.1).map_err(os("the check's image"))?;
         let key = self.data_dir.join("identity").join("node.key");
+        let listener =
+            std::net::TcpListener::bind("127.0.0.1:0").map_err(os("a loopback listener"))?;
+        let port = listener
+            .local_addr()
+            .map_err(os("a loopback listener"))?
+            .port();
         let probe = [
             "--read",
             "/etc/passwd",
@@ -90,11 +112,19 @@ impl ImageCheck<'_> {
             "/srv/written",
             "--write",
             "/written",
+            "--connect",
+            &format!("127.0.0.1:{port}"),
             "--no-syscalls",
         ]
         .map(String::from);
         let report = self.probe(&rootfs, &work, &probe)?;
-        judge(&report, &key, self.data_dir)?;
+        drop(listener);
+        judge(
+            &report,
+            &key,
+            self.data_dir,
+            matches!(self.runs, Runs::Tier1(_)),
+        )?;
         if !work.join("written").exists() {
             return Err("the witness's write to /work did not reach the work folder".into());
         }
@@ -131,12 +161,18 @@ impl ImageCheck<'_> {
         })
         .map_err(|e| Failed::from(e.to_string()))?;
         // A dynamically linked node runs through its loader there.
-        let extras = crate::extras_for(role.clone()).map_err(|e| Failed::from(e.to_string()))?;
-        let plan = self
-            .runs
-            .plan(&spec, &extras)
-            .map_err(|e| Failed::from(format!("the run could not be planned: {e}")))?;
-        let spec = match plan.loader {
+        let (runs, loader): (&dyn Sandbox, _) = match self.runs {
+            Runs::Tier1(t) => {
+                let extras =
+                    crate::extras_for(role.clone()).map_err(|e| Failed::from(e.to_string()))?;
+                let plan = t
+                    .plan(&spec, &extras)
+                    .map_err(|e| Failed::from(format!("the run could not be planned: {e}")))?;
+                (t, plan.loader)
+            }
+            Runs::Gvisor(g, node_exe) => (g, copy_witness(node_exe, rootfs)?),
+        };
+        let spec = match loader {
             None => spec,
             Some(loader) => {
                 let mut c = vec![
@@ -160,8 +196,7 @@ impl ImageCheck<'_> {
             fault: self.fault.clone(),
             ..RunOptions::new(io, None)
         };
-        let sandbox: &dyn Sandbox = self.runs;
-        let o: Outcome = sandbox
+        let o: Outcome = runs
             .run(&spec, opts)
             .map_err(|e| Failed::from(format!("the run in an image's root was refused: {e}")))?;
         if o.exit_code != 0 {
@@ -176,6 +211,31 @@ impl ImageCheck<'_> {
         serde_json::from_str(&text)
             .map_err(|e| format!("the witness's report is not JSON ({e})").into())
     }
+}
+
+/// Copies the node binary `node_exe` into the image at `rootfs` (at
+/// `/oz0/oz0-node`) with its loader and libraries (at `/oz0/lib`): the
+/// loader inside, when there is one.
+fn copy_witness(node_exe: &Path, rootfs: &Path) -> Result<Option<oz0_policy::AbsPath>, Failed> {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = oz0_policy::AbsPath::from_path(node_exe)
+        .map_err(|e| Failed::from(format!("the node binary: {e}")))?;
+    let libs = crate::host::node_libraries(&exe).map_err(|e| Failed::from(e.to_string()))?;
+    let lib_dir = rootfs.join(NODE_LIBS_INSIDE.trim_start_matches('/'));
+    fs::create_dir_all(&lib_dir).map_err(os("the check's image"))?;
+    let dest = rootfs.join(NODE_BIN_INSIDE.trim_start_matches('/'));
+    fs::copy(node_exe, &dest).map_err(os("a copy of the node binary"))?;
+    fs::set_permissions(&dest, fs::Permissions::from_mode(0o755))
+        .map_err(os("a copy of the node binary"))?;
+    let mut loader = None;
+    for l in &libs {
+        let name = l.as_str().rsplit('/').next().unwrap_or_default();
+        fs::copy(l.as_path(), lib_dir.join(name)).map_err(os("a copy of the node's libraries"))?;
+        if loader.is_none() {
+            loader = oz0_policy::AbsPath::new(&format!("{NODE_LIBS_INSIDE}/{name}")).ok();
+        }
+    }
+    Ok(loader)
 }
 
 /// A file of the check's, for the witness's output.
@@ -199,8 +259,9 @@ fn read_all(mut f: fs::File) -> Result<String, Failed> {
     Ok(s)
 }
 
-/// What the witness must have seen.
-fn judge(r: &serde_json::Value, key: &Path, data_dir: &Path) -> Result<(), Failed> {
+/// What the witness must have seen (`filter`: the seccomp filter and no
+/// new privileges too).
+fn judge(r: &serde_json::Value, key: &Path, data_dir: &Path, filter: bool) -> Result<(), Failed> {
     let at = |k: &str, p: &str| r[k][p].as_str().unwrap_or("missing").to_string();
     if at("read", "/etc/passwd") == "ok" {
         return Err(
@@ -236,11 +297,27 @@ fn judge(r: &serde_json::Value, key: &Path, data_dir: &Path) -> Result<(), Faile
         }
     }
     for set in ["cap_eff", "cap_prm", "cap_inh", "cap_bnd", "cap_amb"] {
+        // gVisor's kernel has no ambient or inheritable line: only the
+        // sets it reports are judged, and the effective, permitted and
+        // bounding ones always.
+        let optional = !filter && matches!(set, "cap_inh" | "cap_amb");
+        if optional && r[set].is_null() {
+            continue;
+        }
         if r[set] != "0000000000000000" {
             return Err(format!("{set} is {} in an image's root", r[set]).into());
         }
     }
-    if r["no_new_privs"] != "1" || r["seccomp"] != "2" {
+    match r["connect"].as_object().and_then(|c| c.iter().next()) {
+        Some((addr, got)) if got == "ok" => {
+            return Err(
+                format!("{addr} on the host's loopback was reached from an image's root").into(),
+            )
+        }
+        Some(_) => {}
+        None => return Err("the witness did not report its connection".into()),
+    }
+    if filter && (r["no_new_privs"] != "1" || r["seccomp"] != "2") {
         return Err(format!(
             "no_new_privs {} and seccomp {} in an image's root",
             r["no_new_privs"], r["seccomp"]

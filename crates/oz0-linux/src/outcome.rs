@@ -199,24 +199,7 @@ impl RunOutcome {
     /// The outcome as the node core has it (see [`oz0_core::Sandbox`]).
     pub fn into_core(self, audit_log: Option<&std::path::Path>) -> Outcome {
         let mut report = serde_json::Map::new();
-        report.insert("git".into(), json!(self.git));
-        let mut exit_code = self.exit_code;
-        if let Some(g) = &self.git {
-            report.insert(
-                "changed_host_exec".into(),
-                json!(g
-                    .changed_host_exec
-                    .iter()
-                    .map(|p| crate::gitlook::shown(p))
-                    .collect::<Vec<_>>()),
-            );
-            if g.failed() {
-                // Something host git would run is still where git looks:
-                // the run fails, whatever its command said.
-                report.insert("command_exit_code".into(), json!(self.exit_code));
-                exit_code = oz0_core::exit::Exit::GitLeftInPlace.code();
-            }
-        }
+        let exit_code = git_report(self.git.as_ref(), self.exit_code, &mut report);
         report.insert("enforced".into(), self.enforced(audit_log));
         Outcome {
             limit_hit: self.limit_hit(),
@@ -232,4 +215,34 @@ impl RunOutcome {
             report,
         }
     }
+}
+
+/// The look's part of a run's report (`git`, `changed_host_exec`), and the
+/// run's exit status: the command's, or, when something host git would
+/// run is still where git looks, [`oz0_core::exit::Exit::GitLeftInPlace`]
+/// (the command's kept as `command_exit_code`).
+pub(crate) fn git_report(
+    git: Option<&crate::gitlook::GitLook>,
+    exit_code: i32,
+    report: &mut serde_json::Map<String, serde_json::Value>,
+) -> i32 {
+    report.insert("git".into(), json!(git));
+    let Some(g) = git else {
+        return exit_code;
+    };
+    report.insert(
+        "changed_host_exec".into(),
+        json!(g
+            .changed_host_exec
+            .iter()
+            .map(|p| crate::gitlook::shown(p))
+            .collect::<Vec<_>>()),
+    );
+    if !g.failed() {
+        return exit_code;
+    }
+    // Something host git would run is still where git looks: the run
+    // fails, whatever its command said.
+    report.insert("command_exit_code".into(), json!(exit_code));
+    oz0_core::exit::Exit::GitLeftInPlace.code()
 }

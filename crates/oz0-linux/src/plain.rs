@@ -93,35 +93,53 @@ impl oz0_core::Sandbox for Plain {
             .limits
             .timeout_seconds
             .map(|t| started + Duration::from_secs(t));
-        loop {
-            if let Some(st) = child.try_wait()? {
-                kill();
-                return Ok(outcome(Ended::Exited, status_code(st)));
+        let (ended, code) = supervise(&mut child, deadline, cancel.as_ref(), TICK, kill)?;
+        // Whatever the command left in its group goes with it.
+        kill();
+        Ok(outcome(ended, code))
+    }
+}
+
+/// Waits for `child` to end, for `deadline` or for `cancel`, whichever
+/// comes first, looking every `tick`; at the deadline or a cancel, `stop`
+/// ends the run (and the child is killed) first. How it ended, and its
+/// status as a shell says it.
+pub(crate) fn supervise(
+    child: &mut std::process::Child,
+    deadline: Option<Instant>,
+    cancel: Option<&oz0_core::Cancel>,
+    tick: Duration,
+    stop: impl Fn(),
+) -> std::io::Result<(Ended, i32)> {
+    loop {
+        if let Some(st) = child.try_wait()? {
+            return Ok((Ended::Exited, status_code(st)));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            stop();
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok((Ended::Timeout, Exit::Timeout.code()));
+        }
+        let t = Timespec {
+            tv_sec: 0,
+            tv_nsec: tick.as_nanos().try_into().unwrap_or(0),
+        };
+        let fired = match cancel {
+            Some(c) => {
+                let mut fds = [PollFd::new(&c.0, PollFlags::IN)];
+                poll(&mut fds, Some(&t)).unwrap_or(0) > 0 && !fds[0].revents().is_empty()
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                kill();
-                let _ = child.wait();
-                return Ok(outcome(Ended::Timeout, Exit::Timeout.code()));
+            None => {
+                std::thread::sleep(tick);
+                false
             }
-            let t = Timespec {
-                tv_sec: 0,
-                tv_nsec: TICK.as_nanos().try_into().unwrap_or(0),
-            };
-            let fired = match &cancel {
-                Some(c) => {
-                    let mut fds = [PollFd::new(&c.0, PollFlags::IN)];
-                    poll(&mut fds, Some(&t)).unwrap_or(0) > 0 && !fds[0].revents().is_empty()
-                }
-                None => {
-                    std::thread::sleep(TICK);
-                    false
-                }
-            };
-            if fired {
-                kill();
-                let st = child.wait()?;
-                return Ok(outcome(Ended::Cancelled, status_code(st)));
-            }
+        };
+        if fired {
+            stop();
+            let _ = child.kill();
+            let st = child.wait()?;
+            return Ok((Ended::Cancelled, status_code(st)));
         }
     }
 }

@@ -164,41 +164,71 @@ impl Assessor {
         if !tier1 {
             return Oci::unavailable(OciReason::NoTier1);
         }
-        let fault = match self.image_fault.as_deref() {
-            Some("data-dir") => Some(oz0_core::Fault::Expose(self.data_dir.display().to_string())),
-            _ => None,
-        };
-        let checked = match oz0_linux::Tier1::open(self.wall.host.clone()) {
-            Ok(t) => oz0_linux::image_check::ImageCheck {
-                runs: &t,
-                data_dir: &self.data_dir,
-                base: std::env::temp_dir(),
-                fault,
-                no_image: self.image_fault.as_deref() == Some("no-image"),
+        let t = match oz0_linux::Tier1::open(self.wall.host.clone()) {
+            Ok(t) => t,
+            Err(e) => {
+                log(&format!("runs in an image's root: the check failed: {e}"));
+                return Oci::unavailable(OciReason::ImageCheckFailed);
             }
-            .run()
-            .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
         };
+        let checked = self
+            .image_check(oz0_linux::image_check::Runs::Tier1(&t))
+            .map_err(|e| e.to_string());
         match checked {
             // A check with a fault injected never offers anything.
             Ok(shown) if self.image_fault.is_none() => {
                 log(&format!("runs in an image's root: checked: {shown}"));
-                Oci {
-                    ready: true,
-                    runtimes: vec![OciRuntime::Tier1],
-                    reason: None,
-                }
             }
             Ok(shown) => {
                 log(&format!("runs in an image's root: checked with a fault injected, so not offered: {shown}"));
-                Oci::unavailable(OciReason::ImageCheckFailed)
+                return Oci::unavailable(OciReason::ImageCheckFailed);
             }
             Err(e) => {
                 log(&format!("runs in an image's root: the check failed: {e}"));
-                Oci::unavailable(OciReason::ImageCheckFailed)
+                return Oci::unavailable(OciReason::ImageCheckFailed);
             }
         }
+        let mut runtimes = vec![OciRuntime::Tier1];
+        // gVisor where runsc is installed and its own check holds.
+        match oz0_linux::gvisor::Gvisor::find(&self.data_dir, t.job_mode().ok()) {
+            Err(e) => log(&format!("gVisor: not offered: {e}")),
+            Ok(g) => match self.image_check(oz0_linux::image_check::Runs::Gvisor(&g, t.node_exe()))
+            {
+                Ok(shown) => {
+                    log(&format!("gVisor ({}): checked: {shown}", g.version()));
+                    runtimes.push(OciRuntime::Gvisor);
+                }
+                Err(e) => log(&format!(
+                    "gVisor ({}): not offered: the check failed: {e}",
+                    g.version()
+                )),
+            },
+        }
+        Oci {
+            ready: true,
+            runtimes,
+            reason: None,
+        }
+    }
+
+    /// The check of runs in an image's root through `runs`, with the
+    /// fault `--inject-image-fault` names.
+    fn image_check(
+        &self,
+        runs: oz0_linux::image_check::Runs<'_>,
+    ) -> Result<String, oz0_core::selftest::Failed> {
+        let fault = match self.image_fault.as_deref() {
+            Some("data-dir") => Some(oz0_core::Fault::Expose(self.data_dir.display().to_string())),
+            _ => None,
+        };
+        oz0_linux::image_check::ImageCheck {
+            runs,
+            data_dir: &self.data_dir,
+            base: std::env::temp_dir(),
+            fault,
+            no_image: self.image_fault.as_deref() == Some("no-image"),
+        }
+        .run()
     }
 }
 

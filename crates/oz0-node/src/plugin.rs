@@ -350,6 +350,7 @@ fn try_server(a: &CheckArgs, host: &oz0_linux::Tier1, t: &Tool) -> Result<Listed
             microvms: Ok(()),
             // offer() found its registry among --oci-registry.
             images: Ok(&a.oci),
+            gvisor: false,
             env_allowed: None,
             errors,
             cancel,
@@ -460,6 +461,7 @@ fn call(a: CallCliArgs) -> i32 {
             } else {
                 Ok(&a.oci)
             },
+            gvisor: false,
             // The caller's own environment, asked for by the caller.
             env_allowed: None,
             errors,

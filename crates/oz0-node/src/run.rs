@@ -234,6 +234,20 @@ fn error_doc(e: &dyn std::fmt::Display) -> serde_json::Value {
     })
 }
 
+/// The `--image` (pulled when not in the cache; held while the value
+/// lives) and what the run is.
+fn image_and_role(args: &RunArgs) -> Result<(Option<Image>, Role), String> {
+    let Some(name) = &args.image else {
+        return Ok((None, Role::Command));
+    };
+    let data_dir =
+        oz0_linux::host::data_dir(args.host.data.data_dir.as_deref()).map_err(|e| e.to_string())?;
+    let (_, i) =
+        crate::oci::fetch(name, &args.oci, &data_dir).map_err(|e| format!("--image {}", e.msg))?;
+    let role = Role::Image(crate::oci::root(&i)?);
+    Ok((Some(i), role))
+}
+
 /// Runs `sandbox run`; returns the exit status.
 pub fn run(args: RunArgs) -> i32 {
     // The status document's folder is opened now, without following links,
@@ -248,25 +262,9 @@ pub fn run(args: RunArgs) -> i32 {
         Some(Err(e)) => return refuse(None, e),
     };
     let refuse = |e: String| refuse(status_out.as_ref(), e);
-    let image = match &args.image {
-        None => None,
-        Some(name) => {
-            let data_dir = match oz0_linux::host::data_dir(args.host.data.data_dir.as_deref()) {
-                Ok(d) => d,
-                Err(e) => return refuse(e.to_string()),
-            };
-            match crate::oci::fetch(name, &args.oci, &data_dir) {
-                Ok((_, i)) => Some(i),
-                Err(e) => return refuse(format!("--image {}", e.msg)),
-            }
-        }
-    };
-    let role = match &image {
-        None => Role::Command,
-        Some(i) => match crate::oci::root(i) {
-            Ok(r) => Role::Image(r),
-            Err(e) => return refuse(e),
-        },
+    let (image, role) = match image_and_role(&args) {
+        Ok(x) => x,
+        Err(e) => return refuse(e),
     };
     let req = match request(&args, image.as_ref()) {
         Ok(r) => r,
@@ -312,7 +310,7 @@ pub fn run(args: RunArgs) -> i32 {
     }
     let gvisor = match args.oci_runtime.as_str() {
         "gvisor" => match oz0_linux::gvisor::Gvisor::find(host.data_dir(), host.job_mode().ok()) {
-            Ok(g) => Some(g),
+            Ok(g) => Some(g.with_git(args.git_findings)),
             Err(e) => return refuse(e.to_string()),
         },
         _ => None,

@@ -181,6 +181,9 @@ pub struct Ctx<'a> {
     /// Whether this node runs container tools: where it pulls their images
     /// from, or why not.
     pub images: Result<&'a crate::flags::OciArgs, String>,
+    /// A container tool's image runs in gVisor (its tenant asks for it),
+    /// not in tier 1.
+    pub gvisor: bool,
     /// The variables of this process's environment a tool may be given
     /// (the daemon's `--tool-env`); None: any (a caller's own call).
     pub env_allowed: Option<&'a std::collections::BTreeSet<String>>,
@@ -434,6 +437,8 @@ fn in_vm(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, ToolError> {
 struct ServerRun {
     spec: RunSpec,
     role: Role,
+    /// gVisor, when the tool's image runs there (its tenant asks for it).
+    gvisor: Option<oz0_linux::gvisor::Gvisor>,
     /// Where the server sees the work folder.
     work_inside: String,
     _image: Option<oz0_oci::cache::Image>,
@@ -461,7 +466,8 @@ fn server_run(
         })
         .collect::<Result<_, _>>()?;
     let mut command: Vec<String> = tool.command.iter().map(|a| at_work(a, &work)).collect();
-    let (mut role, mut work_inside, mut image) = (Role::Command, work.clone(), None);
+    let (mut role, mut work_inside, mut image, mut gvisor) =
+        (Role::Command, work.clone(), None, None);
     if tool.isolation == Isolation::Container {
         let package = tool.package.clone().unwrap_or_default();
         let refuse = |why: String| ToolError::Image {
@@ -490,6 +496,14 @@ fn server_run(
         limits.memory_mib = tool.resources.memory_mb.map(u64::from);
         work_inside = WORK_IN_VM.to_string();
         image = Some(i);
+        if ctx.gvisor {
+            let g = oz0_linux::gvisor::Gvisor::find(ctx.data_dir, ctx.host.job_mode().ok())
+                .map_err(|e| ToolError::NoContainers {
+                    tool: tool.id.clone(),
+                    why: format!("its tenant asks for gVisor, and {e}"),
+                })?;
+            gvisor = Some(g);
+        }
     }
     let spec = RunSpec::new(RunRequest {
         work,
@@ -506,6 +520,7 @@ fn server_run(
     Ok(ServerRun {
         spec,
         role,
+        gvisor,
         work_inside,
         _image: image,
     })
@@ -518,8 +533,14 @@ type Talked<T> = (Result<T, McpError>, Result<oz0_core::Outcome, String>);
 /// `talk`: what it answered, and the run's end.
 fn serve_in_sandbox<T>(
     ctx: Ctx<'_>,
-    spec: RunSpec,
-    role: Role,
+    ServerRun {
+        spec,
+        role,
+        gvisor,
+        // Held (never evicted from the cache) to the run's end.
+        _image: _held,
+        ..
+    }: ServerRun,
     deadline: Instant,
     talk: impl FnOnce(Client<'_, UnixStream>) -> Result<T, McpError>,
 ) -> Result<Talked<T>, ToolError> {
@@ -530,7 +551,10 @@ fn serve_in_sandbox<T>(
         ..
     } = ctx;
     call_over(talk, deadline, &cancel, errors, move |io, stop| {
-        let sandbox: &dyn Sandbox = host;
+        let sandbox: &dyn Sandbox = match &gvisor {
+            Some(g) => g,
+            None => host,
+        };
         let mut opts = RunOptions::new(io, Some(Cancel(stop)));
         opts.role = role;
         sandbox.run(&spec, opts).map_err(|e| e.to_string())
@@ -545,11 +569,14 @@ fn in_sandbox(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, ToolError> {
     let s = server_run(&ctx, &t.tool, &call.env, call.limits)?;
     let mut params = t.call_params(&s.work_inside);
     args_at_work(&mut params["arguments"], &s.work_inside);
-    let backend = match s.role {
-        Role::Image(_) => "tier-1 sandbox in the image's root (bubblewrap, seccomp, Landlock)",
+    let backend = match (&s.role, &s.gvisor) {
+        (_, Some(_)) => "gVisor (runsc) in the image's root",
+        (Role::Image(_), None) => {
+            "tier-1 sandbox in the image's root (bubblewrap, seccomp, Landlock)"
+        }
         _ => "tier-1 sandbox (bubblewrap, seccomp, Landlock)",
     };
-    let (r, run) = serve_in_sandbox(ctx, s.spec, s.role, call.deadline, move |c| c.call(params))?;
+    let (r, run) = serve_in_sandbox(ctx, s, call.deadline, move |c| c.call(params))?;
     let mut look = None;
     if let Some(g) = run.as_ref().ok().and_then(|o| o.report.get("git")) {
         // A finding left in place fails the run (its own status then
@@ -582,7 +609,7 @@ pub fn try_server(ctx: Ctx<'_>, tool: &Tool, timeout: Duration) -> Result<Listed
     };
     let s = server_run(&ctx, tool, &env, limits)?;
     let deadline = Instant::now() + timeout;
-    let (r, run) = serve_in_sandbox(ctx, s.spec, s.role, deadline, |c| c.list())?;
+    let (r, run) = serve_in_sandbox(ctx, s, deadline, |c| c.list())?;
     let why = match (r, run) {
         (Ok(l), _) => return Ok(l),
         (Err(e), Ok(o)) if o.exit_code != 0 => {

@@ -249,6 +249,21 @@ fn the_node_checks_runs_in_an_image_root_before_it_offers_them() {
     assert!(log.contains("runs in an image's root: checked"), "{log}");
     assert_eq!(facts["oci"]["ready"], true, "{facts}");
     assert_eq!(facts["oci"]["runtimes"][0], "tier1", "{facts}");
+    // gVisor too, where runsc is installed (CI installs it): its own
+    // check, a copy of the witness in its image.
+    let has_runsc = std::process::Command::new("runsc")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if has_runsc {
+        assert!(
+            log.contains("gVisor (") && log.contains("): checked:"),
+            "{log}"
+        );
+        assert_eq!(facts["oci"]["runtimes"][1], "gvisor", "{facts}");
+    } else {
+        common::skip("runsc (gVisor) is not installed: the gVisor half is not shown");
+    }
     assert_eq!(facts["labels"]["runtime.oci"], "ready", "{facts}");
     for (fault, saw) in [
         (
@@ -320,6 +335,22 @@ fn gvisor_runs_the_image_behind_a_kernel_of_its_own() {
         std::fs::read_to_string(env.work.join("out.txt")).unwrap(),
         "made\n"
     );
+    // What the run left for host git is looked at after it, as after
+    // every tier-1 run: a hook is renamed aside, with a warning.
+    let out = run_image(
+        &env,
+        &reg,
+        &image,
+        &["--oci-runtime", "gvisor"],
+        &["mkdir -p /work/repo/.git/hooks && echo evil > /work/repo/.git/hooks/pre-commit"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !env.work.join("repo/.git/hooks/pre-commit").exists(),
+        "the hook is still where git runs it: {}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("warning:"), "{}", stderr(&out));
     // The command's own status comes back.
     let out = run_image(
         &env,

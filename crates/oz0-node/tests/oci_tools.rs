@@ -136,31 +136,40 @@ fn text(j: &serde_json::Value) -> String {
         .to_string()
 }
 
-#[test]
-fn a_container_tool_runs_its_image_s_mcp_server_in_tier_1_through_the_edge() {
+/// The edge binary, a registry on loopback with the server's image in it,
+/// the test's folder and the image's reference; None (after `skip`) when
+/// something is missing.
+fn setup(tag: &str) -> Option<(PathBuf, Registry, TempDir, String)> {
     if !sandbox_ready() {
-        return;
+        return None;
     }
     let Some(edge_bin) = edge_bin() else {
         skip("the oz0-edge binary is not found: set OZ0_EDGE_BIN or `cargo build -p oz0-edge`");
-        return;
+        return None;
     };
     if !Path::new(SERVER_DIR).join("dist/index.js").exists() {
         skip("mcp-server-filesystem is not installed (npm install -g @modelcontextprotocol/server-filesystem)");
-        return;
+        return None;
     }
-    let Some(reg) = Registry::start() else { return };
-    let dir = TempDir::new("oci-tools");
+    let reg = Registry::start()?;
+    let dir = TempDir::new(tag);
     let layer = match server_layer(&dir) {
         Ok(l) => l,
         Err(why) => {
             skip(&format!("cannot build the server's image: {why}"));
-            return;
+            return None;
         }
     };
     let digest = reg.push_with("acme/fs-mcp", &[layer], None, RUN);
     let image = format!("oci:{}/acme/fs-mcp@{digest}", reg.host());
+    Some((edge_bin, reg, dir, image))
+}
 
+#[test]
+fn a_container_tool_runs_its_image_s_mcp_server_in_tier_1_through_the_edge() {
+    let Some((edge_bin, reg, dir, image)) = setup("oci-tools") else {
+        return;
+    };
     let edge = Edge::start(&edge_bin, 30);
     let submit = |p: serde_json::Value| edge.submit_kind(Origin::Internal, JobKind::Tool, p);
 
@@ -186,8 +195,10 @@ fn a_container_tool_runs_its_image_s_mcp_server_in_tier_1_through_the_edge() {
         n.log()
     );
     let view = edge.rt.block_on(edge.op.node("oci")).unwrap();
-    assert_eq!(
-        view.containers_line, "ready (runtime.oci), in tier1",
+    // (Where runsc is installed, gVisor is offered too.)
+    assert!(
+        view.containers_line
+            .starts_with("ready (runtime.oci), in tier1"),
         "{view:?}"
     );
     let labels = &view.facts.as_ref().unwrap().labels;
@@ -260,4 +271,60 @@ fn a_container_tool_runs_its_image_s_mcp_server_in_tier_1_through_the_edge() {
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("is not among --oci-registry"), "{said}");
+}
+
+/// A tenant that asks for gVisor (`oz0-edge --oci-gvisor acme`): its
+/// container tools are refused while no node offers gVisor, and then run
+/// there, behind gVisor's own kernel, with the same answers.
+#[test]
+fn a_tenant_that_asks_for_gvisor_gets_its_container_tools_run_there() {
+    if Command::new("runsc").arg("--version").output().is_err() {
+        skip("runsc (gVisor) is not installed (apt-get install runsc)");
+        return;
+    }
+    let Some((edge_bin, reg, _dir, image)) = setup("oci-gvisor") else {
+        return;
+    };
+    let edge = Edge::start_with(&edge_bin, 30, &["--oci-gvisor", "acme"]);
+    let submit = |p: serde_json::Value| edge.submit_kind(Origin::Internal, JobKind::Tool, p);
+    let refused = submit(call(
+        &image,
+        "list_allowed_directories",
+        serde_json::json!({}),
+    ))
+    .unwrap_err();
+    assert!(
+        refused.contains("runs only in gVisor") && refused.contains("runsc"),
+        "{refused}"
+    );
+
+    let host = reg.host();
+    let mut n = Node::start(&edge, "gv", &["--oci-registry", &host]);
+    n.wait_log("facts reported", 120);
+    assert!(
+        n.log()
+            .contains("container tools (runtime.oci): ready, in tier1, gvisor"),
+        "{}",
+        n.log()
+    );
+    let view = edge.rt.block_on(edge.op.node("gv")).unwrap();
+    assert_eq!(
+        view.containers_line, "ready (runtime.oci), in tier1, gvisor",
+        "{view:?}"
+    );
+    let id = submit(call(
+        &image,
+        "list_allowed_directories",
+        serde_json::json!({}),
+    ))
+    .unwrap();
+    let j = json(&edge.wait_job(&id, 180));
+    assert_eq!(j["state"], "succeeded", "{j}\n{}", n.log());
+    assert!(text(&j).contains("/work"), "{j}");
+    // The node's record of the job says what ran it.
+    let status: serde_json::Value = serde_json::from_str(&n.output(&id, "status.json")).unwrap();
+    assert_eq!(
+        status["phases"]["backend"], "gVisor (runsc) in the image's root",
+        "{status}"
+    );
 }

@@ -228,7 +228,7 @@ pub(super) async fn report_facts(
             })?,
             tier_routed: s.tier_routed,
             microvm_ready: s.microvm_ready,
-            oci_ready: s.oci_ready,
+            oci_level: s.oci_level(),
             arch: s.arch.as_deref().unwrap_or(""),
             dropped,
             now_ms: now,
@@ -454,6 +454,7 @@ fn leased_view(
         tier: j.tier,
         origin: j.origin,
         attempt: j.attempts,
+        oci_runtime: j.gvisor.then(|| "gvisor".to_string()),
     })
 }
 

@@ -140,7 +140,10 @@ pub(super) async fn submit_job(
     let hash = request_hash(&raw);
     let req = check_job(raw)?;
     let payload = serde_json::to_string(&req.job.payload()).unwrap_or_else(|_| "null".into());
-    let needs = req.needs().map_err(|e| bad_job(e.to_string()))?;
+    let mut needs = req.needs().map_err(|e| bad_job(e.to_string()))?;
+    // A tenant's --oci gvisor: its container tools run only in gVisor (a
+    // microVM tool runs in its VM all the same).
+    needs.oci_gvisor = needs.oci && edge.cfg.gvisor_tenants.contains(&tenant);
     let now = now_ms();
     let live_since = now - edge.cfg.node_live_ms;
     let eligible = edge

@@ -82,6 +82,12 @@ struct Args {
     /// and take no work at all until then (repeatable).
     #[arg(long = "require-approval", value_name = "TENANT")]
     require_approval: Vec<String>,
+    /// TENANT's --oci gvisor: its container tools (an image without
+    /// isolation: microvm) run only on nodes whose runtime.oci offers
+    /// gVisor, and are refused at submit, with the reason, where none is
+    /// live. Its microVM tools still run in their VMs (repeatable).
+    #[arg(long = "oci-gvisor", value_name = "TENANT")]
+    oci_gvisor: Vec<String>,
     /// Connections open at once; more are closed as they arrive. The last
     /// eighth is kept for addresses nodes and operators used in the last
     /// 10 minutes. Each is an open file: the edge raises its soft limit to
@@ -110,6 +116,7 @@ const KEYS: &[&str] = &[
     "tls-cert",
     "tls-key",
     "require-approval",
+    "oci-gvisor",
     "max-connections",
     "max-connections-per-client",
     "log-format",
@@ -271,6 +278,15 @@ async fn main() -> Result<()> {
             );
         }
         cfg.approval_tenants.insert(t.clone());
+    }
+    for t in &args.oci_gvisor {
+        if !cfg.tenant_tokens.contains_key(t) {
+            bail!(
+                "--oci-gvisor {t:?}: no such tenant in {}",
+                args.tenant_tokens.display()
+            );
+        }
+        cfg.gvisor_tenants.insert(t.clone());
     }
     let n_tenants = cfg.tenant_tokens.len();
     let addr: std::net::SocketAddr = match args.listen.parse() {

@@ -155,7 +155,7 @@ impl Store {
                 j.kind.into(),
                 i64::from(j.needs.tier).into(),
                 j.needs.microvm.into(),
-                j.needs.oci.into(),
+                j.needs.oci_level().into(),
                 j.needs.arch.clone().into(),
                 j.payload.into(),
                 now_ms.into(),
@@ -204,7 +204,7 @@ impl Store {
                          ORDER BY enqueued_ms, id LIMIT 1 {})
                AND state = 'queued'
                AND EXISTS (SELECT 1 FROM nodes WHERE nodes.id = $1 AND nodes.approved = 1 AND nodes.drained = 0 AND nodes.removed_ms IS NULL)
-             RETURNING id, origin, kind, tier_need, payload, attempts",
+             RETURNING id, origin, kind, tier_need, payload, attempts, need_oci",
             self.lock_clause()
         );
         let rows = self
@@ -218,7 +218,7 @@ impl Store {
                     i64::from(tier).into(),
                     now_ms.into(),
                     node.microvm_ready.into(),
-                    node.oci_ready.into(),
+                    node.oci_level.into(),
                     node.arch.as_str().into(),
                 ],
             )
@@ -233,6 +233,7 @@ impl Store {
                     tier: tier_col(r, 3)?,
                     payload: text(r, 4)?,
                     attempts: int(r, 5)?,
+                    gvisor: int(r, 6)? >= 2,
                 })
             })
             .transpose()?;
@@ -328,9 +329,11 @@ impl Store {
                     Needs {
                         tier: tier_col(r, 0)?,
                         microvm: int(r, 1)? != 0,
-                        oci: int(r, 2)? != 0,
+                        oci: false,
+                        oci_gvisor: false,
                         arch: opt_text(r, 3)?,
-                    },
+                    }
+                    .with_oci_level(int(r, 2)?),
                     text(r, 4)?,
                 ))
             })

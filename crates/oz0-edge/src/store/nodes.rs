@@ -17,7 +17,7 @@ fn fits_params(tenant: &str, needs: &Needs, live_since_ms: i64) -> Vec<Val> {
         tenant.into(),
         i64::from(needs.tier).into(),
         needs.microvm.into(),
-        needs.oci.into(),
+        needs.oci_level().into(),
         needs.arch.clone().unwrap_or_default().into(),
         live_since_ms.into(),
     ]
@@ -247,7 +247,7 @@ impl Store {
                 r.facts_json.into(),
                 i64::from(r.tier_routed).into(),
                 r.microvm_ready.into(),
-                r.oci_ready.into(),
+                r.oci_level.into(),
                 r.arch.into(),
                 r.dropped.into(),
                 r.now_ms.into(),

@@ -27,8 +27,8 @@ pub struct NodeRow {
     pub tier_routed: u8,
     /// `isolation.microvm=ready`.
     pub microvm_ready: bool,
-    /// `runtime.oci=ready`.
-    pub oci_ready: bool,
+    /// `runtime.oci`: 0 none, 1 ready, 2 ready with gVisor.
+    pub oci_level: i64,
     /// Architecture ('' when unknown).
     pub arch: String,
     /// Reports accepted.
@@ -74,7 +74,7 @@ pub(super) fn node_row(r: &Row) -> Result<NodeRow, StoreError> {
         facts: opt_text(r, 7)?,
         tier_routed: u8::try_from(int(r, 8)?).map_err(|_| StoreError::Column(8))?,
         microvm_ready: int(r, 9)? != 0,
-        oci_ready: int(r, 10)? != 0,
+        oci_level: int(r, 10)?,
         arch: text(r, 11)?,
         reports: int(r, 12)?,
         dropped_last: int(r, 13)?,
@@ -101,6 +101,8 @@ pub struct LeasedJob {
     pub payload: String,
     /// How many times it was handed out, this one included.
     pub attempts: i64,
+    /// A container tool that runs only in gVisor.
+    pub gvisor: bool,
 }
 
 /// A job's state.
@@ -180,8 +182,8 @@ pub struct Report<'a> {
     pub tier_routed: u8,
     /// Labels.
     pub microvm_ready: bool,
-    /// Labels.
-    pub oci_ready: bool,
+    /// `runtime.oci`: 0 none, 1 ready, 2 ready with gVisor.
+    pub oci_level: i64,
     /// Labels.
     pub arch: &'a str,
     /// Fields dropped.

@@ -275,6 +275,7 @@ impl Runner {
                 .ok_or("a tool's server runs only behind a wall, and this node runs with --sandbox none (tier 0)")?;
             let microvms = at.microvms.clone();
             let images = at.images.clone();
+            let gvisor = job.oci_runtime.as_deref() == Some("gvisor");
             let oci = self.s.oci.clone();
             let (work, data_dir) = (work.to_path_buf(), self.s.data_dir.clone());
             let tool_env = self.s.tool_env.clone();
@@ -285,6 +286,7 @@ impl Runner {
                     data_dir: &data_dir,
                     microvms,
                     images: images.map(|()| &oci),
+                    gvisor,
                     env_allowed: Some(&tool_env),
                     errors: err,
                     cancel,
