@@ -1,0 +1,278 @@
+//! Benchmark: the wall time to run an image's command to its end, the
+//! container path's start-up and teardown, against baselines measured in
+//! the same rounds, alternating. Not a test: nothing here asserts a time.
+//!
+//! The image is one this benchmark builds (Debian's static busybox, its
+//! entrypoint `/bin/true`), pushed to a registry on loopback and pulled by
+//! digest once before the rounds. Rows:
+//!
+//! - `bwrap, image root`: bare bubblewrap with the unpacked rootfs's names
+//!   bound at the top of its root, a new /proc and /dev and every
+//!   namespace, running `/bin/true`: the floor any bubblewrap-based runtime
+//!   stands on here.
+//! - `oz0 tier1`: `oz0-node sandbox run --image … --work W` (the image
+//!   already in the node's cache): the whole tier-1 wall in the image's root.
+//! - `oz0 gvisor`: the same with `--oci-runtime gvisor` (where runsc is
+//!   installed).
+//! - `docker run`: `docker run --rm --network none` of the same image,
+//!   loaded into the daemon with skopeo (where a Docker daemon answers this
+//!   user: Debian's docker.io, started for the benchmark, the user in the
+//!   docker group; a benchmark machine only).
+//!
+//! Run as the node's user (oz0-node refuses to run sandboxes as root), with
+//! `docker-registry`, `skopeo` and `busybox-static` installed:
+//!
+//! ```text
+//! OZ0_NODE_BIN=$(scripts/build-node --release) cargo bench -p oz0-node --bench oci_start [-- RUNS]
+//! ```
+//!
+//! RUNS (default 30) rounds; each row's median and p90 are printed, with
+//! its ratio to the bwrap floor and to Docker.
+
+#[path = "../tests/common/mod.rs"]
+#[allow(unused_imports, unused_macros)]
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::oci::{tar, Registry};
+use common::TempDir;
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn p90(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[(v.len() * 9) / 10]
+}
+
+/// Runs `cmd` to its end: how long it took, or why it failed.
+fn time(cmd: &mut Command) -> Result<Duration, String> {
+    let t = Instant::now();
+    let out = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| e.to_string())?;
+    let d = t.elapsed();
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?}: {:?}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(d)
+}
+
+fn answers(cmd: &mut Command) -> bool {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+struct Row {
+    name: &'static str,
+    cmd: Box<dyn Fn() -> Command>,
+    times: Vec<Duration>,
+}
+
+fn main() {
+    let runs: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(30)
+        .max(10);
+    let node = std::env::var_os("OZ0_NODE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_oz0-node")));
+    let Some(reg) = Registry::start() else {
+        eprintln!("oci_start: no registry (apt-get install docker-registry skopeo)");
+        return;
+    };
+    let bb = std::fs::read("/bin/busybox").expect("/bin/busybox (apt-get install busybox-static)");
+    let layer = tar(&[
+        ("bin/", b'5', 0o755, b""),
+        ("bin/busybox", b'0', 0o755, &bb),
+        ("bin/true", b'2', 0o777, b"busybox"),
+        ("bin/sh", b'2', 0o777, b"busybox"),
+    ]);
+    let run = r#"{"Entrypoint":["/bin/true"],"Env":["PATH=/bin"]}"#;
+    let digest = reg.push_with("bench/true", &[layer], None, run);
+    let image = format!("oci:{}/bench/true@{digest}", reg.host());
+    let dir = TempDir::new("oci-bench");
+    let data = dir.join("data");
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let pulled = Command::new(&node)
+        .args(["--no-config", "oci", "pull", "--json", "--data-dir"])
+        .arg(&data)
+        .args(["--oci-registry", &reg.host(), &image])
+        .output()
+        .unwrap();
+    assert!(
+        pulled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pulled.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&pulled.stdout).unwrap();
+    let rootfs = PathBuf::from(doc["rootfs"].as_str().unwrap());
+
+    let mut rows: Vec<Row> = Vec::new();
+    // The image's names bound at the top of a fresh root (bubblewrap
+    // cannot make /proc in a read-only root of its own), as tier 1 does.
+    let mut binds: Vec<String> = Vec::new();
+    for e in std::fs::read_dir(&rootfs).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        binds.extend([
+            "--ro-bind".into(),
+            e.path().display().to_string(),
+            format!("/{name}"),
+        ]);
+    }
+    rows.push(Row {
+        name: "bwrap, image root",
+        cmd: Box::new(move || {
+            let mut c = Command::new("/usr/bin/bwrap");
+            c.args(["--unshare-all", "--die-with-parent"])
+                .args(&binds)
+                .args(["--proc", "/proc", "--dev", "/dev", "/bin/true"]);
+            c
+        }),
+        times: Vec::new(),
+    });
+    let oz0 = |runtime: &'static str| {
+        let (node, data, work, image, host) = (
+            node.clone(),
+            data.clone(),
+            work.clone(),
+            image.clone(),
+            reg.host(),
+        );
+        Box::new(move || {
+            let mut c = Command::new(&node);
+            c.args(["--no-config", "sandbox", "run", "--data-dir"])
+                .arg(&data)
+                .arg("--work")
+                .arg(&work)
+                .args([
+                    "--oci-registry",
+                    &host,
+                    "--oci-runtime",
+                    runtime,
+                    "--image",
+                    &image,
+                ]);
+            c
+        }) as Box<dyn Fn() -> Command>
+    };
+    rows.push(Row {
+        name: "oz0 tier1",
+        cmd: oz0("tier1"),
+        times: Vec::new(),
+    });
+    if answers(Command::new("runsc").arg("--version")) {
+        rows.push(Row {
+            name: "oz0 gvisor",
+            cmd: oz0("gvisor"),
+            times: Vec::new(),
+        });
+    } else {
+        println!("oz0 gvisor: not measured: runsc is not installed (apt-get install runsc)");
+    }
+    let docker = docker_image(&reg, &digest);
+    match &docker {
+        Ok(tag) => {
+            let tag = tag.clone();
+            rows.push(Row {
+                name: "docker run",
+                cmd: Box::new(move || {
+                    let mut c = Command::new("docker");
+                    c.args(["run", "--rm", "--network", "none", &tag]);
+                    c
+                }),
+                times: Vec::new(),
+            });
+        }
+        Err(why) => println!("docker run: not measured: {why}"),
+    }
+    // One run of each first (caches warm), then the rounds, alternating.
+    for r in &rows {
+        if let Err(e) = time(&mut (r.cmd)()) {
+            panic!("{}: {e}", r.name);
+        }
+    }
+    for _ in 0..runs {
+        for r in &mut rows {
+            r.times
+                .push(time(&mut (r.cmd)()).unwrap_or_else(|e| panic!("{}: {e}", r.name)));
+        }
+    }
+    println!(
+        "oci_start: {runs} rounds; node {}{}",
+        node.display(),
+        if std::env::var_os("OZ0_NODE_BIN").is_some() {
+            ""
+        } else {
+            " (cargo's dynamically linked build: set OZ0_NODE_BIN for the shipped one)"
+        }
+    );
+    let medians: Vec<(&str, Duration, Duration)> = rows
+        .iter_mut()
+        .map(|r| (r.name, median(&mut r.times), p90(&mut r.times)))
+        .collect();
+    let floor = medians[0].1;
+    let docker_m = medians
+        .iter()
+        .find(|(n, _, _)| *n == "docker run")
+        .map(|m| m.1);
+    for (name, m, p) in &medians {
+        let vs_docker = docker_m
+            .map(|d| format!(", {:.2}× Docker", m.as_secs_f64() / d.as_secs_f64()))
+            .unwrap_or_default();
+        println!(
+            "{name:<18} median {:>7.1} ms  p90 {:>7.1} ms  {:.2}× the bwrap floor{vs_docker}",
+            m.as_secs_f64() * 1e3,
+            p.as_secs_f64() * 1e3,
+            m.as_secs_f64() / floor.as_secs_f64()
+        );
+    }
+}
+
+/// The image loaded into the Docker daemon from the registry, as a tag; or
+/// why not.
+fn docker_image(reg: &Registry, digest: &str) -> Result<String, String> {
+    if !answers(Command::new("docker").arg("info")) {
+        return Err(
+            "no Docker daemon answers this user (start dockerd; add the user to the docker group)"
+                .into(),
+        );
+    }
+    let tag = "oz0-bench/true:latest".to_string();
+    let out = Command::new("skopeo")
+        .args([
+            "copy",
+            "--quiet",
+            "--insecure-policy",
+            "--src-tls-verify=false",
+        ])
+        .arg(format!("docker://{}/bench/true@{digest}", reg.host()))
+        .arg(format!("docker-daemon:{tag}"))
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "skopeo could not load the image into Docker: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(tag)
+}
