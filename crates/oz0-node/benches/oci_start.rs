@@ -28,16 +28,24 @@
 //!
 //! RUNS (default 30) rounds; each row's median and p90 are printed, with
 //! its ratio to the bwrap floor and to Docker.
+//!
+//! A second table measures a real MCP server's first reply (the time from
+//! start to its answer to `initialize` on stdin): the npm
+//! `@modelcontextprotocol/server-filesystem` with the host's `node` and its
+//! libraries in an image, run by `sandbox run --image` (tier 1 and gVisor)
+//! and `docker run -i`, against the same server started directly on the
+//! host (the floor: node's own start), RUNS / 3 rounds (at least 10).
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports, unused_macros)]
 mod common;
 
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::oci::{tar, Registry};
+use common::oci::{server_layer, tar, Registry, FS_RUN, SERVER_DIR};
 use common::TempDir;
 
 fn median(v: &mut [Duration]) -> Duration {
@@ -188,7 +196,7 @@ fn main() {
     } else {
         println!("oz0 gvisor: not measured: runsc is not installed (apt-get install runsc)");
     }
-    let docker = docker_image(&reg, &digest);
+    let docker = docker_image(&reg, "bench/true", &digest);
     match &docker {
         Ok(tag) => {
             let tag = tag.clone();
@@ -225,6 +233,13 @@ fn main() {
             " (cargo's dynamically linked build: set OZ0_NODE_BIN for the shipped one)"
         }
     );
+    print_rows(&mut rows);
+    mcp_rows(&node, &reg, &dir, (runs / 3).max(10));
+}
+
+/// Prints each row's median and p90, its ratio to the first row and to
+/// the row named `docker run`.
+fn print_rows(rows: &mut [Row]) {
     let medians: Vec<(&str, Duration, Duration)> = rows
         .iter_mut()
         .map(|r| (r.name, median(&mut r.times), p90(&mut r.times)))
@@ -239,7 +254,7 @@ fn main() {
             .map(|d| format!(", {:.2}× Docker", m.as_secs_f64() / d.as_secs_f64()))
             .unwrap_or_default();
         println!(
-            "{name:<18} median {:>7.1} ms  p90 {:>7.1} ms  {:.2}× the bwrap floor{vs_docker}",
+            "{name:<18} median {:>7.1} ms  p90 {:>7.1} ms  {:.2}× the first row{vs_docker}",
             m.as_secs_f64() * 1e3,
             p.as_secs_f64() * 1e3,
             m.as_secs_f64() / floor.as_secs_f64()
@@ -247,16 +262,200 @@ fn main() {
     }
 }
 
+/// The MCP `initialize` request a first reply answers.
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"oz0-bench","version":"1"}}}"#;
+
+/// Starts `cmd`, sends `initialize` on its stdin and waits for the first
+/// line on its stdout: how long that took; then closes its stdin (an MCP
+/// server ends at EOF) and waits for it to end.
+fn first_reply(cmd: &mut Command) -> Result<Duration, String> {
+    let t = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{INITIALIZE}").map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    let d = t.elapsed();
+    drop(stdin);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if !line.contains("\"result\"") {
+        return Err(format!("{cmd:?} answered {line:?}"));
+    }
+    Ok(d)
+}
+
+/// The second table: the MCP server's first reply, directly on the host,
+/// in tier 1, in gVisor and in Docker.
+fn mcp_rows(node: &std::path::Path, reg: &Registry, dir: &TempDir, runs: usize) {
+    let layer = match server_layer(dir) {
+        Ok(l) => l,
+        Err(why) => return println!("first MCP reply: not measured: {why}"),
+    };
+    let digest = reg.push_with("bench/fs-mcp", &[layer], None, FS_RUN);
+    let image = format!("oci:{}/bench/fs-mcp@{digest}", reg.host());
+    let data = dir.join("data");
+    let work = dir.join("mcp-work");
+    std::fs::create_dir_all(&work).unwrap();
+    let direct_work = work.clone();
+    let mut rows = vec![Row {
+        name: "direct (host node)",
+        cmd: Box::new(move || {
+            let mut c = Command::new("node");
+            c.arg(format!("{SERVER_DIR}/dist/index.js"))
+                .arg(&direct_work);
+            c
+        }),
+        times: Vec::new(),
+    }];
+    let oz0 = |runtime: &'static str| {
+        let (node, data, work, image, host) = (
+            node.to_path_buf(),
+            data.clone(),
+            work.clone(),
+            image.clone(),
+            reg.host(),
+        );
+        Box::new(move || {
+            let mut c = Command::new(&node);
+            c.args(["--no-config", "sandbox", "run", "--data-dir"])
+                .arg(&data)
+                .arg("--work")
+                .arg(&work)
+                .args([
+                    "--oci-registry",
+                    &host,
+                    "--oci-runtime",
+                    runtime,
+                    "--image",
+                    &image,
+                ]);
+            c
+        }) as Box<dyn Fn() -> Command>
+    };
+    rows.push(Row {
+        name: "oz0 tier1",
+        cmd: oz0("tier1"),
+        times: Vec::new(),
+    });
+    if answers(Command::new("runsc").arg("--version")) {
+        rows.push(Row {
+            name: "oz0 gvisor",
+            cmd: oz0("gvisor"),
+            times: Vec::new(),
+        });
+        rows.push(Row {
+            name: "runsc, bare",
+            cmd: bare_runsc(node, reg, dir, &image, &work),
+            times: Vec::new(),
+        });
+    }
+    match docker_image(reg, "bench/fs-mcp", &digest) {
+        Ok(tag) => rows.push(Row {
+            name: "docker run",
+            cmd: Box::new(move || {
+                let mut c = Command::new("docker");
+                c.args(["run", "-i", "--rm", "--network", "none", &tag]);
+                c
+            }),
+            times: Vec::new(),
+        }),
+        Err(why) => println!("docker run (MCP): not measured: {why}"),
+    }
+    // The first run pulls the image into the node's cache.
+    for r in &rows {
+        if let Err(e) = first_reply(&mut (r.cmd)()) {
+            panic!("{}: {e}", r.name);
+        }
+    }
+    for _ in 0..runs {
+        for r in &mut rows {
+            r.times
+                .push(first_reply(&mut (r.cmd)()).unwrap_or_else(|e| panic!("{}: {e}", r.name)));
+        }
+    }
+    println!("first MCP reply (server-filesystem, initialize): {runs} rounds");
+    print_rows(&mut rows);
+}
+
+/// `runsc run` of the server's image with a bundle of the benchmark's own
+/// (the rootfs from the node's cache, `/work` bound, no network): gVisor's
+/// own cost here, with nothing of the node's.
+fn bare_runsc(
+    node: &std::path::Path,
+    reg: &Registry,
+    dir: &TempDir,
+    image: &str,
+    work: &std::path::Path,
+) -> Box<dyn Fn() -> Command> {
+    let pulled = Command::new(node)
+        .args(["--no-config", "oci", "pull", "--json", "--data-dir"])
+        .arg(dir.join("data"))
+        .args(["--oci-registry", &reg.host(), image])
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&pulled.stdout).unwrap();
+    let bundle = dir.join("bundle");
+    std::fs::create_dir_all(&bundle).unwrap();
+    let config = serde_json::json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false, "user": {"uid": 0, "gid": 0},
+            "args": ["/usr/bin/node", "/app/dist/index.js", "/work"],
+            "env": ["PATH=/usr/bin:/bin", "NODE_ENV=production", "HOME=/tmp"],
+            "cwd": "/work",
+        },
+        "root": {"path": doc["rootfs"], "readonly": true},
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"},
+            {"destination": "/work", "type": "bind", "source": work, "options": ["rbind", "rw"]},
+        ],
+        "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}]},
+    });
+    std::fs::write(bundle.join("config.json"), config.to_string()).unwrap();
+    let state = dir.join("runsc-state");
+    let n = std::sync::atomic::AtomicU32::new(0);
+    Box::new(move || {
+        let id = format!(
+            "oz0-bench-{}-{}",
+            std::process::id(),
+            n.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let mut c = Command::new("runsc");
+        c.args(["--rootless", "--network=none", "--ignore-cgroups", "--root"])
+            .arg(&state)
+            .args(["run", "--bundle"])
+            .arg(&bundle)
+            .arg(id);
+        c
+    })
+}
+
 /// The image loaded into the Docker daemon from the registry, as a tag; or
 /// why not.
-fn docker_image(reg: &Registry, digest: &str) -> Result<String, String> {
+fn docker_image(reg: &Registry, name: &str, digest: &str) -> Result<String, String> {
     if !answers(Command::new("docker").arg("info")) {
         return Err(
             "no Docker daemon answers this user (start dockerd; add the user to the docker group)"
                 .into(),
         );
     }
-    let tag = "oz0-bench/true:latest".to_string();
+    let tag = format!("oz0-{name}:latest");
     let out = Command::new("skopeo")
         .args([
             "copy",
@@ -264,7 +463,7 @@ fn docker_image(reg: &Registry, digest: &str) -> Result<String, String> {
             "--insecure-policy",
             "--src-tls-verify=false",
         ])
-        .arg(format!("docker://{}/bench/true@{digest}", reg.host()))
+        .arg(format!("docker://{}/{name}@{digest}", reg.host()))
         .arg(format!("docker-daemon:{tag}"))
         .output()
         .map_err(|e| e.to_string())?;

@@ -3,6 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use sha2::Digest as _;
@@ -237,3 +238,82 @@ impl Drop for Registry {
         let _ = self.child.wait();
     }
 }
+
+/// Where npm installs the server for every user.
+pub const SERVER_DIR: &str = "/usr/lib/node_modules/@modelcontextprotocol/server-filesystem";
+
+/// `node` and the shared libraries `ldd` names for it (real files), or
+/// why not.
+pub fn node_and_libraries() -> Result<(PathBuf, Vec<(PathBuf, String)>), String> {
+    let node = Command::new("sh")
+        .args(["-c", "command -v node"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let node = PathBuf::from(String::from_utf8_lossy(&node.stdout).trim());
+    if !node.is_absolute() {
+        return Err("node is not on PATH (apt-get install nodejs)".into());
+    }
+    let node = std::fs::canonicalize(&node).map_err(|e| e.to_string())?;
+    let out = Command::new("ldd")
+        .arg(&node)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let mut libs = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)`, or the
+        // loader's own `/lib64/ld-linux-x86-64.so.2 (0x…)`.
+        let path = match line.split("=>").nth(1) {
+            Some(rest) => rest.split_whitespace().next(),
+            None => line
+                .split_whitespace()
+                .next()
+                .filter(|p| p.starts_with('/')),
+        };
+        let Some(path) = path.filter(|p| p.starts_with('/')) else {
+            continue;
+        };
+        let real = std::fs::canonicalize(path).map_err(|e| format!("{path}: {e}"))?;
+        libs.push((real, path.to_string()));
+    }
+    Ok((node, libs))
+}
+
+/// The image's one layer: `node` at /usr/bin/node, its libraries where
+/// `ldd` found them, the server's package at /app. Built with the host's
+/// `tar` from a staged folder.
+pub fn server_layer(root: &TempDir) -> Result<Vec<u8>, String> {
+    let (node, libs) = node_and_libraries()?;
+    let stage = root.join("stage");
+    let copy = |from: &Path, to: &str| -> Result<(), String> {
+        let dest = stage.join(to.trim_start_matches('/'));
+        std::fs::create_dir_all(dest.parent().unwrap()).map_err(|e| e.to_string())?;
+        std::fs::copy(from, &dest).map_err(|e| format!("{}: {e}", from.display()))?;
+        Ok(())
+    };
+    copy(&node, "/usr/bin/node")?;
+    for (real, named) in &libs {
+        copy(real, named)?;
+    }
+    std::fs::create_dir_all(&stage).map_err(|e| e.to_string())?;
+    let cp = Command::new("cp")
+        .args(["-a", SERVER_DIR])
+        .arg(stage.join("app"))
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !cp.success() {
+        return Err(format!("cp -a {SERVER_DIR} failed"));
+    }
+    let tar = Command::new("tar")
+        .args(["--numeric-owner", "--owner=0", "--group=0", "-C"])
+        .arg(&stage)
+        .args(["-cf", "-", "."])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !tar.status.success() {
+        return Err(String::from_utf8_lossy(&tar.stderr).into_owned());
+    }
+    Ok(tar.stdout)
+}
+
+/// The image's config: the server with `/work` as its one allowed folder.
+pub const FS_RUN: &str = r#"{"Entrypoint":["/usr/bin/node","/app/dist/index.js"],"Cmd":["/work"],"Env":["PATH=/usr/bin:/bin","NODE_ENV=production"],"WorkingDir":"/work"}"#;
