@@ -26,7 +26,8 @@ use std::process::Command;
 
 use base64::Engine;
 use common::fleet::{edge_bin, Edge, Node};
-use common::oci::{server_layer, Registry, FS_RUN as RUN, SERVER_DIR};
+use common::fleet::{processes_with, wait_gone};
+use common::oci::{server_layer, tar, Registry, FS_RUN as RUN, SERVER_DIR};
 use common::{node, sandbox_ready, skip, TempDir};
 use oz0_edge::routing::{JobKind, Origin};
 
@@ -44,6 +45,60 @@ fn call(image: &str, name: &str, arguments: serde_json::Value) -> serde_json::Va
         "arguments": arguments,
         "timeout": 120,
     })
+}
+
+/// An image whose server never answers (busybox's `sh` sleeping, with
+/// `marker` on its command line), pushed as `name`; its reference.
+fn hanging_image(reg: &Registry, name: &str, marker: &str) -> String {
+    let bb = std::fs::read("/bin/busybox").expect("/bin/busybox (apt-get install busybox-static)");
+    let layer = tar(&[
+        ("bin/", b'5', 0o755, b""),
+        ("bin/busybox", b'0', 0o755, &bb),
+        ("bin/sh", b'2', 0o777, b"busybox"),
+    ]);
+    let run = format!(
+        r#"{{"Entrypoint":["/bin/sh","-c","sleep 600; true","{marker}"],"Env":["PATH=/bin"]}}"#
+    );
+    let digest = reg.push_with(name, &[layer], None, &run);
+    format!("oci:{}/{name}@{digest}", reg.host())
+}
+
+/// A call to a server that never answers is cancelled: the job ends
+/// cancelled, and nothing of its run is left: no process (`running`
+/// names what the run's processes carry on their command lines), no
+/// bundle or run folder in the temporary folder, no mount of the image on
+/// the host, and the image unpacked once in the node's cache.
+fn cancel_leaves_nothing(edge: &Edge, n: &Node, image: &str, running: &str) {
+    let id = edge
+        .submit_kind(
+            Origin::Internal,
+            JobKind::Tool,
+            call(image, "list_allowed_directories", serde_json::json!({})),
+        )
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while processes_with(running).is_empty() {
+        assert!(
+            std::time::Instant::now() < until,
+            "the server never started: {}",
+            n.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    edge.cancel(&id);
+    let j = json(&edge.wait_job(&id, 60));
+    assert_eq!(j["state"], "cancelled", "{j}");
+    wait_gone(running, 30);
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains("/oci/images/"), "{mounts}");
+    let images = n.dir.join("data/oci/images");
+    let rootfs: Vec<_> = std::fs::read_dir(&images)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("rootfs").exists())
+        .collect();
+    // The server's image, and this one: each unpacked once.
+    assert!(rootfs.len() <= 2, "{rootfs:?}");
 }
 
 fn json(j: &oz0_edge::wire::JobView) -> serde_json::Value {
@@ -192,6 +247,11 @@ fn a_container_tool_runs_its_image_s_mcp_server_in_tier_1_through_the_edge() {
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("is not among --oci-registry"), "{said}");
+
+    // A cancelled call leaves nothing behind.
+    let marker = format!("oz0-hang-{}", std::process::id());
+    let hang = hanging_image(&reg, "acme/hang", &marker);
+    cancel_leaves_nothing(&edge, &n, &hang, &marker);
 }
 
 /// A tenant that asks for gVisor (`oz0-edge --oci-gvisor acme`): its
@@ -248,4 +308,16 @@ fn a_tenant_that_asks_for_gvisor_gets_its_container_tools_run_there() {
         status["phases"]["backend"], "gVisor (runsc) in the image's root",
         "{status}"
     );
+
+    // A cancelled call leaves nothing behind: gVisor's processes carry
+    // the node's state folder (`runsc --root …`) on their command lines.
+    let hang = hanging_image(&reg, "acme/hang", "oz0-hang-gvisor");
+    let state = n.dir.join("data/gvisor").display().to_string();
+    cancel_leaves_nothing(&edge, &n, &hang, &state);
+    let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("oz0-gvisor-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 }
