@@ -432,9 +432,13 @@ impl Session<'_> {
             .map_err(|e| format!("the sandbox did not start: {e}").into())
     }
 
-    /// The probe's command line in a run.
+    /// The probe's command line in a run: its report `out` (in the run's
+    /// work folder, the command's current folder) named by its file name,
+    /// so that it is found wherever the wall puts that folder inside (an
+    /// image's root puts it at `/work`).
     pub fn probe_cmd(&self, out: &Path, args: &[&str]) -> Vec<String> {
-        parts::probe_cmd(&self.cfg.probe, out, args)
+        let name = out.file_name().map_or(out, Path::new);
+        parts::probe_cmd(&self.cfg.probe, name, args)
     }
 }
 

@@ -326,3 +326,183 @@ fn judge(r: &serde_json::Value, key: &Path, data_dir: &Path, filter: bool) -> Re
     }
     Ok(())
 }
+
+/// Tier 1 with every command's root an image's: the self-test's runs go
+/// through it to prove the container path (`Role::Image` set on each run
+/// that has no other role). With no image (its own tests only), the runs
+/// are tier 1's own.
+pub struct InImage<'a> {
+    /// Tier 1.
+    pub inner: &'a crate::Tier1,
+    /// The image's rootfs, or none.
+    pub rootfs: Option<String>,
+}
+
+impl Sandbox for InImage<'_> {
+    fn tier(&self) -> u8 {
+        1
+    }
+
+    fn run(&self, spec: &RunSpec, mut opts: RunOptions) -> Result<Outcome, oz0_core::RunError> {
+        if let (Role::Command, Some(rootfs)) = (&opts.role, &self.rootfs) {
+            opts.role = Role::Image(ImageRoot {
+                rootfs: rootfs.clone(),
+                cwd: None,
+            });
+        }
+        Sandbox::run(self.inner, spec, opts)
+    }
+}
+
+/// What the container path's self-test injects (its own tests only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageFault {
+    /// A property's own fault, as in tier 1's self-test.
+    Property(oz0_policy::facts::Property),
+    /// No image's root at all: tier 1's own runs.
+    NoImage,
+}
+
+/// The image-specific judgements of [`ImageCheck`], after the files check
+/// held.
+struct ImageProofs<'a> {
+    check: ImageCheck<'a>,
+}
+
+impl oz0_core::selftest::Extra for ImageProofs<'_> {
+    fn prove(
+        &self,
+        p: oz0_policy::facts::Property,
+        _: &mut oz0_core::selftest::Session<'_>,
+    ) -> Result<Option<String>, Failed> {
+        if p != oz0_policy::facts::Property::Files {
+            return Ok(None);
+        }
+        self.check.run().map(Some)
+    }
+}
+
+/// A static busybox of the host's (Debian's busybox-static), for the
+/// shell the self-test's checks need inside its image.
+const STATIC_SHELL: &str = "/bin/busybox";
+
+/// Whether the ELF file at `p` needs no dynamic loader (no `PT_INTERP`).
+fn is_static_elf(p: &Path) -> bool {
+    let Ok(b) = fs::read(p) else {
+        return false;
+    };
+    let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
+    let u32_at = |o: usize| {
+        b.get(o..o + 4)
+            .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    };
+    let u64_at = |o: usize| {
+        b.get(o..o + 8).map(|s| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(s);
+            u64::from_le_bytes(a)
+        })
+    };
+    // ELF64, little-endian.
+    if b.get(..6) != Some(b"\x7fELF\x02\x01") {
+        return false;
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    else {
+        return false;
+    };
+    let Ok(phoff) = usize::try_from(phoff) else {
+        return false;
+    };
+    (0..usize::from(phnum)).all(|i| {
+        let at = phoff + i * usize::from(phentsize);
+        // PT_INTERP is 3; a header that cannot be read is not static.
+        u32_at(at).is_some_and(|t| t != 3)
+    })
+}
+
+/// The eight-property self-test through the container path: every run of
+/// it in an image's root (a shell, the node's witness), through tier 1 as
+/// the node has it (`wall`), with [`ImageCheck`]'s judgements added after
+/// the files check. The image is one it makes: a static busybox of the
+/// host's as its shell (`/bin/sh`; none refuses, naming the package), and,
+/// for a dynamically linked node, a `/bin/oz0-probe` that starts the witness
+/// through its loader. Each line goes to `on_line`.
+pub fn self_test_in_image(
+    wall: &crate::LinuxWall,
+    data_dir: &Path,
+    fault: Option<ImageFault>,
+    on_line: impl FnMut(&oz0_core::Line),
+) -> Result<oz0_core::SelfTest, Failed> {
+    if !is_static_elf(Path::new(STATIC_SHELL)) {
+        return Err(format!("the self-test in an image's root needs a static shell for its checks, and {STATIC_SHELL} is none: apt-get install busybox-static").into());
+    }
+    let (host, _) = wall
+        .self_test_host()
+        .map_err(|e| Failed::from(format!("the node's host context could not be made: {e}")))?;
+    let dir = std::env::temp_dir().join(format!(
+        "oz0-image-selftest-{}-{}",
+        std::process::id(),
+        crate::record::new_run_id()
+    ));
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(os("the self-test's image"))?;
+    let scratch = Scratch(dir);
+    let rootfs = scratch.0.join("rootfs");
+    let bin = rootfs.join("bin");
+    fs::create_dir_all(&bin).map_err(os("the self-test's image"))?;
+    fs::copy(STATIC_SHELL, bin.join("busybox")).map_err(os("the self-test's shell"))?;
+    // The shell, and what the checks and the witness start by path.
+    for applet in ["sh", "sleep", "mv", "cat", "true"] {
+        std::os::unix::fs::symlink("busybox", bin.join(applet))
+            .map_err(os("the self-test's shell"))?;
+    }
+    let node = oz0_policy::AbsPath::from_path(host.node_exe())
+        .map_err(|e| Failed::from(format!("the node binary: {e}")))?;
+    let libs = crate::host::node_libraries(&node).map_err(|e| Failed::from(e.to_string()))?;
+    let no_image = fault == Some(ImageFault::NoImage);
+    let probe = match libs.first() {
+        // Tier 1's own runs have the host's libraries.
+        _ if no_image => NODE_BIN_INSIDE.to_string(),
+        None => NODE_BIN_INSIDE.to_string(),
+        Some(loader) => {
+            let name = loader.as_str().rsplit('/').next().unwrap_or_default();
+            let script = format!(
+                // What the shell itself sets goes, so that the witness
+                // sees exactly the run's variables.
+                "#!/bin/sh\nunset SHLVL PWD OLDPWD\nexec {NODE_LIBS_INSIDE}/{name} --library-path {NODE_LIBS_INSIDE} {NODE_BIN_INSIDE} \"$@\"\n"
+            );
+            let p = bin.join("oz0-probe");
+            fs::write(&p, script).map_err(os("the self-test's probe"))?;
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755))
+                .map_err(os("the self-test's probe"))?;
+            "/bin/oz0-probe".to_string()
+        }
+    };
+    let runs = InImage {
+        inner: &host,
+        rootfs: (!no_image)
+            .then(|| rootfs.to_str().map(str::to_string))
+            .flatten(),
+    };
+    let proofs = ImageProofs {
+        check: ImageCheck {
+            runs: Runs::Tier1(&host),
+            data_dir,
+            base: scratch.0.clone(),
+            fault: None,
+            no_image,
+        },
+    };
+    let mut cfg = oz0_core::selftest::Config::new(&runs, probe, scratch.0.clone());
+    cfg.data_dir = Some(data_dir.to_path_buf());
+    cfg.extra = Some(&proofs);
+    cfg.files_layer = "in an image's root: ";
+    if let Some(ImageFault::Property(p)) = fault {
+        cfg.fault = Some(p);
+    }
+    Ok(oz0_core::selftest::run(&cfg, on_line))
+}

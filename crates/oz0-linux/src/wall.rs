@@ -96,6 +96,24 @@ impl LinuxWall {
     }
 }
 
+impl LinuxWall {
+    /// The tier-1 host the self-test's runs go through: the job mode
+    /// probed once, for every run (with none, job_limits fails with the
+    /// reason and the fix), and the self-test's own egress proxy.
+    pub fn self_test_host(&self) -> Result<(Tier1, Option<&'static str>), crate::SandboxError> {
+        let host = Tier1::open(self.host.clone())?;
+        let (host, job_mode) = match host.job_mode() {
+            Ok(m) => {
+                let name = m.name();
+                (host.with_job_mode(m), Some(name))
+            }
+            Err(_) => (host, None),
+        };
+        let audit = host.data_dir().join("egress-audit.jsonl");
+        Ok((host.with_egress(self.egress.clone(), audit), job_mode))
+    }
+}
+
 impl oz0_core::Wall for LinuxWall {
     fn check(&self) -> Check {
         LinuxWall::check_of(&self.probe())
@@ -105,7 +123,7 @@ impl oz0_core::Wall for LinuxWall {
         if check.tier < 1 {
             return None;
         }
-        let host = match Tier1::open(self.host.clone()) {
+        let (host, job_mode) = match self.self_test_host() {
             Ok(h) => h,
             Err(e) => {
                 let line = Line {
@@ -123,18 +141,6 @@ impl oz0_core::Wall for LinuxWall {
                 });
             }
         };
-        // The job mode is probed once, for every run of the self-test. With
-        // none, job_limits fails with the reason and the fix (its runs are
-        // refused for it).
-        let (host, job_mode) = match host.job_mode() {
-            Ok(m) => {
-                let name = m.name();
-                (host.with_job_mode(m), Some(name))
-            }
-            Err(_) => (host, None),
-        };
-        let audit = host.data_dir().join("egress-audit.jsonl");
-        let host = host.with_egress(self.egress.clone(), audit);
         let proofs = LinuxProofs { job_mode };
         let mut cfg =
             oz0_core::selftest::Config::new(&host, "/oz0/oz0-node".into(), std::env::temp_dir());

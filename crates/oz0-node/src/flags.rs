@@ -325,11 +325,11 @@ pub struct NodeArgs {
     /// check fails (the node is then tier 0).
     #[arg(long = "inject-fault", value_name = "PROPERTY", hide = true)]
     pub inject_fault: Option<String>,
-    /// Weaken the check of runs in an image's root (its tests only): the
-    /// data directory exposed, or no image's root at all.
-    #[arg(long = "inject-image-fault", value_name = "WHAT", hide = true,
-          value_parser = ["data-dir", "no-image"])]
-    pub inject_image_fault: Option<String>,
+    /// Weaken the self-test of runs in an image's root (its tests only):
+    /// a property's fault, or no image's root at all (no-image).
+    #[arg(long = "inject-image-fault", value_name = "PROPERTY|no-image", hide = true,
+          value_parser = image_fault)]
+    pub inject_image_fault: Option<oz0_linux::image_check::ImageFault>,
     /// The edge holds each of the node's polls for work up to 15 s and
     /// answers the moment a job is queued: this is how long the node waits
     /// before asking again when the edge answers at once with nothing (an
@@ -402,4 +402,16 @@ pub struct OciArgs {
     /// used images nothing holds are removed past it
     #[arg(long = "oci-cache-mib", value_name = "MiB", default_value_t = oz0_oci::cache::DEFAULT_MAX_BYTES >> 20)]
     pub cache_mib: u64,
+}
+
+/// Reads `--inject-image-fault`.
+#[cfg(target_os = "linux")]
+fn image_fault(s: &str) -> Result<oz0_linux::image_check::ImageFault, String> {
+    use oz0_linux::image_check::ImageFault;
+    match s {
+        "no-image" => Ok(ImageFault::NoImage),
+        _ => oz0_policy::facts::Property::parse(s)
+            .map(ImageFault::Property)
+            .ok_or_else(|| "one of the eight properties, or no-image".to_string()),
+    }
 }

@@ -144,7 +144,7 @@ struct Assessor {
     wall: LinuxWall,
     data_dir: PathBuf,
     oci: crate::flags::OciArgs,
-    image_fault: Option<String>,
+    image_fault: Option<oz0_linux::image_check::ImageFault>,
 }
 
 impl Assessor {
@@ -167,24 +167,42 @@ impl Assessor {
         let t = match oz0_linux::Tier1::open(self.wall.host.clone()) {
             Ok(t) => t,
             Err(e) => {
-                log(&format!("runs in an image's root: the check failed: {e}"));
+                log(&format!(
+                    "runs in an image's root: the self-test failed: {e}"
+                ));
                 return Oci::unavailable(OciReason::ImageCheckFailed);
             }
         };
-        let checked = self
-            .image_check(oz0_linux::image_check::Runs::Tier1(&t))
-            .map_err(|e| e.to_string());
-        match checked {
-            // A check with a fault injected never offers anything.
-            Ok(shown) if self.image_fault.is_none() => {
-                log(&format!("runs in an image's root: checked: {shown}"));
+        // The eight properties again, every run in an image's root.
+        let tested = oz0_linux::image_check::self_test_in_image(
+            &self.wall,
+            &self.data_dir,
+            self.image_fault,
+            |l| log(&format!("In an image's root: {}", l.text())),
+        );
+        match tested {
+            Ok(t) if t.tier() == 1 && self.image_fault.is_none() => {
+                log(&format!(
+                    "runs in an image's root: the self-test passed ({} checks, {} ms)",
+                    t.lines.len(),
+                    t.total_ms
+                ));
             }
-            Ok(shown) => {
-                log(&format!("runs in an image's root: checked with a fault injected, so not offered: {shown}"));
+            Ok(t) if t.failed.is_none() => {
+                log("runs in an image's root: the self-test passed with a fault injected, so not offered");
+                return Oci::unavailable(OciReason::ImageCheckFailed);
+            }
+            Ok(t) => {
+                let at = t.failed.map_or("?", |p| p.as_str());
+                log(&format!(
+                    "runs in an image's root: the self-test failed at {at}"
+                ));
                 return Oci::unavailable(OciReason::ImageCheckFailed);
             }
             Err(e) => {
-                log(&format!("runs in an image's root: the check failed: {e}"));
+                log(&format!(
+                    "runs in an image's root: the self-test cannot run: {e}"
+                ));
                 return Oci::unavailable(OciReason::ImageCheckFailed);
             }
         }
@@ -211,22 +229,17 @@ impl Assessor {
         }
     }
 
-    /// The check of runs in an image's root through `runs`, with the
-    /// fault `--inject-image-fault` names.
+    /// The witness's check of gVisor runs in an image's root.
     fn image_check(
         &self,
         runs: oz0_linux::image_check::Runs<'_>,
     ) -> Result<String, oz0_core::selftest::Failed> {
-        let fault = match self.image_fault.as_deref() {
-            Some("data-dir") => Some(oz0_core::Fault::Expose(self.data_dir.display().to_string())),
-            _ => None,
-        };
         oz0_linux::image_check::ImageCheck {
             runs,
             data_dir: &self.data_dir,
             base: std::env::temp_dir(),
-            fault,
-            no_image: self.image_fault.as_deref() == Some("no-image"),
+            fault: None,
+            no_image: false,
         }
         .run()
     }
@@ -384,7 +397,7 @@ pub fn run(a: NodeArgs) -> i32 {
         wall: crate::check::wall(&a.host, fault),
         data_dir: data_dir.clone(),
         oci: a.oci.clone(),
-        image_fault: a.inject_image_fault.clone(),
+        image_fault: a.inject_image_fault,
     };
     let mut assessment = assessor.assess();
     if let Err(code) = publish(&data_dir, &assessment.facts) {

@@ -594,7 +594,15 @@ fn detach(out: &std::path::Path, hold_ms: u64) -> io::Result<()> {
     let me = std::env::current_exe()?;
     let mut beat = out.as_os_str().to_owned();
     beat.push(".beat");
-    let mut c = std::process::Command::new(me);
+    let mut c = std::process::Command::new(&me);
+    // Started through its dynamic loader (a development build in an
+    // image's root, whose libraries are beside the loader): so again.
+    let loader = me
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("ld-"));
+    if let (true, Some(libs), Some(argv0)) = (loader, me.parent(), std::env::args_os().next()) {
+        c.arg("--library-path").arg(libs).arg(argv0);
+    }
     c.args(["sandbox", "probe", "--no-syscalls", "--hold-ms"])
         .arg(hold_ms.max(1).to_string())
         .arg("--beat")

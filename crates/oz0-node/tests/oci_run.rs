@@ -217,9 +217,11 @@ fn what_an_image_run_refuses() {
     assert_eq!(plan["cwd"], "/srv");
 }
 
-/// The node checks runs in an image's root at its start before it offers
-/// runtime.oci, with its own witness in an image it makes; each judgement
-/// of that check can fail (the data directory exposed; no image's root).
+/// The node proves runs in an image's root at its start before it offers
+/// runtime.oci: the eight-property self-test again, every run in an image
+/// it makes (a static busybox for the checks' shell, the node's witness),
+/// with the image's own judgements after the files check; each can fail
+/// (a property's fault; no image's root at all).
 #[test]
 fn the_node_checks_runs_in_an_image_root_before_it_offers_them() {
     ready!();
@@ -246,7 +248,29 @@ fn the_node_checks_runs_in_an_image_root_before_it_offers_them() {
         (stderr(&out), facts)
     };
     let (log, facts) = run(None);
-    assert!(log.contains("runs in an image's root: checked"), "{log}");
+    assert!(
+        log.contains("runs in an image's root: the self-test passed (8 checks"),
+        "{log}"
+    );
+    for p in [
+        "launch",
+        "files",
+        "egress",
+        "ingress",
+        "job_limits",
+        "fail_closed",
+        "protected_paths",
+        "environment",
+    ] {
+        assert!(
+            log.contains(&format!("In an image's root: Self-test {p}: ok")),
+            "{p}: {log}"
+        );
+    }
+    assert!(
+        log.contains("the image's files read-only, nothing of the host's system"),
+        "{log}"
+    );
     assert_eq!(facts["oci"]["ready"], true, "{facts}");
     assert_eq!(facts["oci"]["runtimes"][0], "tier1", "{facts}");
     // gVisor too, where runsc is installed (CI installs it): its own
@@ -266,17 +290,12 @@ fn the_node_checks_runs_in_an_image_root_before_it_offers_them() {
     }
     assert_eq!(facts["labels"]["runtime.oci"], "ready", "{facts}");
     for (fault, saw) in [
-        (
-            "data-dir",
-            "could be listed or its key read in an image's root",
-        ),
+        ("files", "the self-test failed at files"),
+        ("egress", "the self-test failed at egress"),
         ("no-image", "the host's /etc/passwd could be read"),
     ] {
         let (log, facts) = run(Some(fault));
-        assert!(
-            log.contains("the check failed") && log.contains(saw),
-            "{fault}: {log}"
-        );
+        assert!(log.contains(saw), "{fault}: {log}");
         assert_eq!(facts["oci"]["ready"], false, "{facts}");
         assert_eq!(facts["oci"]["reason"], "image_check_failed", "{facts}");
         assert_eq!(facts["labels"]["runtime.oci"], "unavailable", "{facts}");

@@ -320,7 +320,7 @@ impl OciReason {
                 "the image cache in the data directory cannot be used (the node's log says why)"
             }
             OciReason::ImageCheckFailed => {
-                "the check of runs in an image's root failed (the node's log says how)"
+                "the self-test of runs in an image's root failed (the node's log says how)"
             }
             OciReason::Unsupported => "not supported on this platform yet",
         }
