@@ -111,6 +111,10 @@ pub struct ImageRoot {
     /// The command's working folder inside (the image's `WorkingDir`);
     /// `None` is [`IMAGE_WORK`].
     pub cwd: Option<String>,
+    /// The user and group the command runs as inside (the image's
+    /// `User`), mapped from the node's own user; `None` is the node's own
+    /// ids. Never a privilege: the run has no capability whatever its ids.
+    pub user: Option<(u32, u32)>,
 }
 
 impl Role {

@@ -145,6 +145,7 @@ impl ImageCheck<'_> {
             Role::Image(ImageRoot {
                 rootfs: utf8(rootfs)?,
                 cwd: None,
+                user: None,
             })
         };
         let mut command = vec![
@@ -348,6 +349,7 @@ impl Sandbox for InImage<'_> {
             opts.role = Role::Image(ImageRoot {
                 rootfs: rootfs.clone(),
                 cwd: None,
+                user: None,
             });
         }
         Sandbox::run(self.inner, spec, opts)

@@ -154,6 +154,8 @@ pub struct ImageRoot {
     pub rootfs: AbsPath,
     /// The command's working folder inside.
     pub cwd: AbsPath,
+    /// The user and group inside (the node's user mapped to them).
+    pub user: Option<(u32, u32)>,
 }
 
 /// Where the work folder is inside a run whose root is an image.
@@ -260,6 +262,9 @@ pub struct Plan {
     /// The node binary's loader inside, when the stage is started through
     /// it (a dynamically linked node in an image's root).
     pub loader: Option<AbsPath>,
+    /// The ids the node's user has inside (an image's `User`), when not
+    /// its own.
+    pub ids: Option<(u32, u32)>,
 }
 
 /// Why no plan could be made. Each names the path and the fix.
@@ -413,6 +418,7 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
         seccomp_off: extras.fault == Some(Fault::NoSeccomp),
         deny_unix_sockets: !spec.allow_unix_sockets && extras.profile == Profile::Default,
         loader,
+        ids: extras.image.as_ref().and_then(|i| i.user),
     })
 }
 
@@ -706,6 +712,14 @@ impl Plan {
         }
         for c in STAGE_CAPS {
             a.extend(["--cap-add".into(), c.to_string()]);
+        }
+        if let Some((uid, gid)) = self.ids {
+            a.extend([
+                "--uid".into(),
+                uid.to_string(),
+                "--gid".into(),
+                gid.to_string(),
+            ]);
         }
         for m in &self.mounts {
             match m {

@@ -285,6 +285,7 @@ pub fn extras_for(role: Role) -> Result<plan::Extras, oz0_policy::path::PathErro
             extras.image = Some(plan::ImageRoot {
                 rootfs: AbsPath::new(&i.rootfs)?,
                 cwd: AbsPath::new(i.cwd.as_deref().unwrap_or(plan::IMAGE_WORK))?,
+                user: i.user,
             })
         }
     }

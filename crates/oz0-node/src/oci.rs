@@ -284,5 +284,126 @@ pub(crate) fn root(image: &Image) -> Result<ImageRoot, String> {
             ))
         }
     };
-    Ok(ImageRoot { rootfs, cwd })
+    let user = image_user(&image.rootfs, image.record.config.user.as_deref())?;
+    Ok(ImageRoot { rootfs, cwd, user })
+}
+
+/// At most this much of an image's `/etc/passwd` or `/etc/group` is read.
+const MAX_ID_FILE: u64 = 1 << 20;
+
+/// The lines of the image's `etc/<name>` (under `rootfs`, reached without
+/// any link: the image's own files only), or none when it has none.
+fn id_file(rootfs: &Path, name: &str) -> Result<Vec<String>, String> {
+    use std::io::Read;
+    let root = oz0_linux::hostfs::open_no_links(
+        rootfs,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+    )
+    .map_err(|e| format!("the image's rootfs: {e}"))?;
+    let path = format!("etc/{name}");
+    let fd = match oz0_linux::hostfs::open_beneath(
+        &root,
+        Path::new(&path),
+        rustix::fs::OFlags::RDONLY,
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(format!(
+                "the image's /{path} cannot be read without a link: {e}"
+            ))
+        }
+    };
+    let mut text = String::new();
+    std::fs::File::from(fd)
+        .take(MAX_ID_FILE)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("the image's /{path}: {e}"))?;
+    Ok(text.lines().map(str::to_string).collect())
+}
+
+/// The ids of `who` (a name or a number) in the image's `etc/<file>`
+/// lines (`name:x:id:…`): (id, the passwd line's group), when found.
+fn lookup(lines: &[String], who: &str) -> Option<(u32, Option<u32>)> {
+    lines.iter().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        let id: u32 = f.get(2)?.parse().ok()?;
+        (f[0] == who || who.parse() == Ok(id)).then(|| (id, f.get(3).and_then(|g| g.parse().ok())))
+    })
+}
+
+/// The ids the image's `User` names (`uid`, `uid:gid`, `name`,
+/// `name:group`), by its own `/etc/passwd` and `/etc/group` for names; a
+/// user without a group has its passwd line's group, or 0 as containers
+/// have it. A name the image does not have refuses the run.
+fn image_user(rootfs: &Path, user: Option<&str>) -> Result<Option<(u32, u32)>, String> {
+    let Some(user) = user.filter(|u| !u.is_empty()) else {
+        return Ok(None);
+    };
+    let (u, g) = match user.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (user, None),
+    };
+    let passwd = id_file(rootfs, "passwd")?;
+    let named = |what: &str, who: &str, file: &str| {
+        format!(
+            "the image's {what} {} is not in its /etc/{file}: the image cannot run as it",
+            q(who)
+        )
+    };
+    let (uid, primary) = match (u.parse::<u32>(), lookup(&passwd, u)) {
+        (Ok(n), found) => (n, found.and_then(|f| f.1)),
+        (Err(_), Some((n, g))) => (n, g),
+        (Err(_), None) => return Err(named("user", u, "passwd")),
+    };
+    let gid = match g {
+        None => primary.unwrap_or(0),
+        Some(g) => match g.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => lookup(&id_file(rootfs, "group")?, g)
+                .map(|(n, _)| n)
+                .ok_or_else(|| named("group", g, "group"))?,
+        },
+    };
+    Ok(Some((uid, gid)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Numbers, names by the image's own files, a link refused, and a
+    /// name it does not have.
+    #[test]
+    fn the_image_user_is_read_from_its_own_files() {
+        let dir = std::env::temp_dir().join(format!("oz0-oci-user-{}", std::process::id()));
+        let etc = dir.join("etc");
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::write(
+            etc.join("passwd"),
+            "root:x:0:0::/root:/bin/sh\napp:x:1000:1001::/app:/bin/sh\n",
+        )
+        .unwrap();
+        std::fs::write(etc.join("group"), "root:x:0:\nstaff:x:50:\n").unwrap();
+        assert_eq!(image_user(&dir, None).unwrap(), None);
+        assert_eq!(image_user(&dir, Some("")).unwrap(), None);
+        assert_eq!(image_user(&dir, Some("1000")).unwrap(), Some((1000, 1001)));
+        assert_eq!(image_user(&dir, Some("4242")).unwrap(), Some((4242, 0)));
+        assert_eq!(image_user(&dir, Some("app")).unwrap(), Some((1000, 1001)));
+        assert_eq!(
+            image_user(&dir, Some("app:staff")).unwrap(),
+            Some((1000, 50))
+        );
+        assert_eq!(image_user(&dir, Some("7:8")).unwrap(), Some((7, 8)));
+        let e = image_user(&dir, Some("nobody")).unwrap_err();
+        assert!(e.contains("not in its /etc/passwd"), "{e}");
+        let e = image_user(&dir, Some("app:wheel")).unwrap_err();
+        assert!(e.contains("not in its /etc/group"), "{e}");
+        // An /etc/passwd that is a link (to the host's) is refused.
+        std::fs::remove_file(etc.join("passwd")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", etc.join("passwd")).unwrap();
+        let e = image_user(&dir, Some("root")).unwrap_err();
+        assert!(e.contains("without a link"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -95,10 +95,10 @@ pub struct RunArgs {
     /// --work folder is at /work, and no --read or --write folder is given.
     /// The command is the image's entrypoint, then the arguments after --
     /// or, when there are none, the image's cmd; the image's variables come
-    /// first (--env wins), and its working folder is the run's. Every other
-    /// wall of the run is the same as without an image. The image's user is
-    /// not taken: a run is always the node's user, who owns every file of
-    /// the image.
+    /// first (--env wins), and its working folder is the run's; its user is
+    /// the node's user's ids inside (the node's user owns every file of the
+    /// image; no capability whatever the ids). Every other wall of the run
+    /// is the same as without an image.
     #[arg(long = "image", value_name = "IMAGE")]
     pub image: Option<String>,
     /// What runs the image: tier1 (its root inside this node's tier-1

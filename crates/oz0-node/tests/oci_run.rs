@@ -49,6 +49,7 @@ fn run_image(env: &Env, reg: &Registry, image: &str, extra: &[&str], cmd: &[&str
 }
 
 const SCRIPT: &str = "echo pwd=$(pwd); echo greeting=$GREETING; echo home=$HOME; \
+echo ids=$(id -u):$(id -g); echo owner=$(stat -c %u /srv/hello.txt); \
 cat /srv/hello.txt; for n in bin srv work tmp oz0 usr etc lib lib64 home root var; do \
 test -e /$n && echo has-$n; done; \
 test -e /etc/passwd && echo host-etc-visible; test -e /tmp/image-tmp && echo image-tmp-bound; \
@@ -78,6 +79,10 @@ fn an_image_runs_its_own_command_in_its_root_with_work_at_slash_work() {
         "greeting=hi\n",
         "home=/tmp\n",
         "hello from the image\n",
+        // The image's User (1000, no /etc/passwd: group 0), who owns the
+        // image's files there: the node's user mapped to it.
+        "ids=1000:0\n",
+        "owner=1000\n",
         "done\n",
     ] {
         assert!(text.contains(want), "{want:?} missing: {text}");

@@ -623,6 +623,7 @@ fn image_root_replaces_the_system_and_puts_work_at_slash_work() {
         image: Some(ImageRoot {
             rootfs: p(rootfs),
             cwd: p("/app"),
+            user: Some((1000, 50)),
         }),
         ..Extras::default()
     };
@@ -639,6 +640,8 @@ fn image_root_replaces_the_system_and_puts_work_at_slash_work() {
         "the host's system stays out: {args}"
     );
     assert!(args.contains("--bind /w /work --chdir /app"), "{args}");
+    // The image's user: the node's user mapped to its ids.
+    assert!(args.contains("--uid 1000 --gid 50"), "{args}");
     assert!(plan.landlock.write.contains(&"/work".to_string()));
     assert!(!plan.landlock.write.contains(&"/w".to_string()));
     assert!(plan.landlock.read.contains(&"/app".to_string()));
