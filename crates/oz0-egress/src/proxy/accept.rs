@@ -105,10 +105,16 @@ pub(super) async fn accept_loop<L: RunListener>(
     let mut closed = ctx.closed.clone();
     loop {
         let permits = tokio::select! {
+            // The run's end first: nothing of an ended run is served,
+            // even what arrived in the same instant.
+            biased;
             _ = wait_closed(&mut closed) => return,
             p = acquire(&ctx.conns, &shared.global) => p,
         };
         let conn = tokio::select! {
+            // The run's end first: nothing of an ended run is served,
+            // even what arrived in the same instant.
+            biased;
             _ = wait_closed(&mut closed) => return,
             r = listener.accept() => match r {
                 Ok(c) => c,
@@ -132,10 +138,16 @@ pub(super) async fn channel_loop(channel: UnixStream, ctx: Arc<RunCtx>, shared: 
     let mut closed = ctx.closed.clone();
     loop {
         let permits = tokio::select! {
+            // The run's end first: nothing of an ended run is served,
+            // even what arrived in the same instant.
+            biased;
             _ = wait_closed(&mut closed) => return,
             p = acquire(&ctx.conns, &shared.global) => p,
         };
         let got = tokio::select! {
+            // The run's end first: nothing of an ended run is served,
+            // even what arrived in the same instant.
+            biased;
             _ = wait_closed(&mut closed) => return,
             r = channel.async_io(tokio::io::Interest::READABLE, || {
                 recv_first(&channel).map_err(std::io::Error::from)

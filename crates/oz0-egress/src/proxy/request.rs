@@ -67,6 +67,10 @@ pub(super) async fn serve_conn<S>(
         .with_upgrades();
     let mut closed = ctx.closed.clone();
     tokio::select! {
+        // The run's end first: a connection handed over as the run ended
+        // is never served.
+        biased;
+        _ = wait_closed(&mut closed) => {}
         r = conn => {
             if let Err(e) = r {
                 if e.is_parse() || e.is_parse_too_large() {
@@ -77,7 +81,6 @@ pub(super) async fn serve_conn<S>(
                 }
             }
         }
-        _ = wait_closed(&mut closed) => {}
     }
 }
 

@@ -129,9 +129,11 @@ async fn guard(
         }
     };
     tokio::select! {
+        // The run's end first: no byte moves for an ended run.
+        biased;
+        _ = wait_closed(closed) => Some("the run ended".into()),
         r = moved => r.err().map(|e| e.to_string()),
         _ = watchdog => Some(format!("idle for {}s", idle.as_secs())),
-        _ = wait_closed(closed) => Some("the run ended".into()),
     }
 }
 
