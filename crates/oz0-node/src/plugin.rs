@@ -123,6 +123,12 @@ pub struct CallCliArgs {
     /// Print the whole end (result, phases, reason) as one JSON document.
     #[arg(long)]
     pub json: bool,
+    /// What runs a container tool's image: tier1 (its root inside this
+    /// node's tier-1 sandbox) or gvisor (runsc: no network at all, a kernel
+    /// of its own; a tool with egress is refused there).
+    #[arg(long = "oci-runtime", value_name = "tier1|gvisor", default_value = "tier1",
+          value_parser = ["tier1", "gvisor"])]
+    pub oci_runtime: String,
     #[command(flatten)]
     pub oci: crate::flags::OciArgs,
     #[command(flatten)]
@@ -461,7 +467,7 @@ fn call(a: CallCliArgs) -> i32 {
             } else {
                 Ok(&a.oci)
             },
-            gvisor: false,
+            gvisor: a.oci_runtime == "gvisor",
             // The caller's own environment, asked for by the caller.
             env_allowed: None,
             errors,

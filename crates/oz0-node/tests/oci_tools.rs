@@ -263,7 +263,7 @@ fn a_tenant_that_asks_for_gvisor_gets_its_container_tools_run_there() {
         skip("runsc (gVisor) is not installed (apt-get install runsc)");
         return;
     }
-    let Some((edge_bin, reg, _dir, image)) = setup("oci-gvisor") else {
+    let Some((edge_bin, reg, dir, image)) = setup("oci-gvisor") else {
         return;
     };
     let edge = Edge::start_with(&edge_bin, 30, &["--oci-gvisor", "acme"]);
@@ -320,4 +320,32 @@ fn a_tenant_that_asks_for_gvisor_gets_its_container_tools_run_there() {
         .filter(|e| e.file_name().to_string_lossy().starts_with("oz0-gvisor-"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // plugin call --oci-runtime gvisor: the same server from gVisor, on
+    // this node alone.
+    let plugin = dir.join("plugin");
+    std::fs::create_dir(&plugin).unwrap();
+    std::fs::write(plugin.join("oz0-plugin.yaml"), manifest(&image)).unwrap();
+    let out = Command::new(node())
+        .args(["--no-config", "plugin", "call"])
+        .arg(&plugin)
+        .args([
+            "fs",
+            "--name",
+            "list_allowed_directories",
+            "--json",
+            "--data-dir",
+        ])
+        .arg(dir.join("call-data"))
+        .args(["--oci-registry", &reg.host(), "--oci-runtime", "gvisor"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}{}", common::stderr(&out));
+    let end: serde_json::Value = serde_json::from_str(&said).unwrap();
+    assert_eq!(
+        end["phases"]["backend"], "gVisor (runsc) in the image's root",
+        "{end}"
+    );
+    assert!(end["result"].to_string().contains("/work"), "{end}");
 }
