@@ -202,14 +202,6 @@ impl Drop for Bundle {
     }
 }
 
-fn stdio(s: oz0_core::Stdio) -> Stdio {
-    match s {
-        oz0_core::Stdio::Inherit => Stdio::inherit(),
-        oz0_core::Stdio::Null => Stdio::null(),
-        oz0_core::Stdio::File(f) => Stdio::from(f),
-    }
-}
-
 impl Gvisor {
     /// What it refuses before anything is made: why, or None.
     fn refusal(spec: &RunSpec, opts: &RunOptions) -> Option<String> {
@@ -284,9 +276,9 @@ impl oz0_core::Sandbox for Gvisor {
             .arg(&bundle.0)
             .arg(&id)
             .env_clear()
-            .stdin(stdio(io.stdin))
-            .stdout(stdio(io.stdout))
-            .stderr(stdio(io.stderr));
+            .stdin(crate::plain::stdio(io.stdin))
+            .stdout(crate::plain::stdio(io.stdout))
+            .stderr(crate::plain::stdio(io.stderr));
         let mut setup = oz0_sys::spawn::ChildSetup::new();
         if let Some(j) = &job {
             for f in j.procs_files()? {

@@ -25,7 +25,7 @@
 //! exposed (a self-test fault), and without an image's root at all.
 
 use std::fs;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use oz0_core::selftest::Failed;
@@ -62,6 +62,22 @@ pub struct ImageCheck<'a> {
 /// The check's folder, removed when dropped.
 struct Scratch(PathBuf);
 
+impl Scratch {
+    /// A new private folder `<tag>-<pid>-<run id>` under `base`.
+    fn new(base: &Path, tag: &str) -> Result<Scratch, Failed> {
+        let dir = base.join(format!(
+            "{tag}-{}-{}",
+            std::process::id(),
+            crate::record::new_run_id()
+        ));
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(os("the check's folder"))?;
+        Ok(Scratch(dir))
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.0);
@@ -75,16 +91,7 @@ fn os(what: &str) -> impl FnOnce(std::io::Error) -> Failed + '_ {
 impl ImageCheck<'_> {
     /// Runs the check: Ok with what it showed, or how it failed.
     pub fn run(&self) -> Result<String, Failed> {
-        let dir = self.base.join(format!(
-            "oz0-image-check-{}-{}",
-            std::process::id(),
-            crate::record::new_run_id()
-        ));
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(os("the check's folder"))?;
-        let scratch = Scratch(dir);
+        let scratch = Scratch::new(&self.base, "oz0-image-check")?;
         let rootfs = scratch.0.join("rootfs");
         let work = scratch.0.join("work");
         fs::create_dir_all(rootfs.join("srv")).map_err(os("the check's image"))?;
@@ -218,7 +225,6 @@ impl ImageCheck<'_> {
 /// `/oz0/oz0-node`) with its loader and libraries (at `/oz0/lib`): the
 /// loader inside, when there is one.
 fn copy_witness(node_exe: &Path, rootfs: &Path) -> Result<Option<oz0_policy::AbsPath>, Failed> {
-    use std::os::unix::fs::PermissionsExt;
     let exe = oz0_policy::AbsPath::from_path(node_exe)
         .map_err(|e| Failed::from(format!("the node binary: {e}")))?;
     let libs = crate::host::node_libraries(&exe).map_err(|e| Failed::from(e.to_string()))?;
@@ -388,11 +394,8 @@ impl oz0_core::selftest::Extra for ImageProofs<'_> {
 /// shell the self-test's checks need inside its image.
 const STATIC_SHELL: &str = "/bin/busybox";
 
-/// Whether the ELF file at `p` needs no dynamic loader (no `PT_INTERP`).
-fn is_static_elf(p: &Path) -> bool {
-    let Ok(b) = fs::read(p) else {
-        return false;
-    };
+/// Whether the ELF file `b` needs no dynamic loader (no `PT_INTERP`).
+fn is_static_elf(b: &[u8]) -> bool {
     let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
     let u32_at = |o: usize| {
         b.get(o..o + 4)
@@ -425,37 +428,30 @@ fn is_static_elf(p: &Path) -> bool {
 
 /// The eight-property self-test through the container path: every run of
 /// it in an image's root (a shell, the node's witness), through tier 1 as
-/// the node has it (`wall`), with [`ImageCheck`]'s judgements added after
+/// the self-test has it (`host`: `LinuxWall::self_test_host`), with
+/// [`ImageCheck`]'s judgements added after
 /// the files check. The image is one it makes: a static busybox of the
 /// host's as its shell (`/bin/sh`; none refuses, naming the package), and,
 /// for a dynamically linked node, a `/bin/oz0-probe` that starts the witness
 /// through its loader. Each line goes to `on_line`.
 pub fn self_test_in_image(
-    wall: &crate::LinuxWall,
+    host: &crate::Tier1,
     data_dir: &Path,
     fault: Option<ImageFault>,
     on_line: impl FnMut(&oz0_core::Line),
 ) -> Result<oz0_core::SelfTest, Failed> {
-    if !is_static_elf(Path::new(STATIC_SHELL)) {
+    // Read once: the bytes judged static are the bytes the image gets.
+    let Some(shell) = fs::read(STATIC_SHELL).ok().filter(|b| is_static_elf(b)) else {
         return Err(format!("the self-test in an image's root needs a static shell for its checks, and {STATIC_SHELL} is none: apt-get install busybox-static").into());
-    }
-    let (host, _) = wall
-        .self_test_host()
-        .map_err(|e| Failed::from(format!("the node's host context could not be made: {e}")))?;
-    let dir = std::env::temp_dir().join(format!(
-        "oz0-image-selftest-{}-{}",
-        std::process::id(),
-        crate::record::new_run_id()
-    ));
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(os("the self-test's image"))?;
-    let scratch = Scratch(dir);
+    };
+    let scratch = Scratch::new(&std::env::temp_dir(), "oz0-image-selftest")?;
     let rootfs = scratch.0.join("rootfs");
     let bin = rootfs.join("bin");
     fs::create_dir_all(&bin).map_err(os("the self-test's image"))?;
-    fs::copy(STATIC_SHELL, bin.join("busybox")).map_err(os("the self-test's shell"))?;
+    let busybox = bin.join("busybox");
+    fs::write(&busybox, &shell).map_err(os("the self-test's shell"))?;
+    fs::set_permissions(&busybox, fs::Permissions::from_mode(0o755))
+        .map_err(os("the self-test's shell"))?;
     // The shell, and what the checks and the witness start by path.
     for applet in ["sh", "sleep", "mv", "cat", "true"] {
         std::os::unix::fs::symlink("busybox", bin.join(applet))
@@ -478,21 +474,20 @@ pub fn self_test_in_image(
             );
             let p = bin.join("oz0-probe");
             fs::write(&p, script).map_err(os("the self-test's probe"))?;
-            use std::os::unix::fs::PermissionsExt;
             fs::set_permissions(&p, fs::Permissions::from_mode(0o755))
                 .map_err(os("the self-test's probe"))?;
             "/bin/oz0-probe".to_string()
         }
     };
     let runs = InImage {
-        inner: &host,
+        inner: host,
         rootfs: (!no_image)
             .then(|| rootfs.to_str().map(str::to_string))
             .flatten(),
     };
     let proofs = ImageProofs {
         check: ImageCheck {
-            runs: Runs::Tier1(&host),
+            runs: Runs::Tier1(host),
             data_dir,
             base: scratch.0.clone(),
             fault: None,

@@ -19,7 +19,8 @@ pub struct Plain;
 /// How often the group is looked at while it runs.
 const TICK: Duration = Duration::from_millis(100);
 
-fn stdio(s: oz0_core::Stdio) -> Stdio {
+/// A command's stream as `std::process` takes it.
+pub(crate) fn stdio(s: oz0_core::Stdio) -> Stdio {
     match s {
         oz0_core::Stdio::Inherit => Stdio::inherit(),
         oz0_core::Stdio::Null => Stdio::null(),

@@ -164,8 +164,10 @@ impl Assessor {
         if !tier1 {
             return Oci::unavailable(OciReason::NoTier1);
         }
-        let t = match oz0_linux::Tier1::open(self.wall.host.clone()) {
-            Ok(t) => t,
+        // One host for both runtimes' checks: the self-test's (its job
+        // mode probed once, its own egress proxy).
+        let t = match self.wall.self_test_host() {
+            Ok((t, _)) => t,
             Err(e) => {
                 log(&format!(
                     "runs in an image's root: the self-test failed: {e}"
@@ -174,12 +176,10 @@ impl Assessor {
             }
         };
         // The eight properties again, every run in an image's root.
-        let tested = oz0_linux::image_check::self_test_in_image(
-            &self.wall,
-            &self.data_dir,
-            self.image_fault,
-            |l| log(&format!("In an image's root: {}", l.text())),
-        );
+        let tested =
+            oz0_linux::image_check::self_test_in_image(&t, &self.data_dir, self.image_fault, |l| {
+                log(&format!("In an image's root: {}", l.text()))
+            });
         match tested {
             Ok(t) if t.tier() == 1 && self.image_fault.is_none() => {
                 log(&format!(
