@@ -40,23 +40,16 @@
 #[allow(unused_imports, unused_macros)]
 mod common;
 
+mod shared;
+
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::oci::{server_layer, tar, Registry, FS_RUN, SERVER_DIR};
+use common::oci::{has_runsc, server_layer, tar, Registry, FS_RUN, SERVER_DIR};
 use common::TempDir;
-
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn p90(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[(v.len() * 9) / 10]
-}
+use shared::{median, p90};
 
 /// Runs `cmd` to its end: how long it took, or why it failed.
 fn time(cmd: &mut Command) -> Result<Duration, String> {
@@ -92,15 +85,123 @@ struct Row {
     times: Vec<Duration>,
 }
 
+impl Row {
+    fn new(name: &'static str, cmd: impl Fn() -> Command + 'static) -> Row {
+        Row {
+            name,
+            cmd: Box::new(cmd),
+            times: Vec::new(),
+        }
+    }
+}
+
+/// What `sandbox run --image` needs: the node, its data folder, the work
+/// folder, the image and its registry.
+struct Oz0<'a> {
+    node: &'a Path,
+    data: &'a Path,
+    work: &'a Path,
+    image: &'a str,
+    registry: String,
+}
+
+impl Oz0<'_> {
+    /// The rows of `sandbox run --image` in tier 1 and, where runsc is
+    /// installed, in gVisor.
+    fn rows(&self) -> Vec<Row> {
+        let mut rows = vec![Row::new("oz0 tier1", self.cmd("tier1"))];
+        if has_runsc() {
+            rows.push(Row::new("oz0 gvisor", self.cmd("gvisor")));
+        } else {
+            println!("oz0 gvisor: not measured: runsc is not installed (apt-get install runsc)");
+        }
+        rows
+    }
+
+    fn cmd(&self, runtime: &'static str) -> impl Fn() -> Command + 'static {
+        let (node, data, work, image, host) = (
+            self.node.to_path_buf(),
+            self.data.to_path_buf(),
+            self.work.to_path_buf(),
+            self.image.to_string(),
+            self.registry.clone(),
+        );
+        move || {
+            let mut c = Command::new(&node);
+            c.args(["--no-config", "sandbox", "run", "--data-dir"])
+                .arg(&data)
+                .arg("--work")
+                .arg(&work)
+                .args([
+                    "--oci-registry",
+                    &host,
+                    "--oci-runtime",
+                    runtime,
+                    "--image",
+                    &image,
+                ]);
+            c
+        }
+    }
+
+    /// `oci pull` of the image into the node's cache: its rootfs.
+    fn pull(&self) -> PathBuf {
+        let out = Command::new(self.node)
+            .args(["--no-config", "oci", "pull", "--json", "--data-dir"])
+            .arg(self.data)
+            .args(["--oci-registry", &self.registry, self.image])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        PathBuf::from(doc["rootfs"].as_str().unwrap())
+    }
+}
+
+/// The row of `docker run ARGS… IMAGE` of the image `name@digest` loaded
+/// into Docker, or none (and why, printed).
+fn docker_row(
+    reg: &Registry,
+    name: &str,
+    digest: &str,
+    args: &'static [&'static str],
+) -> Option<Row> {
+    match docker_image(reg, name, digest) {
+        Ok(tag) => Some(Row::new("docker run", move || {
+            let mut c = Command::new("docker");
+            c.arg("run").args(args).arg(&tag);
+            c
+        })),
+        Err(why) => {
+            println!("docker run ({name}): not measured: {why}");
+            None
+        }
+    }
+}
+
+/// One run of each row first (caches warm, the image pulled), then `runs`
+/// rounds, alternating, each timed by `how`.
+fn measure(rows: &mut [Row], runs: usize, how: fn(&mut Command) -> Result<Duration, String>) {
+    for r in rows.iter() {
+        if let Err(e) = how(&mut (r.cmd)()) {
+            panic!("{}: {e}", r.name);
+        }
+    }
+    for _ in 0..runs {
+        for r in rows.iter_mut() {
+            r.times
+                .push(how(&mut (r.cmd)()).unwrap_or_else(|e| panic!("{}: {e}", r.name)));
+        }
+    }
+}
+
 fn main() {
-    let runs: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(30)
-        .max(10);
-    let node = std::env::var_os("OZ0_NODE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_oz0-node")));
+    let runs = shared::runs(30, 10);
+    let (node, named) = shared::node_bin();
     let Some(reg) = Registry::start() else {
         eprintln!("oci_start: no registry (apt-get install docker-registry skopeo)");
         return;
@@ -116,24 +217,17 @@ fn main() {
     let digest = reg.push_with("bench/true", &[layer], None, run);
     let image = format!("oci:{}/bench/true@{digest}", reg.host());
     let dir = TempDir::new("oci-bench");
-    let data = dir.join("data");
-    let work = dir.join("work");
+    let (data, work) = (dir.join("data"), dir.join("work"));
     std::fs::create_dir_all(&work).unwrap();
-    let pulled = Command::new(&node)
-        .args(["--no-config", "oci", "pull", "--json", "--data-dir"])
-        .arg(&data)
-        .args(["--oci-registry", &reg.host(), &image])
-        .output()
-        .unwrap();
-    assert!(
-        pulled.status.success(),
-        "{}",
-        String::from_utf8_lossy(&pulled.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&pulled.stdout).unwrap();
-    let rootfs = PathBuf::from(doc["rootfs"].as_str().unwrap());
+    let oz0 = Oz0 {
+        node: &node,
+        data: &data,
+        work: &work,
+        image: &image,
+        registry: reg.host(),
+    };
+    let rootfs = oz0.pull();
 
-    let mut rows: Vec<Row> = Vec::new();
     // The image's names bound at the top of a fresh root (bubblewrap
     // cannot make /proc in a read-only root of its own), as tier 1 does.
     let mut binds: Vec<String> = Vec::new();
@@ -146,88 +240,25 @@ fn main() {
             format!("/{name}"),
         ]);
     }
-    rows.push(Row {
-        name: "bwrap, image root",
-        cmd: Box::new(move || {
-            let mut c = Command::new("/usr/bin/bwrap");
-            c.args(["--unshare-all", "--die-with-parent"])
-                .args(&binds)
-                .args(["--proc", "/proc", "--dev", "/dev", "/bin/true"]);
-            c
-        }),
-        times: Vec::new(),
-    });
-    let oz0 = |runtime: &'static str| {
-        let (node, data, work, image, host) = (
-            node.clone(),
-            data.clone(),
-            work.clone(),
-            image.clone(),
-            reg.host(),
-        );
-        Box::new(move || {
-            let mut c = Command::new(&node);
-            c.args(["--no-config", "sandbox", "run", "--data-dir"])
-                .arg(&data)
-                .arg("--work")
-                .arg(&work)
-                .args([
-                    "--oci-registry",
-                    &host,
-                    "--oci-runtime",
-                    runtime,
-                    "--image",
-                    &image,
-                ]);
-            c
-        }) as Box<dyn Fn() -> Command>
-    };
-    rows.push(Row {
-        name: "oz0 tier1",
-        cmd: oz0("tier1"),
-        times: Vec::new(),
-    });
-    if answers(Command::new("runsc").arg("--version")) {
-        rows.push(Row {
-            name: "oz0 gvisor",
-            cmd: oz0("gvisor"),
-            times: Vec::new(),
-        });
-    } else {
-        println!("oz0 gvisor: not measured: runsc is not installed (apt-get install runsc)");
-    }
-    let docker = docker_image(&reg, "bench/true", &digest);
-    match &docker {
-        Ok(tag) => {
-            let tag = tag.clone();
-            rows.push(Row {
-                name: "docker run",
-                cmd: Box::new(move || {
-                    let mut c = Command::new("docker");
-                    c.args(["run", "--rm", "--network", "none", &tag]);
-                    c
-                }),
-                times: Vec::new(),
-            });
-        }
-        Err(why) => println!("docker run: not measured: {why}"),
-    }
-    // One run of each first (caches warm), then the rounds, alternating.
-    for r in &rows {
-        if let Err(e) = time(&mut (r.cmd)()) {
-            panic!("{}: {e}", r.name);
-        }
-    }
-    for _ in 0..runs {
-        for r in &mut rows {
-            r.times
-                .push(time(&mut (r.cmd)()).unwrap_or_else(|e| panic!("{}: {e}", r.name)));
-        }
-    }
+    let mut rows = vec![Row::new("bwrap, image root", move || {
+        let mut c = Command::new("/usr/bin/bwrap");
+        c.args(["--unshare-all", "--die-with-parent"])
+            .args(&binds)
+            .args(["--proc", "/proc", "--dev", "/dev", "/bin/true"]);
+        c
+    })];
+    rows.extend(oz0.rows());
+    rows.extend(docker_row(
+        &reg,
+        "bench/true",
+        &digest,
+        &["--rm", "--network", "none"],
+    ));
+    measure(&mut rows, runs, time);
     println!(
         "oci_start: {runs} rounds; node {}{}",
         node.display(),
-        if std::env::var_os("OZ0_NODE_BIN").is_some() {
+        if named {
             ""
         } else {
             " (cargo's dynamically linked build: set OZ0_NODE_BIN for the shipped one)"
@@ -301,93 +332,40 @@ fn first_reply(cmd: &mut Command) -> Result<Duration, String> {
 
 /// The second table: the MCP server's first reply, directly on the host,
 /// in tier 1, in gVisor and in Docker.
-fn mcp_rows(node: &std::path::Path, reg: &Registry, dir: &TempDir, runs: usize) {
+fn mcp_rows(node: &Path, reg: &Registry, dir: &TempDir, runs: usize) {
     let layer = match server_layer(dir) {
         Ok(l) => l,
         Err(why) => return println!("first MCP reply: not measured: {why}"),
     };
     let digest = reg.push_with("bench/fs-mcp", &[layer], None, FS_RUN);
     let image = format!("oci:{}/bench/fs-mcp@{digest}", reg.host());
-    let data = dir.join("data");
-    let work = dir.join("mcp-work");
+    let (data, work) = (dir.join("data"), dir.join("mcp-work"));
     std::fs::create_dir_all(&work).unwrap();
-    let direct_work = work.clone();
-    let mut rows = vec![Row {
-        name: "direct (host node)",
-        cmd: Box::new(move || {
-            let mut c = Command::new("node");
-            c.arg(format!("{SERVER_DIR}/dist/index.js"))
-                .arg(&direct_work);
-            c
-        }),
-        times: Vec::new(),
-    }];
-    let oz0 = |runtime: &'static str| {
-        let (node, data, work, image, host) = (
-            node.to_path_buf(),
-            data.clone(),
-            work.clone(),
-            image.clone(),
-            reg.host(),
-        );
-        Box::new(move || {
-            let mut c = Command::new(&node);
-            c.args(["--no-config", "sandbox", "run", "--data-dir"])
-                .arg(&data)
-                .arg("--work")
-                .arg(&work)
-                .args([
-                    "--oci-registry",
-                    &host,
-                    "--oci-runtime",
-                    runtime,
-                    "--image",
-                    &image,
-                ]);
-            c
-        }) as Box<dyn Fn() -> Command>
+    let oz0 = Oz0 {
+        node,
+        data: &data,
+        work: &work,
+        image: &image,
+        registry: reg.host(),
     };
-    rows.push(Row {
-        name: "oz0 tier1",
-        cmd: oz0("tier1"),
-        times: Vec::new(),
-    });
-    if answers(Command::new("runsc").arg("--version")) {
-        rows.push(Row {
-            name: "oz0 gvisor",
-            cmd: oz0("gvisor"),
-            times: Vec::new(),
-        });
-        rows.push(Row {
-            name: "runsc, bare",
-            cmd: bare_runsc(node, reg, dir, &image, &work),
-            times: Vec::new(),
-        });
+    let direct_work = work.clone();
+    let mut rows = vec![Row::new("direct (host node)", move || {
+        let mut c = Command::new("node");
+        c.arg(format!("{SERVER_DIR}/dist/index.js"))
+            .arg(&direct_work);
+        c
+    })];
+    rows.extend(oz0.rows());
+    if has_runsc() {
+        rows.push(Row::new("runsc, bare", bare_runsc(&oz0.pull(), dir, &work)));
     }
-    match docker_image(reg, "bench/fs-mcp", &digest) {
-        Ok(tag) => rows.push(Row {
-            name: "docker run",
-            cmd: Box::new(move || {
-                let mut c = Command::new("docker");
-                c.args(["run", "-i", "--rm", "--network", "none", &tag]);
-                c
-            }),
-            times: Vec::new(),
-        }),
-        Err(why) => println!("docker run (MCP): not measured: {why}"),
-    }
-    // The first run pulls the image into the node's cache.
-    for r in &rows {
-        if let Err(e) = first_reply(&mut (r.cmd)()) {
-            panic!("{}: {e}", r.name);
-        }
-    }
-    for _ in 0..runs {
-        for r in &mut rows {
-            r.times
-                .push(first_reply(&mut (r.cmd)()).unwrap_or_else(|e| panic!("{}: {e}", r.name)));
-        }
-    }
+    rows.extend(docker_row(
+        reg,
+        "bench/fs-mcp",
+        &digest,
+        &["-i", "--rm", "--network", "none"],
+    ));
+    measure(&mut rows, runs, first_reply);
     println!("first MCP reply (server-filesystem, initialize): {runs} rounds");
     print_rows(&mut rows);
 }
@@ -395,20 +373,7 @@ fn mcp_rows(node: &std::path::Path, reg: &Registry, dir: &TempDir, runs: usize) 
 /// `runsc run` of the server's image with a bundle of the benchmark's own
 /// (the rootfs from the node's cache, `/work` bound, no network): gVisor's
 /// own cost here, with nothing of the node's.
-fn bare_runsc(
-    node: &std::path::Path,
-    reg: &Registry,
-    dir: &TempDir,
-    image: &str,
-    work: &std::path::Path,
-) -> Box<dyn Fn() -> Command> {
-    let pulled = Command::new(node)
-        .args(["--no-config", "oci", "pull", "--json", "--data-dir"])
-        .arg(dir.join("data"))
-        .args(["--oci-registry", &reg.host(), image])
-        .output()
-        .unwrap();
-    let doc: serde_json::Value = serde_json::from_slice(&pulled.stdout).unwrap();
+fn bare_runsc(rootfs: &Path, dir: &TempDir, work: &Path) -> impl Fn() -> Command + 'static {
     let bundle = dir.join("bundle");
     std::fs::create_dir_all(&bundle).unwrap();
     let config = serde_json::json!({
@@ -419,7 +384,7 @@ fn bare_runsc(
             "env": ["PATH=/usr/bin:/bin", "NODE_ENV=production", "HOME=/tmp"],
             "cwd": "/work",
         },
-        "root": {"path": doc["rootfs"], "readonly": true},
+        "root": {"path": rootfs, "readonly": true},
         "mounts": [
             {"destination": "/proc", "type": "proc", "source": "proc"},
             {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"},
@@ -430,7 +395,7 @@ fn bare_runsc(
     std::fs::write(bundle.join("config.json"), config.to_string()).unwrap();
     let state = dir.join("runsc-state");
     let n = std::sync::atomic::AtomicU32::new(0);
-    Box::new(move || {
+    move || {
         let id = format!(
             "oz0-bench-{}-{}",
             std::process::id(),
@@ -443,7 +408,7 @@ fn bare_runsc(
             .arg(&bundle)
             .arg(id);
         c
-    })
+    }
 }
 
 /// The image loaded into the Docker daemon from the registry, as a tag; or

@@ -22,15 +22,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
+mod shared;
 
-fn p90(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[(v.len() * 9) / 10]
-}
+use shared::{median, p90};
 
 fn time(cmd: &mut Command) -> Duration {
     let t = Instant::now();
@@ -45,14 +39,8 @@ fn time(cmd: &mut Command) -> Duration {
 }
 
 fn main() {
-    let runs: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(50)
-        .max(30);
-    let node = std::env::var_os("OZ0_NODE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_oz0-node")));
+    let runs = shared::runs(50, 30);
+    let (node, _) = shared::node_bin();
     let bwrap = ["/usr/bin/bwrap", "/usr/local/bin/bwrap"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())

@@ -3,19 +3,14 @@
 //!
 //! `cargo bench -p oz0-node --bench selftest [-- RUNS]` (as the node's user).
 
+mod shared;
+
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
-    let runs: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(10)
-        .max(3);
-    let node = std::env::var_os("OZ0_NODE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_oz0-node")));
+    let runs = shared::runs(10, 3);
+    let (node, _) = shared::node_bin();
     let mut per: BTreeMap<(usize, String), Vec<u64>> = BTreeMap::new();
     let mut totals = Vec::new();
     for _ in 0..runs {

@@ -13,7 +13,7 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use common::oci::{tar, Registry};
+use common::oci::{has_runsc, tar, Registry};
 use common::{stderr, stdout, Env};
 
 /// Debian's static busybox (package busybox-static).
@@ -257,16 +257,7 @@ fn the_node_checks_runs_in_an_image_root_before_it_offers_them() {
         log.contains("runs in an image's root: the self-test passed (8 checks"),
         "{log}"
     );
-    for p in [
-        "launch",
-        "files",
-        "egress",
-        "ingress",
-        "job_limits",
-        "fail_closed",
-        "protected_paths",
-        "environment",
-    ] {
+    for p in oz0_policy::facts::Property::ALL.map(|p| p.as_str()) {
         assert!(
             log.contains(&format!("In an image's root: Self-test {p}: ok")),
             "{p}: {log}"
@@ -280,11 +271,7 @@ fn the_node_checks_runs_in_an_image_root_before_it_offers_them() {
     assert_eq!(facts["oci"]["runtimes"][0], "tier1", "{facts}");
     // gVisor too, where runsc is installed (CI installs it): its own
     // check, a copy of the witness in its image.
-    let has_runsc = std::process::Command::new("runsc")
-        .arg("--version")
-        .output()
-        .is_ok();
-    if has_runsc {
+    if has_runsc() {
         assert!(
             log.contains("gVisor (") && log.contains("): checked:"),
             "{log}"
@@ -312,11 +299,7 @@ fn the_node_checks_runs_in_an_image_root_before_it_offers_them() {
 #[test]
 fn gvisor_runs_the_image_behind_a_kernel_of_its_own() {
     ready!();
-    if std::process::Command::new("runsc")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
+    if !has_runsc() {
         common::skip("runsc (gVisor) is not installed (apt-get install runsc)");
         return;
     }

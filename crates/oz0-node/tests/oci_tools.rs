@@ -27,7 +27,7 @@ use std::process::Command;
 use base64::Engine;
 use common::fleet::{edge_bin, Edge, Node};
 use common::fleet::{processes_with, wait_gone};
-use common::oci::{server_layer, tar, Registry, FS_RUN as RUN, SERVER_DIR};
+use common::oci::{has_runsc, server_layer, tar, Registry, FS_RUN as RUN, SERVER_DIR};
 use common::{node, sandbox_ready, skip, TempDir};
 use oz0_edge::routing::{JobKind, Origin};
 
@@ -101,6 +101,21 @@ fn cancel_leaves_nothing(edge: &Edge, n: &Node, image: &str, running: &str) {
     assert!(rootfs.len() <= 2, "{rootfs:?}");
 }
 
+/// A node named `name` of `edge` pulling from `reg`, once it reported its
+/// facts and its log `says` what it offers; and the edge's view of it.
+fn oci_node(
+    edge: &Edge,
+    reg: &Registry,
+    name: &str,
+    says: &str,
+) -> (Node, oz0_edge::wire::NodeView) {
+    let mut n = Node::start(edge, name, &["--oci-registry", &reg.host()]);
+    n.wait_log("facts reported", 120);
+    assert!(n.log().contains(says), "{}", n.log());
+    let view = edge.rt.block_on(edge.op.node(name)).unwrap();
+    (n, view)
+}
+
 fn json(j: &oz0_edge::wire::JobView) -> serde_json::Value {
     serde_json::to_value(j).unwrap()
 }
@@ -162,15 +177,12 @@ fn a_container_tool_runs_its_image_s_mcp_server_in_tier_1_through_the_edge() {
     );
 
     let host = reg.host();
-    let mut n = Node::start(&edge, "oci", &["--oci-registry", &host]);
-    n.wait_log("facts reported", 120);
-    assert!(
-        n.log()
-            .contains("container tools (runtime.oci): ready, in tier1"),
-        "{}",
-        n.log()
+    let (n, view) = oci_node(
+        &edge,
+        &reg,
+        "oci",
+        "container tools (runtime.oci): ready, in tier1",
     );
-    let view = edge.rt.block_on(edge.op.node("oci")).unwrap();
     // (Where runsc is installed, gVisor is offered too.)
     assert!(
         view.containers_line
@@ -259,7 +271,7 @@ fn a_container_tool_runs_its_image_s_mcp_server_in_tier_1_through_the_edge() {
 /// there, behind gVisor's own kernel, with the same answers.
 #[test]
 fn a_tenant_that_asks_for_gvisor_gets_its_container_tools_run_there() {
-    if Command::new("runsc").arg("--version").output().is_err() {
+    if !has_runsc() {
         skip("runsc (gVisor) is not installed (apt-get install runsc)");
         return;
     }
@@ -279,16 +291,12 @@ fn a_tenant_that_asks_for_gvisor_gets_its_container_tools_run_there() {
         "{refused}"
     );
 
-    let host = reg.host();
-    let mut n = Node::start(&edge, "gv", &["--oci-registry", &host]);
-    n.wait_log("facts reported", 120);
-    assert!(
-        n.log()
-            .contains("container tools (runtime.oci): ready, in tier1, gvisor"),
-        "{}",
-        n.log()
+    let (n, view) = oci_node(
+        &edge,
+        &reg,
+        "gv",
+        "container tools (runtime.oci): ready, in tier1, gvisor",
     );
-    let view = edge.rt.block_on(edge.op.node("gv")).unwrap();
     assert_eq!(
         view.containers_line, "ready (runtime.oci), in tier1, gvisor",
         "{view:?}"

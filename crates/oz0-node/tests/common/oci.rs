@@ -10,6 +10,16 @@ use sha2::Digest as _;
 
 use super::TempDir;
 
+/// Whether gVisor's `runsc` (Debian's package) answers here.
+pub fn has_runsc() -> bool {
+    Command::new("runsc")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 pub fn sha256(data: &[u8]) -> String {
     sha2::Sha256::digest(data)
         .iter()
