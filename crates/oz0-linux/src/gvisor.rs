@@ -11,7 +11,8 @@
 //! gVisor's own kernel), and the job's memory and process limits by the
 //! node's cgroup job, which `runsc` and its sandbox join before they start
 //! (`--ignore-cgroups`: runsc makes none of its own). The work folder is
-//! locked for the run, and looked at after it for what host git would run
+//! locked for the run (a folder reached through a link is refused), and
+//! looked at after it for what host git would run
 //! or follow, as after every tier-1 run (`gitlook`). An egress allowlist
 //! (gVisor has no network here) and CPU-time limits are refused, never
 //! dropped. Its timeout and a cancel end the sandbox (`runsc kill`, then
@@ -48,7 +49,7 @@ pub enum GvisorError {
         /// Why.
         why: String,
     },
-    /// Its state folder could not be made.
+    /// Its state or bundle folder could not be made.
     #[error("gVisor's state folder {path}: {source}")]
     State {
         /// The folder.
@@ -64,6 +65,9 @@ pub struct Gvisor {
     version: String,
     /// runsc's state (`--root`): the node's own, 0700.
     state: PathBuf,
+    /// The runs' bundles (their OCI configuration names their variables):
+    /// the node's own, 0700, each removed with its run.
+    bundles: PathBuf,
     /// Where a run's job goes, when it has limits.
     jobs: Option<oz0_limits::JobMode>,
     /// What is done with what a run left that host git would run.
@@ -106,19 +110,23 @@ impl Gvisor {
                 runsc: runsc.clone(),
                 why: format!("it said {:?}", text.chars().take(120).collect::<String>()),
             })?;
-        let state = data_dir.join("gvisor");
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .recursive(true)
-            .create(&state)
-            .map_err(|source| GvisorError::State {
-                path: state.clone(),
-                source,
-            })?;
+        let state = data_dir.join("gvisor").join("state");
+        let bundles = data_dir.join("gvisor").join("runs");
+        for d in [&state, &bundles] {
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .recursive(true)
+                .create(d)
+                .map_err(|source| GvisorError::State {
+                    path: d.clone(),
+                    source,
+                })?;
+        }
         Ok(Gvisor {
             runsc,
             version,
             state,
+            bundles,
             jobs,
             git: crate::gitlook::Policy::default(),
         })
@@ -241,6 +249,19 @@ impl oz0_core::Sandbox for Gvisor {
         if let Some(why) = Gvisor::refusal(spec, &opts) {
             return Err(why.into());
         }
+        // runsc binds the work folder by its path, and the look after the
+        // run walks what the lock holds: as tier 1's plan does, a work
+        // folder reached through a link, or that is no folder, is refused.
+        crate::hostfs::open_no_links(
+            spec.work.as_path(),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+        )
+        .map_err(|e| {
+            format!(
+                "--work {}: not a folder reached without any symbolic link ({e}): name the folder itself",
+                spec.work
+            )
+        })?;
         let RunOptions {
             io, cancel, role, ..
         } = opts;
@@ -260,7 +281,7 @@ impl oz0_core::Sandbox for Gvisor {
         // The work folder is held for the run, and looked at after it.
         let held = crate::host::lock_folders(&[spec.work.to_path_buf()])
             .ok_or_else(|| format!("another run is using {} (as its work folder): runs never share a writable folder at once", spec.work))?;
-        let dir = std::env::temp_dir().join(format!("oz0-gvisor-{run_id}"));
+        let dir = self.bundles.join(format!("oz0-{run_id}"));
         fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let bundle = Bundle(dir);
         let made = crate::gitlook::ctime(&rustix::fs::stat(&bundle.0)?);

@@ -376,6 +376,31 @@ fn gvisor_runs_the_image_behind_a_kernel_of_its_own() {
         assert_eq!(out.status.code(), Some(125), "{extra:?}: {}", stderr(&out));
         assert!(stderr(&out).contains("never dropped"), "{}", stderr(&out));
     }
+    // A work folder reached through a link is refused, as in tier 1: the
+    // run would write where the link leads, and the look after it would
+    // hold nothing.
+    let elsewhere = env.root.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let link = env.root.join("link");
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    let out = std::process::Command::new(common::node())
+        .args(["sandbox", "run", "--work"])
+        .arg(&link)
+        .arg("--data-dir")
+        .arg(&env.data)
+        .args(["--image", &image, "--oci-registry", &reg.host()])
+        .args([
+            "--oci-runtime",
+            "gvisor",
+            "--",
+            "echo x > /work/through-link",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+    assert!(!elsewhere.join("through-link").exists());
     // The timeout ends the sandbox.
     let started = std::time::Instant::now();
     let out = run_image(

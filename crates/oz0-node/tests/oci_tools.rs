@@ -66,8 +66,8 @@ fn hanging_image(reg: &Registry, name: &str, marker: &str) -> String {
 /// A call to a server that never answers is cancelled: the job ends
 /// cancelled, and nothing of its run is left: no process (`running`
 /// names what the run's processes carry on their command lines), no
-/// bundle or run folder in the temporary folder, no mount of the image on
-/// the host, and the image unpacked once in the node's cache.
+/// mount of the image on the host, and the image unpacked once in the
+/// node's cache.
 fn cancel_leaves_nothing(edge: &Edge, n: &Node, image: &str, running: &str) {
     let id = edge
         .submit_kind(
@@ -322,10 +322,11 @@ fn a_tenant_that_asks_for_gvisor_gets_its_container_tools_run_there() {
     let hang = hanging_image(&reg, "acme/hang", "oz0-hang-gvisor");
     let state = n.dir.join("data/gvisor").display().to_string();
     cancel_leaves_nothing(&edge, &n, &hang, &state);
-    let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+    // No bundle of its run is left (they live in the node's data folder).
+    let leftovers: Vec<_> = std::fs::read_dir(n.dir.join("data/gvisor/runs"))
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("oz0-gvisor-"))
+        .map(|e| e.path())
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 
