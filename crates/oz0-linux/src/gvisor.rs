@@ -11,9 +11,11 @@
 //! gVisor's own kernel), and the job's memory and process limits by the
 //! node's cgroup job, which `runsc` and its sandbox join before they start
 //! (`--ignore-cgroups`: runsc makes none of its own). The work folder is
-//! locked for the run (a folder reached through a link is refused), and
-//! looked at after it for what host git would run
-//! or follow, as after every tier-1 run (`gitlook`). An egress allowlist
+//! locked for the run, and every folder above it locked shared, so that
+//! the path runsc binds names the folder held (a folder reached through a
+//! link is refused, and so is a run whose work folder another run holds
+//! writable, or one above it), and looked at after it for what host git
+//! would run or follow, as after every tier-1 run (`gitlook`). An egress allowlist
 //! (gVisor has no network here) and CPU-time limits are refused, never
 //! dropped. Its timeout and a cancel end the sandbox (`runsc kill`, then
 //! the job's processes) and remove its state.
@@ -249,19 +251,12 @@ impl oz0_core::Sandbox for Gvisor {
         if let Some(why) = Gvisor::refusal(spec, &opts) {
             return Err(why.into());
         }
-        // runsc binds the work folder by its path, and the look after the
-        // run walks what the lock holds: as tier 1's plan does, a work
-        // folder reached through a link, or that is no folder, is refused.
-        crate::hostfs::open_no_links(
-            spec.work.as_path(),
-            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
-        )
-        .map_err(|e| {
-            format!(
-                "--work {}: not a folder reached without any symbolic link ({e}): name the folder itself",
-                spec.work
-            )
-        })?;
+        // runsc binds the work folder by its path, where tier 1 binds it
+        // by a descriptor: it and every folder above it are held until the
+        // run ends, so no run can rename any of them meanwhile, and a link
+        // on the way is refused. The look after the run walks what is held.
+        let held = crate::host::lock_with_ancestors(spec.work.as_path())
+            .map_err(|e| format!("--work {e}"))?;
         let RunOptions {
             io, cancel, role, ..
         } = opts;
@@ -278,9 +273,6 @@ impl oz0_core::Sandbox for Gvisor {
                 Some(oz0_limits::Job::create(mode, &id, &spec.limits)?)
             }
         };
-        // The work folder is held for the run, and looked at after it.
-        let held = crate::host::lock_folders(&[spec.work.to_path_buf()])
-            .ok_or_else(|| format!("another run is using {} (as its work folder): runs never share a writable folder at once", spec.work))?;
         let dir = self.bundles.join(format!("oz0-{run_id}"));
         fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let bundle = Bundle(dir);

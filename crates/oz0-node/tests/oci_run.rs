@@ -413,3 +413,117 @@ fn gvisor_runs_the_image_behind_a_kernel_of_its_own() {
     assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
     assert!(started.elapsed().as_secs() < 30);
 }
+
+/// `sandbox run --work W` (tier 1, the host's system) with `cmd`.
+fn tier1_run(env: &Env, work: &Path, cmd: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(common::node());
+    c.args(["sandbox", "run", "--work"])
+        .arg(work)
+        .arg("--data-dir")
+        .arg(&env.data)
+        .args(["--", "sh", "-c", cmd])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    c
+}
+
+/// Waits up to 20 s for `path` to exist.
+fn wait_for(path: &Path) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            std::time::Instant::now() < until,
+            "{} never came",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// runsc binds the work folder by its path, so a gVisor run holds every
+/// folder above it as well: no other run holds one of them writable (and
+/// could rename the work folder away) while it lasts, either way round,
+/// and a link anywhere on the way is refused.
+#[test]
+fn gvisor_holds_the_folders_above_its_work() {
+    ready!();
+    if !has_runsc() {
+        common::skip("runsc (gVisor) is not installed (apt-get install runsc)");
+        return;
+    }
+    let Some(reg) = Registry::start() else { return };
+    let Some(image) = busybox_image(&reg, "acme/gvisor-hold", &config("echo ran")) else {
+        return;
+    };
+    let env = Env::new("oci-gvisor-hold");
+    let outer = env.root.join("outer");
+    let inner = outer.join("inner");
+    std::fs::create_dir_all(&inner).unwrap();
+    let gvisor = |work: &Path, cmd: &[&str]| {
+        let mut c = std::process::Command::new(common::node());
+        c.args(["sandbox", "run", "--work"])
+            .arg(work)
+            .arg("--data-dir")
+            .arg(&env.data)
+            .args(["--image", &image, "--oci-registry", &reg.host()])
+            .args(["--oci-runtime", "gvisor", "--"])
+            .args(cmd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    // A tier-1 run holds the outer folder writable: a gVisor run in a
+    // folder inside it is refused while it lasts.
+    let holder = tier1_run(&env, &outer, "touch started; sleep 30")
+        .spawn()
+        .unwrap();
+    wait_for(&outer.join("started"));
+    let out = gvisor(&inner, &["echo x > /work/written"])
+        .output()
+        .unwrap();
+    let mut holder = holder;
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("another run holds"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!inner.join("written").exists());
+    // A gVisor run in the inner folder holds the outer one: a tier-1 run
+    // there is refused while it lasts, and one in a sibling is not.
+    let sibling = outer.join("sibling");
+    std::fs::create_dir(&sibling).unwrap();
+    std::fs::remove_file(outer.join("started")).unwrap();
+    let mut held = gvisor(&inner, &["touch /work/started; sleep 30"])
+        .spawn()
+        .unwrap();
+    wait_for(&inner.join("started"));
+    let refused = tier1_run(&env, &outer, "touch /tmp/x; mv inner gone")
+        .output()
+        .unwrap();
+    let beside = tier1_run(&env, &sibling, "echo beside > out")
+        .output()
+        .unwrap();
+    let _ = held.kill();
+    let _ = held.wait();
+    assert_eq!(refused.status.code(), Some(125), "{}", stderr(&refused));
+    assert!(inner.exists(), "the gVisor run's folder was renamed away");
+    assert!(beside.status.success(), "{}", stderr(&beside));
+    assert_eq!(
+        std::fs::read_to_string(sibling.join("out")).unwrap(),
+        "beside\n"
+    );
+    // A link on the way, not only at the end, is refused.
+    let link = env.root.join("link");
+    std::os::unix::fs::symlink(&outer, &link).unwrap();
+    let out = gvisor(&link.join("inner"), &["echo x > /work/through-link"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+    assert!(!inner.join("through-link").exists());
+}
