@@ -255,7 +255,7 @@ impl oz0_core::Sandbox for Gvisor {
         // by a descriptor: it and every folder above it are held until the
         // run ends, so no run can rename any of them meanwhile, and a link
         // on the way is refused. The look after the run walks what is held.
-        let held = crate::host::lock_with_ancestors(spec.work.as_path())
+        let held = crate::folder_lock::lock_with_ancestors(spec.work.as_path())
             .map_err(|e| format!("--work {e}"))?;
         let RunOptions {
             io, cancel, role, ..

@@ -19,6 +19,7 @@
 pub mod bwrap;
 pub mod check;
 pub mod devfs;
+pub mod folder_lock;
 pub mod gitlook;
 pub mod gvisor;
 pub mod hold;

@@ -247,7 +247,7 @@ pub fn sweep_stale(base: &Path) {
         // The dead run's folders, held while its placeholders go: one a live
         // run holds now may have placeholders of that run's own under the
         // same names. Then the record waits for a later sweep.
-        let Some(_held) = crate::host::lock_folders(&rec.roots) else {
+        let Some(_held) = crate::folder_lock::lock_folders(&rec.roots) else {
             continue;
         };
         crate::placeholders::remove_placeholders(&rec.placeholders, None);
