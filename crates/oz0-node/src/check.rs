@@ -74,7 +74,7 @@ pub fn main(a: CheckArgs) -> i32 {
             return Exit::Usage.code();
         }
     };
-    let data_dir = oz0_linux::host::data_dir(a.host.data.data_dir.as_deref()).ok();
+    let data_dir = a.host.data.resolve().ok();
     let json = a.json;
     let wall = wall(&a.host, fault);
     let check = wall.check();

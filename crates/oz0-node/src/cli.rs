@@ -1,31 +1,62 @@
-//! The command line.
+//! The command line: one tree for every platform. A command or flag that
+//! only one platform has is gated by `cfg`, and so is help text that says
+//! what the wall is there; each command's handler is in its own module
+//! (Linux's at the top, `mac::` and `win::` for the others).
 
+#[cfg(target_os = "linux")]
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+#[cfg(target_os = "linux")]
 use oz0_core::exit::Exit;
 
-/// OZ0 node: runs AI-agent work behind the strongest wall this machine can prove.
-///
-/// Tier 1 on Linux puts each run in bubblewrap namespaces with a seccomp
-/// filter and Landlock: it sees the system read-only, its work directory and
-/// the paths you name, and nothing else — not your home, not the node's data.
-///
-/// The node's settings may live in /etc/oz0/node.toml (another file with
-/// --config or OZ0_NODE_CONFIG): keys named like the flags of `run`
-/// (`data-dir = "/var/lib/oz0-node"`, `jobs = 4`, `tool-env = ["A"]`), read
-/// by `run`, `sandbox check`, `facts` and `key rotate` for the flags they
-/// have; a flag given overrides the file. `oz0-node config show` prints
-/// what `run` would use and where each value came from.
 #[derive(Debug, Parser)]
 #[command(name = "oz0-node", version, propagate_version = true)]
+#[cfg_attr(
+    target_os = "linux",
+    doc = "OZ0 node: runs AI-agent work behind the strongest wall this machine can prove.
+
+Tier 1 on Linux puts each run in bubblewrap namespaces with a seccomp
+filter and Landlock: it sees the system read-only, its work directory and
+the paths you name, and nothing else — not your home, not the node's data.
+
+The node's settings may live in /etc/oz0/node.toml (another file with
+--config or OZ0_NODE_CONFIG): keys named like the flags of `run`
+(`data-dir = \"/var/lib/oz0-node\"`, `jobs = 4`, `tool-env = [\"A\"]`), read
+by `run`, `sandbox check`, `facts` and `key rotate` for the flags they
+have; a flag given overrides the file. `oz0-node config show` prints
+what `run` would use and where each value came from."
+)]
+#[cfg_attr(
+    target_os = "macos",
+    doc = "OZ0 node for macOS: probes this Mac's sandbox (Seatbelt) and microVMs
+(Apple's container), proves what holds with its self-test, runs
+commands in Seatbelt, and takes tier-0 work from an edge.
+
+A tier is reported only when the self-test showed it on this Mac. macOS
+cannot limit the memory or the processes of a whole run, so the
+self-test fails at job_limits and a Mac is routed at tier 0; `sandbox
+check --self-test` shows which properties hold."
+)]
+#[cfg_attr(
+    windows,
+    doc = "OZ0 node for Windows: probes Windows' process security environment
+(PSEC), reports what it found, and registers with an edge.
+
+Windows nodes are routed at sandbox tier 0: work that needs tier 1
+(every job an outside event starts) goes to Linux or macOS nodes.
+`sandbox check` shows what this machine has; `run --sandbox psec` tests
+PSEC on this node at start. No command needs an administrator."
+)]
 pub struct Cli {
     /// The config file [default: /etc/oz0/node.toml when it exists; also
     /// OZ0_NODE_CONFIG].
+    #[cfg(target_os = "linux")]
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Read no config file.
+    #[cfg(target_os = "linux")]
     #[arg(long = "no-config", global = true, conflicts_with = "config")]
     no_config: bool,
     #[command(subcommand)]
@@ -33,6 +64,7 @@ pub struct Cli {
 }
 
 /// Which commands read the config file, and which of its keys.
+#[cfg(target_os = "linux")]
 pub const CONFIG: oz0_config::Spec = oz0_config::Spec {
     program: "oz0-node",
     default_path: "/etc/oz0/node.toml",
@@ -58,6 +90,7 @@ pub const CONFIG: oz0_config::Spec = oz0_config::Spec {
 };
 
 /// The keys of `run` (every key the file may hold).
+#[cfg(target_os = "linux")]
 const RUN_KEYS: &[&str] = &[
     "sandbox",
     "data-dir",
@@ -83,10 +116,16 @@ const RUN_KEYS: &[&str] = &[
 // Parsed once per process; boxing the larger variants would buy nothing.
 #[allow(clippy::large_enum_variant)]
 enum Top {
-    /// Run, check and inspect sandboxes.
+    #[cfg_attr(target_os = "linux", doc = "Run, check and inspect sandboxes.")]
+    #[cfg_attr(
+        target_os = "macos",
+        doc = "Check this Mac's sandbox, run commands and tool servers in it."
+    )]
+    #[cfg_attr(windows, doc = "Check this machine's sandbox, and the PSEC preview.")]
     #[command(subcommand)]
     Sandbox(SandboxCmd),
     /// One-time machine setup that needs root.
+    #[cfg(target_os = "linux")]
     #[command(subcommand)]
     Setup(SetupCmd),
     /// The node daemon: probe, self-test, publish facts, stay up.
@@ -96,26 +135,63 @@ enum Top {
     /// check, writes <data-dir>/facts.json, and reports tier 1 only when the
     /// self-test passed (tier 0 with the failed property otherwise). SIGTERM
     /// or SIGINT stop it cleanly.
+    #[cfg(target_os = "linux")]
     Run(crate::flags::NodeArgs),
+    /// The node daemon: probe, self-test, publish the facts, take work.
+    ///
+    /// Creates its data directory (0700) and node key (0600) on first
+    /// start, probes this Mac, runs the self-test of Seatbelt, writes
+    /// <data-dir>/facts.json with the tier it proved, and with --edge
+    /// registers with the edge, reports the facts and takes tier-0 shell
+    /// jobs, one at a time, with no wall (a job that asks for egress or
+    /// limits is refused); every process a job starts ends with it.
+    /// Ctrl-C or SIGTERM stops it.
+    #[cfg(target_os = "macos")]
+    Run(crate::mac::node::RunArgs),
+    /// The node daemon: probe, publish the facts, stay up.
+    ///
+    /// Creates its data directory and node key on first start, probes
+    /// PSEC, writes <data-dir>\facts.json, and with --edge registers with
+    /// the edge, reports the facts and takes tier-0 shell jobs, one at a
+    /// time, with no wall (a job that asks for egress or limits is
+    /// refused). The edge routes a Windows node at tier 0. Ctrl-C stops it.
+    #[cfg(windows)]
+    Run(crate::win::node::RunArgs),
     /// The node's key: rotate it with the edge (the node keeps its id).
+    #[cfg(target_os = "linux")]
     #[command(subcommand)]
     Key(KeyCmd),
     /// A plugin's tools on this node: which it offers, and one call.
+    #[cfg(target_os = "linux")]
     #[command(subcommand)]
     Plugin(crate::plugin::PluginCmd),
     /// Container images: pulled by digest into the node's image cache.
+    #[cfg(target_os = "linux")]
     #[command(subcommand)]
     Oci(crate::oci::OciCmd),
     /// The config file: what `run` would use.
+    #[cfg(target_os = "linux")]
     #[command(subcommand)]
     Config(ConfigCmd),
     /// Print this node's facts (from <data-dir>/facts.json, written by `run`).
     ///
     /// --format nfd prints a Kubernetes Node Feature Discovery local feature
     /// file (features.d); --format kv plain key=value lines.
+    #[cfg(target_os = "linux")]
     Facts(crate::node::FactsArgs),
+    #[cfg_attr(
+        target_os = "macos",
+        doc = "Print this node's facts (from <data-dir>/facts.json, written by `run`)."
+    )]
+    #[cfg_attr(
+        windows,
+        doc = "Print this node's facts (from <data-dir>\\facts.json, written by `run`)."
+    )]
+    #[cfg(not(target_os = "linux"))]
+    Facts(crate::daemon::FactsArgs),
 }
 
+#[cfg(target_os = "linux")]
 #[derive(Debug, Subcommand)]
 enum ConfigCmd {
     /// Print the settings `oz0-node run` would start with: each key, its
@@ -129,6 +205,7 @@ enum ConfigCmd {
     },
 }
 
+#[cfg(target_os = "linux")]
 #[derive(Debug, Subcommand)]
 enum KeyCmd {
     /// Replace <data-dir>/identity/node.key with a new key, taken by the
@@ -139,6 +216,7 @@ enum KeyCmd {
     Rotate(crate::key::RotateArgs),
 }
 
+#[cfg(target_os = "linux")]
 #[derive(Debug, Subcommand)]
 enum SetupCmd {
     /// Delegate a cgroup subtree to the node's user, so that its runs can have
@@ -169,6 +247,7 @@ enum SetupCmd {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once per process; boxing the larger variants would buy nothing.
 #[allow(clippy::large_enum_variant)]
 enum SandboxCmd {
     /// Run one command at tier 1 (Linux: bubblewrap + seccomp + Landlock).
@@ -197,7 +276,37 @@ enum SandboxCmd {
     /// Example:
     ///   oz0-node sandbox run --work "$PWD" --env LANG=C.UTF-8 -- make test
     #[command(verbatim_doc_comment)]
+    #[cfg(target_os = "linux")]
     Run(crate::run::RunArgs),
+    /// Run one command through sandbox-exec with the node's Seatbelt profile.
+    ///
+    /// The command sees the system read-only, its work folder, the --write
+    /// folders and a TEMP of its own (also HOME) writable, the --read paths
+    /// and the node binary readable, never the node's data directory; .git's
+    /// hooks and config and agents' settings are read-only and .git and the
+    /// writable folders cannot be renamed aside. Its network is only the
+    /// node's egress proxy on a loopback port (with --allow or --forward),
+    /// which wants the run's token; each decision is a line of
+    /// <data-dir>/egress-audit.jsonl. It gets only the variables named.
+    /// When its first process ends, or --timeout passes, or this command is
+    /// stopped, every process of the run ends, even one that left for a
+    /// session of its own (each run's profile marks its processes).
+    /// --memory, --processes and --cpu-seconds are refused (macOS cannot
+    /// limit a whole run).
+    ///
+    /// Exit status: the command's own; 128+N if it died of signal N; 124 on
+    /// --timeout; 125 if the sandbox refused the run (the command never ran).
+    #[cfg(target_os = "macos")]
+    Run(crate::mac::run::RunArgs),
+    /// Run one command in a PSEC container (a preview: set
+    /// OZ0_SANDBOX_PSEC_PREVIEW=1; without it this is refused, as on any
+    /// node without tier 1).
+    ///
+    /// Exit status: the command's own; 124 on --timeout; 125 if the
+    /// sandbox refused or could not start the run (the command never ran;
+    /// the reason is on stderr).
+    #[cfg(windows)]
+    Run(crate::win::sandbox::RunArgs),
     /// Probe this machine: which tier it can have, the facts, and the fix.
     ///
     /// Asks the system (is bubblewrap there and can it create a user
@@ -205,62 +314,169 @@ enum SandboxCmd {
     /// limits, /dev/kvm), never a version number. Changes nothing and needs
     /// no root. With --self-test, proves tier 1 by running the eight-property
     /// self-test through the real sandbox (exit 0 only when all eight hold).
+    #[cfg(target_os = "linux")]
     Check(crate::check::CheckArgs),
+    /// Probe this Mac: which tier it can have, the facts, and the fix.
+    ///
+    /// Runs a probe profile through /usr/bin/sandbox-exec that must refuse
+    /// the read of a file the node made (while the same read without it
+    /// works), reads the processor (hw.optional.arm64), the macOS version
+    /// (sw_vers), and Apple's container (`container --version`, `container
+    /// system status`). Never decides by version whether Seatbelt holds.
+    /// Changes nothing, needs no administrator. With --self-test, proves
+    /// tier 1 by running the eight-property self-test through Seatbelt
+    /// (exit 0 only when all eight hold).
+    #[cfg(target_os = "macos")]
+    Check(crate::mac::CheckArgs),
+    /// Probe this machine: the tier it can have, the facts, and the fix.
+    ///
+    /// Asks Windows whether the API set
+    /// api-win-appmodel-processmodel~securityenvironment is implemented,
+    /// whether processmodel.dll (from System32 only) has its exports, which
+    /// PSEC contract it supports and which features it reports, and creates
+    /// and closes a minimal environment. Never decides by build number,
+    /// changes nothing, needs no administrator. With --psec, runs the
+    /// node's self-test of PSEC (exit 0 only when all eight checks hold).
+    #[cfg(windows)]
+    Check(crate::win::wall::CheckArgs),
     /// Run one tool server in a microVM whose monitor runs inside tier 1 (tier 2).
     ///
     /// The server's stdin and stdout are this command's (MCP over stdio). The
     /// VM has no network device; with --allow/--forward the run's egress proxy
     /// is carried into the guest. The work folder is the guest's /work. The
     /// VM and its folder are removed whatever ends it.
+    #[cfg(target_os = "linux")]
     Vm(crate::vm::VmArgs),
+    /// Run one tool server in a microVM of Apple's container (tier 2).
+    ///
+    /// container run --rm --network none --read-only --cap-drop ALL, as this
+    /// user's uid:gid, whole CPUs, the tool's memory, --ulimit nproc, the
+    /// work folder at /work; the server's stdin and stdout are this
+    /// command's (MCP over stdio). Its variables reach it only through an
+    /// env file only this user can read, removed when the tool stops; the
+    /// CLI starts with a clean environment. Needs macOS 26 on Apple
+    /// silicon and container 1.5.0 or later.
+    #[cfg(target_os = "macos")]
+    Vm(crate::mac::vm::VmArgs),
     /// Report what this process can see and do (for use inside a sandbox).
     ///
     /// Prints one JSON object: capabilities, no_new_privs, seccomp mode, the
     /// errno of each refused system call, and the result of each --read,
     /// --write, --list, --connect and --link you name.
+    #[cfg(target_os = "linux")]
     Probe(crate::witness::ProbeArgs),
+    /// Report what this process can see and do (for use inside a sandbox).
+    ///
+    /// Prints one JSON object: the result of each --read, --write, --list,
+    /// --connect, --proxy-get and --listen you name.
+    #[cfg(target_os = "macos")]
+    Probe(crate::witness::ProbeArgs),
+    /// Serve one run's egress proxy on a loopback port, until Ctrl-C.
+    ///
+    /// What a PSEC run reaches through its bridge or relay: every request
+    /// needs the run's token (407 without it), a host --allow does not name
+    /// gets 403, names under .invalid are refused before any lookup, and
+    /// each decision is one JSON line in the audit log. Prints the address
+    /// it listens on. Use it to check a machine's proxy and firewall.
+    #[cfg(windows)]
+    Proxy(crate::win::proxy::ProxyArgs),
+    /// The egress relay of one PSEC run, or --remove-profile.
+    ///
+    /// Listens on the first free port of 127.0.0.1:47330-47361 (at most 32
+    /// relays on a machine) and carries each connection to the run's egress
+    /// proxy (--to), which still wants the run's token. The node would start
+    /// it in the AppContainer profile oz0.egress-relay; this build starts
+    /// no PSEC run, so it runs only by hand. --remove-profile removes that
+    /// profile of this user, as an uninstall does.
+    #[cfg(windows)]
+    Relay(crate::win::relay::RelayArgs),
 }
 
 /// Parses the command line `args` (the program name first) and runs it;
 /// returns the exit status.
 pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
-    use clap::CommandFactory;
-    let applied = match oz0_config::apply(&Cli::command(), args, &CONFIG) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("oz0-node: {e}");
-            return Exit::Usage.code();
+    // Linux applies its config file's keys as flags first.
+    #[cfg(target_os = "linux")]
+    let args = {
+        use clap::CommandFactory;
+        match oz0_config::apply(&Cli::command(), args, &CONFIG) {
+            Ok(a) => a.argv,
+            Err(e) => {
+                eprintln!("oz0-node: {e}");
+                return Exit::Usage.code();
+            }
         }
     };
-    let cli: Cli = match crate::flags::parse(applied.argv.iter().cloned()) {
+    let cli: Cli = match crate::flags::parse(args) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    #[cfg(target_os = "linux")]
     if let Some(code) = refuse_root(&cli.cmd) {
         return code;
     }
     match cli.cmd {
-        Top::Sandbox(SandboxCmd::Run(a)) => crate::run::run(a),
-        Top::Sandbox(SandboxCmd::Probe(a)) => crate::witness::main(a),
-        Top::Sandbox(SandboxCmd::Check(a)) => crate::check::main(a),
-        Top::Sandbox(SandboxCmd::Vm(a)) => crate::vm::main(a),
-        Top::Run(a) => crate::node::run(a),
-        Top::Facts(a) => crate::node::facts(a),
+        Top::Sandbox(c) => sandbox(c),
+        Top::Run(a) => run(a),
+        Top::Facts(a) => facts(a),
+        #[cfg(target_os = "linux")]
         Top::Config(ConfigCmd::Show { json }) => config_show(cli.config, cli.no_config, json),
+        #[cfg(target_os = "linux")]
         Top::Plugin(c) => crate::plugin::main(c),
+        #[cfg(target_os = "linux")]
         Top::Oci(c) => crate::oci::main(c),
+        #[cfg(target_os = "linux")]
         Top::Key(KeyCmd::Rotate(a)) => crate::key::rotate(a),
+        #[cfg(target_os = "linux")]
         Top::Setup(SetupCmd::Cgroups {
             user,
             remove: true,
             json,
             ..
-        }) => remove_cgroups(&user, json),
+        }) => crate::setup::remove_cgroups(&user, json),
+        #[cfg(target_os = "linux")]
         Top::Setup(SetupCmd::Cgroups {
             user, mode, json, ..
-        }) => setup_cgroups(&user, &mode, json),
+        }) => crate::setup::setup_cgroups(&user, &mode, json),
     }
 }
+
+/// `sandbox …`, by platform.
+fn sandbox(c: SandboxCmd) -> i32 {
+    match c {
+        #[cfg(target_os = "linux")]
+        SandboxCmd::Run(a) => crate::run::run(a),
+        #[cfg(target_os = "linux")]
+        SandboxCmd::Check(a) => crate::check::main(a),
+        #[cfg(target_os = "linux")]
+        SandboxCmd::Vm(a) => crate::vm::main(a),
+        #[cfg(target_os = "macos")]
+        SandboxCmd::Run(a) => crate::mac::run::main(a),
+        #[cfg(target_os = "macos")]
+        SandboxCmd::Check(a) => crate::mac::check(&a),
+        #[cfg(target_os = "macos")]
+        SandboxCmd::Vm(a) => crate::mac::vm::main(a),
+        #[cfg(any(target_os = "linux", target_os = "macos"))]
+        SandboxCmd::Probe(a) => crate::witness::main(a),
+        #[cfg(windows)]
+        SandboxCmd::Run(a) => crate::win::sandbox::main(a),
+        #[cfg(windows)]
+        SandboxCmd::Check(a) => crate::win::wall::main(a),
+        #[cfg(windows)]
+        SandboxCmd::Proxy(a) => crate::win::proxy::main(a),
+        #[cfg(windows)]
+        SandboxCmd::Relay(a) => crate::win::relay::main(a),
+    }
+}
+
+#[cfg(target_os = "linux")]
+use crate::node::{facts, run};
+
+#[cfg(target_os = "macos")]
+use crate::{daemon::facts, mac::node::run};
+
+#[cfg(windows)]
+use crate::{daemon::facts, win::node::run};
 
 /// Nodes never run as root: a root node's host-side work (binding, placing
 /// and removing what a run may write, reading its files) would act with
@@ -268,6 +484,7 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
 /// root's. Every command that runs or judges sandboxes refuses uid 0 with
 /// the fix; `setup` (root's, by design), `facts` and the in-sandbox probe
 /// do not.
+#[cfg(target_os = "linux")]
 fn refuse_root(cmd: &Top) -> Option<i32> {
     let root = rustix::process::getuid().is_root() || rustix::process::geteuid().is_root();
     if !root {
@@ -299,6 +516,7 @@ fn refuse_root(cmd: &Top) -> Option<i32> {
 
 /// `config show`: the file applied to a bare `oz0-node run`, checked the
 /// same way, and each of run's settings with its source.
+#[cfg(target_os = "linux")]
 fn config_show(config: Option<PathBuf>, no_config: bool, json: bool) -> i32 {
     use clap::CommandFactory;
     let mut argv: Vec<std::ffi::OsString> = vec!["oz0-node".into()];
@@ -351,80 +569,4 @@ fn config_show(config: Option<PathBuf>, no_config: bool, json: bool) -> i32 {
         crate::out::print(&format!("{head}\n{}", oz0_config::render(&settings)));
     }
     Exit::Ok.code()
-}
-
-fn remove_cgroups(user: &str, json: bool) -> i32 {
-    match oz0_limits::remove_delegation(user) {
-        Ok(r) => {
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&r).expect("report serialises")
-                );
-            } else if r.removed.is_empty() {
-                println!(
-                    "Nothing to remove: no cgroup folder of {} was found",
-                    r.user
-                );
-            } else {
-                println!("Removed {}'s cgroup folders:", r.user);
-                for p in &r.removed {
-                    println!("  {}", p.display());
-                }
-            }
-            if !json {
-                for k in &r.kept {
-                    println!("Kept {} ({})", k.path.display(), k.why);
-                }
-            }
-            Exit::Ok.code()
-        }
-        Err(e) => {
-            eprintln!("oz0-node: setup cgroups --remove: {e}");
-            Exit::CheckFailed.code()
-        }
-    }
-}
-
-fn setup_cgroups(user: &str, mode: &str, json: bool) -> i32 {
-    let mode = match mode {
-        "auto" => oz0_limits::SetupMode::Auto,
-        "v1" => oz0_limits::SetupMode::V1,
-        "v2" => oz0_limits::SetupMode::V2,
-        other => {
-            eprintln!("oz0-node: --mode {other:?}: use auto, v1 or v2");
-            return Exit::Usage.code();
-        }
-    };
-    match oz0_limits::setup_delegation(user, mode) {
-        Ok(r) => {
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&r).expect("report serialises")
-                );
-            } else {
-                println!(
-                    "Delegated cgroup {:?} to {} (uid {}): {}",
-                    r.version,
-                    r.user,
-                    r.uid,
-                    r.delegated
-                        .iter()
-                        .map(|p| p.display().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                println!("Controllers: {}", r.controllers.join(", "));
-                if !r.next.is_empty() {
-                    println!("Next: {}", r.next);
-                }
-            }
-            Exit::Ok.code()
-        }
-        Err(e) => {
-            eprintln!("oz0-node: setup cgroups: {e}");
-            Exit::CheckFailed.code()
-        }
-    }
 }

@@ -34,6 +34,7 @@ use oz0_edge::wire::{JobPayload, ShellJob};
 use oz0_policy::facts::NodeFacts;
 use oz0_policy::{EnvVar, RunRequest, RunSpec};
 
+use crate::flags::DataDirArg;
 use crate::outcome::JobEnd;
 use crate::record::safe_id;
 
@@ -291,43 +292,6 @@ async fn report(client: &NodeClient, lease: &Lease, id: &str, done: &Completion)
                 backoff = (backoff * 2).min(Duration::from_secs(30));
             }
         }
-    }
-}
-
-/// The node's data directory: one flag for every command that uses it.
-#[derive(Debug, Clone, clap::Args)]
-pub struct DataDirArg {
-    /// The node's data directory, which no run may see [default:
-    /// %LOCALAPPDATA%\oz0-node on Windows, ~/Library/Application
-    /// Support/oz0-node on macOS].
-    #[arg(long = "data-dir", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-}
-
-impl DataDirArg {
-    /// The folder named, or the platform's default; an absolute path.
-    pub fn resolve(&self) -> Result<PathBuf, String> {
-        let d = match &self.data_dir {
-            Some(d) => d.clone(),
-            None => default_data_dir()?,
-        };
-        std::path::absolute(&d).map_err(|e| format!("--data-dir {}: {e}", d.display()))
-    }
-}
-
-#[cfg(windows)]
-fn default_data_dir() -> Result<PathBuf, String> {
-    match std::env::var_os("LOCALAPPDATA") {
-        Some(base) if !base.is_empty() => Ok(Path::new(&base).join("oz0-node")),
-        _ => Err("LOCALAPPDATA is not set, so the node has no default data directory: name one with --data-dir".into()),
-    }
-}
-
-#[cfg(not(windows))]
-fn default_data_dir() -> Result<PathBuf, String> {
-    match std::env::var_os("HOME") {
-        Some(h) if !h.is_empty() => Ok(Path::new(&h).join("Library/Application Support/oz0-node")),
-        _ => Err("HOME is not set: name the data directory with --data-dir".into()),
     }
 }
 

@@ -225,14 +225,74 @@ pub fn enrolment_token(text: &str, file: &Path) -> Result<String, FlagError> {
     Ok(token)
 }
 
-/// The node's data directory: one flag for every command that uses it.
-#[cfg(target_os = "linux")]
+/// The node's data directory: one flag for every command that uses it, on
+/// every platform.
 #[derive(Debug, Clone, Args)]
 pub struct DataDirArg {
-    /// The node's data directory, which no run may see
-    /// [default: $XDG_DATA_HOME/oz0-node or ~/.local/share/oz0-node].
+    #[cfg_attr(
+        target_os = "linux",
+        doc = "The node's data directory, which no run may see
+[default: $XDG_DATA_HOME/oz0-node or ~/.local/share/oz0-node]."
+    )]
+    #[cfg_attr(
+        not(target_os = "linux"),
+        doc = "The node's data directory, which no run may see [default:
+%LOCALAPPDATA%\\oz0-node on Windows, ~/Library/Application
+Support/oz0-node on macOS]."
+    )]
     #[arg(long = "data-dir", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+}
+
+/// Why the node has no data directory.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataDirError {
+    /// Linux's default could not be found.
+    #[cfg(target_os = "linux")]
+    #[error(transparent)]
+    Linux(#[from] oz0_linux::host::HostError),
+    /// The platform's default needs a variable that is not set.
+    #[cfg(not(target_os = "linux"))]
+    #[error("{0} is not set, so the node has no default data directory: name one with --data-dir")]
+    NoDefault(&'static str),
+    /// The path named could not be made absolute.
+    #[cfg(not(target_os = "linux"))]
+    #[error("--data-dir {path}: {source}")]
+    Absolute {
+        /// The path.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl DataDirArg {
+    /// The folder named, or Linux's default (under the XDG data home).
+    #[cfg(target_os = "linux")]
+    pub fn resolve(&self) -> Result<PathBuf, DataDirError> {
+        Ok(oz0_linux::host::data_dir(self.data_dir.as_deref())?)
+    }
+
+    /// The folder named, or the platform's default; an absolute path.
+    #[cfg(not(target_os = "linux"))]
+    pub fn resolve(&self) -> Result<PathBuf, DataDirError> {
+        #[cfg(windows)]
+        let (var, under) = ("LOCALAPPDATA", "oz0-node");
+        #[cfg(not(windows))]
+        let (var, under) = ("HOME", "Library/Application Support/oz0-node");
+        let d = match &self.data_dir {
+            Some(d) => d.clone(),
+            None => match std::env::var_os(var) {
+                Some(base) if !base.is_empty() => Path::new(&base).join(under),
+                _ => return Err(DataDirError::NoDefault(var)),
+            },
+        };
+        std::path::absolute(&d).map_err(|source| DataDirError::Absolute {
+            path: d.display().to_string(),
+            source,
+        })
+    }
 }
 
 /// Where the node's parts are: one set of flags, the same for every

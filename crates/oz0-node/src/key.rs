@@ -129,7 +129,7 @@ pub fn hold(data_dir: &Path, who: Holder) -> Result<File, LockError> {
 
 /// Runs `key rotate`; returns the exit status.
 pub fn rotate(a: RotateArgs) -> i32 {
-    let data_dir = match oz0_linux::host::data_dir(a.data.data_dir.as_deref()) {
+    let data_dir = match a.data.resolve() {
         Ok(d) => d,
         Err(e) => return fail(e),
     };

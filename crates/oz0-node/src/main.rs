@@ -21,11 +21,11 @@
 //! (`scripts/build-node`): glibc's start-up asks the CPU about its caches
 //! and features with `cpuid`, which traps to the hypervisor in a virtual
 //! machine, about 0.4 ms of every start on the machines we measure.
-
 //!
-//! On Windows the binary is `oz0-node.exe`, the node of `src/win/mod.rs`,
-//! and on macOS the check of `src/mac/mod.rs` (std's own start-up; none of
-//! the Linux roles above exist there).
+//! Every platform parses one command tree (`cli.rs`), whose commands that
+//! only one platform has are gated by `cfg`. On Windows the binary is
+//! `oz0-node.exe`, its handlers in `src/win/`, and on macOS in `src/mac/`
+//! (std's own start-up; none of the Linux roles above exist there).
 
 #![cfg_attr(all(not(test), target_os = "linux"), no_main)]
 
@@ -37,7 +37,6 @@ static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
 #[cfg(target_os = "linux")]
 mod check;
-#[cfg(target_os = "linux")]
 mod cli;
 #[cfg(not(target_os = "linux"))]
 mod daemon;
@@ -65,6 +64,8 @@ mod private;
 mod record;
 #[cfg(target_os = "linux")]
 mod run;
+#[cfg(target_os = "linux")]
+mod setup;
 #[cfg(unix)]
 mod signals;
 #[cfg(target_os = "linux")]
@@ -80,12 +81,7 @@ mod witness;
 /// as the system passed it.
 #[cfg(not(target_os = "linux"))]
 fn main() {
-    let args = std::env::args_os().collect();
-    #[cfg(windows)]
-    let code = win::main(args);
-    #[cfg(target_os = "macos")]
-    let code = mac::main(args);
-    std::process::exit(code);
+    std::process::exit(cli::main(std::env::args_os().collect()));
 }
 
 /// The process entry (see the module documentation). `unsafe_code` is

@@ -338,7 +338,7 @@ pub fn run(a: NodeArgs) -> i32 {
             return Exit::Usage.code();
         }
     };
-    let data_dir = match oz0_linux::host::data_dir(a.host.data.data_dir.as_deref()) {
+    let data_dir = match a.host.data.resolve() {
         Ok(d) => d,
         Err(e) => {
             eprintln!("oz0-node: {e}");
@@ -451,7 +451,7 @@ fn signal_stream() -> std::io::Result<std::os::unix::net::UnixStream> {
 
 /// Prints the facts.
 pub fn facts(a: FactsArgs) -> i32 {
-    let data_dir = match oz0_linux::host::data_dir(a.data.data_dir.as_deref()) {
+    let data_dir = match a.data.resolve() {
         Ok(d) => d,
         Err(e) => {
             eprintln!("oz0-node: {e}");

@@ -125,7 +125,7 @@ pub fn fetch(image: &str, a: &OciArgs, data_dir: &Path) -> Result<(Reference, Im
 }
 
 fn pull(a: PullArgs) -> i32 {
-    let data_dir = match oz0_linux::host::data_dir(a.data.data_dir.as_deref()) {
+    let data_dir = match a.data.resolve() {
         Ok(d) => d,
         Err(e) => {
             eprintln!("oz0-node: {e}");

@@ -202,7 +202,7 @@ fn check(a: &CheckArgs) -> i32 {
             return Exit::CheckFailed.code();
         }
     };
-    let data_dir = match oz0_linux::host::data_dir(a.host.data.data_dir.as_deref()) {
+    let data_dir = match a.host.data.resolve() {
         Ok(d) => d,
         Err(e) => {
             eprintln!("oz0-node: {e}");

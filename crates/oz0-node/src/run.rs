@@ -141,8 +141,7 @@ fn parse_env(args: &RunArgs) -> Result<Vec<EnvVar>, String> {
 }
 
 fn request(args: &RunArgs, image: Option<&Image>) -> Result<RunRequest, String> {
-    let data_dir =
-        oz0_linux::host::data_dir(args.host.data.data_dir.as_deref()).map_err(|e| e.to_string())?;
+    let data_dir = args.host.data.resolve().map_err(|e| e.to_string())?;
     let mut command = args
         .command
         .iter()
@@ -240,8 +239,7 @@ fn image_and_role(args: &RunArgs) -> Result<(Option<Image>, Role), String> {
     let Some(name) = &args.image else {
         return Ok((None, Role::Command));
     };
-    let data_dir =
-        oz0_linux::host::data_dir(args.host.data.data_dir.as_deref()).map_err(|e| e.to_string())?;
+    let data_dir = args.host.data.resolve().map_err(|e| e.to_string())?;
     let (_, i) =
         crate::oci::fetch(name, &args.oci, &data_dir).map_err(|e| format!("--image {}", e.msg))?;
     let role = Role::Image(crate::oci::root(&i)?);

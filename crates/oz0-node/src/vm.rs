@@ -110,7 +110,7 @@ pub fn main(args: VmArgs) -> i32 {
 fn probe(args: &VmArgs) -> i32 {
     use oz0_core::exit::Exit;
     use oz0_core::Wall;
-    let data_dir = match oz0_linux::host::data_dir(args.host.data.data_dir.as_deref()) {
+    let data_dir = match args.host.data.resolve() {
         Ok(d) => d,
         Err(e) => {
             eprintln!("oz0-node: {e}");

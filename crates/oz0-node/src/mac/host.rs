@@ -11,7 +11,7 @@ use oz0_egress::LazyProxy;
 /// A log past this size is begun anew, the old one kept as `<name>.1`.
 const MAX_LOG: u64 = 64 << 20;
 
-pub use crate::daemon::DataDirArg;
+pub use crate::flags::DataDirArg;
 
 /// Why a private log or the signals cannot be had.
 #[derive(Debug, thiserror::Error)]

@@ -164,7 +164,7 @@ fn request(a: &RunArgs) -> Result<super::psec_run::Request, String> {
         limits: a.wall.limits(None),
         allow: a.wall.allow.clone(),
         forward: a.wall.forward.clone(),
-        data_dir: a.data.resolve()?,
+        data_dir: a.data.resolve().map_err(|e| e.to_string())?,
         command: a
             .command
             .iter()
