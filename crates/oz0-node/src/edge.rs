@@ -1,5 +1,9 @@
 //! `oz0-node run --edge URL --tenant T`: register with the edge, report the
-//! facts, and take work.
+//! facts, and take work. This is the one daemon of every platform: Linux
+//! gives it its tier-1 sandbox (or `Plain` with `--sandbox none`), Windows
+//! and macOS their tier-0 one (`crate::platform`), and each job goes
+//! through that `Sandbox` the same way. Tool jobs are Linux's; elsewhere
+//! they are refused by name.
 //!
 //! The node waits for work with one long poll after another (held by the
 //! edge up to 15 s, answered the moment a job for it is queued or one it
@@ -42,10 +46,6 @@
 //! tier-1 sandbox for a command tool — makes the call and completes the job
 //! with the result (`crate::tool`). Only a tool job runs at tier 2.
 
-use std::fs;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,7 @@ use oz0_edge::client::{ClientError, NodeClient, NodeKey, Polled};
 use oz0_edge::wire::{NodeView, PollRequest};
 use oz0_policy::facts::NodeFacts;
 
+mod files;
 mod job;
 pub(crate) mod retention;
 mod run;
@@ -74,34 +75,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 pub use crate::log::log;
 
+#[cfg(not(target_os = "linux"))]
+pub use settings::PlatformLink;
 pub use settings::Settings;
-
-/// Makes `dir` a private folder of this user (0700), refusing a symbolic
-/// link or another user's folder.
-fn private_dir(dir: &Path, what: &str) -> Result<(), String> {
-    match fs::symlink_metadata(dir) {
-        Ok(m) if m.file_type().is_symlink() || !m.is_dir() => Err(format!(
-            "{what} {} is not a folder (or is a symbolic link): name a folder",
-            dir.display()
-        )),
-        Ok(m) if m.uid() != rustix::process::getuid().as_raw() => Err(format!(
-            "{what} {} belongs to another user: name a folder of this user",
-            dir.display()
-        )),
-        Ok(m) => {
-            if m.permissions().mode() & 0o077 != 0 {
-                fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-                    .map_err(|e| format!("{what} {}: {e}", dir.display()))?;
-            }
-            Ok(())
-        }
-        Err(_) => fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| format!("cannot create {what} {}: {e}", dir.display())),
-    }
-}
+#[cfg(windows)]
+pub use settings::SettingsError;
 
 /// The edges this node may talk to (replicas on one store), and the one
 /// it talks to now: every request goes to it, until it cannot be reached.
@@ -170,7 +148,8 @@ struct Daemon {
     edges: Arc<Edges>,
     facts: NodeFacts,
     view: Option<NodeView>,
-    stop: tokio::net::UnixStream,
+    /// Turns true when the node is told to stop (a signal, Ctrl-C).
+    stop: tokio::sync::watch::Receiver<bool>,
     registered: bool,
     backoff: Duration,
     /// An operator removed this node: it stops, and does not start again
@@ -187,12 +166,13 @@ struct Daemon {
 
 /// Waits for `fut`, or returns None when the node is told to stop.
 async fn or_stop<F: std::future::Future>(
-    stop: &tokio::net::UnixStream,
+    stop: &tokio::sync::watch::Receiver<bool>,
     fut: F,
 ) -> Option<F::Output> {
+    let mut stop = stop.clone();
     tokio::select! {
         biased;
-        _ = stop.readable() => None,
+        _ = stop.wait_for(|s| *s) => None,
         out = fut => Some(out),
     }
 }
@@ -238,6 +218,7 @@ impl Daemon {
     fn taking(&self) -> Taking {
         Taking {
             tier: self.tier(),
+            #[cfg(target_os = "linux")]
             microvms: if self.facts.microvm.ready && self.tier() >= 2 {
                 Ok(())
             } else {
@@ -246,6 +227,7 @@ impl Daemon {
                     None => "it proved none at its start".to_string(),
                 })
             },
+            #[cfg(target_os = "linux")]
             images: if self.facts.oci.ready && self.tier() >= 1 {
                 Ok(())
             } else {
@@ -462,9 +444,10 @@ impl Daemon {
             let req = self.poll_request(free, runner.holding());
             let sent = Instant::now();
             let client = self.edges.client();
+            let mut stop = self.stop.clone();
             let r = tokio::select! {
                 biased;
-                _ = self.stop.readable() => break Exit::Ok.code(),
+                _ = stop.wait_for(|s| *s) => break Exit::Ok.code(),
                 // Every slot was busy and one freed: poll again, taking.
                 _ = running.join_next(), if !free => continue,
                 r = client.poll_with(&req) => r,
@@ -502,28 +485,72 @@ impl Daemon {
     }
 }
 
-/// Connects to the edge and takes work until SIGTERM or SIGINT. `recheck`
-/// probes the machine again and returns the facts when they changed.
+/// The walls the node's jobs run behind, chosen by its platform.
+pub struct Walls {
+    /// Every shell job's: the node's tier-1 sandbox, or its tier-0 one.
+    pub sandbox: Arc<dyn Sandbox>,
+    /// The same tier-1 sandbox, for tool servers (none at tier 0).
+    #[cfg(target_os = "linux")]
+    pub host: Option<Arc<oz0_linux::Tier1>>,
+}
+
+impl Walls {
+    /// Linux's: tier 0 (`--sandbox none`), or the node's host context.
+    #[cfg(target_os = "linux")]
+    fn linux(s: &Settings) -> Result<Walls, oz0_linux::SandboxError> {
+        if s.sandbox_none {
+            return Ok(Walls {
+                sandbox: Arc::new(oz0_linux::plain::Plain),
+                host: None,
+            });
+        }
+        let h = Arc::new(crate::run::open_host(&s.host, None)?);
+        Ok(Walls {
+            sandbox: h.clone(),
+            host: Some(h),
+        })
+    }
+}
+
+/// What tells the daemon to stop: a future that resolves once.
+pub type Stop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Resolves when `s` (Linux's signal pipe) becomes readable.
+#[cfg(target_os = "linux")]
+pub fn readable(s: std::os::unix::net::UnixStream) -> Stop {
+    Box::pin(async move {
+        let watched = s
+            .set_nonblocking(true)
+            .and_then(|_| tokio::net::UnixStream::from_std(s));
+        match watched {
+            Ok(s) => {
+                let _ = s.readable().await;
+            }
+            // Stopping is safe; running on unable to stop is not.
+            Err(e) => log(&format!("cannot watch for signals: {e}; stopping")),
+        }
+    })
+}
+
+/// Connects to the edge and takes work until `stop` resolves (a signal,
+/// Ctrl-C): the one daemon of every platform. `recheck` probes the machine
+/// again and returns the facts when they changed. On Linux the walls are
+/// chosen from the settings; elsewhere `walls` gives them.
 pub fn serve(
     s: Settings,
+    #[cfg(not(target_os = "linux"))] walls: Walls,
     key: NodeKey,
     facts: NodeFacts,
     mut recheck: impl FnMut() -> Option<NodeFacts>,
-    stop: UnixStream,
+    stop: Stop,
     once: bool,
 ) -> i32 {
-    let (sandbox, host): (Arc<dyn Sandbox>, _) = if s.sandbox_none {
-        (Arc::new(oz0_linux::plain::Plain), None)
-    } else {
-        match crate::run::open_host(&s.host, None) {
-            Ok(h) => {
-                let h = Arc::new(h);
-                (h.clone(), Some(h))
-            }
-            Err(e) => {
-                log(&format!("cannot make the node's host context: {e}"));
-                return Exit::CheckFailed.code();
-            }
+    #[cfg(target_os = "linux")]
+    let walls = match Walls::linux(&s) {
+        Ok(w) => w,
+        Err(e) => {
+            log(&format!("cannot make the node's host context: {e}"));
+            return Exit::CheckFailed.code();
         }
     };
     let edges = match Edges::new(&s, &key) {
@@ -545,18 +572,13 @@ pub fn serve(
     };
     // The daemon's sandbox (and the egress proxy it may hold, a runtime of
     // its own) outlives this event loop: it is dropped after it.
-    let held = sandbox.clone();
+    let held = walls.sandbox.clone();
     let code = rt.block_on(async move {
-        let stop = match stop
-            .set_nonblocking(true)
-            .and_then(|_| tokio::net::UnixStream::from_std(stop))
-        {
-            Ok(s) => s,
-            Err(e) => {
-                log(&format!("cannot watch for signals: {e}"));
-                return Exit::CheckFailed.code();
-            }
-        };
+        let (signal_tx, signal) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            stop.await;
+            let _ = signal_tx.send(true);
+        });
         let recheck_every = s.recheck;
         let max_jobs = s.jobs;
         let s = Arc::new(s);
@@ -564,8 +586,9 @@ pub fn serve(
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let runner = Arc::new(Runner {
             s: s.clone(),
-            sandbox: sandbox.clone(),
-            host,
+            sandbox: walls.sandbox.clone(),
+            #[cfg(target_os = "linux")]
+            host: walls.host.clone(),
             edges: edges.clone(),
             stop: stop_rx,
             running: Default::default(),
@@ -578,7 +601,7 @@ pub fn serve(
             edges,
             facts,
             view: None,
-            stop,
+            stop: signal,
             registered: false,
             backoff: Duration::from_secs(1),
             removed: false,

@@ -179,9 +179,9 @@ pub fn parse<C: Parser>(args: impl IntoIterator<Item = OsString>) -> Result<C, i
 #[derive(Debug, Clone, Args)]
 pub struct EdgeFlags {
     /// The edge to register with and take work from: https://HOST:PORT (or
-    /// http:// on loopback). Repeatable on Linux, for replicas of one edge
-    /// on one PostgreSQL: the node talks to one at a time and fails over to
-    /// the next when it cannot reach it.
+    /// http:// on loopback). Repeatable, for replicas of one edge on one
+    /// PostgreSQL: the node talks to one at a time and fails over to the
+    /// next when it cannot reach it.
     #[arg(long, value_name = "URL", requires_all = ["tenant", "enrolment_token_file"])]
     pub edge: Vec<String>,
     /// The tenant this node works for (with --edge).
@@ -325,10 +325,8 @@ impl HostArgs {
 }
 
 /// Default `--keep-jobs-days`: job records older than this go.
-#[cfg(target_os = "linux")]
 pub const DEFAULT_KEEP_DAYS: u64 = 7;
 /// Default `--keep-jobs-mib`: the records together stay at or under this.
-#[cfg(target_os = "linux")]
 pub const DEFAULT_KEEP_MIB: u64 = 1024;
 
 /// `run` flags.
@@ -473,5 +471,43 @@ fn image_fault(s: &str) -> Result<oz0_linux::image_check::ImageFault, String> {
         _ => oz0_policy::facts::Property::parse(s)
             .map(ImageFault::Property)
             .ok_or_else(|| "one of the eight properties, or no-image".to_string()),
+    }
+}
+
+/// The daemon's flags besides `--sandbox`, the same on Windows and macOS.
+#[cfg(not(target_os = "linux"))]
+#[derive(Debug, clap::Args)]
+pub struct DaemonFlags {
+    #[command(flatten)]
+    pub data: DataDirArg,
+    /// Start, publish the facts, and exit instead of staying up (with
+    /// --edge: register and report the facts, then exit).
+    #[arg(long)]
+    pub once: bool,
+    #[command(flatten)]
+    pub link: EdgeFlags,
+    /// Where each job's fresh work folder is made (never under the data
+    /// directory) [default: <temporary folder>/oz0-node-work].
+    #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
+    pub work_root: Option<PathBuf>,
+    /// The name shown on the edge's Nodes page: lower-case letters, digits,
+    /// '.' and '-', e.g. build-01 [default: this machine's name, when it is one].
+    #[arg(long, value_name = "NAME", requires = "edge", value_parser = node_name)]
+    pub name: Option<String>,
+    /// How long to wait between polls of an empty queue, in milliseconds.
+    #[arg(
+        long = "poll-ms",
+        value_name = "MS",
+        default_value_t = 2000,
+        hide = true
+    )]
+    pub poll_ms: u64,
+}
+
+#[cfg(not(target_os = "linux"))]
+impl DaemonFlags {
+    /// How long to wait between polls of an empty queue.
+    pub fn poll_every(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.poll_ms.clamp(50, 60_000))
     }
 }

@@ -40,7 +40,6 @@ mod check;
 mod cli;
 #[cfg(not(target_os = "linux"))]
 mod daemon;
-#[cfg(target_os = "linux")]
 mod edge;
 mod flags;
 #[cfg(target_os = "linux")]

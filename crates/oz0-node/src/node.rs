@@ -420,6 +420,7 @@ pub fn run(a: NodeArgs) -> i32 {
         publish(&assessor.data_dir, &f).ok()?;
         Some(f)
     };
+    let stop = crate::edge::readable(stop);
     crate::edge::serve(settings, key, facts, recheck, stop, a.once)
 }
 

@@ -821,6 +821,34 @@ fn a_windows_node_under_wine_registers_with_a_linux_edge_at_tier_0() {
         &["ping.exe -n 63"],
         "a process the job left running outlived it",
     );
+    // The node is the one daemon of every platform: its output reaches
+    // the edge while the job runs, as a Linux node's does.
+    assert!(
+        log.iter().any(|l| l.contains("up to 1 job(s) at once")),
+        "{log:#?}"
+    );
+    let id = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({"command": [cmd, "/c", format!("echo early-output& {ping} -n 20 127.0.0.1 >nul")]}),
+        )
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let running = edge.job(&id).state == "leased";
+        if running && logs(&id).0.contains("early-output") {
+            break;
+        }
+        if std::time::Instant::now() >= until {
+            log.extend(rx.try_iter());
+            panic!(
+                "the job's output never reached the edge while it ran: {:?} {log:#?}",
+                edge.job(&id)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    edge.cancel(&id);
     // An operator's cancel stops the job and every process it started,
     // and the node logs it as a cancel.
     let id = edge

@@ -4,8 +4,6 @@
 
 use std::fs::{self, File};
 use std::io::Write;
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use oz0_core::{Cancel, RunIo, RunOptions, Sandbox};
@@ -26,8 +24,21 @@ pub(super) enum JobError {
         source: oz0_policy::env::EnvError,
     },
     /// The work folder's or data directory's path is not UTF-8.
+    #[cfg(not(windows))]
     #[error("the {0} is not UTF-8")]
     NotUtf8(&'static str),
+    /// The work folder's or data directory's path cannot be a run's.
+    #[cfg(windows)]
+    #[error("the {0}: {1}")]
+    Carry(&'static str, oz0_windows::tier0::CarryError),
+    /// What tier 0 cannot give.
+    #[error("tier 0 has no wall: it enforces neither job limits nor an egress allowlist, so a job that asks for them ({asks}) is refused on this {platform} node")]
+    NoWall {
+        /// What the job asks for.
+        asks: String,
+        /// The node's platform.
+        platform: &'static str,
+    },
     /// The spec was refused.
     #[error(transparent)]
     Spec(#[from] oz0_policy::spec::SpecError),
@@ -49,10 +60,7 @@ pub(super) fn spec_for(p: ShellJob, work: &Path, data_dir: &Path) -> Result<RunS
         })
         .collect::<Result<Vec<_>, _>>()?;
     let req = RunRequest {
-        work: work
-            .to_str()
-            .ok_or(JobError::NotUtf8("work directory"))?
-            .into(),
+        work: carry("work directory", work)?,
         read: vec![],
         write: vec![],
         env,
@@ -65,14 +73,79 @@ pub(super) fn spec_for(p: ShellJob, work: &Path, data_dir: &Path) -> Result<RunS
             timeout_seconds: p.timeout,
             tmp_mib: p.tmp_size,
         },
-        data_dir: data_dir
-            .to_str()
-            .ok_or(JobError::NotUtf8("data directory"))?
-            .into(),
+        data_dir: carry("data directory", data_dir)?,
         allow_unix_sockets: false,
         command: p.command,
     };
     Ok(RunSpec::new(req)?)
+}
+
+/// A host path as a run's spec holds it: UTF-8 on Unix, `/C:/a` for
+/// Windows' `C:\a`.
+#[cfg(not(windows))]
+fn carry(what: &'static str, p: &Path) -> Result<String, JobError> {
+    Ok(p.to_str().ok_or(JobError::NotUtf8(what))?.into())
+}
+
+#[cfg(windows)]
+fn carry(what: &'static str, p: &Path) -> Result<String, JobError> {
+    oz0_windows::tier0::carry(p).map_err(|e| JobError::Carry(what, e))
+}
+
+/// What a tier-0 node cannot give a shell job, refused by name before it
+/// runs (its sandbox would refuse it too, less plainly).
+pub(super) fn tier0(p: &ShellJob, platform: &'static str) -> Result<(), JobError> {
+    let mut asks = Vec::new();
+    if !p.allow.is_empty() || !p.forward.is_empty() {
+        asks.push("egress");
+    }
+    for (set, name) in [
+        (p.memory.is_some(), "memory"),
+        (p.processes.is_some(), "processes"),
+        (p.cpu_seconds.is_some(), "cpu_seconds"),
+        (p.tmp_size.is_some(), "tmp_size"),
+    ] {
+        if set {
+            asks.push(name);
+        }
+    }
+    if asks.is_empty() {
+        return Ok(());
+    }
+    Err(JobError::NoWall {
+        asks: asks.join(", "),
+        platform,
+    })
+}
+
+/// A run's cancel, and what fires it when dropped (the job's lease was
+/// lost, the node is stopping): on Unix the other end of a socket pair,
+/// on Windows an event.
+pub(super) fn cancel_pair() -> std::io::Result<(Cancel, Box<dyn Send>)> {
+    #[cfg(unix)]
+    {
+        /// Cancels the run when dropped (the pair's end closes).
+        struct CancelOnDrop(#[allow(dead_code)] std::os::unix::net::UnixStream);
+        let (r, w) = std::os::unix::net::UnixStream::pair()?;
+        Ok((
+            Cancel(std::os::fd::OwnedFd::from(r)),
+            Box::new(CancelOnDrop(w)),
+        ))
+    }
+    #[cfg(windows)]
+    {
+        use oz0_windows::native::CancelEvent;
+        /// Cancels the run when dropped.
+        struct SetOnDrop(CancelEvent);
+        impl Drop for SetOnDrop {
+            fn drop(&mut self) {
+                self.0.set();
+            }
+        }
+        let e = CancelEvent::new().map_err(std::io::Error::other)?;
+        let c = e.cancel().map_err(std::io::Error::other)?;
+        Ok((c, Box::new(SetOnDrop(e))))
+    }
 }
 
 pub(super) use crate::record::safe_id;
@@ -86,13 +159,10 @@ pub(super) fn run_job(
     spec: &RunSpec,
     out: File,
     err: File,
-    cancel: OwnedFd,
+    cancel: Cancel,
 ) -> Result<JobEnd, JobError> {
     sandbox
-        .run(
-            spec,
-            RunOptions::new(RunIo::files(out, err), Some(Cancel(cancel))),
-        )
+        .run(spec, RunOptions::new(RunIo::files(out, err), Some(cancel)))
         .map(|o| JobEnd::from_outcome(&o))
         .map_err(JobError::Run)
 }
@@ -113,12 +183,7 @@ pub(super) fn write_status(record: &Path, job: &oz0_edge::wire::LeasedJobView, e
     });
     if let Some(r) = &end.result {
         let path = record.join("result.json");
-        let w = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&path)
+        let w = super::files::create_private(&path)
             .and_then(|mut f| f.write_all(format!("{r:#}\n").as_bytes()));
         if let Err(e) = w {
             log(&format!("cannot write {}: {e}", path.display()));
@@ -126,12 +191,7 @@ pub(super) fn write_status(record: &Path, job: &oz0_edge::wire::LeasedJobView, e
     }
     let path = record.join("status.json");
     let tmp = record.join(".status.json.tmp");
-    let r = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
+    let r = super::files::create_private(&tmp)
         .and_then(|mut f| f.write_all(format!("{doc:#}\n").as_bytes()))
         .and_then(|_| fs::rename(&tmp, &path));
     if let Err(e) = r {

@@ -18,24 +18,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use oz0_core::Sandbox;
+use oz0_core::{Cancel, Sandbox};
 use oz0_edge::client::{ClientError, Lease};
 use oz0_edge::wire::{JobPayload, StopJob, MAX_HOLDING};
 use oz0_policy::RunSpec;
 use tokio::sync::watch;
 
-use super::job::{run_job, safe_id, spec_for, write_status, JobEnd};
-use super::{log, private_dir, Settings, MAX_BACKOFF};
+use super::files::{create_private, private_dir};
+use super::job::{cancel_pair, run_job, safe_id, spec_for, tier0, write_status, JobEnd};
+use super::{log, Settings, MAX_BACKOFF};
 
-/// A job's work, run on a blocking thread with its cancel descriptor.
-type Task = Box<dyn FnOnce(OwnedFd) -> Result<JobEnd, String> + Send>;
+/// A job's work, run on a blocking thread with its cancel.
+type Task = Box<dyn FnOnce(Cancel) -> Result<JobEnd, String> + Send>;
 
 /// What every job of this node runs with.
 pub(super) struct Runner {
@@ -44,6 +42,7 @@ pub(super) struct Runner {
     /// one egress proxy for all jobs), or none (`--sandbox none`).
     pub(super) sandbox: Arc<dyn Sandbox>,
     /// The same host context, for tool servers (none at tier 0).
+    #[cfg(target_os = "linux")]
     pub(super) host: Option<Arc<oz0_linux::Tier1>>,
     /// The edges; a job's renewals go to the one talked to when it
     /// started, its end to the one talked to when it ended.
@@ -83,8 +82,10 @@ pub(super) struct Taking {
     /// The tier it takes work at.
     pub(super) tier: u8,
     /// Whether it offers microVMs: why not, when not.
+    #[cfg(target_os = "linux")]
     pub(super) microvms: Result<(), String>,
     /// Whether it runs container tools: why not, when not.
+    #[cfg(target_os = "linux")]
     pub(super) images: Result<(), String>,
 }
 
@@ -208,12 +209,7 @@ impl Runner {
         let record = self.s.data_dir.join("jobs").join(&id);
         let prepared = private_dir(&record, "the job record folder").and_then(|_| {
             let open = |n: &str| {
-                fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(0o600)
-                    .open(record.join(n))
+                create_private(&record.join(n))
                     .map_err(|e| format!("cannot create {}: {e}", record.join(n).display()))
             };
             Ok((open("stdout")?, open("stderr")?))
@@ -266,35 +262,17 @@ impl Runner {
         err: File,
         at: &Taking,
     ) -> Result<Task, String> {
+        #[cfg(target_os = "linux")]
         if let JobPayload::Tool(t) = &job.job {
-            drop(out);
-            let checked = t.check().map_err(|e| e.to_string())?;
-            let host = self
-                .host
-                .clone()
-                .ok_or("a tool's server runs only behind a wall, and this node runs with --sandbox none (tier 0)")?;
-            let microvms = at.microvms.clone();
-            let images = at.images.clone();
-            let gvisor = job.oci_runtime.as_deref() == Some("gvisor");
-            let oci = self.s.oci.clone();
-            let (work, data_dir) = (work.to_path_buf(), self.s.data_dir.clone());
-            let tool_env = self.s.tool_env.clone();
-            return Ok(Box::new(move |cancel| {
-                let ctx = crate::tool::Ctx {
-                    host: &host,
-                    work: &work,
-                    data_dir: &data_dir,
-                    microvms,
-                    images: images.map(|()| &oci),
-                    gvisor,
-                    env_allowed: Some(&tool_env),
-                    errors: err,
-                    cancel,
-                };
-                crate::tool::run(ctx, &checked)
-                    .map(JobEnd::from_tool)
-                    .map_err(String::from)
-            }));
+            return self.tool_task(t, work, err, at, job.oci_runtime.as_deref());
+        }
+        #[cfg(not(target_os = "linux"))]
+        if let JobPayload::Tool(_) = &job.job {
+            let _ = (err, at);
+            return Err(format!(
+                "a tool job: its server runs only behind a wall, and this {} node runs at tier 0; not run",
+                self.s.platform
+            ));
         }
         if job.tier >= 2 {
             return Err(format!(
@@ -306,11 +284,53 @@ impl Runner {
             return Err("a harness session: no node runs harness sessions yet; not run".into());
         };
         p.check().map_err(|e| e.to_string())?;
+        if self.sandbox.tier() == 0 {
+            tier0(p, self.s.platform).map_err(|e| e.to_string())?;
+        }
         let p = p.clone();
         let spec: RunSpec = spec_for(p, work, &self.s.data_dir).map_err(|e| e.to_string())?;
         let sandbox = self.sandbox.clone();
         Ok(Box::new(move |cancel| {
             run_job(&*sandbox, &spec, out, err, cancel).map_err(|e| e.to_string())
+        }))
+    }
+
+    /// A tool call's work: its server behind this node's wall.
+    #[cfg(target_os = "linux")]
+    fn tool_task(
+        &self,
+        t: &oz0_plugin::job::ToolJob,
+        work: &Path,
+        err: File,
+        at: &Taking,
+        oci_runtime: Option<&str>,
+    ) -> Result<Task, String> {
+        let checked = t.check().map_err(|e| e.to_string())?;
+        let host = self
+            .host
+            .clone()
+            .ok_or("a tool's server runs only behind a wall, and this node runs with --sandbox none (tier 0)")?;
+        let microvms = at.microvms.clone();
+        let images = at.images.clone();
+        let gvisor = oci_runtime == Some("gvisor");
+        let oci = self.s.oci.clone();
+        let (work, data_dir) = (work.to_path_buf(), self.s.data_dir.clone());
+        let tool_env = self.s.tool_env.clone();
+        Ok(Box::new(move |cancel| {
+            let ctx = crate::tool::Ctx {
+                host: &host,
+                work: &work,
+                data_dir: &data_dir,
+                microvms,
+                images: images.map(|()| &oci),
+                gvisor,
+                env_allowed: Some(&tool_env),
+                errors: err,
+                cancel: cancel.0,
+            };
+            crate::tool::run(ctx, &checked)
+                .map(JobEnd::from_tool)
+                .map_err(String::from)
         }))
     }
 
@@ -325,7 +345,7 @@ impl Runner {
         output: super::stream::Output,
     ) -> Option<JobEnd> {
         let id = lease.job.job_id.clone();
-        let (cancel_r, cancel_w) = match UnixStream::pair() {
+        let (cancel, cancel_w) = match cancel_pair() {
             Ok(p) => p,
             Err(e) => {
                 log(&format!(
@@ -334,7 +354,7 @@ impl Runner {
                 return None;
             }
         };
-        let mut handle = tokio::task::spawn_blocking(move || task(OwnedFd::from(cancel_r)));
+        let mut handle = tokio::task::spawn_blocking(move || task(cancel));
         let mut stop = self.stop.clone();
         let client = self.edges.client();
         // The output goes to the edge while the work runs, and stops with it.
@@ -349,7 +369,7 @@ impl Runner {
             }
         };
         let r = client.run_leased(lease, work).await;
-        // Closing the pipe's other end cancels the run (its whole tree).
+        // Dropping the cancel's other end cancels the run (its whole tree).
         drop(cancel_w);
         let cancelled = match r {
             Ok(Ran::Ended(joined)) => {

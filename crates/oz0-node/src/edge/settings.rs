@@ -2,14 +2,12 @@
 //! edges, the tenant, the enrolment token, the folders, and the refusals
 //! that name the flag and the fix.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use oz0_edge::client::{ClientError, NodeClient, NodeKey};
 
 use super::retention;
-use crate::flags::NodeArgs;
 
 /// What `--edge` needs, checked before the node starts.
 #[derive(Debug)]
@@ -23,9 +21,14 @@ pub struct Settings {
     pub(super) data_dir: PathBuf,
     pub(super) poll: Duration,
     pub(super) recheck: Duration,
+    /// The node's platform, named in refusals (`Linux`, `Windows`, `macOS`).
+    pub(super) platform: &'static str,
+    #[cfg(target_os = "linux")]
     pub(super) sandbox_none: bool,
+    #[cfg(target_os = "linux")]
     pub(super) host: crate::flags::HostArgs,
     /// The variables of this node's environment tool jobs may be given.
+    #[cfg(target_os = "linux")]
     pub(super) tool_env: std::collections::BTreeSet<String>,
     /// What the edge's certificate is verified against.
     pub(super) trust: oz0_edge::client::Trust,
@@ -34,6 +37,7 @@ pub struct Settings {
     /// How long job records are kept.
     pub(super) keep: retention::Retention,
     /// Where container tools' images come from.
+    #[cfg(target_os = "linux")]
     pub(super) oci: crate::flags::OciArgs,
 }
 
@@ -64,8 +68,13 @@ pub enum SettingsError {
     #[error("--edge needs --enrolment-token-file FILE (mode 0600)")]
     NoTokenFile,
     /// The enrolment token file.
+    #[cfg(unix)]
     #[error(transparent)]
     Token(#[from] crate::private::PrivateError),
+    /// The enrolment token file, as the platform read it.
+    #[cfg(windows)]
+    #[error("{0}")]
+    TokenFile(String),
     /// The work root and the data directory overlap.
     #[error("--work-root {} overlaps the data directory {}, which no job may see: name a folder outside it", work_root.display(), data_dir.display())]
     Overlap {
@@ -75,6 +84,7 @@ pub enum SettingsError {
         data_dir: PathBuf,
     },
     /// A --tool-env name a run may not be given.
+    #[cfg(target_os = "linux")]
     #[error("--tool-env {name:?}: {source}")]
     ToolEnv {
         /// The name.
@@ -84,14 +94,21 @@ pub enum SettingsError {
     },
 }
 
-impl Settings {
-    /// Checks the flags and reads the enrolment token.
-    pub fn from_args(
+/// What every platform's `run --edge` shares, checked: the trust, the
+/// edges' URLs, the tenant, and the token file (read by `read`).
+struct Link {
+    trust: oz0_edge::client::Trust,
+    tenant: String,
+    token: String,
+}
+
+impl Link {
+    fn check(
         urls: &[String],
-        a: &NodeArgs,
-        data_dir: &Path,
-    ) -> Result<Settings, SettingsError> {
-        let trust = match &a.link.edge_ca {
+        link: &crate::flags::EdgeFlags,
+        read: impl FnOnce(&Path) -> Result<String, SettingsError>,
+    ) -> Result<Link, SettingsError> {
+        let trust = match &link.edge_ca {
             Some(f) => oz0_edge::client::Trust::CaFile(absolute(f, "--edge-ca")?),
             None => oz0_edge::client::Trust::System,
         };
@@ -101,35 +118,72 @@ impl Settings {
             NodeClient::with_trust(url, "probe", NodeKey::generate(), &trust)
                 .map_err(SettingsError::Edge)?;
         }
-        let tenant = a.link.tenant.clone().unwrap_or_default();
+        let tenant = link.tenant.clone().unwrap_or_default();
         if !oz0_edge::routing::is_tenant(&tenant) {
             return Err(SettingsError::Tenant(tenant));
         }
-        let token_file = a
-            .link
+        let token_file = link
             .enrolment_token_file
             .as_deref()
             .ok_or(SettingsError::NoTokenFile)?;
-        let token = crate::private::read_token(token_file)?;
-        let work_root = match &a.work_root {
-            Some(w) => absolute(w, "--work-root")?,
-            None => std::env::temp_dir().join(format!(
+        Ok(Link {
+            trust,
+            tenant,
+            token: read(token_file)?,
+        })
+    }
+}
+
+/// The work root (`flag`, or `default`), refused where it overlaps the
+/// data directory (`overlap` compares as the system does); the data
+/// directory, absolute.
+fn folders(
+    flag: Option<&Path>,
+    default: PathBuf,
+    data_dir: &Path,
+    overlap: impl Fn(&Path, &Path) -> bool,
+) -> Result<(PathBuf, PathBuf), SettingsError> {
+    let work_root = match flag {
+        Some(w) => absolute(w, "--work-root")?,
+        None => default,
+    };
+    let data_abs = absolute(data_dir, "--data-dir")?;
+    if overlap(&work_root, &data_abs) {
+        return Err(SettingsError::Overlap {
+            work_root,
+            data_dir: data_abs,
+        });
+    }
+    Ok((work_root, data_abs))
+}
+
+impl Settings {
+    /// Checks Linux's flags and reads the enrolment token.
+    #[cfg(target_os = "linux")]
+    pub fn from_args(
+        urls: &[String],
+        a: &crate::flags::NodeArgs,
+        data_dir: &Path,
+    ) -> Result<Settings, SettingsError> {
+        let Link {
+            trust,
+            tenant,
+            token,
+        } = Link::check(urls, &a.link, |f| Ok(crate::private::read_token(f)?))?;
+        let (work_root, data_abs) = folders(
+            a.work_root.as_deref(),
+            std::env::temp_dir().join(format!(
                 "oz0-node-work-{}",
                 rustix::process::getuid().as_raw()
             )),
-        };
-        let data_abs = absolute(data_dir, "--data-dir")?;
-        if work_root.starts_with(&data_abs) || data_abs.starts_with(&work_root) {
-            return Err(SettingsError::Overlap {
-                work_root,
-                data_dir: data_abs,
-            });
-        }
+            data_dir,
+            |a, b| a.starts_with(b) || b.starts_with(a),
+        )?;
         let name = match &a.name {
             Some(n) => Some(n.clone()),
             // A host name the edge would refuse is not sent: the node
             // registers without one (shown by its id).
-            None => fs::read_to_string("/proc/sys/kernel/hostname")
+            None => std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .ok()
                 .map(|h| h.trim().to_ascii_lowercase())
                 .filter(|h| oz0_edge::sanitize::is_usable_node_name(h)),
@@ -143,6 +197,7 @@ impl Settings {
             data_dir: data_abs,
             poll: Duration::from_millis(a.poll_ms.clamp(50, 60_000)),
             recheck: Duration::from_secs(a.recheck_secs.max(1)),
+            platform: "Linux",
             sandbox_none: a.sandbox == crate::flags::Sandbox::None,
             host: a.host.clone(),
             tool_env: a
@@ -165,6 +220,71 @@ impl Settings {
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
             keep: retention::Retention::new(a.keep_jobs_days, a.keep_jobs_mib),
         })
+    }
+}
+
+/// What a Windows or macOS node gives [`Settings::from_daemon`].
+#[cfg(not(target_os = "linux"))]
+pub struct PlatformLink<'a> {
+    /// Reads the enrolment token from a file only the node's user can read.
+    pub read_token: &'a dyn Fn(&Path) -> Result<String, SettingsError>,
+    /// This machine's name.
+    pub name: Option<String>,
+    /// The temporary folder jobs' work folders go under by default.
+    pub temp: PathBuf,
+    /// Whether two paths overlap as this system compares them.
+    pub overlap: &'a dyn Fn(&Path, &Path) -> bool,
+    /// The node's platform, for refusals (`Windows`, `macOS`).
+    pub platform: &'static str,
+}
+
+#[cfg(not(target_os = "linux"))]
+impl Settings {
+    /// Checks the daemon's flags of Windows and macOS (None without
+    /// --edge) and reads the enrolment token.
+    pub fn from_daemon(
+        f: &crate::flags::DaemonFlags,
+        data_dir: &Path,
+        p: PlatformLink,
+    ) -> Result<Option<Settings>, SettingsError> {
+        let urls = &f.link.edge;
+        if urls.is_empty() {
+            return Ok(None);
+        }
+        let Link {
+            trust,
+            tenant,
+            token,
+        } = Link::check(urls, &f.link, p.read_token)?;
+        let (work_root, data_abs) = folders(
+            f.work_root.as_deref(),
+            p.temp.join("oz0-node-work"),
+            data_dir,
+            p.overlap,
+        )?;
+        Ok(Some(Settings {
+            urls: urls.clone(),
+            tenant,
+            token,
+            // A machine name the edge would refuse is not sent: the node
+            // registers without one (shown by its id).
+            name: f.name.clone().or(p
+                .name
+                .filter(|n| oz0_edge::sanitize::is_usable_node_name(n))),
+            work_root,
+            data_dir: data_abs,
+            poll: f.poll_every(),
+            // Its facts are probed once, at start.
+            recheck: Duration::from_secs(u64::from(u32::MAX)),
+            platform: p.platform,
+            trust,
+            // One job at a time: a tier-0 job has the node's own rights.
+            jobs: 1,
+            keep: retention::Retention::new(
+                crate::flags::DEFAULT_KEEP_DAYS,
+                crate::flags::DEFAULT_KEEP_MIB,
+            ),
+        }))
     }
 }
 

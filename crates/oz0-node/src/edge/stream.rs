@@ -19,7 +19,6 @@
 
 use std::convert::Infallible;
 use std::fs::File;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,13 +58,10 @@ impl Output {
         let mut streams = Vec::new();
         for (name, made) in [("stdout", out), ("stderr", err)] {
             let path = record.join(name);
-            let opened = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)
+            let opened = super::files::open_read(&path)
                 .and_then(|f| Ok((f.metadata()?, made.metadata()?, f)));
             match opened {
-                Ok((m, w, file)) if (m.dev(), m.ino()) == (w.dev(), w.ino()) => {
+                Ok((m, w, file)) if super::files::same_file(&m, &w) => {
                     streams.push(Stream {
                         name,
                         file,
@@ -138,7 +134,7 @@ impl Stream {
         let mut buf = vec![0u8; usize::try_from(size - from).unwrap_or(0)];
         let mut n = 0;
         while n < buf.len() {
-            match self.file.read_at(&mut buf[n..], from + n as u64)? {
+            match super::files::read_at(&self.file, &mut buf[n..], from + n as u64)? {
                 0 => break,
                 k => n += k,
             }

@@ -5,7 +5,7 @@
 //! `--sandbox none`), logging each check, writes `<data-dir>/facts.json`
 //! with the tier the self-test proved (never one it did not), and with
 //! `--edge` registers and reports the facts. It takes tier-0 shell jobs one
-//! at a time (the shared loop of `crate::daemon`, through
+//! at a time (the one daemon of every platform, `crate::edge`, through
 //! `oz0_macos::sandbox::Plain`) until Ctrl-C or SIGTERM: a Mac proves no tier 1 (see
 //! `oz0_core::selftest`: macOS cannot limit a whole run's processes or
 //! memory), so the edge routes it at tier 0.
@@ -21,10 +21,10 @@ use oz0_edge::client::NodeKey;
 use oz0_policy::facts::NodeFacts;
 
 use super::host;
-use crate::daemon::{
-    edge_settings, event_loop, fail, log, write_facts, DaemonFlags, Edge, Platform,
-};
-use crate::platform::{platform, Platform as Walls, Settings};
+use crate::daemon::{event_loop, fail, log, write_facts};
+use crate::edge::{PlatformLink, Walls};
+use crate::flags::DaemonFlags;
+use crate::platform::{platform, Platform, Settings};
 
 /// `run` flags.
 #[derive(Debug, Args)]
@@ -46,18 +46,20 @@ pub enum Sandbox {
     None,
 }
 
-fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
+/// What `--edge` needs (None without it), and the tier-0 sandbox jobs run
+/// behind.
+fn edge(a: &RunArgs, data_dir: &Path) -> Result<(Option<crate::edge::Settings>, Walls), String> {
     let temp = oz0_macos::sandbox::temp_root()?;
     let walls = platform(Settings {
         data_dir: Some(data_dir.to_path_buf()),
         egress: Arc::new(host::egress(data_dir.join(oz0_egress::AUDIT_LOG_NAME))),
     });
     let overlap = |a: &Path, b: &Path| a.starts_with(b) || b.starts_with(a);
-    edge_settings(
+    let settings = crate::edge::Settings::from_daemon(
         &a.daemon,
         data_dir,
-        Platform {
-            read_token: &|p: &Path| crate::private::read_token(p).map_err(String::from),
+        PlatformLink {
+            read_token: &|p: &Path| Ok(crate::private::read_token(p)?),
             name: rustix::system::uname()
                 .nodename()
                 .to_str()
@@ -65,11 +67,16 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
                 .map(|h| h.split('.').next().unwrap_or(h).to_ascii_lowercase()),
             temp,
             overlap: &overlap,
-            sandbox: walls.tier0()?,
-            platform: Walls::NAME,
-            carry: |what, p| crate::flags::utf8(what, p).map_err(String::from),
+            platform: Platform::NAME,
         },
     )
+    .map_err(|e| e.to_string())?;
+    Ok((
+        settings,
+        Walls {
+            sandbox: walls.tier0()?,
+        },
+    ))
 }
 
 /// Probes, self-tests unless told not to, and assembles the facts, logging
@@ -115,7 +122,7 @@ pub fn run(a: RunArgs) -> i32 {
         Ok(d) => d,
         Err(e) => return fail(e, Exit::Usage),
     };
-    let edge = match edge(&a, &data_dir) {
+    let (edge, walls) = match edge(&a, &data_dir) {
         Ok(e) => e,
         Err(e) => return fail(e, Exit::Usage),
     };
@@ -138,5 +145,5 @@ pub fn run(a: RunArgs) -> i32 {
         )),
         Err(e) => return fail(e, Exit::CheckFailed),
     }
-    event_loop(edge, key, facts, a.daemon.once, a.daemon.poll_every())
+    event_loop(edge, walls, key, facts, a.daemon.once)
 }

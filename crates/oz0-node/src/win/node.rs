@@ -4,9 +4,9 @@
 //! self-test, once, and logs each check), writes `<data-dir>\facts.json`,
 //! and with `--edge` registers and reports the facts. The edge routes a
 //! Windows node at tier 0 whatever it proved; the node polls the tier-0
-//! queue and runs its shell jobs one at a time with no wall (the shared
-//! loop of `crate::daemon`, through `oz0_windows::tier0::JobObject`), until
-//! Ctrl-C.
+//! queue and runs its shell jobs one at a time with no wall (the one
+//! daemon of every platform, `crate::edge`, through
+//! `oz0_windows::tier0::JobObject`), until Ctrl-C.
 
 use std::path::{Path, PathBuf};
 
@@ -16,12 +16,12 @@ use oz0_core::Wall;
 use oz0_edge::client::NodeKey;
 use oz0_policy::facts::NodeFacts;
 
-use crate::daemon::{
-    edge_settings, event_loop, fail, log, write_facts, DaemonFlags, Edge, Platform,
-};
+use crate::daemon::{event_loop, fail, log, write_facts};
+use crate::edge::{PlatformLink, SettingsError, Walls};
+use crate::flags::DaemonFlags;
 use oz0_windows::wall;
 
-use crate::platform::{platform, Platform as Walls, Settings};
+use crate::platform::{platform, Platform, Settings};
 
 /// `run` flags.
 #[derive(Debug, Args)]
@@ -46,12 +46,14 @@ pub enum Sandbox {
     Psec,
 }
 
-fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
+fn edge(a: &RunArgs, data_dir: &Path) -> Result<(Option<crate::edge::Settings>, Walls), String> {
     let read_token = |file: &Path| {
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| format!("--enrolment-token-file {}: {e}", file.display()))?;
-        readable_only_by_me(file, "--enrolment-token-file")?;
-        crate::flags::enrolment_token(&text, file).map_err(String::from)
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            SettingsError::TokenFile(format!("--enrolment-token-file {}: {e}", file.display()))
+        })?;
+        readable_only_by_me(file, "--enrolment-token-file").map_err(SettingsError::TokenFile)?;
+        crate::flags::enrolment_token(&text, file)
+            .map_err(|e| SettingsError::TokenFile(e.to_string()))
     };
     // Windows compares paths ignoring case.
     let overlap = |a: &Path, b: &Path| {
@@ -59,25 +61,26 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<Option<Edge>, String> {
         let (a, b) = (lower(a), lower(b));
         a.starts_with(&b) || b.starts_with(&a)
     };
-    edge_settings(
+    let settings = crate::edge::Settings::from_daemon(
         &a.daemon,
         data_dir,
-        Platform {
+        PlatformLink {
             read_token: &read_token,
             name: std::env::var("COMPUTERNAME")
                 .ok()
                 .map(|h| h.trim().to_ascii_lowercase()),
             temp: std::env::temp_dir(),
             overlap: &overlap,
-            sandbox: platform(Settings {
-                data_dir: Some(data_dir.to_path_buf()),
-                psec: false,
-            })
-            .tier0()?,
-            platform: Walls::NAME,
-            carry: |what, p| oz0_windows::tier0::carry(p).map_err(|e| format!("{what}: {e}")),
+            platform: Platform::NAME,
         },
     )
+    .map_err(|e| e.to_string())?;
+    let sandbox = platform(Settings {
+        data_dir: Some(data_dir.to_path_buf()),
+        psec: false,
+    })
+    .tier0()?;
+    Ok((settings, Walls { sandbox }))
 }
 
 /// Probes, self-tests when asked, and assembles the facts, logging each step.
@@ -175,7 +178,7 @@ pub fn run(a: RunArgs) -> i32 {
         Ok(d) => d,
         Err(e) => return fail(e, Exit::Usage),
     };
-    let edge = match edge(&a, &data_dir) {
+    let (edge, walls) = match edge(&a, &data_dir) {
         Ok(e) => e,
         Err(e) => return fail(e, Exit::Usage),
     };
@@ -205,5 +208,5 @@ pub fn run(a: RunArgs) -> i32 {
         )),
         Err(e) => return fail(e, Exit::CheckFailed),
     }
-    event_loop(edge, key, facts, a.daemon.once, a.daemon.poll_every())
+    event_loop(edge, walls, key, facts, a.daemon.once)
 }
