@@ -35,23 +35,6 @@ pub fn parse_fault(s: Option<&str>) -> Result<Option<Fault>, UnknownFault> {
     s.map(str::parse::<Fault>).transpose()
 }
 
-/// Linux's wall as the node has it: the host context's parts of `host`, and
-/// for the self-test's egress check a proxy of its own whose records go
-/// nowhere (the check's decisions are no one's), started only by that check.
-pub fn wall(host: &HostArgs, fault: Option<Fault>) -> LinuxWall {
-    let quiet = oz0_egress::LazyProxy::new(Box::new(|| {
-        Ok(oz0_egress::ProxyConfig {
-            audit: std::sync::Arc::new(|_: &oz0_egress::AuditRecord| {}),
-            ..Default::default()
-        })
-    }));
-    LinuxWall {
-        host: host.config(),
-        egress: std::sync::Arc::new(quiet),
-        fault,
-    }
-}
-
 /// The self-test, when the check found tier 1's mechanisms.
 pub fn self_test(
     wall: &LinuxWall,
@@ -76,7 +59,11 @@ pub fn main(a: CheckArgs) -> i32 {
     };
     let data_dir = a.host.data.resolve().ok();
     let json = a.json;
-    let wall = wall(&a.host, fault);
+    let wall = crate::platform::platform(crate::platform::Settings {
+        fault,
+        ..crate::platform::Settings::of(&a.host)
+    })
+    .into_wall();
     let check = wall.check();
     if !json {
         crate::out::line(&check.headline);

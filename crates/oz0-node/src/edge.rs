@@ -497,14 +497,15 @@ pub struct Walls {
 impl Walls {
     /// Linux's: tier 0 (`--sandbox none`), or the node's host context.
     #[cfg(target_os = "linux")]
-    fn linux(s: &Settings) -> Result<Walls, oz0_linux::SandboxError> {
+    fn linux(s: &Settings) -> Result<Walls, crate::platform::PlatformError> {
+        let walls = crate::platform::platform(crate::platform::Settings::of(&s.host));
         if s.sandbox_none {
             return Ok(Walls {
-                sandbox: Arc::new(oz0_linux::plain::Plain),
+                sandbox: walls.tier0()?,
                 host: None,
             });
         }
-        let h = Arc::new(crate::run::open_host(&s.host, None)?);
+        let h = Arc::new(walls.tier1()?);
         Ok(Walls {
             sandbox: h.clone(),
             host: Some(h),

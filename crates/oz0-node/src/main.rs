@@ -54,7 +54,6 @@ mod oci;
 #[cfg(target_os = "linux")]
 mod out;
 mod outcome;
-#[cfg(not(target_os = "linux"))]
 mod platform;
 #[cfg(target_os = "linux")]
 mod plugin;

@@ -394,7 +394,11 @@ pub fn run(a: NodeArgs) -> i32 {
             Sandbox::None => SandboxMode::None,
             _ => SandboxMode::Auto,
         },
-        wall: crate::check::wall(&a.host, fault),
+        wall: crate::platform::platform(crate::platform::Settings {
+            fault,
+            ..crate::platform::Settings::of(&a.host)
+        })
+        .into_wall(),
         data_dir: data_dir.clone(),
         oci: a.oci.clone(),
         image_fault: a.inject_image_fault,

@@ -209,7 +209,7 @@ fn check(a: &CheckArgs) -> i32 {
             return Exit::Usage.code();
         }
     };
-    let wall = crate::check::wall(&a.host, None);
+    let wall = crate::platform::platform(crate::platform::Settings::of(&a.host)).into_wall();
     let c = wall.check();
     let self_test = wall.self_test(&c, &mut |_| {});
     let tier1 = match self_test
@@ -312,7 +312,9 @@ fn start_servers(
     for (i, (t, r)) in tools.iter_mut().enumerate() {
         if r.is_ok() && matches!(t.isolation, Isolation::Sandbox | Isolation::Container) {
             let host = host.get_or_insert_with(|| {
-                crate::run::open_host(&a.host, None).map_err(|e| e.to_string())
+                crate::platform::platform(crate::platform::Settings::of(&a.host))
+                    .tier1()
+                    .map_err(|e| e.to_string())
             });
             let tried = match host {
                 Ok(h) => try_server(a, h, t),
@@ -422,7 +424,7 @@ fn call(a: CallCliArgs) -> i32 {
         Ok(j) => j,
         Err(e) => return fail(e.to_string()),
     };
-    let host = match crate::run::open_host(&a.host, None) {
+    let host = match crate::platform::platform(crate::platform::Settings::of(&a.host)).tier1() {
         Ok(h) => h,
         Err(e) => return fail(e.to_string()),
     };

@@ -1,12 +1,8 @@
 //! `oz0-node sandbox run`.
 
-use std::path::Path;
-use std::sync::Arc;
-
 use oz0_core::exit::Exit;
 use oz0_core::{Cancel, Ended, LimitHit, Outcome, Role, RunIo, RunOptions, Sandbox};
 use oz0_linux::hostfs::OutFile;
-use oz0_linux::{SandboxError, Tier1};
 use oz0_oci::cache::Image;
 use oz0_policy::{EnvVar, RunRequest, RunSpec};
 use serde_json::json;
@@ -177,23 +173,6 @@ fn request(args: &RunArgs, image: Option<&Image>) -> Result<RunRequest, String> 
     })
 }
 
-/// The node's host context for `args`: runs' egress decisions go to
-/// `audit_log` (default `<data-dir>/egress-audit.jsonl`, 0600), never to
-/// the node's stderr, which the run shares and could forge records in or
-/// bury them under. The egress proxy starts with the first run that has
-/// egress, and the log is made then.
-pub fn open_host(args: &HostArgs, audit_log: Option<&Path>) -> Result<Tier1, SandboxError> {
-    let host = Tier1::open(args.config())?;
-    let audit = audit_log
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| host.data_dir().join(oz0_egress::AUDIT_LOG_NAME));
-    let log = audit.clone();
-    let proxy = oz0_egress::LazyProxy::with_audit_file(move || {
-        Ok(oz0_linux::hostfs::open_log("the egress audit log", &log)?)
-    });
-    Ok(host.with_egress(Arc::new(proxy), audit))
-}
-
 /// Writes the `--json-status` document (see [`OutFile`]: no link is
 /// followed, in the folder opened before the run).
 fn write_status(out: &OutFile, doc: &serde_json::Value) {
@@ -272,7 +251,12 @@ pub fn run(args: RunArgs) -> i32 {
         Ok(s) => s,
         Err(e) => return refuse(e.to_string()),
     };
-    let host = match open_host(&args.host, args.audit_log.as_deref()) {
+    let host = match crate::platform::platform(crate::platform::Settings {
+        audit_log: args.audit_log.clone(),
+        ..crate::platform::Settings::of(&args.host)
+    })
+    .tier1()
+    {
         Ok(h) => h.with_git(args.git_findings),
         Err(e) => return refuse(e.to_string()),
     };

@@ -84,7 +84,7 @@ pub fn main(args: VmArgs) -> i32 {
     if args.probe {
         return probe(&args);
     }
-    let host = match crate::run::open_host(&args.host, None) {
+    let host = match crate::platform::platform(crate::platform::Settings::of(&args.host)).tier1() {
         Ok(h) => h,
         Err(e) => {
             eprintln!("oz0-node: sandbox vm refused: {e}");
@@ -128,7 +128,7 @@ fn probe(args: &VmArgs) -> i32 {
     }
     let mut config = args.host.config();
     config.node_exe = args.guest.clone();
-    let wall = crate::check::wall(&args.host, None);
+    let wall = crate::platform::platform(crate::platform::Settings::of(&args.host)).into_wall();
     let check = wall.check();
     let self_test = wall.self_test(&check, &mut |_| {});
     let tier1 = self_test.as_ref().is_some_and(|t| t.tier() == 1);

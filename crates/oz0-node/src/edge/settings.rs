@@ -197,7 +197,7 @@ impl Settings {
             data_dir: data_abs,
             poll: Duration::from_millis(a.poll_ms.clamp(50, 60_000)),
             recheck: Duration::from_secs(a.recheck_secs.max(1)),
-            platform: "Linux",
+            platform: crate::platform::Platform::NAME,
             sandbox_none: a.sandbox == crate::flags::Sandbox::None,
             host: a.host.clone(),
             tool_env: a
