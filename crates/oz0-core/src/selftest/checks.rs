@@ -216,22 +216,52 @@ pub(super) fn ingress(c: &mut Ctx) -> CheckResult {
 // --- job_limits ---------------------------------------------------------------
 
 pub(super) fn job_limits(c: &mut Ctx) -> CheckResult {
-    // Closing the job kills its processes: a run cancelled while it holds
-    // a child in its group and one in a group of its own.
-    let work = c.dir("close")?;
-    let beats = held_beats(&work);
+    // Three runs, at once (they are independent, and each waits mostly on
+    // the kernel): one closed while it holds a child in its group and one
+    // in a group of its own; one of 20 children under a limit of 8; one
+    // that touches 64 MiB under a limit of 32 MiB. Small, so that the
+    // proof costs few page faults (each 4 KiB page is one): the limit is
+    // what is shown, not its size.
+    let close_work = c.dir("close")?;
+    let procs_work = c.dir("procs")?;
+    let mem_work = c.dir("mem")?;
+    let beats = held_beats(&close_work);
     let script = format!("{} wait", start_held_pair(c));
     let (cancel, mut fire) = cancel_pair()?;
-    let req = c.request(&work, vec!["/bin/sh".into(), "-c".into(), script]);
+    let close_req = c.request(&close_work, vec!["/bin/sh".into(), "-c".into(), script]);
+    // This property's fault: the runs go without their limits.
+    let faulted = c.faulted(Property::JobLimits);
+    let limited = |l: Limits| if faulted { Limits::default() } else { l };
+    let procs_out = procs_work.join("r.json");
+    let mut procs_req = c.request(&procs_work, c.probe_cmd(&procs_out, &["--spawn", "20"]));
+    procs_req.limits = limited(Limits {
+        processes: Some(8),
+        ..Default::default()
+    });
+    let mem_out = mem_work.join("r.json");
+    let mut mem_req = c.request(&mem_work, c.probe_cmd(&mem_out, &["--alloc", "64"]));
+    mem_req.limits = limited(Limits {
+        memory_mib: Some(32),
+        ..Default::default()
+    });
     let c2 = &*c;
-    let run = std::thread::scope(|s| {
-        let h = s.spawn(|| c2.launch(req, Some(cancel)));
+    let panicked = |_| Err(Failed::from("the run panicked"));
+    let (closing, procs, mem) = std::thread::scope(|s| {
+        let closing = s.spawn(|| c2.launch(close_req, Some(cancel)));
+        let procs = s.spawn(|| c2.launch(procs_req, None));
+        let mem = s.spawn(|| c2.launch(mem_req, None));
         let started = wait_for(&[&beats[0], &beats[1]]);
         let _ = fire.write_all(b"x");
-        let run = h.join().unwrap_or_else(|_| Err("the run panicked".into()));
-        run.map(|o| (o, started))
+        (
+            closing
+                .join()
+                .unwrap_or_else(panicked)
+                .map(|o| (o, started)),
+            procs.join().unwrap_or_else(panicked),
+            mem.join().unwrap_or_else(panicked),
+        )
     });
-    let (o, started) = run?;
+    let (o, started) = closing?;
     if !started {
         return Err("the run's processes did not start".into());
     }
@@ -242,21 +272,10 @@ pub(super) fn job_limits(c: &mut Ctx) -> CheckResult {
         return Err("closing the run left its processes running".into());
     }
     let closed = "closing the run killed its processes, one in a process group of its own";
-    // This property's fault: the runs go without their limits.
-    let faulted = c.faulted(Property::JobLimits);
-    let limited = |l: Limits| if faulted { Limits::default() } else { l };
     // Processes: 20 children under a limit of 8.
-    let work = c.dir("procs")?;
-    let out = work.join("r.json");
-    let mut req = c.request(&work, c.probe_cmd(&out, &["--spawn", "20"]));
-    req.limits = limited(Limits {
-        processes: Some(8),
-        ..Default::default()
-    });
-    let o = c
-        .launch(req, None)
+    let o = procs
         .map_err(|e| format!("{closed}; but a run limited to 8 processes was refused: {e}"))?;
-    let r = read_report(&out)?;
+    let r = read_report(&procs_out)?;
     let started = r["spawned"]
         .as_u64()
         .ok_or("the probe did not report its children")?;
@@ -273,20 +292,9 @@ pub(super) fn job_limits(c: &mut Ctx) -> CheckResult {
         )
         .into());
     }
-    // Memory: 64 MiB under a limit of 32 MiB. Small, so that the proof
-    // costs few page faults (each 4 KiB page is one): the limit is what is
-    // shown, not its size.
-    let work = c.dir("mem")?;
-    let out = work.join("r.json");
-    let mut req = c.request(&work, c.probe_cmd(&out, &["--alloc", "64"]));
-    req.limits = limited(Limits {
-        memory_mib: Some(32),
-        ..Default::default()
-    });
-    let o = c
-        .launch(req, None)
-        .map_err(|e| format!("{closed}; but a run limited to 32 MiB was refused: {e}"))?;
-    if read_report(&out).is_ok_and(|r| r["alloc"] == "ok") {
+    // Memory: 64 MiB under a limit of 32 MiB.
+    let o = mem.map_err(|e| format!("{closed}; but a run limited to 32 MiB was refused: {e}"))?;
+    if read_report(&mem_out).is_ok_and(|r| r["alloc"] == "ok") {
         return Err(format!(
             "{closed}; but 64 MiB were allocated and touched under a limit of 32 MiB"
         )
@@ -294,7 +302,7 @@ pub(super) fn job_limits(c: &mut Ctx) -> CheckResult {
     }
     // The witness said it began to allocate: the limit stopped a run that
     // had started, not one that never could.
-    if !work.join("r.json.alloc").exists() {
+    if !mem_work.join("r.json.alloc").exists() {
         return Err(format!(
             "{closed}; but the run limited to 32 MiB never began to allocate (exit {}): its memory limit was not shown",
             o.exit_code
