@@ -282,3 +282,26 @@ async fn nodes_come_a_page_at_a_time() {
     assert_eq!(p2.nodes.len(), 3);
     assert_eq!(e.op.nodes(None).await.unwrap().len(), 7);
 }
+
+/// Jobs queued one after the other are handed out in that order, however
+/// many share a millisecond (job ids are random: they cannot order them).
+#[tokio::test]
+async fn jobs_queued_one_after_another_are_handed_out_in_that_order() {
+    for (kind, url) in store_urls().await {
+        let e = common::start_on(Store::open(&url).await.unwrap(), 30_000).await;
+        let a = node(&e, "acme", ACME, "node-a", &linux_facts(false, false)).await;
+        let mut queued = Vec::new();
+        for _ in 0..40 {
+            let j =
+                e.op.submit_job("acme", &job(Origin::Webhook, Isolation::None))
+                    .await
+                    .unwrap();
+            queued.push(j.job_id);
+        }
+        let mut handed = Vec::new();
+        while let Some(l) = a.poll_job(1).await.unwrap() {
+            handed.push(l.job.job_id);
+        }
+        assert_eq!(handed, queued, "{kind}");
+    }
+}

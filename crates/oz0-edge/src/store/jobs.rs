@@ -147,7 +147,7 @@ impl Store {
     /// Queues a job, or finds the one its idempotency key names.
     pub async fn insert_job(&self, j: &NewJob<'_>, now_ms: i64) -> Result<Queued, StoreError> {
         let inserted = self.exec(
-            "INSERT INTO jobs (id, tenant, origin, kind, tier_need, need_microvm, need_oci, need_arch, payload, state, enqueued_ms, idem_key, request_hash, max_attempts) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10, $11, $12, $13) ON CONFLICT DO NOTHING",
+            "INSERT INTO jobs (id, tenant, origin, kind, tier_need, need_microvm, need_oci, need_arch, payload, state, enqueued_ms, idem_key, request_hash, max_attempts, seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10, $11, $12, $13, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs)) ON CONFLICT DO NOTHING",
             vec![
                 j.id.into(),
                 j.tenant.into(),
@@ -201,7 +201,7 @@ impl Store {
                          WHERE tenant = $4 AND tier_need = $5 AND state = 'queued'
                            AND need_microvm <= $7 AND need_oci <= $8
                            AND (need_arch IS NULL OR need_arch = $9)
-                         ORDER BY enqueued_ms, id LIMIT 1 {})
+                         ORDER BY enqueued_ms, seq, id LIMIT 1 {})
                AND state = 'queued'
                AND EXISTS (SELECT 1 FROM nodes WHERE nodes.id = $1 AND nodes.approved = 1 AND nodes.drained = 0 AND nodes.removed_ms IS NULL)
              RETURNING id, origin, kind, tier_need, payload, attempts, need_oci",
@@ -352,7 +352,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         Ok(self
             .exec(
-                "INSERT INTO jobs (id, tenant, origin, kind, tier_need, need_microvm, need_oci, need_arch, payload, state, enqueued_ms, max_attempts) SELECT $3, tenant, origin, kind, tier_need, need_microvm, need_oci, need_arch, payload, 'queued', $4, $5 FROM jobs WHERE tenant = $1 AND id = $2",
+                "INSERT INTO jobs (id, tenant, origin, kind, tier_need, need_microvm, need_oci, need_arch, payload, state, enqueued_ms, max_attempts, seq) SELECT $3, tenant, origin, kind, tier_need, need_microvm, need_oci, need_arch, payload, 'queued', $4, $5, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs) FROM jobs WHERE tenant = $1 AND id = $2",
                 vec![tenant.into(), id.into(), new_id.into(), now_ms.into(), max_attempts.into()],
             )
             .await?

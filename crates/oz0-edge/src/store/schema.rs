@@ -113,6 +113,16 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         "ALTER TABLE nodes ADD COLUMN gone_ms BIGINT;
     ALTER TABLE nodes ADD COLUMN drain_until_ms BIGINT;",
     ),
+    // First come, first served within a millisecond: each job queued gets
+    // the next number, so that two jobs queued one after the other in the
+    // same millisecond are handed out in that order (ids are random).
+    (
+        7,
+        "ALTER TABLE jobs ADD COLUMN seq BIGINT;
+    CREATE INDEX jobs_seq ON jobs (seq);
+    DROP INDEX jobs_queued;
+    CREATE INDEX jobs_queued ON jobs (tenant, tier_need, enqueued_ms, seq, id) WHERE state = 'queued';",
+    ),
 ];
 
 impl Store {
