@@ -345,6 +345,11 @@ enum SandboxCmd {
     /// VM has no network device; with --allow/--forward the run's egress proxy
     /// is carried into the guest. The work folder is the guest's /work. The
     /// VM and its folder are removed whatever ends it.
+    ///
+    /// Experimental: smolvm does not yet keep a guest inside the folder it
+    /// shares (smolvm issues #151 and #152), so a guest that breaks its own
+    /// kernel could reach what the monitor sees: only what tier 1 lets it
+    /// see, which is why the monitor never runs outside tier 1.
     #[cfg(target_os = "linux")]
     Vm(crate::vm::VmArgs),
     /// Run one tool server in a microVM of Apple's container (tier 2).

@@ -200,6 +200,10 @@ pub enum MicrovmReason {
     Unsupported,
 }
 
+/// Why a Windows node has no microVMs (the seed's words: what smolvm would
+/// need there).
+pub const WINDOWS_NO_MICROVMS: &str = "not yet on Windows: smolvm needs the Windows Hypervisor Platform, and Developer Mode or an administrator";
+
 impl MicrovmReason {
     /// Why there are no microVMs, in a few words with the fix where one
     /// exists (the node's log and refusals and the edge's `MicroVMs` line

@@ -36,9 +36,10 @@ pub fn refusal(spec: &RunSpec, role: &Role, fault: Option<&Fault>, io: &RunIo) -
     match role {
         Role::Command => {}
         Role::Monitor(_) => {
-            return Some(
-                "a VM's monitor does not run in PSEC: this build has no microVMs on Windows".into(),
-            )
+            return Some(format!(
+                "a VM's monitor does not run in PSEC: no microVMs: {}",
+                oz0_policy::facts::WINDOWS_NO_MICROVMS
+            ))
         }
         _ => {
             return Some(format!(

@@ -2,7 +2,7 @@
 //! strings, and the wording of every fix kind.
 
 use super::*;
-use oz0_policy::facts::{Mechanism, Microvm, Platform};
+use oz0_policy::facts::{Mechanism, Microvm, MicrovmReason, Platform};
 
 fn linux() -> NodeFacts {
     let mut f = NodeFacts {
@@ -135,6 +135,16 @@ fn windows_is_routed_at_zero_whatever_it_claims() {
     assert!(!o.facts.microvm_ready);
     assert_eq!(o.facts.tier_line(), "tier 1 (psec 1.0, routed as tier 0)");
     assert!(o.facts.routed_note().is_some());
+    // Why it has none says what smolvm would need there.
+    for reason in [None, Some(MicrovmReason::Unsupported)] {
+        f.microvm.ready = false;
+        f.microvm.reason = reason;
+        let o = sanitize(&f).unwrap();
+        assert_eq!(
+            o.facts.microvm_line(),
+            "none: not yet on Windows: smolvm needs the Windows Hypervisor Platform, and Developer Mode or an administrator"
+        );
+    }
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! and microVM lines, why it is routed lower than it claims, and the fix,
 //! worded from the fix kind and never from the node's text.
 
-use oz0_policy::facts::{FixKind, MicrovmBackend, Property};
+use oz0_policy::facts::{FixKind, MicrovmBackend, MicrovmReason, Property};
 
 use super::Sanitized;
 
@@ -125,8 +125,10 @@ impl Sanitized {
             };
         }
         let why = match self.microvm_reason {
+            None | Some(MicrovmReason::Unsupported) if self.os == "windows" => {
+                oz0_policy::facts::WINDOWS_NO_MICROVMS
+            }
             Some(r) => r.words(),
-            None if self.os == "windows" => "not supported on Windows yet",
             None if self.tier_proven == 0 => "no tier 1 to run the VM monitor in",
             None => "not offered",
         };

@@ -67,7 +67,7 @@ pub fn main(a: CheckArgs) -> i32 {
             "fix": report.as_ref().map_or(check.fix.as_ref(), |r| Some(&r.fix_line)),
             "probe": check.probe,
             "self_test": outcome,
-            "microvm": { "ready": false, "reason": "unsupported", "detail": "no microVMs on Windows in this build" },
+            "microvm": { "ready": false, "reason": "unsupported", "detail": oz0_policy::facts::WINDOWS_NO_MICROVMS },
         });
         println!(
             "{}",
@@ -83,7 +83,7 @@ pub fn main(a: CheckArgs) -> i32 {
         );
     }
     if !json {
-        println!("MicroVMs: none: not supported on Windows in this build");
+        println!("MicroVMs: none: {}", oz0_policy::facts::WINDOWS_NO_MICROVMS);
     }
     if tier == 1 {
         Exit::Ok.code()
