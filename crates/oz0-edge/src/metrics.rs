@@ -97,6 +97,19 @@ pub struct StoreFigures {
     pub leases_granted: i64,
     /// Leases that lapsed, all replicas.
     pub leases_expired: i64,
+    /// Windows nodes not removed, and whether each has PSEC.
+    pub psec: Vec<PsecNode>,
+}
+
+/// A Windows node's PSEC, as its last report said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PsecNode {
+    /// The node's id.
+    pub node: String,
+    /// Its Windows build (empty when its report had none that passed).
+    pub build: String,
+    /// The PSEC contract its probe found; empty when it found none.
+    pub contract: String,
 }
 
 /// The exposition text.
@@ -134,6 +147,16 @@ pub fn render(f: &StoreFigures, requests: &Requests) -> String {
         "oz0_edge_leases_expired_total {}\n",
         f.leases_expired
     ));
+    out.push_str("# HELP oz0_edge_psec_available Whether a Windows node's probe found PSEC (1) or not (0), whatever the node was started with; the contract it found.\n# TYPE oz0_edge_psec_available gauge\n");
+    for p in &f.psec {
+        out.push_str(&format!(
+            "oz0_edge_psec_available{{node=\"{}\",build=\"{}\",contract=\"{}\"}} {}\n",
+            escape(&p.node),
+            escape(&p.build),
+            escape(&p.contract),
+            u8::from(!p.contract.is_empty())
+        ));
+    }
     requests.render(&mut out);
     out
 }

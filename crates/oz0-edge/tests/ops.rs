@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{job, linux_facts, node, start_on, store_urls, ACME, OPERATOR};
+use common::{job, linux_facts, node, start_on, store_urls, windows_facts, ACME, OPERATOR};
 use oz0_edge::client::raw_request;
 use oz0_edge::routing::{Isolation, Origin};
 use oz0_edge::Store;
@@ -14,6 +14,15 @@ async fn metrics_say_what_the_store_holds() {
     let (_, url) = store_urls().await.remove(0);
     let e = start_on(Store::open(&url).await.unwrap(), 30_000).await;
     let n = node(&e, "acme", ACME, "m1", &linux_facts(false, false)).await;
+    // Two Windows nodes: one whose probe found PSEC, one whose did not.
+    let w1 = node(&e, "acme", ACME, "w1", &windows_facts()).await;
+    let mut none = windows_facts();
+    none.tier_proven = 0;
+    none.tier_routed = 0;
+    none.self_test = oz0_policy::facts::SelfTest::NotRun;
+    none.mechanism = Default::default();
+    none.mechanism.kind = "none".into();
+    let w2 = node(&e, "acme", ACME, "w2", &none).await;
     for _ in 0..3 {
         e.op.submit_job("acme", &job(Origin::Webhook, Isolation::None))
             .await
@@ -47,6 +56,15 @@ async fn metrics_say_what_the_store_holds() {
     ] {
         assert!(t.contains(want), "no {want:?} in:\n{t}");
     }
+    for (n, want) in [(&w1, "contract=\"1.0\"} 1\n"), (&w2, "contract=\"\"} 0\n")] {
+        let line = format!(
+            "oz0_edge_psec_available{{node=\"{}\",build=\"26200.9457\",{want}",
+            n.node_id()
+        );
+        assert!(t.contains(&line), "no {line:?} in:\n{t}");
+    }
+    // A Linux node has no such line.
+    assert_eq!(t.matches("oz0_edge_psec_available{").count(), 2, "{t}");
 }
 
 /// With PostgreSQL gone, the health check says so (503), and requests that

@@ -1,4 +1,5 @@
-//! Black-box tests of `oz0-node.exe`, the Windows node, run under Wine.
+//! Black-box tests of `orchestrator-zero-node.exe`, the Windows node (cargo
+//! builds it as `oz0-node.exe`), run under Wine.
 //!
 //! Debian's Wine 8.0 is a Windows whose probes find no PSEC (its
 //! `IsApiSetImplemented` knows no process security environment), so it is
@@ -191,6 +192,12 @@ fn sandbox_check_says_tier_0_with_the_probes_reason_and_fix() {
             && out[2].ends_with("meanwhile run tier-1 work on Linux or macOS nodes"),
         "{out:?}"
     );
+    // No microVMs, and what smolvm would need here.
+    assert_eq!(
+        out.last().map(String::as_str),
+        Some("MicroVMs: none: not yet on Windows: smolvm needs the Windows Hypervisor Platform, and Developer Mode or an administrator"),
+        "{out:?}"
+    );
     // --json: the same, for machines, with what each probe step answered.
     let o = w.run(&["sandbox", "check", "--json"], &[]);
     assert_eq!(o.status.code(), Some(1));
@@ -202,6 +209,13 @@ fn sandbox_check_says_tier_0_with_the_probes_reason_and_fix() {
     assert_eq!(v["probe"]["edition"], "client", "{v}");
     assert_eq!(v["probe"]["create_close"]["result"], "not_run", "{v}");
     assert_eq!(v["headline"], out[0]);
+    assert_eq!(v["microvm"]["ready"], false, "{v}");
+    assert!(
+        v["microvm"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("Windows Hypervisor Platform")),
+        "{v}"
+    );
 }
 
 #[test]
@@ -336,6 +350,9 @@ fn run_sandbox_psec_reports_tier_0_with_the_reason_and_starts() {
     assert_eq!(o.status.code(), Some(0), "{log}");
     assert!(log.contains(NO_PSEC_REASON), "{log}");
     assert!(log.contains("facts written to"), "{log}");
+    // Whether PSEC is here, once per start.
+    assert_eq!(log.matches("psec.available=").count(), 1, "{log}");
+    assert!(log.contains(": psec.available=false\n"), "{log}");
     let facts: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(data.join("facts.json")).unwrap()).unwrap();
     assert_eq!(facts["platform"]["os"], "windows", "{facts}");

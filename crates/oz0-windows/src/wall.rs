@@ -66,6 +66,17 @@ fn platform(probe: Option<&PsecProbe>) -> Platform {
     }
 }
 
+/// Whether this machine has PSEC, whatever the node was started with: the
+/// line the node logs once per start (the edge's
+/// `oz0_edge_psec_available` says the same per node).
+pub fn availability_line(check: &Check) -> String {
+    match (&check.mechanism.kind[..], &check.mechanism.psec_contract) {
+        ("psec", Some(c)) => format!("psec.available=true contract={c}"),
+        ("psec", None) => "psec.available=true".into(),
+        _ => "psec.available=false".into(),
+    }
+}
+
 /// A feature's wire name, as the edge keeps it.
 fn feature_name(f: Feature) -> &'static str {
     match f {
@@ -225,5 +236,16 @@ mod tests {
         assert!(w.self_test(&c, &mut |_| {}).is_none());
         let f = facts(&c, None, false);
         assert_eq!((f.tier_proven, f.tier_routed), (0, 0));
+        assert_eq!(availability_line(&c), "psec.available=false");
+    }
+
+    #[test]
+    fn the_availability_line_names_the_contract_found() {
+        let mut c = WindowsWall::probe(false).check();
+        c.mechanism.kind = "psec".into();
+        c.mechanism.psec_contract = Some("1.0".into());
+        assert_eq!(availability_line(&c), "psec.available=true contract=1.0");
+        c.mechanism.psec_contract = None;
+        assert_eq!(availability_line(&c), "psec.available=true");
     }
 }

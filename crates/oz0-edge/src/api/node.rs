@@ -232,6 +232,13 @@ pub(super) async fn report_facts(
             arch: s.arch.as_deref().unwrap_or(""),
             dropped,
             now_ms: now,
+            psec: (s.os == "windows").then(|| {
+                if s.mechanism.kind == "psec" {
+                    s.mechanism.psec_contract.as_deref().unwrap_or("unknown")
+                } else {
+                    ""
+                }
+            }),
         })
         .await?;
     if dropped > 0 {

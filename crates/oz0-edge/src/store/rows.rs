@@ -190,6 +190,9 @@ pub struct Report<'a> {
     pub dropped: i64,
     /// When.
     pub now_ms: i64,
+    /// A Windows node's PSEC: its contract when the probe found it, `""`
+    /// when not; None on other platforms.
+    pub psec: Option<&'a str>,
 }
 
 /// What registering a key did.

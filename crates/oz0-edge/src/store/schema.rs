@@ -123,6 +123,9 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
     DROP INDEX jobs_queued;
     CREATE INDEX jobs_queued ON jobs (tenant, tier_need, enqueued_ms, seq, id) WHERE state = 'queued';",
     ),
+    // Whether a Windows node's probe found PSEC, whatever it was started
+    // with: its contract, '' when none; NULL on other platforms.
+    (8, "ALTER TABLE nodes ADD COLUMN psec TEXT;"),
 ];
 
 impl Store {

@@ -93,6 +93,7 @@ fn assess(sandbox: Sandbox) -> NodeFacts {
     let check = wall.check();
     log(&check.headline);
     log(&check.facts_line);
+    log(&wall::availability_line(&check));
     let outcome = if sandbox == Sandbox::Psec {
         wall.self_test(&check, &mut |l| log(&l.text()))
     } else {
