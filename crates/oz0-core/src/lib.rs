@@ -11,6 +11,8 @@
 //!   holds ([`SelfTest`]); [`facts::assemble`] turns both into the node's
 //!   facts, the same way on every platform.
 //! - [`exit`]: the exit statuses, defined once.
+//! - [`tier0`]: what a sandbox without a wall refuses, the same on every
+//!   platform.
 //! - `selftest` (Unix): the eight-property self-test through any wall, and
 //!   the parts Linux's own self-test shares with it.
 //!
@@ -21,6 +23,7 @@ pub mod facts;
 mod run;
 #[cfg(unix)]
 pub mod selftest;
+pub mod tier0;
 mod wall;
 
 pub use run::{

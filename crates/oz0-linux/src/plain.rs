@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use oz0_core::exit::{exec_failure_code, status_code, Exit};
-use oz0_core::{Ended, Outcome, Role, RunError, RunOptions};
+use oz0_core::{Ended, Outcome, RunError, RunOptions};
 use oz0_policy::RunSpec;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
@@ -39,12 +39,8 @@ impl oz0_core::Sandbox for Plain {
         let RunOptions {
             io, cancel, role, ..
         } = opts;
-        if role != Role::Command {
-            return Err(format!(
-                "tier 0 has no wall, and {} runs only inside tier 1",
-                role.what()
-            )
-            .into());
+        if let Some(why) = oz0_core::tier0::refusal(spec, &role) {
+            return Err(why.into());
         }
         let started = Instant::now();
         let run_id = crate::record::new_run_id();
@@ -60,9 +56,6 @@ impl oz0_core::Sandbox for Plain {
                 serde_json::json!({"mechanism": "none"}),
             )]),
         };
-        if spec.limits.needs_job() || spec.egress.is_enabled() {
-            return Err("tier 0 has no wall: it enforces neither job limits nor an egress allowlist, so a run that asks for them is refused".into());
-        }
         let argv: Vec<&str> = spec.command.iter().map(|a| a.as_str()).collect();
         let mut cmd = Command::new(argv[0]);
         cmd.args(&argv[1..])

@@ -382,15 +382,8 @@ impl oz0_core::Sandbox for Plain {
         let RunOptions {
             io, cancel, role, ..
         } = opts;
-        if role != Role::Command {
-            return Err(format!(
-                "tier 0 has no wall, and {} runs only inside one",
-                role.what()
-            )
-            .into());
-        }
-        if spec.limits.needs_job() || spec.egress.is_enabled() {
-            return Err("tier 0 has no wall: it enforces neither job limits nor an egress allowlist, so a run that asks for them is refused".into());
+        if let Some(why) = oz0_core::tier0::refusal(spec, &role) {
+            return Err(why.into());
         }
         let temp = RunTemp::new(&self.temp_root)?;
         let (argv, membership) = tracking_argv(&temp.abs()?, &spec.command);

@@ -779,7 +779,7 @@ fn a_windows_node_under_wine_registers_with_a_linux_edge_at_tier_0() {
         j.error
             .clone()
             .unwrap_or_default()
-            .contains("tier 0 has no wall"),
+            .contains("tier 0 has no wall: it enforces neither job limits nor an egress allowlist, so a run that asks for them (egress) is refused on this Windows node"),
         "{j:?}"
     );
     assert!(!logs(&id).0.contains("ran"), "a refused job never runs");

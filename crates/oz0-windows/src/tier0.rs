@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use oz0_core::{Cancel, Ended, Outcome, Role, RunError, RunIo, RunOptions};
+use oz0_core::{Cancel, Ended, Outcome, RunError, RunIo, RunOptions};
 use oz0_policy::{AbsPath, RunSpec};
 
 use crate::supervise::{supervise, Watch};
@@ -82,20 +82,6 @@ pub fn job_env(spec: &RunSpec, system_root: &str) -> Vec<(String, String)> {
     env
 }
 
-/// What tier 0 refuses: a monitor, egress, limits (no wall holds them).
-pub fn refusal(spec: &RunSpec, role: &Role) -> Option<String> {
-    if role != &Role::Command {
-        return Some(format!(
-            "tier 0 has no wall, and {} runs only inside one",
-            role.what()
-        ));
-    }
-    if spec.limits.needs_job() || spec.egress.is_enabled() {
-        return Some("tier 0 has no wall: it enforces neither job limits nor an egress allowlist, so a run that asks for them is refused".into());
-    }
-    None
-}
-
 /// What a tier-0 run starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launch {
@@ -155,7 +141,7 @@ pub fn run_in_job<O: JobOps>(
     let RunOptions {
         io, cancel, role, ..
     } = opts;
-    if let Some(why) = refusal(spec, &role) {
+    if let Some(why) = oz0_core::tier0::refusal(spec, &role) {
         return Err(why.into());
     }
     let l = Launch {
@@ -238,6 +224,7 @@ mod tests {
 
     use crate::launch::SysError;
     use crate::supervise::Woke;
+    use oz0_core::Role;
     use oz0_policy::{EnvVar, Limits, RunRequest};
 
     fn spec(env: &[(&str, &str)], limits: Limits, allow: &[&str]) -> RunSpec {

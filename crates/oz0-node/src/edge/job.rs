@@ -31,14 +31,6 @@ pub(super) enum JobError {
     #[cfg(windows)]
     #[error("the {0}: {1}")]
     Carry(&'static str, oz0_windows::tier0::CarryError),
-    /// What tier 0 cannot give.
-    #[error("tier 0 has no wall: it enforces neither job limits nor an egress allowlist, so a job that asks for them ({asks}) is refused on this {platform} node")]
-    NoWall {
-        /// What the job asks for.
-        asks: String,
-        /// The node's platform.
-        platform: &'static str,
-    },
     /// The spec was refused.
     #[error(transparent)]
     Spec(#[from] oz0_policy::spec::SpecError),
@@ -90,32 +82,6 @@ fn carry(what: &'static str, p: &Path) -> Result<String, JobError> {
 #[cfg(windows)]
 fn carry(what: &'static str, p: &Path) -> Result<String, JobError> {
     oz0_windows::tier0::carry(p).map_err(|e| JobError::Carry(what, e))
-}
-
-/// What a tier-0 node cannot give a shell job, refused by name before it
-/// runs (its sandbox would refuse it too, less plainly).
-pub(super) fn tier0(p: &ShellJob, platform: &'static str) -> Result<(), JobError> {
-    let mut asks = Vec::new();
-    if !p.allow.is_empty() || !p.forward.is_empty() {
-        asks.push("egress");
-    }
-    for (set, name) in [
-        (p.memory.is_some(), "memory"),
-        (p.processes.is_some(), "processes"),
-        (p.cpu_seconds.is_some(), "cpu_seconds"),
-        (p.tmp_size.is_some(), "tmp_size"),
-    ] {
-        if set {
-            asks.push(name);
-        }
-    }
-    if asks.is_empty() {
-        return Ok(());
-    }
-    Err(JobError::NoWall {
-        asks: asks.join(", "),
-        platform,
-    })
 }
 
 /// A run's cancel, and what fires it when dropped (the job's lease was

@@ -29,7 +29,7 @@ use oz0_policy::RunSpec;
 use tokio::sync::watch;
 
 use super::files::{create_private, private_dir};
-use super::job::{cancel_pair, run_job, safe_id, spec_for, tier0, write_status, JobEnd};
+use super::job::{cancel_pair, run_job, safe_id, spec_for, write_status, JobEnd};
 use super::{log, Settings, MAX_BACKOFF};
 
 /// A job's work, run on a blocking thread with its cancel.
@@ -284,11 +284,14 @@ impl Runner {
             return Err("a harness session: no node runs harness sessions yet; not run".into());
         };
         p.check().map_err(|e| e.to_string())?;
-        if self.sandbox.tier() == 0 {
-            tier0(p, self.s.platform).map_err(|e| e.to_string())?;
-        }
         let p = p.clone();
         let spec: RunSpec = spec_for(p, work, &self.s.data_dir).map_err(|e| e.to_string())?;
+        // Refused by name before it runs (the sandbox would refuse it too).
+        if self.sandbox.tier() == 0 {
+            if let Some(why) = oz0_core::tier0::refusal(&spec, &oz0_core::Role::Command) {
+                return Err(format!("{why} on this {} node", self.s.platform));
+            }
+        }
         let sandbox = self.sandbox.clone();
         Ok(Box::new(move |cancel| {
             run_job(&*sandbox, &spec, out, err, cancel).map_err(|e| e.to_string())
