@@ -17,6 +17,13 @@
 //! files (default 100,000, in folders of 1,000, committed and packed as a
 //! clone is), alternating, as medians and their difference. It is skipped
 //! with `OZ0_BENCH_WORK_FILES=0`.
+//!
+//! Two more rows, each against bare bubblewrap in the same run: the CPU a
+//! run costs (user and system time of the run and every process it
+//! waited for, from `/proc/self/stat`, the mean per run), and
+//! throughput with 4 loops at once, each run in a fresh work folder of its
+//! own (bare bubblewrap binds the same kind of fresh folder at `/work`),
+//! as runs per second.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -110,6 +117,8 @@ fn main() {
             ms(m) / ms(mb)
         );
     }
+    cpu_per_run(&bare_cmd, &node_cmd, &node, runs);
+    parallel_loops(bwrap, &node, &data, runs);
     let files: usize = std::env::var("OZ0_BENCH_WORK_FILES")
         .ok()
         .map(|v| v.parse().expect("OZ0_BENCH_WORK_FILES is a number"))
@@ -163,6 +172,112 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&data);
+}
+
+/// User plus system time of this process's waited-for children so far
+/// (`/proc/self/stat`'s cutime and cstime: the kernel sums them in
+/// nanoseconds and rounds only what it shows, to clock ticks).
+fn children_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let f: Vec<u64> = rest
+        .split(' ')
+        .skip(13)
+        .take(2)
+        .map(|v| v.parse().expect("a tick count"))
+        .collect();
+    let hz = rustix::param::clock_ticks_per_second();
+    Duration::from_secs_f64((f[0] + f[1]) as f64 / hz as f64)
+}
+
+/// The CPU a run costs, bare bubblewrap and the node alternating in
+/// batches of 10 (a batch's sum is exact to a clock tick): the mean.
+fn cpu_per_run(
+    bare: &dyn Fn() -> Command,
+    node: &dyn Fn(&PathBuf) -> Command,
+    bin: &PathBuf,
+    runs: usize,
+) {
+    const BATCH: usize = 10;
+    let batches = runs.div_ceil(BATCH).max(4);
+    let (mut b, mut o) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..batches {
+        let t = children_cpu();
+        for _ in 0..BATCH {
+            time(&mut bare());
+        }
+        b += children_cpu() - t;
+        let t = children_cpu();
+        for _ in 0..BATCH {
+            time(&mut node(bin));
+        }
+        o += children_cpu() - t;
+    }
+    let n = u32::try_from(batches * BATCH).unwrap_or(u32::MAX);
+    let (mb, mo) = (b / n, o / n);
+    println!("  CPU per run (user+system of the run and all it waited for), {n} runs each, alternating in batches of {BATCH}:");
+    println!(
+        "    bare bwrap mean {:.2} ms; oz0-node sandbox run mean {:.2} ms; ratio {:.2} (goal <= 1.4)",
+        ms(mb),
+        ms(mo),
+        ms(mo) / ms(mb)
+    );
+}
+
+/// Runs per second with 4 loops at once, each run in a fresh work folder.
+fn parallel_loops(bwrap: &str, node: &std::path::Path, data: &std::path::Path, runs: usize) {
+    const LOOPS: usize = 4;
+    let per_loop = runs.max(20);
+    let root = std::env::temp_dir().join(format!("oz0-bench-par-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let root = root.canonicalize().unwrap();
+    let rate = |ours: bool, round: usize| {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for l in 0..LOOPS {
+                let root = &root;
+                s.spawn(move || {
+                    for i in 0..per_loop {
+                        let w = root.join(format!("{round}-{l}-{i}-{ours}"));
+                        std::fs::create_dir(&w).unwrap();
+                        let mut c = if ours {
+                            let mut c = Command::new(node);
+                            c.args(["sandbox", "run", "--work"])
+                                .arg(&w)
+                                .arg("--data-dir")
+                                .arg(data)
+                                .args(["--", "/bin/true"]);
+                            c
+                        } else {
+                            let mut c = Command::new(bwrap);
+                            c.args(["--unshare-all", "--die-with-parent", "--ro-bind", "/", "/"])
+                                .arg("--bind")
+                                .arg(&w)
+                                .args(["/work", "--chdir", "/work", "/bin/true"]);
+                            c
+                        };
+                        time(&mut c);
+                    }
+                });
+            }
+        });
+        (LOOPS * per_loop) as f64 / t.elapsed().as_secs_f64()
+    };
+    // Two rounds each, alternating; the mean of each side.
+    let (mut b, mut o) = (0.0, 0.0);
+    for round in 0..2 {
+        b += rate(false, round) / 2.0;
+        o += rate(true, round) / 2.0;
+    }
+    println!(
+        "  {LOOPS} loops at once, a fresh work folder per run, {} runs a side in 2 rounds:",
+        2 * LOOPS * per_loop
+    );
+    println!(
+        "    bare bwrap {b:.0} runs/s; oz0-node sandbox run {o:.0} runs/s; ratio {:.2} (goal >= 0.8)",
+        o / b
+    );
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// A git repository of `files` small files in `dir`, in folders of 1,000,

@@ -105,7 +105,18 @@ pub fn event_loop(
     once: bool,
 ) -> i32 {
     if let Some(s) = edge {
-        return crate::edge::serve(s, walls, key, facts, || None, Box::pin(stopped()), once);
+        return crate::edge::serve(
+            s,
+            walls,
+            key,
+            facts,
+            || None,
+            Box::pin(async {
+                stopped().await;
+                Ok(())
+            }),
+            once,
+        );
     }
     if once {
         return Exit::Ok.code();

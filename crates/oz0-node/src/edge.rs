@@ -513,8 +513,10 @@ impl Walls {
     }
 }
 
-/// What tells the daemon to stop: a future that resolves once.
-pub type Stop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+/// What tells the daemon to stop: a future that resolves once, with Err
+/// when the node cannot watch for what would stop it (it stops then, and
+/// exits with a failure).
+pub type Stop = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
 
 /// Resolves when `s` (Linux's signal pipe) becomes readable.
 #[cfg(target_os = "linux")]
@@ -526,9 +528,10 @@ pub fn readable(s: std::os::unix::net::UnixStream) -> Stop {
         match watched {
             Ok(s) => {
                 let _ = s.readable().await;
+                Ok(())
             }
             // Stopping is safe; running on unable to stop is not.
-            Err(e) => log(&format!("cannot watch for signals: {e}; stopping")),
+            Err(e) => Err(format!("cannot watch for signals: {e}")),
         }
     })
 }
@@ -576,9 +579,13 @@ pub fn serve(
     let held = walls.sandbox.clone();
     let code = rt.block_on(async move {
         let (signal_tx, signal) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            stop.await;
+        let unwatched = tokio::spawn(async move {
+            let r = stop.await;
+            if let Err(e) = &r {
+                log(&format!("{e}; stopping"));
+            }
             let _ = signal_tx.send(true);
+            r.is_err()
         });
         let recheck_every = s.recheck;
         let max_jobs = s.jobs;
@@ -624,6 +631,9 @@ pub fn serve(
         let _ = stop_tx.send(true);
         while running.join_next().await.is_some() {}
         if d.removed {
+            return Exit::CheckFailed.code();
+        }
+        if unwatched.is_finished() && unwatched.await.unwrap_or(true) {
             return Exit::CheckFailed.code();
         }
         if code != Exit::Ok.code() {
