@@ -29,8 +29,10 @@ fn beating(beat: &Path) -> bool {
             return false;
         };
         // A dying process's lock goes with its last descriptor; a killed
-        // run's processes are gone when it returns, a Mac's within moments.
-        let until = Instant::now() + Duration::from_secs(2);
+        // run's processes are gone when it returns, a Mac's within moments,
+        // a loaded or emulated machine's within seconds (the wait costs
+        // nothing when the lock is free).
+        let until = Instant::now() + Duration::from_secs(10);
         loop {
             match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
                 Ok(()) => return false,
@@ -45,9 +47,11 @@ fn beating(beat: &Path) -> bool {
     before.is_some() && fs::read(beat).ok() != before
 }
 
-/// Waits up to ten seconds for every file of `paths` to exist.
+/// Waits up to thirty seconds for every file of `paths` to exist (a
+/// loaded or emulated machine starts processes slowly; the wait ends the
+/// moment they are there).
 fn wait_for(paths: &[&Path]) -> bool {
-    let until = Instant::now() + Duration::from_secs(10);
+    let until = Instant::now() + Duration::from_secs(30);
     while Instant::now() < until {
         if paths.iter().all(|p| p.exists()) {
             return true;
@@ -178,7 +182,7 @@ pub(super) fn ingress(c: &mut Ctx) -> CheckResult {
     let c = &*c;
     let (reached, run) = std::thread::scope(|s| {
         let h = s.spawn(|| c.launch(req, Some(cancel)));
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while !out.exists() && Instant::now() < deadline && !h.is_finished() {
             std::thread::sleep(Duration::from_millis(5));
         }
