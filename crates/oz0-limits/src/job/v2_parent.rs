@@ -11,6 +11,13 @@ use crate::detect::{controllers_of, procs_of, Layout};
 use crate::error::JobError;
 use crate::fs::CgroupFs;
 
+/// How many times the node's processes are moved into its leaf before
+/// the parent is given up on.
+const MOVE_ATTEMPTS: u32 = 20;
+
+/// Held while a parent is prepared.
+static PREPARING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Makes a v2 job parent usable: its children need the controllers of the
 /// requested limits (`memory`, `pids`) enabled in its
 /// `cgroup.subtree_control`, and a cgroup with controllers enabled for its
@@ -43,6 +50,10 @@ pub(super) fn prepare_v2_root(
             ),
         });
     }
+    // One preparation at a time in this process: runs whose jobs are made
+    // at once (the daemon's --jobs, the self-test's limits) would each see
+    // the other's half-moved node.
+    let _one = PREPARING.lock().unwrap_or_else(|p| p.into_inner());
     let sc = root.join("cgroup.subtree_control");
     let enabled: Vec<String> = fs
         .read(&sc)
@@ -70,46 +81,69 @@ pub(super) fn prepare_v2_root(
     // controllers (pids, cpu) be enabled beside processes, and the cgroup
     // then becomes a thread root, under which no job (a domain) can be made
     // or hold a process (EOPNOTSUPP).
-    if procs_of(fs, root).is_empty() {
-        return fs.write(&sc, &value).map_err(|e| {
-            let fix = fix_for(fs, &Version::V2, &e, "cgroup.subtree_control");
-            io_err("write", &sc, e, fix)
-        });
-    }
-    // Only our own cgroup may be emptied by us.
+    //
+    // Only our own cgroup may be emptied by us: the node's, or the one
+    // above the leaf it already moved into. Processes found there then are
+    // the node's own children forked before it moved (another thread's
+    // run starting meanwhile): they go into the leaf too, and a write that
+    // still meets one (EBUSY) moves them and tries again.
     let own = Layout::read(fs)
         .ok()
         .and_then(|l| l.v2)
         .map(|h| h.own)
         .unwrap_or_default();
-    if own != root {
-        return Err(JobError::Unavailable {
-            reason: format!(
-                "{} holds processes, so controllers cannot be enabled for jobs under it (no internal processes)",
-                root.display()
-            ),
-            fix: "name an empty delegated cgroup with --cgroup-root, or start the node in that cgroup".into(),
-        });
-    }
     let leaf = root.join(NODE_LEAF);
-    if let Err(e) = fs.mkdir(&leaf) {
-        if e.kind() != io::ErrorKind::AlreadyExists {
-            let fix = fix_for(fs, &Version::V2, &e, "the node's leaf cgroup");
-            return Err(io_err("create", &leaf, e, fix));
+    let ours = own == root || own == leaf;
+    for attempt in 1..=MOVE_ATTEMPTS {
+        let procs = procs_of(fs, root);
+        if procs.is_empty() {
+            match fs.write(&sc, &value) {
+                Ok(()) => return Ok(()),
+                Err(e)
+                    if ours
+                        && attempt < MOVE_ATTEMPTS
+                        && e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) =>
+                {
+                    continue
+                }
+                Err(e) => {
+                    let fix = fix_for(fs, &Version::V2, &e, "cgroup.subtree_control");
+                    return Err(io_err("write", &sc, e, fix));
+                }
+            }
         }
-    }
-    let lp = leaf.join("cgroup.procs");
-    for pid in procs_of(fs, root) {
-        if let Err(e) = fs.write(&lp, &pid.to_string()) {
-            // A process that exited meanwhile is fine.
-            if e.raw_os_error() != Some(rustix::io::Errno::SRCH.raw_os_error()) {
-                let fix = fix_for(fs, &Version::V2, &e, "cgroup.procs");
-                return Err(io_err("move a process into", &lp, e, fix));
+        if !ours {
+            return Err(JobError::Unavailable {
+                reason: format!(
+                    "{} holds processes, so controllers cannot be enabled for jobs under it (no internal processes)",
+                    root.display()
+                ),
+                fix: "name an empty delegated cgroup with --cgroup-root, or start the node in that cgroup".into(),
+            });
+        }
+        if let Err(e) = fs.mkdir(&leaf) {
+            if e.kind() != io::ErrorKind::AlreadyExists {
+                let fix = fix_for(fs, &Version::V2, &e, "the node's leaf cgroup");
+                return Err(io_err("create", &leaf, e, fix));
+            }
+        }
+        let lp = leaf.join("cgroup.procs");
+        for pid in procs {
+            if let Err(e) = fs.write(&lp, &pid.to_string()) {
+                // A process that exited meanwhile is fine.
+                if e.raw_os_error() != Some(rustix::io::Errno::SRCH.raw_os_error()) {
+                    let fix = fix_for(fs, &Version::V2, &e, "cgroup.procs");
+                    return Err(io_err("move a process into", &lp, e, fix));
+                }
             }
         }
     }
-    fs.write(&sc, &value).map_err(|e| {
-        let fix = fix_for(fs, &Version::V2, &e, "cgroup.subtree_control");
-        io_err("write", &sc, e, fix)
+    Err(JobError::Unavailable {
+        reason: format!(
+            "{} kept gaining processes while the node moved them into {} ({MOVE_ATTEMPTS} tries), so controllers cannot be enabled for jobs under it",
+            root.display(),
+            leaf.display()
+        ),
+        fix: "start nothing else in the node's cgroup; name an empty delegated cgroup with --cgroup-root".into(),
     })
 }

@@ -392,3 +392,40 @@ fn v2_outcome_reports_oom_pids_and_cpu() {
     let json = serde_json::to_value(&o).unwrap();
     assert_eq!(json["limit_hit"], "memory");
 }
+
+/// Two runs whose jobs are made at once (the daemon's --jobs, the
+/// self-test): the one made second used to find the node already moved
+/// into its leaf by the first and the delegated cgroup still holding the
+/// node's processes of a moment before, and refused the cgroup as someone
+/// else's. Preparations now take turns, and a node in its leaf empties
+/// the cgroup above it as it would its own. (Seen on a real kernel by
+/// `tests/machines.rs`.) A cgroup that is neither stays refused.
+#[test]
+fn v2_a_node_in_its_leaf_still_empties_the_cgroup_above_it() {
+    let fs = v2_host(true);
+    let mode = JobMode::V2 { root: OWN.into() };
+    fs.set_self(
+        "0::/user.slice/user-1001.slice/user@1001.service/app.slice/oz0.service/oz0-node\n",
+        "30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n",
+    );
+    let job = Job::create_with(fs.clone(), &mode, &run("m"), &limits()).unwrap();
+    assert_eq!(fs.content(&format!("{OWN}/cgroup.procs")).unwrap(), "");
+    assert_eq!(
+        fs.content(&format!("{OWN}/oz0-node/cgroup.procs")).unwrap(),
+        "4242\n4243\n"
+    );
+    assert_eq!(
+        fs.content(&format!("{OWN}/cgroup.subtree_control"))
+            .unwrap(),
+        "memory pids"
+    );
+    job.remove().unwrap();
+
+    let fs = v2_host(true);
+    fs.set_self(
+        "0::/user.slice/user-1001.slice/user@1001.service/app.slice/other.service\n",
+        "30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n",
+    );
+    let e = Job::create_with(fs.clone(), &mode, &run("o"), &limits()).unwrap_err();
+    assert!(e.to_string().contains("holds processes"), "{e}");
+}
