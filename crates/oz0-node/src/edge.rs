@@ -579,13 +579,15 @@ pub fn serve(
     let held = walls.sandbox.clone();
     let code = rt.block_on(async move {
         let (signal_tx, signal) = tokio::sync::watch::channel(false);
-        let unwatched = tokio::spawn(async move {
-            let r = stop.await;
-            if let Err(e) = &r {
+        // Set before the signal goes out, so that the loop it stops sees it.
+        let unwatched = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = unwatched.clone();
+        tokio::spawn(async move {
+            if let Err(e) = stop.await {
                 log(&format!("{e}; stopping"));
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
             }
             let _ = signal_tx.send(true);
-            r.is_err()
         });
         let recheck_every = s.recheck;
         let max_jobs = s.jobs;
@@ -633,7 +635,7 @@ pub fn serve(
         if d.removed {
             return Exit::CheckFailed.code();
         }
-        if unwatched.is_finished() && unwatched.await.unwrap_or(true) {
+        if unwatched.load(std::sync::atomic::Ordering::SeqCst) {
             return Exit::CheckFailed.code();
         }
         if code != Exit::Ok.code() {
