@@ -239,6 +239,7 @@ pub(super) async fn report_facts(
                     ""
                 }
             }),
+            build: s.build.as_deref(),
         })
         .await?;
     if dropped > 0 {

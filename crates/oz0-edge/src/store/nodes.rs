@@ -242,7 +242,7 @@ impl Store {
     /// Saves a sanitized report.
     pub async fn save_report(&self, r: Report<'_>) -> Result<(), StoreError> {
         self.exec(
-            "UPDATE nodes SET facts = $1, tier_routed = $2, microvm_ready = $3, oci_ready = $4, arch = $5, dropped_last = $6, dropped_total = dropped_total + $6, reports = reports + 1, last_report_ms = $7, last_seen_ms = $7, psec = $9 WHERE id = $8",
+            "UPDATE nodes SET facts = $1, tier_routed = $2, microvm_ready = $3, oci_ready = $4, arch = $5, dropped_last = $6, dropped_total = dropped_total + $6, reports = reports + 1, last_report_ms = $7, last_seen_ms = $7, psec = $9, build = $10 WHERE id = $8",
             vec![
                 r.facts_json.into(),
                 i64::from(r.tier_routed).into(),
@@ -253,6 +253,7 @@ impl Store {
                 r.now_ms.into(),
                 r.node.into(),
                 r.psec.into(),
+                r.build.into(),
             ],
         )
         .await?;
@@ -364,22 +365,18 @@ impl Store {
         {
             f.jobs.insert(text(&r, 0)?, int(&r, 1)?);
         }
-        // Windows nodes: whether PSEC is there (a few rows: parsed here).
+        // Windows nodes: whether PSEC is there.
         for r in self
             .query(
-                "SELECT id, psec, facts FROM nodes WHERE psec IS NOT NULL AND removed_ms IS NULL ORDER BY id LIMIT 10000",
+                "SELECT id, psec, COALESCE(build, '') FROM nodes WHERE psec IS NOT NULL AND removed_ms IS NULL ORDER BY id LIMIT 10000",
                 vec![],
             )
             .await?
         {
-            let build = serde_json::from_str::<crate::sanitize::Sanitized>(&text(&r, 2)?)
-                .ok()
-                .and_then(|s| s.build)
-                .unwrap_or_default();
             f.psec.push(crate::metrics::PsecNode {
                 node: text(&r, 0)?,
-                build,
                 contract: text(&r, 1)?,
+                build: text(&r, 2)?,
             });
         }
         f.leases_granted = self.counter(super::LEASES_GRANTED).await?;

@@ -193,6 +193,8 @@ pub struct Report<'a> {
     /// A Windows node's PSEC: its contract when the probe found it, `""`
     /// when not; None on other platforms.
     pub psec: Option<&'a str>,
+    /// The OS build or kernel release, when it passed its pattern.
+    pub build: Option<&'a str>,
 }
 
 /// What registering a key did.

@@ -124,8 +124,13 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
     CREATE INDEX jobs_queued ON jobs (tenant, tier_need, enqueued_ms, seq, id) WHERE state = 'queued';",
     ),
     // Whether a Windows node's probe found PSEC, whatever it was started
-    // with: its contract, '' when none; NULL on other platforms.
-    (8, "ALTER TABLE nodes ADD COLUMN psec TEXT;"),
+    // with: its contract, '' when none; NULL on other platforms. And the
+    // OS build or kernel release its last report gave (for /metrics).
+    (
+        8,
+        "ALTER TABLE nodes ADD COLUMN psec TEXT;
+    ALTER TABLE nodes ADD COLUMN build TEXT;",
+    ),
 ];
 
 impl Store {
