@@ -8,7 +8,7 @@ use oz0_policy::RunSpec;
 /// What `spec` asks for that no one enforces without a wall, by the names
 /// a job's payload uses: `egress`, `memory`, `processes`, `cpu_seconds`,
 /// `tmp_size` (a private `/tmp` of that size). Empty when nothing.
-pub fn asks(spec: &RunSpec) -> Vec<&'static str> {
+fn asks(spec: &RunSpec) -> Vec<&'static str> {
     let l = &spec.limits;
     [
         (spec.egress.is_enabled(), "egress"),

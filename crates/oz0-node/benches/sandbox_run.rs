@@ -72,15 +72,7 @@ fn main() {
         c
     };
     let other = std::env::var_os("OZ0_NODE_BIN_OTHER").map(PathBuf::from);
-    let node_cmd = |bin: &PathBuf| {
-        let mut c = Command::new(bin);
-        c.args(["sandbox", "run", "--work"])
-            .arg(&work)
-            .arg("--data-dir")
-            .arg(&data)
-            .args(["--", "/bin/true"]);
-        c
-    };
+    let node_cmd = |bin: &PathBuf| node_true(bin, &work, &data);
     let mut others = Vec::new();
     // Warm up the page cache for all.
     for _ in 0..3 {
@@ -132,15 +124,7 @@ fn main() {
             t.elapsed().as_secs_f64()
         );
         let big = big.canonicalize().unwrap();
-        let run_in = |bin: &PathBuf, w: &PathBuf| {
-            let mut c = Command::new(bin);
-            c.args(["sandbox", "run", "--work"])
-                .arg(w)
-                .arg("--data-dir")
-                .arg(&data)
-                .args(["--", "/bin/true"]);
-            c
-        };
+        let run_in = |bin: &PathBuf, w: &PathBuf| node_true(bin, w, &data);
         let mut bins = vec![node.clone()];
         bins.extend(other.clone());
         let rounds = (runs / 2).max(15);
@@ -172,6 +156,17 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&data);
+}
+
+/// `oz0-node sandbox run -- /bin/true` in `work`, with the data directory `data`.
+fn node_true(bin: &std::path::Path, work: &std::path::Path, data: &std::path::Path) -> Command {
+    let mut c = Command::new(bin);
+    c.args(["sandbox", "run", "--work"])
+        .arg(work)
+        .arg("--data-dir")
+        .arg(data)
+        .args(["--", "/bin/true"]);
+    c
 }
 
 /// User plus system time of this process's waited-for children so far
@@ -241,13 +236,7 @@ fn parallel_loops(bwrap: &str, node: &std::path::Path, data: &std::path::Path, r
                         let w = root.join(format!("{round}-{l}-{i}-{ours}"));
                         std::fs::create_dir(&w).unwrap();
                         let mut c = if ours {
-                            let mut c = Command::new(node);
-                            c.args(["sandbox", "run", "--work"])
-                                .arg(&w)
-                                .arg("--data-dir")
-                                .arg(data)
-                                .args(["--", "/bin/true"]);
-                            c
+                            node_true(node, &w, data)
                         } else {
                             let mut c = Command::new(bwrap);
                             c.args(["--unshare-all", "--die-with-parent", "--ro-bind", "/", "/"])
