@@ -318,10 +318,13 @@ impl JobRequest {
             // and a container tool's in its image's root inside it.
             Isolation::None | Isolation::Container => tier.max(1),
         };
+        // A microVM tool without `command:` runs its image's entrypoint
+        // and cmd, which its node reads from the image's registry.
+        let reads_image = isolation == Isolation::Microvm && job.tool.command.is_empty();
         Ok(Needs {
             tier,
             microvm: isolation == Isolation::Microvm,
-            oci: isolation == Isolation::Container,
+            oci: isolation == Isolation::Container || reads_image,
             oci_gvisor: false,
             arch,
         })
@@ -376,6 +379,9 @@ impl Needs {
                 .as_deref()
                 .map(|a| format!(" for {a}"))
                 .unwrap_or_default();
+            if self.oci {
+                return format!("this microVM tool runs only in a microVM, and has no command:, so its node reads its image's entrypoint and cmd from the image's registry: it needs a node routed at tier 2, labelled isolation.microvm=ready{arch} and runtime.oci=ready, and tenant {tenant} has none live (a node offers microVMs only when its test VM booted inside tier 1, and reads images with --oci-registry naming their registry; or give the tool a command: in its manifest)");
+            }
             return format!("this microVM tool runs only in a microVM: it needs a node routed at tier 2 and labelled isolation.microvm=ready{arch}, and tenant {tenant} has none live (a node offers microVMs only when its test VM booted inside tier 1; oz0-node sandbox vm --probe says why one does not)");
         }
         if self.oci_gvisor {
@@ -427,6 +433,11 @@ mod tests {
             Isolation::Container => format!("tools:\n  - id: t\n    package: oci:example.invalid/t@sha256:{DIGEST}\n"),
             Isolation::None => "tools:\n  - id: t\n    command: [/usr/bin/t]\n".into(),
         }
+    }
+
+    /// A microVM tool without `command:` (the seed's example manifest).
+    fn image_entrypoint() -> String {
+        format!("tools:\n  - id: t\n    package: oci:example.invalid/t@sha256:{DIGEST}\n    isolation: microvm\n")
     }
 
     fn tool(manifest: &str) -> JobPayload {
@@ -523,6 +534,12 @@ mod tests {
         );
         let n = req(Origin::Internal, Isolation::Container).needs().unwrap();
         assert!(n.oci && !n.microvm && n.tier == 1, "{n:?}");
+        // A microVM tool without a command: its node reads the image's
+        // entrypoint from the registry.
+        let n = JobRequest::new(Origin::Internal, tool(&image_entrypoint()))
+            .needs()
+            .unwrap();
+        assert!(n.microvm && n.oci && n.tier == 2, "{n:?}");
         // What the submitter says must match the manifest.
         let mut r = req(Origin::Internal, Isolation::None);
         r.isolation = Isolation::Microvm;
@@ -583,6 +600,16 @@ mod tests {
         let why = n.refusal("acme", Origin::Internal, &[(1, false, false, None)]);
         assert!(
             why.contains("runtime.oci=ready") && why.contains("--oci-registry"),
+            "{why}"
+        );
+        let n = JobRequest::new(Origin::Internal, tool(&image_entrypoint()))
+            .needs()
+            .unwrap();
+        let why = n.refusal("acme", Origin::Internal, &[(2, true, false, None)]);
+        assert!(
+            why.contains("isolation.microvm=ready and runtime.oci=ready")
+                && why.contains("--oci-registry")
+                && why.contains("command:"),
             "{why}"
         );
         assert!(is_tenant("acme") && !is_tenant("Acme") && !is_tenant("a/b"));

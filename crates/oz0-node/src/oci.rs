@@ -111,17 +111,36 @@ pub fn fetch(image: &str, a: &OciArgs, data_dir: &Path) -> Result<(Reference, Im
                 data_dir.display()
             ))
         })?;
-    let client = Client::new(&Options {
-        allowed: a.registries.clone(),
-        auth_file: a.auth.clone(),
-        ca_file: a.ca.clone(),
-    })
-    .map_err(|e| usage(e.to_string()))?;
+    let client = client(a).map_err(usage)?;
     let max = a.cache_mib.saturating_mul(1 << 20);
     let image = Cache::open(data_dir, max)
         .and_then(|c| c.pull(&client, &r))
         .map_err(|e| failed(format!("{r}: {e}")))?;
     Ok((r, image))
+}
+
+/// What a run of `image` starts with, read from its registry (its manifest
+/// and config, each checked against its digest; no layer is fetched): for a
+/// VM that pulls the image itself and is given the command to run.
+pub fn run_config(image: &str, a: &OciArgs) -> Result<RunConfig, FetchError> {
+    let usage = |msg: String| FetchError { msg, usage: true };
+    let r = Reference::parse(image).map_err(|e| usage(e.to_string()))?;
+    let client = client(a).map_err(usage)?;
+    let resolved = oz0_oci::cache::resolve(&client, &r).map_err(|e| FetchError {
+        msg: format!("{r}: {e}"),
+        usage: false,
+    })?;
+    Ok(resolved.config.run)
+}
+
+/// A registry client for the registries, credentials and CAs `a` names.
+fn client(a: &OciArgs) -> Result<Client, String> {
+    Client::new(&Options {
+        allowed: a.registries.clone(),
+        auth_file: a.auth.clone(),
+        ca_file: a.ca.clone(),
+    })
+    .map_err(|e| e.to_string())
 }
 
 fn pull(a: PullArgs) -> i32 {
@@ -145,8 +164,9 @@ fn pull(a: PullArgs) -> i32 {
 }
 
 /// The command a run of the image starts: its entrypoint, then `given`
-/// (the caller's arguments) or, when none are given, its cmd.
-pub(crate) fn command(c: &RunConfig, given: Vec<String>) -> Result<Vec<String>, String> {
+/// (the caller's arguments) or, when none are given, its cmd. `fix` says
+/// how to give a command when the image names none.
+pub(crate) fn command(c: &RunConfig, given: Vec<String>, fix: &str) -> Result<Vec<String>, String> {
     let rest = if given.is_empty() {
         c.cmd.clone()
     } else {
@@ -154,9 +174,9 @@ pub(crate) fn command(c: &RunConfig, given: Vec<String>) -> Result<Vec<String>, 
     };
     let argv: Vec<String> = c.entrypoint.iter().cloned().chain(rest).collect();
     if argv.is_empty() {
-        return Err(
-            "the image's config names no entrypoint and no cmd: give the command after --".into(),
-        );
+        return Err(format!(
+            "the image's config names no entrypoint and no cmd: {fix}"
+        ));
     }
     Ok(argv)
 }

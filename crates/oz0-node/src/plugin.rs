@@ -32,7 +32,8 @@ pub enum PluginCmd {
     /// and the fix), runs the self-test and the microVM probe as `oz0-node
     /// run` does at its start, and prints one line per tool: a microVM tool
     /// needs a test VM that booted inside tier 1 (and the image's
-    /// architecture), a command tool needs tier 1 and a server that starts
+    /// architecture; without command:, its image's registry among
+    /// --oci-registry, where its entrypoint is read), a command tool needs tier 1 and a server that starts
     /// there, a container tool needs tier 1 and its image's registry among
     /// --oci-registry (runtime.oci). A command or container tool's server is
     /// started as `plugin call` starts it (tier 1, a container tool's image
@@ -51,7 +52,8 @@ pub enum PluginCmd {
     /// a microVM of its own for isolation: microvm (never anything weaker),
     /// the tier-1 sandbox for a command tool, its image's root inside tier 1
     /// for a container tool (pulled from a registry --oci-registry names,
-    /// by digest) — makes initialize, tools/list
+    /// by digest); a tool without command: runs its image's entrypoint and
+    /// cmd (a microVM tool's read from that registry) — makes initialize, tools/list
     /// and the call, prints the result, and ends the server and its VM.
     /// Files given with --file are placed under /work/.oz0-files/ and named
     /// in the call's _meta["oz0/files"]. The tool's settings and secrets are
@@ -155,25 +157,18 @@ fn offer(
         Isolation::Container => {
             let why = |w: &str| container_refusal(&t.id, w);
             tier1.map_err(|e| why(&format!("no tier 1 to run containers in: {e}")))?;
-            let registry = t
-                .package
-                .as_deref()
-                .and_then(|p| oz0_oci::Reference::parse(p).ok())
-                .map(|r| r.registry)
-                .unwrap_or_default();
-            if oci.iter().any(|r| r.trim().eq_ignore_ascii_case(&registry)) {
-                Ok(())
-            } else {
-                Err(why(&format!(
-                    "its image's registry {registry} is not among --oci-registry: name it to pull from it"
-                )))
-            }
+            registry_named(t, oci).map_err(|w| why(&w))
         }
         Isolation::Sandbox => tier1.map_err(|why| {
             format!("tool {:?} is left out: its server runs in the node's tier-1 sandbox, which this node does not have ({why})", t.id)
         }),
         Isolation::Microvm => {
             microvm.map_err(|why| crate::tool::left_out(&t.id, &why))?;
+            if t.command.is_empty() {
+                registry_named(t, oci).map_err(|w| {
+                    format!("tool {:?} is left out: it has no command:, so its VM runs its image's entrypoint and cmd, which the node reads from the image's registry, and {w}", t.id)
+                })?;
+            }
             match t.arch.as_deref() {
                 Some(a) if a != std::env::consts::ARCH => Err(format!(
                     "tool {:?} is left out: its image is for {a}, and this node runs on {}",
@@ -183,6 +178,24 @@ fn offer(
                 _ => Ok(()),
             }
         }
+    }
+}
+
+/// Whether `t`'s image comes from a registry among `oci` (the node's
+/// `--oci-registry`), and the fix when not.
+fn registry_named(t: &Tool, oci: &[String]) -> Result<(), String> {
+    let registry = t
+        .package
+        .as_deref()
+        .and_then(|p| oz0_oci::Reference::parse(p).ok())
+        .map(|r| r.registry)
+        .unwrap_or_default();
+    if oci.iter().any(|r| r.trim().eq_ignore_ascii_case(&registry)) {
+        Ok(())
+    } else {
+        Err(format!(
+            "its image's registry {registry} is not among --oci-registry: name it to pull from it"
+        ))
     }
 }
 
@@ -540,4 +553,40 @@ fn signal_cancel() -> std::io::Result<(OwnedFd, Signalled)> {
         let _ = signal_hook::flag::register_usize(sig, which, n);
     }
     Ok((OwnedFd::from(r), Signalled(which)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: &str = "oci:ghcr.io/acme/fetch@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+    fn tool(rest: &str) -> Tool {
+        let m = oz0_plugin::manifest::Manifest::parse(&format!(
+            "tools:\n  - id: t\n    package: {P}\n    isolation: microvm\n{rest}"
+        ))
+        .unwrap();
+        m.tools.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn a_microvm_tool_without_a_command_needs_its_images_registry() {
+        let registries = ["ghcr.io".to_string()];
+        let bare = tool("");
+        assert_eq!(offer(&bare, Ok(()), Ok(()), &registries), Ok(()));
+        let why = offer(&bare, Ok(()), Ok(()), &[]).unwrap_err();
+        assert!(
+            why.contains("has no command:") && why.contains("ghcr.io is not among --oci-registry"),
+            "{why}"
+        );
+        // With a command, the VM needs nothing of the registry.
+        let given = tool("    command: [/app/server]\n");
+        assert_eq!(offer(&given, Ok(()), Ok(()), &[]), Ok(()));
+        // No microVMs: that reason first.
+        let why = offer(&bare, Ok(()), Err("no VMM".into()), &registries).unwrap_err();
+        assert!(
+            why.contains("runs only in a microVM") && why.contains("no VMM"),
+            "{why}"
+        );
+    }
 }

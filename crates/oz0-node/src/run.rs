@@ -151,7 +151,7 @@ fn request(args: &RunArgs, image: Option<&Image>) -> Result<RunRequest, String> 
     let mut env = parse_env(args)?;
     if let Some(i) = image {
         let c = &i.record.config;
-        command = crate::oci::command(c, command)?;
+        command = crate::oci::command(c, command, "give the command after --")?;
         let notes;
         (env, notes) = crate::oci::env(c, env)?;
         for n in notes {

@@ -139,9 +139,15 @@ pub enum ToolError {
     /// The work folder's or data directory's path is not UTF-8.
     #[error("{0}'s path is not UTF-8")]
     NotUtf8(&'static str),
-    /// A microVM tool without a command.
-    #[error("tool {0:?}: this node does not read an image's entrypoint: give the server's command: in oz0-plugin.yaml")]
-    NoCommand(String),
+    /// A microVM tool without a command, on a node that reads no image's
+    /// config.
+    #[error("tool {tool:?} has no command:, so its VM runs its image's entrypoint and cmd, read from the image's registry, and this node reads none: {why}; or give the server's command: in oz0-plugin.yaml")]
+    NoCommand {
+        /// The tool.
+        tool: String,
+        /// Why the node reads no image's config.
+        why: String,
+    },
     /// The server's run was refused before it started.
     #[error(transparent)]
     Spec(#[from] oz0_policy::spec::SpecError),
@@ -370,9 +376,11 @@ struct Served {
 /// Serves the call from a microVM of its own.
 fn in_vm(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, ToolError> {
     let t = call.t;
-    if t.tool.command.is_empty() {
-        return Err(ToolError::NoCommand(t.tool.id.clone()));
-    }
+    let command = if t.tool.command.is_empty() {
+        image_command(&ctx, &t.tool)?
+    } else {
+        t.tool.command.clone()
+    };
     let (backend, warning) = backend_from_env().map_err(|e| ToolError::LeftOut {
         tool: t.tool.id.clone(),
         why: e.to_string(),
@@ -394,7 +402,7 @@ fn in_vm(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, ToolError> {
         forward: Vec::new(),
         env: call.env,
         image: Some(image),
-        command: t.tool.command.clone(),
+        command,
         data_dir: ctx.data_dir.to_path_buf(),
         boot_timeout: call.deadline.saturating_duration_since(Instant::now()),
         monitor_limits: call.limits,
@@ -430,6 +438,27 @@ fn in_vm(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, ToolError> {
         vm_answered: answered,
         look: None,
     })
+}
+
+/// How a tool whose image names no command is given one.
+const NO_COMMAND_FIX: &str = "give the server's command: in oz0-plugin.yaml";
+
+/// What the VM of a microVM tool without `command:` runs: its image's
+/// entrypoint and cmd, from the config its registry holds (the VM pulls
+/// the image itself; the node fetches no layer).
+fn image_command(ctx: &Ctx<'_>, tool: &Tool) -> Result<Vec<String>, ToolError> {
+    let package = tool.package.clone().unwrap_or_default();
+    let oci = ctx.images.as_ref().map_err(|why| ToolError::NoCommand {
+        tool: tool.id.clone(),
+        why: why.clone(),
+    })?;
+    let refuse = |why: String| ToolError::Image {
+        tool: tool.id.clone(),
+        image: package.clone(),
+        why,
+    };
+    let c = crate::oci::run_config(&package, oci).map_err(|e| refuse(e.msg))?;
+    crate::oci::command(&c, Vec::new(), NO_COMMAND_FIX).map_err(refuse)
 }
 
 /// The run of a tool's server in tier 1, and the image it runs in (held
@@ -483,7 +512,7 @@ fn server_run(
         let c = &i.record.config;
         command = tool.command.clone();
         if command.is_empty() {
-            command = crate::oci::command(c, Vec::new()).map_err(&refuse)?;
+            command = crate::oci::command(c, Vec::new(), NO_COMMAND_FIX).map_err(&refuse)?;
         }
         let notes;
         (env, notes) = crate::oci::env(c, env).map_err(&refuse)?;

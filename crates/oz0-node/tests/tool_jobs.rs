@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use common::fleet::{edge_bin, oz0_bin, processes_with, Edge, Node, OPERATOR};
+use common::oci::{tar, Registry};
 use common::{alias_bomb, node, prlimit, sandbox_ready, skip, TempDir, BOMB_AS_LIMIT};
 use oz0_edge::client::{raw_request_with, Trust};
 use oz0_edge::routing::{JobKind, Origin};
@@ -99,12 +100,30 @@ fn b64(s: &str) -> String {
 }
 
 fn vm_call(name: &str, arguments: serde_json::Value, files: &[(&str, &str)]) -> serde_json::Value {
+    call_of(&vm_manifest(), name, arguments, files)
+}
+
+/// A microVM tool without `command:` (the seed's example manifest): its VM
+/// runs `image`'s entrypoint and cmd.
+fn image_manifest(image: &str) -> String {
+    format!(
+        "name: tool-job-test\ntools:\n  - id: py\n    package: {image}\n    isolation: microvm\n    arch: x86_64\n    container: {{memory_mb: 384, cpus: 1}}\n"
+    )
+}
+
+/// A call of tool `py` of `manifest`, with the server's file and `files`.
+fn call_of(
+    manifest: &str,
+    name: &str,
+    arguments: serde_json::Value,
+    files: &[(&str, &str)],
+) -> serde_json::Value {
     let mut f = vec![serde_json::json!({"name": "server.py", "base64": b64(SERVER)})];
     for (n, c) in files {
         f.push(serde_json::json!({"name": n, "base64": b64(c)}));
     }
     serde_json::json!({
-        "manifest": vm_manifest(),
+        "manifest": manifest,
         "tool": "py",
         "name": name,
         "arguments": arguments,
@@ -212,6 +231,22 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
     let Some((edge_bin, test_node)) = ready() else {
         return;
     };
+    // The registry the microVM tool without `command:` names its image in:
+    // its config's entrypoint and cmd start the server (the QEMU test
+    // backend boots the test guest's `python` image: it has no registry).
+    let Some(reg) = Registry::start() else {
+        return;
+    };
+    let layer = tar(&[("srv/", b'5', 0o755, b"")]);
+    let python = reg.push_with(
+        "python",
+        std::slice::from_ref(&layer),
+        None,
+        r#"{"Entrypoint":["python3"],"Cmd":["/work/.oz0-files/server.py"]}"#,
+    );
+    let python = format!("oci:{}/python@{python}", reg.host());
+    let bare = reg.push_with("bare/python", &[layer], None, r#"{"Env":["A=1"]}"#);
+    let bare = format!("oci:{}/bare/python@{bare}", reg.host());
     // A short lease: a cancel reaches the node at its next renewal, a
     // third of it.
     let edge = Edge::start(&edge_bin, 9);
@@ -227,6 +262,20 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
     assert!(
         refused.contains("runs only in a microVM")
             && refused.contains("isolation.microvm=ready for x86_64"),
+        "{refused}"
+    );
+
+    // Without `command:`: its node must also read the image's registry.
+    let refused = submit(call_of(
+        &image_manifest(&python),
+        "read_file",
+        serde_json::json!({}),
+        &[],
+    ))
+    .unwrap_err();
+    assert!(
+        refused.contains("isolation.microvm=ready for x86_64 and runtime.oci=ready")
+            && refused.contains("--oci-registry"),
         "{refused}"
     );
 
@@ -351,7 +400,9 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
     drop(shipped);
 
     // The test build proves microVMs through the test backend and says so.
-    let mut n = Node::start_with(&test_node, &edge, "vmnode", &[], &test_env);
+    let registry = ["--oci-registry".to_string(), reg.host()];
+    let registry: Vec<&str> = registry.iter().map(String::as_str).collect();
+    let mut n = Node::start_with(&test_node, &edge, "vmnode", &registry, &test_env);
     n.wait_log("facts reported: the edge routes this node at tier 2", 300);
     let view = edge.rt.block_on(edge.op.node("vmnode")).unwrap();
     assert_eq!(view.tier_routed, 2, "{view:?}");
@@ -378,6 +429,38 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
         "tool job submit -> result: {:.1} s (QEMU TCG software emulation, Python SDK server)",
         took.as_secs_f64()
     );
+
+    // Without `command:`: the VM runs the image's entrypoint and cmd, read
+    // from its registry by digest.
+    let id = submit(call_of(
+        &image_manifest(&python),
+        "read_file",
+        serde_json::json!({"path": "/work/.oz0-files/input.txt"}),
+        &[("input.txt", text)],
+    ))
+    .unwrap();
+    let j = json(&edge.wait_job(&id, 300));
+    assert_eq!(j["state"], "succeeded", "{j}\n{}", n.log());
+    assert_eq!(j["result"]["content"][0]["text"], text, "{j}");
+    wait_clean(&n);
+    // An image whose config names neither: the job fails before any VM,
+    // saying so with the fix.
+    let id = submit(call_of(
+        &image_manifest(&bare),
+        "read_file",
+        serde_json::json!({}),
+        &[],
+    ))
+    .unwrap();
+    let j = json(&edge.wait_job(&id, 120));
+    assert_eq!(j["state"], "failed", "{j}");
+    assert!(
+        j["error"].as_str().unwrap_or("").contains(
+            "names no entrypoint and no cmd: give the server's command: in oz0-plugin.yaml"
+        ),
+        "{j}"
+    );
+    wait_clean(&n);
 
     // A result over the bound: refused whole, never cut.
     let id = submit(vm_call("big", serde_json::json!({"n": 1_200_000}), &[])).unwrap();
@@ -421,7 +504,7 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
         "a killed node leaves its VM's record"
     );
     edge.cancel(&id);
-    n.restart(&test_node, &edge, "vmnode", &[], &test_env);
+    n.restart(&test_node, &edge, "vmnode", &registry, &test_env);
     n.wait_log("removed 1 stale microVM folder(s)", 120);
     n.wait_log("facts reported", 300);
     wait_clean(&n);

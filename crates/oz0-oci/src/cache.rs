@@ -129,6 +129,64 @@ impl Drop for Scratch<'_> {
     }
 }
 
+/// What an image's manifest and config say, read from its registry without
+/// its layers.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The manifest's digest (the platform's, when `r` names an index).
+    pub manifest_digest: Digest,
+    /// The manifest.
+    pub manifest: manifest::Manifest,
+    /// The config, parsed for this node's platform.
+    pub config: manifest::ImageConfig,
+}
+
+/// The manifest and config of the image `r` names (the platform's manifest
+/// of an index), each checked against its digest as it streams and
+/// bounded before it is parsed; no layer is fetched. A registry the
+/// operator did not allow is refused.
+pub fn resolve(client: &Client, r: &Reference) -> Result<Resolved, PullError> {
+    client.check_allowed(r)?;
+    let doc = |what: &'static str, digest: &Digest, why: ManifestError| PullError::Document {
+        what,
+        digest: digest.clone(),
+        why,
+    };
+    let (body, ct) = client.manifest(r, &r.digest)?;
+    let (manifest_digest, m) = match manifest::parse_document(&body, ct.as_deref())
+        .map_err(|w| doc("the manifest", &r.digest, w))?
+    {
+        Document::Image(m) => (r.digest.clone(), m),
+        Document::Index(list) => {
+            let d = manifest::pick_platform(&list).map_err(|w| doc("the index", &r.digest, w))?;
+            let (body, ct) = client.manifest(r, &d.digest)?;
+            match manifest::parse_document(&body, ct.as_deref())
+                .map_err(|w| doc("the manifest", &d.digest, w))?
+            {
+                Document::Image(m) => (d.digest, m),
+                Document::Index(_) => {
+                    return Err(doc("the manifest", &d.digest, ManifestError::NestedIndex))
+                }
+            }
+        }
+    };
+    let mut config = Vec::new();
+    client.blob(
+        r,
+        &m.config,
+        &format!("the config {}", m.config.digest),
+        MAX_MANIFEST,
+        &mut config,
+    )?;
+    let cfg = manifest::parse_config(&config, m.layers.len())
+        .map_err(|w| doc("the config", &m.config.digest, w))?;
+    Ok(Resolved {
+        manifest_digest,
+        manifest: m,
+        config: cfg,
+    })
+}
+
 impl Cache {
     /// The cache under `data_dir/oci`, made when missing, bounded at
     /// `max_bytes` of image data.
@@ -240,40 +298,11 @@ impl Cache {
 
     /// Pulls and unpacks `r` into `images/` (its lock held).
     fn fetch(&self, client: &Client, r: &Reference) -> Result<Record, PullError> {
-        let doc = |what: &'static str, digest: &Digest, why: ManifestError| PullError::Document {
-            what,
-            digest: digest.clone(),
-            why,
-        };
-        let (body, ct) = client.manifest(r, &r.digest)?;
-        let (manifest_digest, m) = match manifest::parse_document(&body, ct.as_deref())
-            .map_err(|w| doc("the manifest", &r.digest, w))?
-        {
-            Document::Image(m) => (r.digest.clone(), m),
-            Document::Index(list) => {
-                let d =
-                    manifest::pick_platform(&list).map_err(|w| doc("the index", &r.digest, w))?;
-                let (body, ct) = client.manifest(r, &d.digest)?;
-                match manifest::parse_document(&body, ct.as_deref())
-                    .map_err(|w| doc("the manifest", &d.digest, w))?
-                {
-                    Document::Image(m) => (d.digest, m),
-                    Document::Index(_) => {
-                        return Err(doc("the manifest", &d.digest, ManifestError::NestedIndex))
-                    }
-                }
-            }
-        };
-        let mut config = Vec::new();
-        client.blob(
-            r,
-            &m.config,
-            &format!("the config {}", m.config.digest),
-            MAX_MANIFEST,
-            &mut config,
-        )?;
-        let cfg = manifest::parse_config(&config, m.layers.len())
-            .map_err(|w| doc("the config", &m.config.digest, w))?;
+        let Resolved {
+            manifest_digest,
+            manifest: m,
+            config: cfg,
+        } = resolve(client, r)?;
         let need: u64 = m
             .layers
             .iter()
