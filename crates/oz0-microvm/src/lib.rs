@@ -30,6 +30,7 @@ pub mod command;
 pub mod guest;
 /// The plugin manifest (`oz0-plugin.yaml`), from `oz0-plugin`.
 pub use oz0_plugin::manifest;
+pub mod monitor;
 pub mod mux;
 pub mod pin;
 pub mod smolguest;

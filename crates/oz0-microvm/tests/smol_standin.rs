@@ -91,6 +91,43 @@ fn wait_exit(child: &mut Child, limit: Duration, what: &str) -> Option<i32> {
     }
 }
 
+/// The monitor's processes (the stand-in's, where smolvm's would run),
+/// read from `/proc` while the VM runs: no capability, no new privileges,
+/// tier 1's seccomp filter (smolvm would stack its own: the stand-in does
+/// not), and in `/dev` tier 1's device nodes and `/dev/kvm`, the one
+/// device the monitor is given.
+fn monitor_is_walled(standin: &Path) {
+    let cli = standin.join("smolvm").display().to_string();
+    let mut seen = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(c) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        if !String::from_utf8_lossy(&c).contains(&cli) {
+            continue;
+        }
+        let Ok(o) = oz0_microvm::monitor::observe(pid) else {
+            continue; // it ended meanwhile
+        };
+        assert!(o.no_capabilities() && o.no_new_privs, "{o:?}");
+        assert_eq!((o.seccomp, o.seccomp_filters), (2, 1), "{o:?}");
+        let mut want = vec!["full", "null", "random", "tty", "urandom", "zero"];
+        if Path::new("/dev/kvm").exists() {
+            want.push("kvm");
+            want.sort_unstable();
+        }
+        assert_eq!(o.devices, want, "{o:?}");
+        seen += 1;
+    }
+    assert!(
+        seen > 0,
+        "no process of the monitor ({cli}) was found running"
+    );
+}
+
 /// A session as a client has it: the handshake, the tools, a write in the
 /// work folder, then the end of its input ends the server and the VM; the
 /// VM's folder and record are gone.
@@ -106,6 +143,7 @@ fn a_session_writes_its_work_folder_and_ends_with_its_input() {
     assert!(tools.to_string().contains("write_file"), "{tools}");
     let (_, dir) = records_pid(&st).expect("a record while the VM runs");
     assert!(dir.is_dir());
+    monitor_is_walled(&standin);
     let (t, err) = c.call(
         "write_file",
         json!({"path": "hello.txt", "content": "through the smolvm path"}),

@@ -211,6 +211,31 @@ fn json(j: &oz0_edge::wire::JobView) -> serde_json::Value {
     serde_json::to_value(j).unwrap()
 }
 
+/// The running VM's monitor (QEMU, the test backend's VMM), read from
+/// `/proc`: no capability, no new privileges, two seccomp filters (tier
+/// 1's `vmm` profile and QEMU's own `-sandbox on`, as smolvm's monitor has
+/// tier 1's and smolvm's), and in its `/dev` only tier 1's device nodes:
+/// software emulation is given no `/dev/kvm` (smol_standin.rs shows the
+/// smolvm path's monitor with it).
+fn monitor_is_walled(n: &Node) {
+    let qemu: Vec<String> = processes_with(&n.dir.s())
+        .into_iter()
+        .filter(|p| p.contains("qemu-system"))
+        .collect();
+    assert_eq!(qemu.len(), 1, "one VM's monitor runs: {qemu:?}");
+    let pid: u32 = qemu[0].split(':').next().unwrap().parse().unwrap();
+    let o = oz0_microvm::monitor::observe(pid).unwrap();
+    assert!(o.no_capabilities(), "{o:?}");
+    assert!(o.no_new_privs, "{o:?}");
+    assert_eq!((o.seccomp, o.seccomp_filters), (2, 2), "{o:?}");
+    assert_eq!(
+        o.devices,
+        ["full", "null", "random", "tty", "urandom", "zero"],
+        "{o:?}"
+    );
+    eprintln!("the VM's monitor (pid {pid}), from /proc: {o:?}");
+}
+
 /// Waits until the job's hanging tool has started (its file in the job's
 /// work folder).
 fn wait_hanging(n: &Node, id: &str) {
@@ -476,10 +501,12 @@ fn tool_jobs_run_mcp_servers_behind_the_wall_their_manifest_asks_for() {
     );
     wait_clean(&n);
 
-    // Cancelled mid-call: the node hears of it and stops the VM.
+    // Cancelled mid-call: the node hears of it and stops the VM. Before,
+    // the running monitor is read from /proc.
     let id = submit(vm_call("hang", serde_json::json!({}), &[])).unwrap();
     wait_hanging(&n, &id);
     assert!(!vm_leftovers(&n).is_empty(), "the VM runs");
+    monitor_is_walled(&n);
     let j = json(&edge.cancel(&id));
     assert_eq!(j["state"], "cancelled", "{j}");
     n.wait_log(&format!("job {id} cancelled by an operator: stopped"), 30);
