@@ -168,6 +168,13 @@ fn config(spec: &RunSpec, rootfs: &str, cwd: &str) -> serde_json::Value {
         .collect();
     env.push(format!("HOME={TMP_INSIDE}"));
     env.push(format!("TMPDIR={TMP_INSIDE}"));
+    // The run is told its wall: gVisor's kernel, in the image's root.
+    let told = oz0_policy::describe::Description::walled(1, "gvisor", spec, cwd, TMP_INSIDE);
+    env.push(format!(
+        "{}={}",
+        oz0_policy::describe::SANDBOX_VAR,
+        told.var(None)
+    ));
     let none: [&str; 0] = [];
     json!({
         "ociVersion": "1.0.2",

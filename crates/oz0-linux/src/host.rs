@@ -147,6 +147,9 @@ pub struct HostFacts {
     /// The mount points of the node's mount namespace (a bind of a folder
     /// takes those under it along).
     pub mounts: Vec<String>,
+    /// The node user's home (`HOME`, when it is a plain absolute path):
+    /// its secrets there answer as refused in the run.
+    pub home: Option<AbsPath>,
 }
 
 impl HostFacts {
@@ -535,6 +538,9 @@ pub fn gather(
             protected,
             ids,
             mounts,
+            home: std::env::var("HOME")
+                .ok()
+                .and_then(|h| AbsPath::new(&h).ok()),
         },
         held,
     ))

@@ -305,6 +305,7 @@ fn wire(
     let cfg = StageConfig {
         argv: plan.argv.clone(),
         env: plan.env.clone(),
+        policy: plan.policy.clone(),
         landlock: plan.landlock.clone(),
         landlock_off: plan.landlock_off,
         seccomp: plan.seccomp,

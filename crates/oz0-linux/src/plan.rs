@@ -25,7 +25,6 @@
 //! - The root of the sandbox is read-only; TEMP is a private tmpfs of a
 //!   bounded size and number of files, as is the run's `/dev`.
 
-use oz0_policy::env::DEFAULT_PATH;
 use oz0_policy::{AbsPath, RunSpec};
 use serde::Serialize;
 
@@ -33,9 +32,11 @@ use crate::host::{Entry, HostFacts};
 use crate::seccomp::Profile;
 
 mod protect;
+mod told;
 mod types;
 
 use protect::{mount_points, Holder};
+pub use told::POLICY_INSIDE;
 pub use types::*;
 
 /// Where the node binary is inside every run.
@@ -245,6 +246,9 @@ pub struct Plan {
     pub mount_points: Vec<String>,
     /// Exactly the command's environment.
     pub env: Vec<(String, String)>,
+    /// The run's policy file (see [`oz0_policy::describe`]), which the
+    /// stage writes at [`POLICY_INSIDE`].
+    pub policy: String,
     /// The command's working directory.
     pub cwd: AbsPath,
     /// The command.
@@ -376,11 +380,16 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
     // A stable sort by depth puts every mount after the mounts of its parents.
     user.sort_by_key(|m| m.dest().depth());
     l.mounts.extend(user);
+    // 5. The node user's secrets under its home answer as refused.
+    let refused = told::refused_home(host, extras, &l.mounts);
+    l.mounts
+        .extend(refused.iter().map(|p| Mount::Refused { dest: p.clone() }));
     // The stage binds the protected paths after all of these, then mounts
     // the placeholders (so they are never hidden under a later mount), then
     // makes the root read-only.
 
-    let env = environment(spec, extras)?;
+    let described = told::describe(spec, extras, &work_inside, &refused);
+    let env = told::environment(spec, extras, &described)?;
     let namespaces = namespaces(extras);
 
     let Layers {
@@ -407,6 +416,7 @@ pub fn plan(spec: &RunSpec, host: &HostFacts, extras: &Extras) -> Result<Plan, P
         holds,
         mount_points,
         env,
+        policy: described.policy(),
         cwd: match &extras.image {
             None => spec.work.clone(),
             Some(i) => i.cwd.clone(),
@@ -650,26 +660,6 @@ fn refuse_protected_writes(spec: &RunSpec, protected: &[Protected]) -> Result<()
     Ok(())
 }
 
-/// Exactly the command's environment: the caller's with `PATH`, `HOME` and
-/// `TMPDIR`, then a fault's leak, then a VM monitor's secrets (each checked).
-fn environment(spec: &RunSpec, extras: &Extras) -> Result<Vec<(String, String)>, PlanError> {
-    let mut env = spec.env_with_path(DEFAULT_PATH);
-    env.push(("HOME".into(), TMP_INSIDE.into()));
-    env.push(("TMPDIR".into(), TMP_INSIDE.into()));
-    if let Some(Fault::LeakEnv(n, v)) = &extras.fault {
-        env.push((n.clone(), v.clone()));
-    }
-    for (n, v) in &extras.vm_secrets {
-        let rest = n.strip_prefix(VM_SECRET_PREFIX).unwrap_or("");
-        let ok = !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        if !ok || env.iter().any(|(e, _)| e == n) {
-            return Err(PlanError::BadVmSecret(n.clone()));
-        }
-        env.push((n.clone(), v.clone()));
-    }
-    Ok(env)
-}
-
 /// [`NAMESPACES`], less the one a self-test fault shares with the host.
 fn namespaces(extras: &Extras) -> Vec<Namespace> {
     NAMESPACES
@@ -738,6 +728,12 @@ impl Plan {
                 Mount::DevBind { src, dest } => {
                     a.extend(["--dev-bind".into(), src.to_string(), dest.to_string()])
                 }
+                Mount::Refused { dest } => a.extend([
+                    "--perms".into(),
+                    "0000".into(),
+                    "--dir".into(),
+                    dest.to_string(),
+                ]),
             }
         }
         a.extend([

@@ -26,6 +26,8 @@ pub struct StageConfig {
     pub argv: Vec<String>,
     /// Exactly its environment.
     pub env: Vec<(String, String)>,
+    /// The run's policy file, written at `plan::POLICY_INSIDE`.
+    pub policy: String,
     /// Landlock rules.
     pub landlock: LandlockRules,
     /// Landlock is not applied (a self-test fault only).

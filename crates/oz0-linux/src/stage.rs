@@ -247,6 +247,21 @@ fn hide_placeholders_from_git(cfg: &StageConfig) {
     });
 }
 
+/// Writes the run's policy file (what its `OZ0_SANDBOX` names) in its
+/// private `/tmp`, new and read-only: the run's own copy of what the node
+/// told it.
+fn write_policy(cfg: &StageConfig) -> Result<(), StageError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        // create_new: O_EXCL, so no link left there is followed.
+        .mode(0o444)
+        .open(crate::plan::POLICY_INSIDE)
+        .and_then(|mut f| f.write_all(cfg.policy.as_bytes()))
+        .map_err(os("writing the run's policy file"))
+}
+
 fn restrict() -> Result<(StageConfig, landlock::LandlockReport), StageError> {
     let mut raw = Vec::new();
     File::from(oz0_sys::spawn::inherited_fd(fds::CONFIG).map_err(os("no configuration"))?)
@@ -265,6 +280,7 @@ fn restrict() -> Result<(StageConfig, landlock::LandlockReport), StageError> {
     crate::hold::prepare_mounts(&cfg.devices, cfg.tmp, &cfg.holds, &cfg.placeholders)?;
     crate::hold::verify_mount_table(&cfg.mount_points)?;
     hide_placeholders_from_git(&cfg);
+    write_policy(&cfg)?;
     crate::hold::enter_own_user_namespace()?;
     crate::hold::drop_capabilities()?;
     let programs = seccomp::compile(cfg.seccomp, cfg.deny_unix_sockets)?;

@@ -387,7 +387,12 @@ impl oz0_core::Sandbox for Plain {
         }
         let temp = RunTemp::new(&self.temp_root)?;
         let (argv, membership) = tracking_argv(&temp.abs()?, &spec.command);
-        let env = spec.env_with_path(crate::seatbelt::DEFAULT_PATH);
+        let mut env = spec.env_with_path(crate::seatbelt::DEFAULT_PATH);
+        // The run is told it has no wall (tier 0).
+        env.push((
+            oz0_policy::describe::SANDBOX_VAR.into(),
+            oz0_policy::describe::Description::unwalled("").var(None),
+        ));
         let o = supervise(
             &Launch {
                 argv: &argv,

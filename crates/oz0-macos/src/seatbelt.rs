@@ -489,6 +489,15 @@ fn run_env(spec: &RunSpec, host: &MacHost, egress: Option<&ProxyPort>) -> Vec<(S
     let mut env = spec.env_with_path(DEFAULT_PATH);
     env.push(("HOME".into(), host.run_temp.as_str().to_string()));
     env.push(("TMPDIR".into(), host.run_temp.as_str().to_string()));
+    // The run is told its wall (the environment check asks for it).
+    let told = oz0_policy::describe::Description::walled(
+        1,
+        "seatbelt",
+        spec,
+        spec.work.as_str(),
+        host.run_temp.as_str(),
+    );
+    env.push((oz0_policy::describe::SANDBOX_VAR.into(), told.var(None)));
     if let Some(e) = egress {
         let url = format!("http://oz0:{}@127.0.0.1:{}", e.token, e.port);
         for n in [

@@ -273,42 +273,7 @@ pub fn smolvm_argv(vmm: &Vmm, r: &SmolvmRun<'_>) -> Vec<String> {
         "--name".into(),
         r.name.clone(),
     ];
-    let mut exec = vec![
-        "machine".to_string(),
-        "exec".into(),
-        "--name".into(),
-        r.name.clone(),
-        "-u".into(),
-        format!("{}:{}", r.uid, r.gid),
-        "-w".into(),
-        "/work".into(),
-        "-e".into(),
-        "HOME=/tmp".into(),
-        "-e".into(),
-        "TMPDIR=/tmp".into(),
-    ];
-    if r.interactive {
-        exec.push("-i".into());
-    }
-    let secret = |guest: &str| format!("{guest}={}{guest}", oz0_linux::plan::VM_SECRET_PREFIX);
-    for n in &r.env_names {
-        exec.push("--secret-env".into());
-        exec.push(secret(n));
-    }
-    if r.egress {
-        exec.push("--secret-env".into());
-        exec.push(secret(crate::smolguest::TOKEN_VAR));
-    }
-    exec.push("--".into());
-    if r.egress {
-        exec.extend([
-            format!("/oz0/{NODE_IN_GUEST}"),
-            crate::smolguest::EGRESS_ARG.into(),
-            crate::smolguest::GUEST_EGRESS_SOCKET.into(),
-            "--".into(),
-        ]);
-    }
-    exec.extend(r.command.iter().cloned());
+    let exec = smolvm_exec(r);
     let delete = vec![
         "machine".to_string(),
         "delete".into(),
@@ -357,6 +322,55 @@ exit $status"#;
         argv.extend(part);
     }
     argv
+}
+
+/// `machine exec`: the server as the node's uid and gid in `/work`, its
+/// variables by name (`--secret-env`), and with egress the guest's bridge
+/// in front of it.
+fn smolvm_exec(r: &SmolvmRun<'_>) -> Vec<String> {
+    let mut exec = vec![
+        "machine".to_string(),
+        "exec".into(),
+        "--name".into(),
+        r.name.clone(),
+        "-u".into(),
+        format!("{}:{}", r.uid, r.gid),
+        "-w".into(),
+        "/work".into(),
+        "-e".into(),
+        "HOME=/tmp".into(),
+        "-e".into(),
+        "TMPDIR=/tmp".into(),
+        "-e".into(),
+        format!(
+            "{}={}",
+            oz0_policy::describe::SANDBOX_VAR,
+            oz0_policy::describe::MICROVM_VALUE
+        ),
+    ];
+    if r.interactive {
+        exec.push("-i".into());
+    }
+    let secret = |guest: &str| format!("{guest}={}{guest}", oz0_linux::plan::VM_SECRET_PREFIX);
+    for n in &r.env_names {
+        exec.push("--secret-env".into());
+        exec.push(secret(n));
+    }
+    if r.egress {
+        exec.push("--secret-env".into());
+        exec.push(secret(crate::smolguest::TOKEN_VAR));
+    }
+    exec.push("--".into());
+    if r.egress {
+        exec.extend([
+            format!("/oz0/{NODE_IN_GUEST}"),
+            crate::smolguest::EGRESS_ARG.into(),
+            crate::smolguest::GUEST_EGRESS_SOCKET.into(),
+            "--".into(),
+        ]);
+    }
+    exec.extend(r.command.iter().cloned());
+    exec
 }
 
 /// smolvm's own variables: its libraries, its agent, its data under the
@@ -489,7 +503,7 @@ mod tests {
             "oz0-smolvm /opt/smolvm/smol-vmm  \
 machine create --name oz0-a -v /w:/work --cpus 2 --mem 512 --image oci:x --oz0-- \
 machine start --name oz0-a --oz0-- \
-machine exec --name oz0-a -u 1000:1000 -w /work -e HOME=/tmp -e TMPDIR=/tmp -i \
+machine exec --name oz0-a -u 1000:1000 -w /work -e HOME=/tmp -e TMPDIR=/tmp -e OZ0_SANDBOX=tier=2;wall=microvm -i \
 --secret-env ACME_TOKEN=OZ0_VMENV_ACME_TOKEN -- /app/server --stdio --oz0-- \
 machine delete --name oz0-a -f"
         );

@@ -154,6 +154,10 @@ fn serve(reader: &mut File, writer: &Writer) -> Result<i32, String> {
         ("PATH".into(), oz0_policy::env::DEFAULT_PATH.into()),
         ("HOME".into(), "/tmp".into()),
         ("TMPDIR".into(), "/tmp".into()),
+        (
+            oz0_policy::describe::SANDBOX_VAR.into(),
+            oz0_policy::describe::MICROVM_VALUE.into(),
+        ),
     ];
     env.extend(cfg.env.iter().cloned());
     let conns: Arc<Mutex<HashMap<u32, TcpStream>>> = Arc::new(Mutex::new(HashMap::new()));

@@ -192,7 +192,9 @@ fn a_bubblewrap_that_mounts_more_than_planned_is_refused() {
     let host = dir.join("host-folder");
     std::fs::create_dir(&host).unwrap();
     let wrappers = [
-        ("home", "--ro-bind /home /home".to_string()),
+        // (At /mnt: at /home, bubblewrap would fail earlier, making the
+        // refused folders of the node user's home in a read-only bind.)
+        ("home", "--ro-bind /home /mnt".to_string()),
         (
             "writable",
             format!("--bind {} /oz0/host-folder", host.display()),

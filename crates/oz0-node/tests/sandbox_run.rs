@@ -115,7 +115,10 @@ fn cannot_read_home_secrets_data_dir_or_node_environment() {
         let key = format!("{data}/identity/node.key");
         let ssh = format!("{}/.ssh/id_ed25519", fake_home.display());
         let real_ssh = format!("{home}/.ssh");
+        let real_key = format!("{home}/.ssh/id_rsa");
         let extra = [
+            "--read",
+            real_key.as_str(),
             "--read",
             key.as_str(),
             "--list",
@@ -152,8 +155,42 @@ fn cannot_read_home_secrets_data_dir_or_node_environment() {
         "ENOENT",
         "{r}"
     );
-    assert_eq!(r["list"][format!("{home}/.ssh")], "ENOENT", "{r}");
-    assert_eq!(r["list"][home.as_str()], "ENOENT", "{r}");
+    // The node user's own secrets answer as refused, so that a run reading
+    // one learns it was refused rather than that nothing is there; the
+    // home itself is not listed.
+    let refused = if home == "/nonexistent" {
+        "ENOENT"
+    } else {
+        "EACCES"
+    };
+    assert_eq!(r["list"][format!("{home}/.ssh")], refused, "{r}");
+    assert_eq!(r["read"][format!("{home}/.ssh/id_rsa")], refused, "{r}");
+    assert_eq!(r["list"][home.as_str()], refused, "{r}");
+    // The run is told its wall, and reads what it may do in its policy file.
+    let told = env.sh(
+        &[],
+        "echo \"$OZ0_SANDBOX\"; cat \"${OZ0_SANDBOX##*policy=}\"",
+    );
+    let text = stdout(&told);
+    let (var, policy) = text.split_once('\n').unwrap();
+    assert_eq!(var, "tier=1;wall=bubblewrap;policy=/tmp/.oz0-sandbox.json");
+    let policy: serde_json::Value = serde_json::from_str(policy).unwrap();
+    assert_eq!(policy["tier"], 1, "{policy}");
+    assert_eq!(policy["network"], serde_json::json!(["none"]), "{policy}");
+    assert_eq!(
+        policy["write"][0],
+        env.work.display().to_string(),
+        "{policy}"
+    );
+    if refused == "EACCES" {
+        assert!(
+            policy["refused"]
+                .as_array()
+                .unwrap()
+                .contains(&serde_json::json!(format!("{home}/.ssh"))),
+            "{policy}"
+        );
+    }
     assert_ne!(r["read"]["/etc/shadow"], "ok", "{r}");
     // bubblewrap's pid 1: unreadable under Landlock; and never holding secrets.
     let pid1 = env.sh(
@@ -224,6 +261,7 @@ fn environment_is_exactly_what_was_given() {
             "FROM_FILE=f v",
             "GIVEN=yes",
             "HOME=/tmp",
+            "OZ0_SANDBOX=tier=1;wall=bubblewrap;policy=/tmp/.oz0-sandbox.json",
             "PASSED=through",
             "PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
             "TMPDIR=/tmp",

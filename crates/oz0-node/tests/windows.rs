@@ -749,7 +749,7 @@ fn a_windows_node_under_wine_registers_with_a_linux_edge_at_tier_0() {
         .submit(
             Origin::Internal,
             serde_json::json!({
-                "command": [cmd, "/c", "echo hello %GREETING%-%NODE_SECRET%& echo to-stderr 1>&2& exit 3"],
+                "command": [cmd, "/c", "echo hello %GREETING%-%NODE_SECRET%& echo told %OZ0_SANDBOX%& echo to-stderr 1>&2& exit 3"],
                 "env": {"GREETING": "from-windows"},
             }),
         )
@@ -765,6 +765,8 @@ fn a_windows_node_under_wine_registers_with_a_linux_edge_at_tier_0() {
         out.contains("hello from-windows-%NODE_SECRET%"),
         "the job's variable, and not the node's: {out:?}"
     );
+    // It is told it has no wall.
+    assert!(out.contains("told tier=0;wall=none"), "{out:?}");
     assert!(err.contains("to-stderr"), "{err:?}");
     // What tier 0 cannot enforce is refused, and the job never runs.
     let id = edge

@@ -13,6 +13,7 @@
 //! error that names the value and the fix, and the default of every field is the
 //! most restrictive one.
 
+pub mod describe;
 pub mod env;
 pub mod facts;
 pub mod gitconfig;

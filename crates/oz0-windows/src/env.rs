@@ -195,13 +195,29 @@ pub fn windows_env(
             set(name, url.clone());
         }
     }
-    out.sort_by(|a, b| {
+    sort(&mut out);
+    Ok(out)
+}
+
+/// Adds `OZ0_SANDBOX` (what the run runs behind) to `env`, keeping it
+/// sorted as [`windows_env`] sorts it. No caller names it: every `OZ0_`
+/// name is refused.
+pub fn tell_wall(env: &mut Vec<WinVar>, value: &str) {
+    env.push(WinVar {
+        name: oz0_policy::describe::SANDBOX_VAR.into(),
+        value: value.into(),
+    });
+    sort(env);
+}
+
+/// Sorted as `CreateProcessW` wants: case-insensitively by name.
+fn sort(env: &mut [WinVar]) {
+    env.sort_by(|a, b| {
         a.name
             .to_uppercase()
             .cmp(&b.name.to_uppercase())
             .then(a.name.cmp(&b.name))
     });
-    Ok(out)
 }
 
 /// The UTF-16 block for `CreateProcessW` with `CREATE_UNICODE_ENVIRONMENT`:

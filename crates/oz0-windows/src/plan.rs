@@ -319,7 +319,10 @@ pub fn plan(
         Contract::V1_0
     };
 
-    let env = env::windows_env(&spec.env, &host.system_root, &host.run_temp, proxy)?;
+    let mut env = env::windows_env(&spec.env, &host.system_root, &host.run_temp, proxy)?;
+    // The run is told its wall: a PSEC container, at tier 0, for no
+    // self-test has proven PSEC's wall yet (a preview).
+    env::tell_wall(&mut env, "tier=0;wall=psec");
     let command_line = cmdline::command_line(&spec.command)?;
     let program = WinPath::parse(&spec.command[0]).expect("checked by command_line");
 

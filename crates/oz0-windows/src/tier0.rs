@@ -63,11 +63,17 @@ pub fn uncarry(p: &AbsPath) -> PathBuf {
     PathBuf::from(w)
 }
 
-/// A tier-0 run's whole environment: `SystemRoot`, the system's `PATH`
-/// when the run names none (Windows' names ignore case), then the run's
-/// own variables.
+/// A tier-0 run's whole environment: `SystemRoot`, `OZ0_SANDBOX` (it has
+/// no wall: tier 0), the system's `PATH` when the run names none (Windows'
+/// names ignore case), then the run's own variables.
 pub fn job_env(spec: &RunSpec, system_root: &str) -> Vec<(String, String)> {
-    let mut env = vec![("SystemRoot".to_string(), system_root.to_string())];
+    let mut env = vec![
+        ("SystemRoot".to_string(), system_root.to_string()),
+        (
+            oz0_policy::describe::SANDBOX_VAR.to_string(),
+            oz0_policy::describe::Description::unwalled("").var(None),
+        ),
+    ];
     if !spec
         .env
         .iter()
@@ -272,6 +278,7 @@ mod tests {
             job_env(&s, "C:\\Windows"),
             vec![
                 ("SystemRoot".to_string(), "C:\\Windows".to_string()),
+                ("OZ0_SANDBOX".into(), "tier=0;wall=none".into()),
                 ("PATH".into(), "C:\\Windows\\System32;C:\\Windows".into()),
                 ("GREETING".into(), "hi".into()),
             ]
@@ -282,6 +289,7 @@ mod tests {
             job_env(&s, "C:\\Windows"),
             vec![
                 ("SystemRoot".to_string(), "C:\\Windows".to_string()),
+                ("OZ0_SANDBOX".into(), "tier=0;wall=none".into()),
                 ("Path".into(), "D:\\bin".into()),
             ]
         );

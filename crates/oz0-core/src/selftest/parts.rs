@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use oz0_policy::describe::SANDBOX_VAR;
 use serde_json::Value;
 
 use super::Failed;
@@ -343,8 +344,8 @@ pub const NEEDED: &[&str] = &[
 
 /// The environment check's verdict from the probe's report `r` of a run
 /// given [`GIVEN`] with egress to `allowed_url`: the given variable, what
-/// is [`NEEDED`], the proxy's with the run's token, no `OZ0_` variable
-/// and nothing else but `PWD` and the platform's `also` (what its system
+/// is [`NEEDED`], the proxy's with the run's token, [`SANDBOX_VAR`]
+/// telling it tier 1, no other `OZ0_` variable and nothing else but `PWD` and the platform's `also` (what its system
 /// adds to a process it starts).
 pub fn judge_environment(r: &Value, allowed_url: &str, also: &[&str]) -> Result<String, Failed> {
     let env = r["env"]
@@ -352,7 +353,7 @@ pub fn judge_environment(r: &Value, allowed_url: &str, also: &[&str]) -> Result<
         .ok_or("the probe reported no environment")?;
     if let Some(k) = env
         .keys()
-        .find(|k| k.to_ascii_uppercase().starts_with("OZ0_"))
+        .find(|k| k.to_ascii_uppercase().starts_with("OZ0_") && *k != SANDBOX_VAR)
     {
         return Err(format!("the node's variable {k} reached the run").into());
     }
@@ -367,12 +368,25 @@ pub fn judge_environment(r: &Value, allowed_url: &str, also: &[&str]) -> Result<
     }
     if let Some(k) = env.keys().find(|k| {
         let k = k.as_str();
-        k != GIVEN.0 && k != "PWD" && !NEEDED.contains(&k) && !also.contains(&k)
+        k != GIVEN.0 && k != "PWD" && k != SANDBOX_VAR && !NEEDED.contains(&k) && !also.contains(&k)
     }) {
         return Err(format!("{k} reached the run without being given").into());
+    }
+    match env.get(SANDBOX_VAR).and_then(|v| v.as_str()) {
+        Some(v) if v.starts_with("tier=1;wall=") => {}
+        Some(v) => {
+            return Err(format!(
+                "the run was told {SANDBOX_VAR}={}, not tier 1",
+                v.chars().take(80).collect::<String>().escape_debug()
+            )
+            .into())
+        }
+        None => {
+            return Err(format!("{SANDBOX_VAR} is missing: the run is not told its wall").into())
+        }
     }
     if r["proxy_get"][format!("auth {allowed_url}")] != 200 {
         return Err("the proxy variables do not carry the run's token".into());
     }
-    Ok("the caller's variable, PATH, HOME, TMPDIR and the proxy's with the run's token; no OZ0_ variable of the node".into())
+    Ok("the caller's variable, PATH, HOME, TMPDIR, the proxy's with the run's token and OZ0_SANDBOX (tier 1); no OZ0_ variable of the node".into())
 }

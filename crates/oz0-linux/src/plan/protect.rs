@@ -38,7 +38,7 @@ pub(super) fn mount_points(
                 }
             }
             Mount::Proc { dest } | Mount::Tmpfs { dest, .. } => points.push(dest.to_string()),
-            Mount::DevBind { .. } | Mount::Symlink { .. } => {}
+            Mount::DevBind { .. } | Mount::Symlink { .. } | Mount::Refused { .. } => {}
         }
     }
     points.push("/dev".into());

@@ -118,6 +118,7 @@ fn host(roots: Vec<RootFact>, protected: Vec<ProtectedFacts>) -> HostFacts {
         protected,
         ids,
         mounts: vec!["/".into()],
+        home: None,
     }
 }
 
@@ -163,6 +164,66 @@ fn golden_minimal_run() {
         "--args 3 -- /oz0/oz0-node __oz0-stage"
     );
     assert_eq!(plan.argv, vec!["make", "test"]);
+}
+
+/// The node user's secrets under its home are folders of mode 0 on the
+/// run's root (so they answer `Permission denied`), but never where a
+/// mount covers or holds them; the run is told its wall in OZ0_SANDBOX
+/// and its policy file names them.
+#[test]
+fn secrets_under_the_home_answer_refused_and_the_run_is_told_its_wall() {
+    let mut h = basic_host();
+    h.home = Some(p("/home/u"));
+    let made = plan(&spec(|_| {}), &h, &Extras::default()).unwrap();
+    let args = made.bwrap_args().join(" ");
+    assert!(
+        args.contains(
+            "--bind /w /w --perms 0000 --dir /home/u/.aws --perms 0000 --dir /home/u/.azure"
+        ),
+        "{args}"
+    );
+    assert!(
+        args.contains("--perms 0000 --dir /home/u/.ssh --chdir"),
+        "{args}"
+    );
+    assert!(!made.mount_points.iter().any(|m| m.starts_with("/home")));
+    let var = made.env.iter().find(|(k, _)| k == "OZ0_SANDBOX").unwrap();
+    assert_eq!(
+        var.1,
+        "tier=1;wall=bubblewrap;policy=/tmp/.oz0-sandbox.json"
+    );
+    let policy: serde_json::Value = serde_json::from_str(&made.policy).unwrap();
+    assert_eq!(policy["tier"], 1);
+    assert_eq!(policy["write"], serde_json::json!(["/w", "/tmp"]));
+    assert_eq!(policy["refused"][12], "/home/u/.ssh");
+
+    // A work folder at the home itself, or holding .ssh: nothing is made
+    // inside what is bound.
+    let mut h = host(
+        vec![root("/home/u", Entry::Dir)],
+        vec![prot("/home/u", Entry::Missing, &[])],
+    );
+    h.home = Some(p("/home/u"));
+    let at_home = |r: &mut RunRequest| {
+        r.work = "/home/u".into();
+        r.data_dir = "/srv/oz0".into();
+    };
+    let made = plan(&spec(at_home), &h, &Extras::default()).unwrap();
+    assert!(!made.bwrap_args().join(" ").contains("--perms"));
+    let mut h = host(
+        vec![root("/home/u/.ssh/x", Entry::Dir)],
+        vec![prot("/home/u/.ssh/x", Entry::Missing, &[])],
+    );
+    h.home = Some(p("/home/u"));
+    let made = plan(
+        &spec(|r| r.work = "/home/u/.ssh/x".into()),
+        &h,
+        &Extras::default(),
+    )
+    .unwrap();
+    let args = made.bwrap_args().join(" ");
+    assert!(!args.contains("/home/u/.ssh --"), "{args}");
+    assert!(args.contains("--dir /home/u/.aws"), "{args}");
 }
 
 /// The stage finds exactly these mount points in the run, or refuses
@@ -301,7 +362,7 @@ fn environment_is_exactly_the_callers_plus_needs() {
     let s = spec(|r| r.env = vec![oz0_policy::EnvVar::parse("LANG=C").unwrap()]);
     let plan = plan(&s, &basic_host(), &Extras::default()).unwrap();
     let names: Vec<_> = plan.env.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, vec!["LANG", "PATH", "HOME", "TMPDIR"]);
+    assert_eq!(names, vec!["LANG", "PATH", "HOME", "TMPDIR", "OZ0_SANDBOX"]);
     let s = spec(|r| r.env = vec![oz0_policy::EnvVar::parse("PATH=/x").unwrap()]);
     let plan = super::plan(&s, &basic_host(), &Extras::default()).unwrap();
     assert_eq!(plan.env.iter().filter(|(n, _)| n == "PATH").count(), 1);

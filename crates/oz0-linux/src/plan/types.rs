@@ -56,6 +56,13 @@ pub enum Mount {
         /// Path inside.
         dest: AbsPath,
     },
+    /// A folder of mode 0 on the run's root, made by bubblewrap before the
+    /// root turns read-only: whatever is opened in or under it answers
+    /// `Permission denied` (the node user's secrets under its home).
+    Refused {
+        /// Path inside.
+        dest: AbsPath,
+    },
 }
 
 impl Mount {
@@ -63,6 +70,7 @@ impl Mount {
         match self {
             Mount::RoBind { dest, .. }
             | Mount::Bind { dest, .. }
+            | Mount::Refused { dest }
             | Mount::DevBind { dest, .. }
             | Mount::Symlink { dest, .. }
             | Mount::Proc { dest }

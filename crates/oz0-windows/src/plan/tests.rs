@@ -151,7 +151,10 @@ fn structure_of_the_request() {
         plan.job.limit_flags,
         JOB_LIMIT_KILL_ON_JOB_CLOSE | JOB_LIMIT_DIE_ON_UNHANDLED_EXCEPTION
     );
-    assert_eq!(plan.env.first().unwrap().name, "PATH");
+    // Sorted: the run is told its wall, then its PATH.
+    let names: Vec<&str> = plan.env.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names[..2], ["OZ0_SANDBOX", "PATH"]);
+    assert_eq!(plan.env[0].value, "tier=0;wall=psec");
 }
 
 #[test]
