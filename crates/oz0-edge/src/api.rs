@@ -21,6 +21,7 @@ mod access;
 mod error;
 mod node;
 mod operator;
+mod release;
 
 pub use operator::node_view;
 
@@ -59,6 +60,9 @@ pub struct EdgeConfig {
     /// Nodes not heard from in this long are left out of the node list
     /// and the Nodes page (`all` shows them).
     pub forget_nodes_ms: i64,
+    /// Where the signed releases nodes fetch are (`--release-dir`):
+    /// `<dir>/<version>/release.json` and its files.
+    pub release_dir: Option<std::path::PathBuf>,
 }
 
 impl EdgeConfig {
@@ -79,6 +83,7 @@ impl EdgeConfig {
             keep_jobs_ms: 7 * 24 * 3600 * 1000,
             keep_jobs: 100_000,
             forget_nodes_ms: 24 * 3600 * 1000,
+            release_dir: None,
         }
     }
 }
@@ -357,6 +362,8 @@ impl Routes {
         .add("POST", "/v1/node/poll", post(poll))
         .add("POST", "/v1/node/rotate", post(rotate))
         .add("POST", "/v1/node/whoami", post(whoami))
+        .add("POST", "/v1/node/release", post(release::manifest))
+        .add("POST", "/v1/node/release/piece", post(release::piece))
         .add("POST", "/v1/node/jobs/{job}/renew", post(renew))
         .add("POST", "/v1/node/jobs/{job}/release", post(release))
         .add(

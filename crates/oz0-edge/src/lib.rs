@@ -70,6 +70,7 @@ pub mod log;
 pub mod metrics;
 #[cfg(feature = "server")]
 pub mod page;
+pub mod release;
 pub mod routing;
 pub mod sanitize;
 #[cfg(feature = "server")]

@@ -30,36 +30,62 @@ impl Observed {
     }
 }
 
+/// Why a process's wall could not be read: a finding, never a pass.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ObserveError {
+    /// A file or folder of `/proc/<pid>` could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// Which.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A field of its status is missing or not a number.
+    #[error("{path} has no readable {field}")]
+    Field {
+        /// The status file.
+        path: String,
+        /// The field.
+        field: &'static str,
+    },
+}
+
 /// Reads process `pid`'s wall. Its `/dev` is read through
 /// `/proc/<pid>/root` (the caller needs ptrace read access: the same user,
 /// or root).
-pub fn observe(pid: u32) -> Result<Observed, String> {
+pub fn observe(pid: u32) -> Result<Observed, ObserveError> {
+    let read = |path: &str| {
+        let path = path.to_string();
+        move |source| ObserveError::Read { path, source }
+    };
     let path = format!("/proc/{pid}/status");
-    let status = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    let status = std::fs::read_to_string(&path).map_err(read(&path))?;
+    let missing = |field| ObserveError::Field {
+        path: path.clone(),
+        field,
+    };
     let field = |name: &'static str| {
         status
             .lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
             .map(|v| v.trim().to_string())
-            .ok_or_else(|| format!("{path} has no {name}"))
+            .ok_or_else(|| missing(name))
     };
-    let number = |name: &'static str| {
-        field(name)?
-            .parse::<u32>()
-            .map_err(|e| format!("{path}: {name}: {e}"))
-    };
+    let number = |name: &'static str| field(name)?.parse::<u32>().map_err(|_| missing(name));
     let caps = ["CapInh", "CapPrm", "CapEff", "CapAmb"]
         .into_iter()
         .map(|c| Ok((c, field(c)?)))
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, ObserveError>>()?;
     let dev = format!("/proc/{pid}/root/dev");
     let mut devices = Vec::new();
-    for e in std::fs::read_dir(&dev).map_err(|e| format!("{dev}: {e}"))? {
-        let e = e.map_err(|e| format!("{dev}: {e}"))?;
+    for e in std::fs::read_dir(&dev).map_err(read(&dev))? {
+        let e = e.map_err(read(&dev))?;
         // lstat, not the entry's type: a device bound over a placeholder
         // is listed as the placeholder.
         let t = std::fs::symlink_metadata(e.path())
-            .map_err(|err| format!("{}: {err}", e.path().display()))?
+            .map_err(read(&e.path().display().to_string()))?
             .file_type();
         if t.is_char_device() || t.is_block_device() {
             devices.push(e.file_name().to_string_lossy().into_owned());

@@ -22,7 +22,7 @@
 //!   the command's stdio, a cancel that fires when the job is dropped).
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use oz0_core::exit::Exit;
 use oz0_edge::client::NodeKey;
@@ -36,17 +36,6 @@ pub use crate::log::log;
 pub fn fail(msg: impl std::fmt::Display, code: Exit) -> i32 {
     log(&msg.to_string());
     code.code()
-}
-
-/// Writes `<dir>/facts.json` (whole or not at all).
-pub fn write_facts(dir: &Path, f: &NodeFacts) -> Result<PathBuf, String> {
-    let path = dir.join("facts.json");
-    let tmp = dir.join(".facts.json.tmp");
-    let text = serde_json::to_string_pretty(f).expect("facts serialise") + "\n";
-    fs::write(&tmp, text)
-        .and_then(|_| fs::rename(&tmp, &path))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(path)
 }
 
 /// `facts` flags.

@@ -75,6 +75,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 pub use crate::log::log;
 
+/// (Only a Mac's node fetches a guest binary.)
+#[cfg(target_os = "macos")]
+pub use settings::GuestFetch;
 #[cfg(not(target_os = "linux"))]
 pub use settings::PlatformLink;
 pub use settings::Settings;
@@ -162,6 +165,8 @@ struct Daemon {
     contacted: bool,
     /// Edges failed over from since one last answered.
     failed_over: usize,
+    /// The guest binary was asked for (once per start).
+    guest_fetched: bool,
 }
 
 /// Waits for `fut`, or returns None when the node is told to stop.
@@ -239,6 +244,48 @@ impl Daemon {
         }
     }
 
+    /// Once registered, and once per start: the guest binary its microVMs
+    /// need (a Mac's), fetched from the edge and checked against the
+    /// release key; without it the facts say no microVMs, and why. None:
+    /// told to stop meanwhile.
+    async fn fetch_guest(&mut self) -> Option<()> {
+        let Some(g) = self.s.guest.clone() else {
+            return Some(());
+        };
+        if !self.facts.microvm.ready || self.guest_fetched {
+            return Some(());
+        }
+        self.guest_fetched = true;
+        let client = self.edges.client();
+        let got = or_stop(
+            &self.stop,
+            oz0_edge::release::fetch_file(
+                &client,
+                &g.key,
+                env!("CARGO_PKG_VERSION"),
+                g.target,
+                &g.dir,
+            ),
+        )
+        .await?;
+        match got {
+            Ok(p) => log(&format!(
+                "microVMs: the guest's bridge runs {} (release {}, signed by this build's key)",
+                p.display(),
+                env!("CARGO_PKG_VERSION")
+            )),
+            Err(e) => {
+                log(&format!("microVMs: none: {e}"));
+                self.facts.microvm.ready = false;
+                self.facts.microvm.reason = Some(oz0_policy::facts::MicrovmReason::NoGuestBinary);
+                if let Err(e) = crate::facts_file::write(&self.s.data_dir, &self.facts) {
+                    log(&format!("cannot write the facts again: {e}"));
+                }
+            }
+        }
+        Some(())
+    }
+
     /// Registers and reports the facts, retrying while the edge cannot be
     /// reached. Err: the edge refused (a wrong token, tenant or facts).
     async fn connect(&mut self) -> Result<Next, String> {
@@ -260,6 +307,9 @@ impl Daemon {
                             r.tenant
                         ));
                         self.registered = true;
+                        if self.fetch_guest().await.is_none() {
+                            return Ok(Next::Stop);
+                        }
                         Ok(())
                     }
                     Some(Err(e)) => Err(("cannot register with the edge", e)),
@@ -613,6 +663,7 @@ pub fn serve(
             view: None,
             stop: signal,
             registered: false,
+            guest_fetched: false,
             backoff: Duration::from_secs(1),
             removed: false,
             pending: false,

@@ -41,6 +41,7 @@ mod cli;
 #[cfg(not(target_os = "linux"))]
 mod daemon;
 mod edge;
+mod facts_file;
 mod flags;
 #[cfg(target_os = "linux")]
 mod key;

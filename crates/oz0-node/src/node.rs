@@ -1,8 +1,6 @@
 //! `oz0-node run` (the node daemon's start) and `oz0-node facts`.
 
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
@@ -93,22 +91,6 @@ pub fn node_key(d: &Path) -> Result<NodeKey, NodeKeyError> {
         log(&format!("created the node key {}", key.display()));
     }
     Ok(k)
-}
-
-fn write_facts(d: &Path, f: &NodeFacts) -> Result<PathBuf, String> {
-    let path = d.join("facts.json");
-    let tmp = d.join(".facts.json.tmp");
-    let text = serde_json::to_string_pretty(f).expect("facts serialise") + "\n";
-    fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut h| h.write_all(text.as_bytes()))
-        .and_then(|_| fs::rename(&tmp, &path))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(path)
 }
 
 /// Probes microVMs: only with tier 1 proven, by booting a test VM inside it.
@@ -429,7 +411,7 @@ pub fn run(a: NodeArgs) -> i32 {
 }
 
 fn publish(data_dir: &Path, facts: &NodeFacts) -> Result<(), i32> {
-    match write_facts(data_dir, facts) {
+    match crate::facts_file::write(data_dir, facts) {
         Ok(p) => {
             log(&format!(
                 "facts written to {}: tier proven {}, routed {}",
@@ -440,7 +422,7 @@ fn publish(data_dir: &Path, facts: &NodeFacts) -> Result<(), i32> {
             Ok(())
         }
         Err(e) => {
-            log(&e);
+            log(&e.to_string());
             Err(Exit::CheckFailed.code())
         }
     }

@@ -198,6 +198,12 @@ pub enum MicrovmReason {
     TestVmDidNotBoot,
     /// The platform has no microVM support in this build.
     Unsupported,
+    /// A Mac's node built without a release key fetches no guest binary
+    /// for its VMs' bridge.
+    NoReleaseKey,
+    /// The guest binary for the VMs' bridge could not be had from the
+    /// edge, signed by this build's release key.
+    NoGuestBinary,
 }
 
 /// Why a Windows node has no microVMs (the seed's words: what smolvm would
@@ -225,6 +231,12 @@ impl MicrovmReason {
             MicrovmReason::KvmRefused => "the kernel refused to create a VM",
             MicrovmReason::TestVmDidNotBoot => "the test VM did not boot",
             MicrovmReason::Unsupported => "not supported on this platform yet",
+            MicrovmReason::NoReleaseKey => {
+                "this node was built without a release key (OZ0_RELEASE_KEY), so it fetches no Linux node binary for its VMs' bridge"
+            }
+            MicrovmReason::NoGuestBinary => {
+                "the Linux node binary its VMs' bridge runs could not be had from the edge, signed by this build's release key (the node's log says why)"
+            }
         }
     }
 }

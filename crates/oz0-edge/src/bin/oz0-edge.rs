@@ -88,6 +88,12 @@ struct Args {
     /// live. Its microVM tools still run in their VMs (repeatable).
     #[arg(long = "oci-gvisor", value_name = "TENANT")]
     oci_gvisor: Vec<String>,
+    /// The signed releases nodes fetch: DIR/<version>/release.json and
+    /// its files, as `oz0 release sign --dir DIR` writes them (a Mac's
+    /// nodes fetch the Linux node binary their microVMs' bridge runs, and
+    /// check it against the release key they were built with).
+    #[arg(long = "release-dir", value_name = "DIR")]
+    release_dir: Option<PathBuf>,
     /// Connections open at once; more are closed as they arrive. The last
     /// eighth is kept for addresses nodes and operators used in the last
     /// 10 minutes. Each is an open file: the edge raises its soft limit to
@@ -287,6 +293,15 @@ async fn main() -> Result<()> {
             );
         }
         cfg.gvisor_tenants.insert(t.clone());
+    }
+    if let Some(d) = &args.release_dir {
+        if !d.is_dir() {
+            bail!(
+                "--release-dir {}: not a folder: make it, then `oz0 release sign --dir` into it",
+                d.display()
+            );
+        }
+        cfg.release_dir = Some(d.clone());
     }
     let n_tenants = cfg.tenant_tokens.len();
     let addr: std::net::SocketAddr = match args.listen.parse() {

@@ -49,6 +49,8 @@ use oz0_plugin::job::{CallArgs, ToolJob};
 
 #[path = "oz0/follow.rs"]
 mod follow;
+#[path = "oz0/release.rs"]
+mod release;
 #[path = "oz0/settings.rs"]
 mod settings;
 #[path = "oz0/show.rs"]
@@ -122,6 +124,11 @@ enum Cmd {
     Job {
         #[command(subcommand)]
         cmd: JobCmd,
+    },
+    /// Release keys and signed releases (what nodes fetch from an edge).
+    Release {
+        #[command(subcommand)]
+        cmd: release::ReleaseCmd,
     },
     /// Print the shell completion script for SHELL.
     ///
@@ -654,6 +661,7 @@ async fn run(args: Args) -> Result<Status> {
             settings::man_pages(Args::command(), dir.as_deref())?;
             return Ok(Status::Done);
         }
+        Cmd::Release { cmd } => return release::run(cmd),
         _ => {}
     }
     let file = settings::Settings::load()?;
@@ -730,7 +738,7 @@ async fn run(args: Args) -> Result<Status> {
         Cmd::Node {
             cmd: NodeCmd::Show { node, json },
         } => print_node(&client.node(node).await?, *json)?,
-        Cmd::Completion { .. } | Cmd::Man { .. } => {}
+        Cmd::Completion { .. } | Cmd::Man { .. } | Cmd::Release { .. } => {}
     }
     Ok(Status::Done)
 }

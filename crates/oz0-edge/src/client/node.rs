@@ -158,6 +158,41 @@ impl NodeClient {
         self.signed("/v1/node/rotate", body, None).await
     }
 
+    /// The signed manifest of release `version` the edge serves (checked by
+    /// [`crate::release::verify`], not here).
+    pub async fn release_manifest(
+        &self,
+        version: &str,
+    ) -> Result<crate::release::Signed, ClientError> {
+        let body = serde_json::to_vec(&crate::release::ReleaseRequest {
+            version: version.into(),
+            name: None,
+            offset: 0,
+        })
+        .expect("serializes");
+        self.signed("/v1/node/release", body, None).await
+    }
+
+    /// At most [`crate::release::PIECE_BYTES`] bytes of release file `name`
+    /// from `offset`; empty at its end.
+    pub async fn release_piece(
+        &self,
+        version: &str,
+        name: &str,
+        offset: u64,
+    ) -> Result<Vec<u8>, ClientError> {
+        let body = serde_json::to_vec(&crate::release::ReleaseRequest {
+            version: version.into(),
+            name: Some(name.into()),
+            offset,
+        })
+        .expect("serializes");
+        let p: crate::release::Piece = self.signed("/v1/node/release/piece", body, None).await?;
+        base64::engine::general_purpose::STANDARD
+            .decode(p.data)
+            .map_err(|e| ClientError::Http(format!("a release piece that is not base64: {e}")))
+    }
+
     /// Reports facts; returns how the edge sees the node (its routed tier,
     /// labels, the fix in the edge's words, fields dropped).
     pub async fn report_facts(&self, facts: &NodeFacts) -> Result<NodeView, ClientError> {

@@ -39,6 +39,31 @@ pub struct Settings {
     /// Where container tools' images come from.
     #[cfg(target_os = "linux")]
     pub(super) oci: crate::flags::OciArgs,
+    /// A Mac's microVMs' guest binary, fetched from the edge at start.
+    pub(super) guest: Option<GuestFetch>,
+}
+
+/// What a node fetches from its edge at start, before it reports its
+/// facts: the Linux node binary its microVMs' bridge runs (a Mac with
+/// Apple's container), of its own version, signed by the release key it
+/// was built with. Where it fails, the facts say no microVMs and why.
+#[derive(Debug, Clone)]
+pub struct GuestFetch {
+    /// `<data dir>/microvm/guest`: other versions' copies there are removed.
+    pub dir: PathBuf,
+    /// The release key this build trusts.
+    pub key: oz0_edge::release::VerifyingKey,
+    /// The OS and architecture of the binary (`linux`, `aarch64`).
+    pub target: (&'static str, &'static str),
+}
+
+#[cfg(target_os = "macos")]
+impl Settings {
+    /// With the guest binary fetched at start.
+    pub fn with_guest(mut self, g: GuestFetch) -> Settings {
+        self.guest = Some(g);
+        self
+    }
 }
 
 /// Why the flags of `run --edge` are refused: each names the flag, the
@@ -219,6 +244,7 @@ impl Settings {
                 .jobs
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
             keep: retention::Retention::new(a.keep_jobs_days, a.keep_jobs_mib),
+            guest: None,
         })
     }
 }
@@ -284,6 +310,7 @@ impl Settings {
                 crate::flags::DEFAULT_KEEP_DAYS,
                 crate::flags::DEFAULT_KEEP_MIB,
             ),
+            guest: None,
         }))
     }
 }

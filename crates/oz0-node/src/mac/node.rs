@@ -21,7 +21,7 @@ use oz0_edge::client::NodeKey;
 use oz0_policy::facts::NodeFacts;
 
 use super::host;
-use crate::daemon::{event_loop, fail, log, write_facts};
+use crate::daemon::{event_loop, fail, log};
 use crate::edge::{PlatformLink, Walls};
 use crate::flags::DaemonFlags;
 use crate::platform::{platform, Platform, Settings};
@@ -116,6 +116,51 @@ fn assess(sandbox: Sandbox, data_dir: &Path) -> NodeFacts {
     facts
 }
 
+/// The Linux node binary Apple's container VMs' bridge runs: other
+/// versions' copies under `<data dir>/microvm/guest/` go at start; with
+/// microVMs and an edge, the daemon fetches this version's, signed by the
+/// release key this build was built with (`OZ0_RELEASE_KEY`), once
+/// registered. A build without a key has no microVMs.
+fn with_guest(
+    edge: Option<crate::edge::Settings>,
+    facts: &mut NodeFacts,
+    data_dir: &Path,
+) -> Option<crate::edge::Settings> {
+    let dir = data_dir.join("microvm").join("guest");
+    match oz0_edge::release::prune(&dir, env!("CARGO_PKG_VERSION")) {
+        Ok(gone) if !gone.is_empty() => log(&format!(
+            "removed {} older guest binary folder(s) under {}",
+            gone.len(),
+            dir.display()
+        )),
+        Ok(_) => {}
+        Err(e) => log(&format!("cannot remove older guest binaries: {e}")),
+    }
+    if !facts.microvm.ready {
+        return edge;
+    }
+    let key = option_env!("OZ0_RELEASE_KEY").map(oz0_edge::release::parse_public_key);
+    match (edge, key) {
+        (Some(s), Some(Ok(key))) => Some(s.with_guest(crate::edge::GuestFetch {
+            dir,
+            key,
+            // Apple silicon: the guests are Linux on arm64.
+            target: ("linux", "aarch64"),
+        })),
+        (edge, key) => {
+            if !matches!(key, Some(Ok(_))) {
+                facts.microvm.ready = false;
+                facts.microvm.reason = Some(oz0_policy::facts::MicrovmReason::NoReleaseKey);
+                log(&format!(
+                    "MicroVMs: none: {}",
+                    oz0_policy::facts::MicrovmReason::NoReleaseKey.words()
+                ));
+            }
+            edge
+        }
+    }
+}
+
 /// Runs the node daemon.
 pub fn run(a: RunArgs) -> i32 {
     let data_dir = match a.daemon.data.resolve() {
@@ -135,8 +180,9 @@ pub fn run(a: RunArgs) -> i32 {
     };
     // Runs of an earlier node process that was killed: end what they left.
     host::sweep(&data_dir);
-    let facts = assess(a.sandbox, &data_dir);
-    match write_facts(&data_dir, &facts) {
+    let mut facts = assess(a.sandbox, &data_dir);
+    let edge = with_guest(edge, &mut facts, &data_dir);
+    match crate::facts_file::write(&data_dir, &facts) {
         Ok(p) => log(&format!(
             "facts written to {}: tier proven {}, routed {}",
             p.display(),

@@ -16,7 +16,7 @@ use oz0_core::Wall;
 use oz0_edge::client::NodeKey;
 use oz0_policy::facts::NodeFacts;
 
-use crate::daemon::{event_loop, fail, log, write_facts};
+use crate::daemon::{event_loop, fail, log};
 use crate::edge::{PlatformLink, SettingsError, Walls};
 use crate::flags::DaemonFlags;
 use oz0_windows::wall;
@@ -200,7 +200,7 @@ pub fn run(a: RunArgs) -> i32 {
         Err(e) => return fail(e, Exit::CheckFailed),
     };
     let facts = assess(a.sandbox);
-    match write_facts(&data_dir, &facts) {
+    match crate::facts_file::write(&data_dir, &facts) {
         Ok(p) => log(&format!(
             "facts written to {}: tier proven {}, routed {}",
             p.display(),
