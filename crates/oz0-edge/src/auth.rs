@@ -183,6 +183,49 @@ pub fn job_id() -> String {
     }
 }
 
+/// A file of secrets (tokens, a release key) that others may read, or
+/// that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PrivateFileError {
+    /// Readable by others.
+    #[error("{} has mode {mode:o}, readable by others: chmod 600 {}", path.display(), path.display())]
+    Open {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Its mode bits.
+        mode: u32,
+    },
+    /// Not readable.
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The text of a file of secrets, refused when others may read it.
+pub fn read_private(path: &std::path::Path) -> Result<String, PrivateFileError> {
+    let read = |source| PrivateFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).map_err(read)?.permissions().mode();
+        if mode & 0o077 != 0 {
+            return Err(PrivateFileError::Open {
+                path: path.to_path_buf(),
+                mode: mode & 0o777,
+            });
+        }
+    }
+    std::fs::read_to_string(path).map_err(read)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

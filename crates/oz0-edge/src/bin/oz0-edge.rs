@@ -210,24 +210,7 @@ fn args() -> Result<Option<Args>> {
 }
 
 fn read_secret_file(path: &Path) -> Result<Vec<String>> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(path)
-            .with_context(|| format!("reading {}", path.display()))?
-            .permissions()
-            .mode();
-        if mode & 0o077 != 0 {
-            bail!(
-                "{} has mode {:o}, readable by others: chmod 600 {}",
-                path.display(),
-                mode & 0o777,
-                path.display()
-            );
-        }
-    }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = oz0_edge::auth::read_private(path)?;
     Ok(text
         .lines()
         .map(str::trim)

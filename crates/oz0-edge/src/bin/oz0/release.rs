@@ -102,24 +102,7 @@ fn key(out: &Path) -> Result<Status> {
 }
 
 fn read_key(path: &Path) -> Result<SigningKey> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(path)
-            .with_context(|| format!("--key {}", path.display()))?
-            .permissions()
-            .mode();
-        if mode & 0o077 != 0 {
-            bail!(
-                "--key {}: others may read it (mode {:o}): chmod 600 {}",
-                path.display(),
-                mode & 0o777,
-                path.display()
-            );
-        }
-    }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("--key {}", path.display()))?;
+    let text = oz0_edge::auth::read_private(path).context("--key")?;
     let seed: [u8; 32] = B64
         .decode(text.trim())
         .ok()
