@@ -76,6 +76,57 @@ pub struct Gvisor {
     git: crate::gitlook::Policy,
 }
 
+/// `runsc --version`'s version, asked once per binary: a node asks again
+/// only when the file at `runsc` changed (its identity, size or time),
+/// which spares every container tool call in gVisor a process start.
+fn version_of(runsc: &Path) -> Result<String, GvisorError> {
+    use std::os::unix::fs::MetadataExt;
+    type Seen = (PathBuf, (u64, u64, u64, i64, i64), String);
+    static SEEN: std::sync::Mutex<Option<Seen>> = std::sync::Mutex::new(None);
+    let stamp = fs::metadata(runsc)
+        .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+        .map_err(|e| GvisorError::Version {
+            runsc: runsc.to_path_buf(),
+            why: e.to_string(),
+        })?;
+    let mut seen = SEEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((p, s, v)) = seen.as_ref() {
+        if p == runsc && *s == stamp {
+            return Ok(v.clone());
+        }
+    }
+    let runsc = runsc.to_path_buf();
+    let out = Command::new(&runsc)
+        .arg("--version")
+        .env_clear()
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| GvisorError::Version {
+            runsc: runsc.clone(),
+            why: e.to_string(),
+        })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version: String = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("runsc version "))
+        .filter(|_| out.status.success())
+        .map(|v| {
+            v.chars()
+                .filter(|c| c.is_ascii_graphic())
+                .take(64)
+                .collect()
+        })
+        .ok_or_else(|| GvisorError::Version {
+            runsc: runsc.clone(),
+            why: format!("it said {:?}", text.chars().take(120).collect::<String>()),
+        })?;
+    *seen = Some((runsc, stamp, version.clone()));
+    Ok(version)
+}
+
 impl Gvisor {
     /// `runsc` from PATH (or `/usr/bin`), checked by its version, with its
     /// state under `data_dir`; `jobs` where limited runs' jobs go.
@@ -87,31 +138,7 @@ impl Gvisor {
             .map(|d| d.join("runsc"))
             .find(|p| p.is_file())
             .ok_or(GvisorError::Missing)?;
-        let out = Command::new(&runsc)
-            .arg("--version")
-            .env_clear()
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| GvisorError::Version {
-                runsc: runsc.clone(),
-                why: e.to_string(),
-            })?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let version = text
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix("runsc version "))
-            .filter(|_| out.status.success())
-            .map(|v| {
-                v.chars()
-                    .filter(|c| c.is_ascii_graphic())
-                    .take(64)
-                    .collect()
-            })
-            .ok_or_else(|| GvisorError::Version {
-                runsc: runsc.clone(),
-                why: format!("it said {:?}", text.chars().take(120).collect::<String>()),
-            })?;
+        let version = version_of(&runsc)?;
         let state = data_dir.join("gvisor").join("state");
         let bundles = data_dir.join("gvisor").join("runs");
         for d in [&state, &bundles] {
@@ -354,5 +381,49 @@ impl oz0_core::Sandbox for Gvisor {
             warnings: git.warnings(),
             report,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in runsc that counts its starts in `count`.
+    fn fake(dir: &Path, version: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join("runsc");
+        fs::write(
+            &p,
+            format!(
+                "#!/bin/sh\necho x >> {}/count\necho 'runsc version {version}'\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    #[test]
+    fn the_version_is_asked_once_per_binary() {
+        let dir = std::env::temp_dir().join(format!("oz0-gvisor-version-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let starts = || {
+            fs::read_to_string(dir.join("count"))
+                .unwrap_or_default()
+                .lines()
+                .count()
+        };
+        let runsc = fake(&dir, "release-1");
+        assert_eq!(version_of(&runsc).unwrap(), "release-1");
+        assert_eq!(version_of(&runsc).unwrap(), "release-1");
+        assert_eq!(starts(), 1, "asked again for the same binary");
+        // A new binary in its place is asked.
+        fs::remove_file(&runsc).unwrap();
+        let runsc = fake(&dir, "release-22");
+        assert_eq!(version_of(&runsc).unwrap(), "release-22");
+        assert_eq!(starts(), 2);
+        fs::remove_dir_all(&dir).unwrap();
     }
 }
