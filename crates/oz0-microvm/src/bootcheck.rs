@@ -324,6 +324,31 @@ fn test_vm_spec(
     .map_err(|e| e.to_string())
 }
 
+/// A line of smolvm's log as the node may print it: its colour sequences
+/// (`ESC [ … letter`) dropped, every other control character shown as an
+/// escape, so that nothing in it acts on a terminal.
+fn plain(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' && chars.peek() == Some(&'[') {
+            chars.next();
+            // Parameters and intermediates, then one final byte.
+            while let Some(&n) = chars.peek() {
+                chars.next();
+                if ('\x40'..='\x7e').contains(&n) {
+                    break;
+                }
+            }
+        } else if c.is_control() {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The verdict on a test boot: ready only when the monitor's run exited 0
 /// and the guest said it runs a kernel of its own; else why not, with the
 /// end of smolvm's log.
@@ -340,6 +365,7 @@ fn judge_boot(
         .lines()
         .rev()
         .take(3)
+        .map(plain)
         .collect::<Vec<_>>()
         .join(" | ");
     match r {
@@ -529,6 +555,16 @@ fn guest_kernel(work: &Path) -> Kernel {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn smolvms_log_reaches_no_terminal_as_controls() {
+        assert_eq!(
+            plain("\x1b[2m2026\x1b[0m \x1b[33m WARN\x1b[0m x\x07y\x1b]52;c;aGk=\x07"),
+            "2026  WARN x\\u{7}y\\u{1b}]52;c;aGk=\\u{7}"
+        );
+        assert_eq!(plain("plain text"), "plain text");
+    }
+
     use super::*;
 
     /// Only a boot id of another kernel, in a regular file reached without
