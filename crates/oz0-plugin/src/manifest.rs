@@ -185,8 +185,9 @@ pub struct Tool {
     /// The image, by digest (`oci:ghcr.io/acme/fetch-mcp@sha256:<64 hex>`);
     /// none for a command tool.
     pub package: Option<String>,
-    /// The server's command: inside the image for an image tool (its
-    /// entrypoint is not read), the whole server for a command tool.
+    /// The server's command: inside the image for an image tool (empty:
+    /// the image's entrypoint and cmd), the whole server for a command
+    /// tool.
     pub command: Vec<String>,
     /// Container, microVM, or the node's tier-1 sandbox (command tools).
     pub isolation: Isolation,
