@@ -349,6 +349,19 @@ impl oz0_core::Sandbox for Seatbelt {
             None
         };
         let mut plan = plan(spec, &host, port.as_ref())?;
+        // The run's policy file, made new in its TEMP before it starts.
+        let policy = temp.0.join(crate::seatbelt::POLICY_NAME);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&policy)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, plan.policy.as_bytes()))
+            .map_err(|e| {
+                format!(
+                    "cannot write the run's policy file {}: {e}",
+                    policy.display()
+                )
+            })?;
         if broken {
             plan.profile.push_str("(oz0-no-such-operation)\n");
             plan.argv[2].clone_from(&plan.profile);

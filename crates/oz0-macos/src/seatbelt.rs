@@ -109,6 +109,9 @@ pub struct SeatbeltPlan {
     pub argv: Vec<String>,
     /// The environment (the launcher clears its own first).
     pub env: Vec<(String, String)>,
+    /// The run's policy file (see `oz0_policy::describe`), written in its
+    /// TEMP as [`POLICY_NAME`] before it starts.
+    pub policy: String,
     /// Wall time, enforced by the launcher.
     pub timeout_seconds: Option<u64>,
     /// How the launcher tells the run's processes from all others
@@ -200,12 +203,20 @@ pub fn plan(
     let membership = protection_rules(&mut t, &mut params, spec, host, &keys);
     let profile = t;
     let argv = exec_argv(&profile, &params, &spec.command);
-    let env = run_env(spec, host, egress);
+    let told = oz0_policy::describe::Description::walled(
+        1,
+        "seatbelt",
+        spec,
+        spec.work.as_str(),
+        host.run_temp.as_str(),
+    );
+    let env = run_env(spec, host, egress, &told);
     Ok(SeatbeltPlan {
         profile,
         params: params.0,
         argv,
         env,
+        policy: told.policy(),
         timeout_seconds: spec.limits.timeout_seconds,
         membership,
     })
@@ -471,6 +482,9 @@ fn protection_rules(
     membership
 }
 
+/// The run's policy file's name in its TEMP.
+pub use oz0_policy::describe::POLICY_NAME;
+
 /// `sandbox-exec -p PROFILE -D K=V … -- COMMAND…`.
 fn exec_argv(profile: &str, params: &Params, command: &[String]) -> Vec<String> {
     let mut argv = vec![SANDBOX_EXEC.to_string(), "-p".into(), profile.to_string()];
@@ -485,19 +499,22 @@ fn exec_argv(profile: &str, params: &Params, command: &[String]) -> Vec<String> 
 
 /// The run's whole environment: its variables, `PATH`, `HOME` and
 /// `TMPDIR` its TEMP, and with egress the proxy's, sorted.
-fn run_env(spec: &RunSpec, host: &MacHost, egress: Option<&ProxyPort>) -> Vec<(String, String)> {
+fn run_env(
+    spec: &RunSpec,
+    host: &MacHost,
+    egress: Option<&ProxyPort>,
+    told: &oz0_policy::describe::Description,
+) -> Vec<(String, String)> {
     let mut env = spec.env_with_path(DEFAULT_PATH);
     env.push(("HOME".into(), host.run_temp.as_str().to_string()));
     env.push(("TMPDIR".into(), host.run_temp.as_str().to_string()));
-    // The run is told its wall (the environment check asks for it).
-    let told = oz0_policy::describe::Description::walled(
-        1,
-        "seatbelt",
-        spec,
-        spec.work.as_str(),
-        host.run_temp.as_str(),
-    );
-    env.push((oz0_policy::describe::SANDBOX_VAR.into(), told.var(None)));
+    // The run is told its wall (the environment check asks for it), and
+    // where its policy file is.
+    let policy = format!("{}/{POLICY_NAME}", host.run_temp.as_str());
+    env.push((
+        oz0_policy::describe::SANDBOX_VAR.into(),
+        told.var(Some(&policy)),
+    ));
     if let Some(e) = egress {
         let url = format!("http://oz0:{}@127.0.0.1:{}", e.token, e.port);
         for n in [
@@ -589,6 +606,8 @@ mod tests {
         for (k, v) in &p.env {
             s.push_str(&format!("{k}={v}\n"));
         }
+        s.push_str(";; the policy file in TEMP\n");
+        s.push_str(&p.policy);
         s
     }
 
