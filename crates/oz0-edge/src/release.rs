@@ -329,7 +329,7 @@ pub fn read_piece(
     };
     f.seek(SeekFrom::Start(offset)).map_err(io(&path))?;
     let mut out = Vec::new();
-    f.take(max.min(PIECE_BYTES.max(MAX_MANIFEST_BYTES)))
+    f.take(max.min(PIECE_BYTES))
         .read_to_end(&mut out)
         .map_err(io(&path))?;
     Ok(Some(out))
