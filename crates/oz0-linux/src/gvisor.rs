@@ -187,7 +187,7 @@ impl Gvisor {
 }
 
 /// The OCI runtime configuration of one run.
-fn config(spec: &RunSpec, rootfs: &str, cwd: &str) -> serde_json::Value {
+fn config(spec: &RunSpec, rootfs: &str, cwd: &str, policy: &str) -> serde_json::Value {
     let mut env: Vec<String> = spec
         .env_with_path(DEFAULT_PATH)
         .into_iter()
@@ -195,12 +195,12 @@ fn config(spec: &RunSpec, rootfs: &str, cwd: &str) -> serde_json::Value {
         .collect();
     env.push(format!("HOME={TMP_INSIDE}"));
     env.push(format!("TMPDIR={TMP_INSIDE}"));
-    // The run is told its wall: gVisor's kernel, in the image's root.
-    let told = oz0_policy::describe::Description::walled(1, "gvisor", spec, cwd, TMP_INSIDE);
+    // The run is told its wall (gVisor's kernel, in the image's root), and
+    // finds its policy file bound read-only in its /tmp.
     env.push(format!(
         "{}={}",
         oz0_policy::describe::SANDBOX_VAR,
-        told.var(None)
+        describe(spec).var(Some(crate::plan::POLICY_INSIDE))
     ));
     let none: [&str; 0] = [];
     json!({
@@ -227,6 +227,8 @@ fn config(spec: &RunSpec, rootfs: &str, cwd: &str) -> serde_json::Value {
              "options": ["nosuid", "nodev", format!("size={}m", spec.limits.tmp_size_mib())]},
             {"destination": IMAGE_WORK, "type": "bind", "source": spec.work.as_str(),
              "options": ["rbind", "rw", "nosuid", "nodev"]},
+            {"destination": crate::plan::POLICY_INSIDE, "type": "bind", "source": policy,
+             "options": ["rbind", "ro", "nosuid", "nodev", "noexec"]},
         ],
         "linux": {
             "namespaces": [
@@ -235,6 +237,14 @@ fn config(spec: &RunSpec, rootfs: &str, cwd: &str) -> serde_json::Value {
             ],
         },
     })
+}
+
+/// What a gVisor run is told of its wall.
+fn describe(spec: &RunSpec) -> oz0_policy::describe::Description {
+    let mut d =
+        oz0_policy::describe::Description::walled(1, "gvisor", spec, IMAGE_WORK, TMP_INSIDE);
+    d.system = "the image's, read-only, behind gVisor's kernel";
+    d
 }
 
 /// The run's bundle folder, removed when dropped.
@@ -313,7 +323,13 @@ impl oz0_core::Sandbox for Gvisor {
         let made = crate::gitlook::ctime(&rustix::fs::stat(&bundle.0)?);
         let since = crate::record::later_stamp(&bundle.0, made);
         let cwd = image.cwd.as_deref().unwrap_or(IMAGE_WORK);
-        let cfg = config(spec, &image.rootfs, cwd);
+        // The policy file, bound read-only into the run (the bundle is
+        // the node's own, 0700, and goes with the run).
+        let policy = bundle.0.join("policy.json");
+        fs::write(&policy, describe(spec).policy())?;
+        fs::set_permissions(&policy, std::os::unix::fs::PermissionsExt::from_mode(0o444))?;
+        let policy = policy.to_str().ok_or("the bundle's path is not UTF-8")?;
+        let cfg = config(spec, &image.rootfs, cwd, policy);
         fs::write(bundle.0.join("config.json"), serde_json::to_vec(&cfg)?)?;
         let id = format!("oz0-{run_id}");
         let mut cmd = Command::new(&self.runsc);

@@ -308,7 +308,9 @@ fn gvisor_runs_the_image_behind_a_kernel_of_its_own() {
         "cat /proc/version; cat /srv/hello.txt; echo greeting=$GREETING; echo pwd=$(pwd); \\
          test -e /etc/passwd && echo host-etc-visible; echo made > /work/out.txt; \\
          (echo x > /srv/new) 2>/dev/null && echo image-writable; \\
-         grep -E '^CapEff:' /proc/self/status; \\
+         grep -E '^CapEff:' /proc/self/status; echo told=$OZ0_SANDBOX; \\
+         grep -c '\"wall\": \"gvisor\"' /tmp/.oz0-sandbox.json; \\
+         (echo x > /tmp/.oz0-sandbox.json) 2>/dev/null && echo policy-writable; \\
          echo | nc -w 2 127.0.0.1 {} 2>/dev/null && echo connect-ok; echo end",
         reg.host().rsplit(':').next().unwrap()
     );
@@ -331,11 +333,18 @@ fn gvisor_runs_the_image_behind_a_kernel_of_its_own() {
         "greeting=hi\n",
         "pwd=/srv\n",
         "CapEff:\t0000000000000000\n",
+        // It is told its wall, and reads its policy file (read-only).
+        "told=tier=1;wall=gvisor;policy=/tmp/.oz0-sandbox.json\n1\n",
         "end\n",
     ] {
         assert!(text.contains(want), "{want:?}: {text}");
     }
-    for never in ["host-etc-visible", "image-writable", "connect-ok"] {
+    for never in [
+        "host-etc-visible",
+        "image-writable",
+        "connect-ok",
+        "policy-writable",
+    ] {
         assert!(!text.contains(never), "{never}: {text}");
     }
     assert_eq!(

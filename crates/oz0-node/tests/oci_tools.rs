@@ -323,12 +323,20 @@ fn a_tenant_that_asks_for_gvisor_gets_its_container_tools_run_there() {
     let state = n.dir.join("data/gvisor").display().to_string();
     cancel_leaves_nothing(&edge, &n, &hang, &state);
     // No bundle of its run is left (they live in the node's data folder).
-    let leftovers: Vec<_> = std::fs::read_dir(n.dir.join("data/gvisor/runs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // The node removes it once runsc's last process ended, which is just
+    // after what the cancel waited for: a few seconds at most.
+    let bundles = || -> Vec<_> {
+        std::fs::read_dir(n.dir.join("data/gvisor/runs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect()
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !bundles().is_empty() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(bundles().is_empty(), "left: {:?}", bundles());
 
     // plugin call --oci-runtime gvisor: the same server from gVisor, on
     // this node alone.
