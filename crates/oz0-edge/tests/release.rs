@@ -15,12 +15,17 @@ use common::{linux_facts, node, start_configured, store_urls, ACME};
 use oz0_edge::release::{self, ReleaseError};
 use oz0_edge::Store;
 
-fn oz0(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_oz0"))
+/// `oz0 ARGS` with an empty environment.
+fn run_oz0(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_oz0"))
         .args(args)
         .env_clear()
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+fn oz0(args: &[&str]) -> String {
+    let out = run_oz0(args);
     assert!(
         out.status.success(),
         "oz0 {args:?}: {}",
@@ -30,11 +35,7 @@ fn oz0(args: &[&str]) -> String {
 }
 
 fn oz0_fails(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_oz0"))
-        .args(args)
-        .env_clear()
-        .output()
-        .unwrap();
+    let out = run_oz0(args);
     assert!(!out.status.success(), "oz0 {args:?} succeeded");
     String::from_utf8(out.stderr).unwrap()
 }
@@ -141,37 +142,27 @@ async fn a_node_takes_only_its_versions_files_signed_by_its_key() {
         .unwrap();
     assert_eq!(again, got);
 
+    // Fetches that are refused, each into a folder of its own.
+    let refused = |key, version, arch, dir: &str| {
+        let dir = root.join(dir);
+        let n = &n;
+        async move {
+            release::fetch_file(n, key, version, ("linux", arch), &dir)
+                .await
+                .unwrap_err()
+        }
+    };
     // A node built with another key.
-    let e1 = release::fetch_file(&n, &other, "0.1.0", ("linux", "aarch64"), &root.join("g1"))
-        .await
-        .unwrap_err();
+    let e1 = refused(&other, "0.1.0", "aarch64", "g1").await;
     assert!(matches!(e1, ReleaseError::WrongKey { .. }), "{e1}");
     // Another version's manifest, served as this version's.
-    let e2 = release::fetch_file(
-        &n,
-        &trusted,
-        "0.2.0",
-        ("linux", "aarch64"),
-        &root.join("g2"),
-    )
-    .await
-    .unwrap_err();
+    let e2 = refused(&trusted, "0.2.0", "aarch64", "g2").await;
     assert!(matches!(e2, ReleaseError::OtherVersion { .. }), "{e2}");
     // No file for this architecture.
-    let e3 = release::fetch_file(&n, &trusted, "0.1.0", ("linux", "x86_64"), &root.join("g3"))
-        .await
-        .unwrap_err();
+    let e3 = refused(&trusted, "0.1.0", "x86_64", "g3").await;
     assert!(matches!(e3, ReleaseError::NoFile { .. }), "{e3}");
     // A version the edge does not serve.
-    let e4 = release::fetch_file(
-        &n,
-        &trusted,
-        "9.9.9",
-        ("linux", "aarch64"),
-        &root.join("g4"),
-    )
-    .await
-    .unwrap_err();
+    let e4 = refused(&trusted, "9.9.9", "aarch64", "g4").await;
     assert!(e4.to_string().contains("no_release"), "{e4}");
     // The binary changed on the edge after it was signed: refused, and
     // nothing of it kept.
@@ -179,13 +170,10 @@ async fn a_node_takes_only_its_versions_files_signed_by_its_key() {
     let mut bytes = std::fs::read(&served).unwrap();
     bytes[usize::try_from(release::PIECE_BYTES).unwrap() + 1] ^= 1;
     std::fs::write(&served, &bytes).unwrap();
-    let g5 = root.join("g5");
-    let e5 = release::fetch_file(&n, &trusted, "0.1.0", ("linux", "aarch64"), &g5)
-        .await
-        .unwrap_err();
+    let e5 = refused(&trusted, "0.1.0", "aarch64", "g5").await;
     assert!(matches!(e5, ReleaseError::Tampered { .. }), "{e5}");
     assert!(e5.to_string().contains("SHA-256"), "{e5}");
-    let left: Vec<_> = std::fs::read_dir(g5.join("0.1.0"))
+    let left: Vec<_> = std::fs::read_dir(root.join("g5/0.1.0"))
         .unwrap()
         .flatten()
         .collect();

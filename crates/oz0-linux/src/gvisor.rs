@@ -186,8 +186,14 @@ impl Gvisor {
     }
 }
 
-/// The OCI runtime configuration of one run.
-fn config(spec: &RunSpec, rootfs: &str, cwd: &str, policy: &str) -> serde_json::Value {
+/// The OCI runtime configuration of one run, told `told` with its policy
+/// file at `policy` (bound read-only into its /tmp).
+fn config(
+    spec: &RunSpec,
+    rootfs: &str,
+    cwd: &str,
+    (told, policy): (&oz0_policy::describe::Description, &str),
+) -> serde_json::Value {
     let mut env: Vec<String> = spec
         .env_with_path(DEFAULT_PATH)
         .into_iter()
@@ -200,7 +206,7 @@ fn config(spec: &RunSpec, rootfs: &str, cwd: &str, policy: &str) -> serde_json::
     env.push(format!(
         "{}={}",
         oz0_policy::describe::SANDBOX_VAR,
-        describe(spec).var(Some(crate::plan::POLICY_INSIDE))
+        told.var(Some(crate::plan::POLICY_INSIDE))
     ));
     let none: [&str; 0] = [];
     json!({
@@ -325,11 +331,12 @@ impl oz0_core::Sandbox for Gvisor {
         let cwd = image.cwd.as_deref().unwrap_or(IMAGE_WORK);
         // The policy file, bound read-only into the run (the bundle is
         // the node's own, 0700, and goes with the run).
+        let told = describe(spec);
         let policy = bundle.0.join("policy.json");
-        fs::write(&policy, describe(spec).policy())?;
+        fs::write(&policy, told.policy())?;
         fs::set_permissions(&policy, std::os::unix::fs::PermissionsExt::from_mode(0o444))?;
         let policy = policy.to_str().ok_or("the bundle's path is not UTF-8")?;
-        let cfg = config(spec, &image.rootfs, cwd, policy);
+        let cfg = config(spec, &image.rootfs, cwd, (&told, policy));
         fs::write(bundle.0.join("config.json"), serde_json::to_vec(&cfg)?)?;
         let id = format!("oz0-{run_id}");
         let mut cmd = Command::new(&self.runsc);

@@ -69,8 +69,10 @@ impl oz0_core::Sandbox for Plain {
             cmd.env(v.name.as_str(), &v.value);
         }
         // The run is told it has no wall (tier 0).
-        let told = oz0_policy::describe::Description::unwalled("");
-        cmd.env(oz0_policy::describe::SANDBOX_VAR, told.var(None));
+        cmd.env(
+            oz0_policy::describe::SANDBOX_VAR,
+            oz0_policy::describe::NO_WALL_VALUE,
+        );
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let mut child = match cmd.spawn() {
             Ok(c) => c,

@@ -404,7 +404,7 @@ impl oz0_core::Sandbox for Plain {
         // The run is told it has no wall (tier 0).
         env.push((
             oz0_policy::describe::SANDBOX_VAR.into(),
-            oz0_policy::describe::Description::unwalled("").var(None),
+            oz0_policy::describe::NO_WALL_VALUE.into(),
         ));
         let o = supervise(
             &Launch {

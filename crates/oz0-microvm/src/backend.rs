@@ -241,18 +241,15 @@ pub struct SmolvmRun<'a> {
 /// arguments are the three smolvm command lines, separated by `--oz0--`.
 pub fn smolvm_argv(vmm: &Vmm, r: &SmolvmRun<'_>) -> Vec<String> {
     let cli = vmm.cli.display().to_string();
-    let mut create = vec![
-        "machine".to_string(),
-        "create".into(),
-        "--name".into(),
-        r.name.clone(),
+    let mut create = machine("create", &r.name);
+    create.extend([
         "-v".into(),
         format!("{}:/work", r.m.work.display()),
         "--cpus".into(),
         r.m.cpus.to_string(),
         "--mem".into(),
         r.m.memory_mib.to_string(),
-    ];
+    ]);
     if let Some(i) = r.m.image {
         create.push("--image".into());
         create.push(i.to_string());
@@ -267,20 +264,10 @@ pub fn smolvm_argv(vmm: &Vmm, r: &SmolvmRun<'_>) -> Vec<String> {
             crate::smolguest::GUEST_EGRESS_SOCKET
         ));
     }
-    let start = vec![
-        "machine".to_string(),
-        "start".into(),
-        "--name".into(),
-        r.name.clone(),
-    ];
+    let start = machine("start", &r.name);
     let exec = smolvm_exec(r);
-    let delete = vec![
-        "machine".to_string(),
-        "delete".into(),
-        "--name".into(),
-        r.name.clone(),
-        "-f".into(),
-    ];
+    let mut delete = machine("delete", &r.name);
+    delete.push("-f".into());
     // Without a log, smolvm's own messages go to the run's stderr by
     // descriptor: reopening `/dev/stderr` (through /proc) is refused when
     // the caller's stderr is a file of another user.
@@ -324,15 +311,17 @@ exit $status"#;
     argv
 }
 
+/// `machine VERB --name NAME`: the start of each smolvm command line.
+fn machine(verb: &str, name: &str) -> Vec<String> {
+    vec!["machine".into(), verb.into(), "--name".into(), name.into()]
+}
+
 /// `machine exec`: the server as the node's uid and gid in `/work`, its
 /// variables by name (`--secret-env`), and with egress the guest's bridge
 /// in front of it.
 fn smolvm_exec(r: &SmolvmRun<'_>) -> Vec<String> {
-    let mut exec = vec![
-        "machine".to_string(),
-        "exec".into(),
-        "--name".into(),
-        r.name.clone(),
+    let mut exec = machine("exec", &r.name);
+    exec.extend([
         "-u".into(),
         format!("{}:{}", r.uid, r.gid),
         "-w".into(),
@@ -347,7 +336,7 @@ fn smolvm_exec(r: &SmolvmRun<'_>) -> Vec<String> {
             oz0_policy::describe::SANDBOX_VAR,
             oz0_policy::describe::MICROVM_VALUE
         ),
-    ];
+    ]);
     if r.interactive {
         exec.push("-i".into());
     }

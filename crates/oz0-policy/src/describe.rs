@@ -24,6 +24,10 @@ pub const SANDBOX_VAR: &str = "OZ0_SANDBOX";
 /// The policy file's name, in the run's private temporary folder.
 pub const POLICY_NAME: &str = ".oz0-sandbox.json";
 
+/// [`SANDBOX_VAR`]'s value in a run without a wall (tier 0): it has no
+/// private folder for a policy file, and may do all the node's user may.
+pub const NO_WALL_VALUE: &str = "tier=0;wall=none";
+
 /// [`SANDBOX_VAR`]'s value in a microVM: the guest's kernel is the wall,
 /// and the guest's own `/tmp` holds no policy file.
 pub const MICROVM_VALUE: &str = "tier=2;wall=microvm";
@@ -53,10 +57,10 @@ pub struct Description {
     /// The tier: 0 no wall, 1 an OS sandbox, 2 a microVM.
     pub tier: u8,
     /// The wall: `bubblewrap`, `bubblewrap-image`, `gvisor`, `microvm`,
-    /// `seatbelt`, `job-object`, `psec`, or `none`.
+    /// `seatbelt`, `psec`, or `none`.
     pub wall: &'static str,
-    /// What the run sees of the host's system: `read-only`, `the image's`
-    /// (an image's root, read-only), or `the host's` (no wall).
+    /// What the run sees of the host's system: `read-only`, or an image's
+    /// root instead (`the image's, read-only`, and behind gVisor's kernel).
     pub system: &'static str,
     /// Its `HOME`.
     pub home: String,
@@ -66,7 +70,7 @@ pub struct Description {
     /// folder).
     pub write: Vec<String>,
     /// Where it may connect: `host:port` patterns through the node's proxy
-    /// (the proxy variables are set), `none`, or `the host's` (no wall).
+    /// (the proxy variables are set), or `none`.
     pub network: Vec<String>,
     /// Paths that answer `Permission denied`, so that a refusal is not
     /// read as absence (the node user's secrets under its home).
@@ -101,20 +105,6 @@ impl Description {
             read,
             write,
             network,
-            refused: Vec::new(),
-        }
-    }
-
-    /// A run without a wall: everything the node's user may do.
-    pub fn unwalled(home: &str) -> Self {
-        Description {
-            tier: 0,
-            wall: "none",
-            system: "the host's",
-            home: home.to_string(),
-            read: vec!["everything the node's user may read".into()],
-            write: vec!["everything the node's user may write".into()],
-            network: vec!["the host's".into()],
             refused: Vec::new(),
         }
     }
@@ -179,8 +169,6 @@ mod tests {
             "/tmp",
         );
         assert_eq!(d.network, ["api.example.com"]);
-        let d = Description::unwalled("/home/u");
-        assert_eq!(d.var(None), "tier=0;wall=none");
-        assert_eq!(d.system, "the host's");
+        assert_eq!(NO_WALL_VALUE, "tier=0;wall=none");
     }
 }

@@ -71,7 +71,7 @@ pub fn job_env(spec: &RunSpec, system_root: &str) -> Vec<(String, String)> {
         ("SystemRoot".to_string(), system_root.to_string()),
         (
             oz0_policy::describe::SANDBOX_VAR.to_string(),
-            oz0_policy::describe::Description::unwalled("").var(None),
+            oz0_policy::describe::NO_WALL_VALUE.to_string(),
         ),
     ];
     if !spec
