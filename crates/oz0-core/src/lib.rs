@@ -13,15 +13,14 @@
 //! - [`exit`]: the exit statuses, defined once.
 //! - [`tier0`]: what a sandbox without a wall refuses, the same on every
 //!   platform.
-//! - `selftest` (Unix): the eight-property self-test through any wall, and
-//!   the parts Linux's own self-test shares with it.
+//! - [`selftest`]: the eight-property self-test through any wall, on every
+//!   platform.
 //!
 //! The path of one run through the crates is in `docs/ARCHITECTURE.md`.
 
 pub mod exit;
 pub mod facts;
 mod run;
-#[cfg(unix)]
 pub mod selftest;
 pub mod tier0;
 mod wall;

@@ -7,12 +7,15 @@
 //! platform adds proofs of its own after a check ([`Extra`]: Linux proves
 //! each layer of its wall alone), never a second self-test.
 //!
-//! Nothing here is a platform's but the wall itself: the checks use POSIX
-//! `sh`, the probe, loopback sockets and files, so they are run on Linux
-//! too, through Linux tier 1 (all eight hold) and through walls that must
-//! fail each of them (no wall at all; a proxy but no wall), to show that
-//! every check can pass and can fail, naming what it saw
-//! (`crates/oz0-node/tests/macos_selftest.rs`).
+//! Nothing here is a platform's but the wall itself: inside a run the
+//! checks start only the probe (no shell), and outside they use loopback
+//! sockets and files, so they run on every platform: through Linux tier 1
+//! (all eight hold) and through walls that must fail each of them (no wall
+//! at all; a proxy but no wall), to show that every check can pass and can
+//! fail, naming what it saw (`crates/oz0-node/tests/macos_selftest.rs`;
+//! on Windows under Wine, `crates/oz0-windows/tests/selftest.rs`). What a
+//! platform gives besides its wall is in [`Config`]: how a run is
+//! cancelled, how a path is spelled in a run's spec.
 //!
 //! Every connection a check makes is to a listener it opened on loopback;
 //! the host the allowlist does not name is under `.invalid`. It works in a
@@ -20,7 +23,6 @@
 
 use std::fmt;
 use std::fs;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -34,6 +36,47 @@ pub mod parts;
 /// The node variable the environment check plants in the node's own
 /// environment and looks for inside.
 pub const CANARY: &str = "OZ0_SELFTEST_CANARY";
+
+/// What fires a run's [`Cancel`].
+pub type Fire = Box<dyn FnOnce() + Send>;
+
+/// Makes a cancel for a run and what fires it.
+pub type Cancels = fn() -> std::io::Result<(Cancel, Fire)>;
+
+/// How a path of the host is spelled in a run's spec (Windows carries
+/// `C:\a` as `/C:/a`).
+pub type SpecPath = fn(&Path) -> Result<String, Failed>;
+
+/// A cancel over a socket pair: the run is cancelled when the other end is
+/// written or closed (every Unix wall's).
+#[cfg(unix)]
+pub fn socket_cancel() -> std::io::Result<(Cancel, Fire)> {
+    use std::io::Write;
+    let (r, mut w) = std::os::unix::net::UnixStream::pair()?;
+    Ok((
+        Cancel(std::os::fd::OwnedFd::from(r)),
+        Box::new(move || {
+            let _ = w.write_all(b"x");
+        }),
+    ))
+}
+
+/// No cancel of its own: a platform that has none but its wall's gives
+/// [`Config::cancels`].
+#[cfg(not(unix))]
+pub fn socket_cancel() -> std::io::Result<(Cancel, Fire)> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "this platform's self-test names its own cancel",
+    ))
+}
+
+/// A path as it is spelled, for specs that take the host's own.
+pub fn spelled(p: &Path) -> Result<String, Failed> {
+    p.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("{} is not valid Unicode", p.display()).into())
+}
 
 /// What the self-test needs.
 pub struct Config<'a> {
@@ -63,6 +106,11 @@ pub struct Config<'a> {
     /// (a platform's layer taken away, to show its other layers hold and
     /// which one fails).
     pub every_run: Option<&'a (dyn Fn(&Path) -> Fault + Sync)>,
+    /// How a run is cancelled ([`socket_cancel`] on Unix).
+    pub cancels: Cancels,
+    /// How the host's paths are spelled in a run's spec ([`spelled`]
+    /// but on Windows).
+    pub spec_path: SpecPath,
 }
 
 impl<'a> Config<'a> {
@@ -79,6 +127,8 @@ impl<'a> Config<'a> {
             files_layer: "",
             fault: None,
             every_run: None,
+            cancels: socket_cancel,
+            spec_path: spelled,
         }
     }
 
@@ -156,7 +206,15 @@ impl Workspace {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos());
             let p = root.join(format!("oz0-selftest-{}-{t:x}-{n}", std::process::id()));
-            match fs::DirBuilder::new().mode(0o700).create(&p) {
+            #[cfg(unix)]
+            let b = {
+                let mut b = fs::DirBuilder::new();
+                std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+                b
+            };
+            #[cfg(not(unix))]
+            let b = fs::DirBuilder::new();
+            match b.create(&p) {
                 Ok(()) => {
                     made = Some(p);
                     break;
@@ -182,10 +240,15 @@ impl Workspace {
             standin: made.join("standin-data"),
             base: made,
         };
-        ws.base = ws
-            .base
-            .canonicalize()
-            .map_err(|e| format!("{}: {e}", ws.base.display()))?;
+        // Windows' real path is its verbatim form (`\\?\C:\…`), which no
+        // run's spec takes: there the caller's root is its real path.
+        #[cfg(unix)]
+        {
+            ws.base = ws
+                .base
+                .canonicalize()
+                .map_err(|e| format!("{}: {e}", ws.base.display()))?;
+        }
         ws.standin = ws.base.join("standin-data");
         fs::create_dir_all(ws.standin.join("identity"))
             .and_then(|()| fs::write(ws.standin.join("identity/node.key"), "standin-key"))
@@ -201,13 +264,25 @@ impl Drop for Workspace {
     }
 }
 
+/// Every folder under `p` made writable again (a run may have left one
+/// read-only), so that it can be removed.
 fn make_writable(p: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
     for e in fs::read_dir(p)?.flatten() {
         let path = e.path();
-        if fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
-            let _ = fs::set_permissions(&path, fs::Permissions::from_mode(0o700));
-            let _ = make_writable(&path);
+        if let Ok(m) = fs::symlink_metadata(&path) {
+            if m.is_dir() {
+                #[cfg(unix)]
+                let perm = std::os::unix::fs::PermissionsExt::from_mode(0o700);
+                #[cfg(not(unix))]
+                let perm = {
+                    let mut p = m.permissions();
+                    #[allow(clippy::permissions_set_readonly_false)]
+                    p.set_readonly(false);
+                    p
+                };
+                let _ = fs::set_permissions(&path, perm);
+                let _ = make_writable(&path);
+            }
         }
     }
     Ok(())
@@ -372,9 +447,12 @@ impl Session<'_> {
 
     /// A run of `command` in `work`, told the data directory.
     pub fn request(&self, work: &Path, command: Vec<String>) -> RunRequest {
+        // A path that cannot be spelled is passed as it is, and the run's
+        // spec refuses it, naming it.
+        let spell = |p: &Path| (self.cfg.spec_path)(p).unwrap_or_else(|_| p.display().to_string());
         RunRequest {
-            work: work.display().to_string(),
-            data_dir: self.data_dir().display().to_string(),
+            work: spell(work),
+            data_dir: spell(self.data_dir()),
             command,
             ..Default::default()
         }

@@ -83,7 +83,7 @@ const STARTERS: &[(&str, &str)] = &[
     ),
     // Inside a wall or a guest.
     (
-        "oz0-node/src/witness.rs",
+        "oz0-node/src/witness/procs.rs",
         "inside the wall: the witness's children",
     ),
     (

@@ -376,6 +376,13 @@ enum SandboxCmd {
     /// --connect, --proxy-get and --listen you name.
     #[cfg(target_os = "macos")]
     Probe(crate::witness::ProbeArgs),
+    /// Report what this process can see and do (for use inside a sandbox).
+    ///
+    /// Prints one JSON object: the result of each --read, --write, --list,
+    /// --connect, --proxy-get and --listen you name. The self-test's
+    /// witness inside every run.
+    #[cfg(windows)]
+    Probe(crate::witness::ProbeArgs),
     /// Serve one run's egress proxy on a loopback port, until Ctrl-C.
     ///
     /// What a PSEC run reaches through its bridge or relay: every request
@@ -461,7 +468,6 @@ fn sandbox(c: SandboxCmd) -> i32 {
         SandboxCmd::Check(a) => crate::mac::check(&a),
         #[cfg(target_os = "macos")]
         SandboxCmd::Vm(a) => crate::mac::vm::main(a),
-        #[cfg(any(target_os = "linux", target_os = "macos"))]
         SandboxCmd::Probe(a) => crate::witness::main(a),
         #[cfg(windows)]
         SandboxCmd::Run(a) => crate::win::sandbox::main(a),

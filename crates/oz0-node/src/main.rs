@@ -73,7 +73,6 @@ mod tool;
 mod vm;
 #[cfg(windows)]
 mod win;
-#[cfg(any(target_os = "linux", target_os = "macos"))]
 mod witness;
 
 /// The Windows and macOS nodes' entry: std's `main`, with the command line

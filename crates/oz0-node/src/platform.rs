@@ -201,8 +201,9 @@ impl Platform {
 
     /// The wall: PSEC probed once.
     pub fn wall(&self) -> &PlatformWall {
-        self.wall
-            .get_or_init(|| oz0_windows::wall::WindowsWall::probe(self.s.psec))
+        self.wall.get_or_init(|| {
+            oz0_windows::wall::WindowsWall::probe(self.s.psec, self.s.data_dir.clone())
+        })
     }
 
     /// Tier 1: a PSEC container, where the probes find PSEC (else why not).

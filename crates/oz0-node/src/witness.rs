@@ -1,7 +1,10 @@
 //! The witness behind `oz0-node sandbox probe`: what this process can see and do.
 //!
 //! Run inside a sandbox, it is the witness the tests and the self-test
-//! believe: it tries each operation for real and reports the errno.
+//! believe: it tries each operation for real and reports the errno. It
+//! runs on every platform (the self-test every platform shares starts
+//! nothing else inside a wall, not even a shell): what a platform has not
+//! (unix sockets on Windows) is reported refused with the reason.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -13,6 +16,9 @@ use oz0_sys::kernel as sys;
 use serde_json::{json, Value};
 
 use oz0_core::exit::Exit;
+
+mod procs;
+use procs::{detach, hold, leave_pair, sleeper, try_git};
 
 /// `sandbox probe` flags.
 #[derive(Debug, Args)]
@@ -62,8 +68,9 @@ pub struct ProbeArgs {
     /// Report the whole environment.
     #[arg(long = "env")]
     env: bool,
-    /// Start N child processes (`/bin/sleep 30`) and report how many the
-    /// system let start; they end with the run.
+    /// Start N child processes (`/bin/sleep 30`; on Windows copies of this
+    /// probe that hold for 30 s) and report how many the system let start;
+    /// they end with the run.
     #[arg(long = "spawn", value_name = "N")]
     spawn: Option<u32>,
     /// Allocate and touch MiB of memory.
@@ -86,6 +93,19 @@ pub struct ProbeArgs {
     /// its run.
     #[arg(long = "detach", value_name = "FILE")]
     detach: Option<PathBuf>,
+    /// Before the report, start a copy of this probe in the background (in
+    /// this process's own group) that beats in bg.beat and starts one more
+    /// with --detach detached.json, both holding for 20 s, in the current
+    /// folder; wait until both beat (at most 10 s): processes the wall
+    /// must end with the run.
+    #[arg(long = "leave-pair")]
+    leave_pair: bool,
+    /// In the current folder, try what a run must not do to a repository's
+    /// .git (write its hooks, config, commondir and alternates, rename it
+    /// aside) and what it may (write its objects), and write the word of
+    /// each attempt that succeeded to `results`.
+    #[arg(long = "try-git")]
+    try_git: bool,
     /// A tag that marks this process's command line (ignored otherwise).
     #[arg(long = "tag", value_name = "TAG", hide = true)]
     _tag: Option<String>,
@@ -167,7 +187,27 @@ fn base64(data: &[u8]) -> String {
     out
 }
 
+/// How Windows' error `e` reads in a report: its name where it is one a
+/// wall gives, else its number.
+#[cfg(windows)]
+pub fn errno_name(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(2) => "ERROR_FILE_NOT_FOUND".into(),
+        Some(3) => "ERROR_PATH_NOT_FOUND".into(),
+        Some(5) => "ERROR_ACCESS_DENIED".into(),
+        Some(32) => "ERROR_SHARING_VIOLATION".into(),
+        Some(10013) => "WSAEACCES".into(),
+        Some(10049) => "WSAEADDRNOTAVAIL".into(),
+        Some(10051) => "WSAENETUNREACH".into(),
+        Some(10060) => "WSAETIMEDOUT".into(),
+        Some(10061) => "WSAECONNREFUSED".into(),
+        Some(n) => format!("WINERROR{n}"),
+        None => format!("{:?}", e.kind()),
+    }
+}
+
 /// The conventional name of an errno, for reports.
+#[cfg(unix)]
 pub fn errno_name(e: &io::Error) -> String {
     let Some(n) = e.raw_os_error() else {
         return format!("{:?}", e.kind());
@@ -277,6 +317,7 @@ pub fn main(a: ProbeArgs) -> i32 {
     let raced = (!a.open_rw.is_empty())
         .then(|| open_rw(&a.open_rw, std::time::Duration::from_millis(a.repeat_ms)));
     let mut report = BTreeMap::<&str, Value>::new();
+    #[cfg(unix)]
     report.insert("uid", json!(rustix::process::getuid().as_raw()));
     report.insert("pid", json!(std::process::id()));
     #[cfg(target_os = "linux")]
@@ -286,6 +327,9 @@ pub fn main(a: ProbeArgs) -> i32 {
         report.insert("open_rw_hits", hits);
     }
     try_files(&a, &mut report);
+    if a.try_git {
+        report.insert("try_git", res(try_git()));
+    }
     try_connections(&a, &mut report);
     try_links(&a, &mut report);
     try_proxy(&a, &mut report);
@@ -315,6 +359,20 @@ pub fn main(a: ProbeArgs) -> i32 {
     if let Some(out) = &a.detach {
         report.insert("detached", res(detach(out, a.hold_ms)));
     }
+    // Kept to the end: it ends with the run, not with this process.
+    let _pair = if a.leave_pair {
+        let p = leave_pair();
+        report.insert(
+            "pair",
+            res(p
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| io::Error::new(e.kind(), e.to_string()))),
+        );
+        p.ok()
+    } else {
+        None
+    };
     if let Err(code) = write_report(&report, a.out.as_deref()) {
         return code;
     }
@@ -363,7 +421,7 @@ fn try_connections(a: &ProbeArgs, report: &mut BTreeMap<&str, Value>) {
         let r = std::net::ToSocketAddrs::to_socket_addrs(t.as_str()).and_then(|mut it| {
             let addr = it
                 .next()
-                .ok_or_else(|| io::Error::from_raw_os_error(libc::EADDRNOTAVAIL))?;
+                .ok_or_else(|| io::Error::from(io::ErrorKind::AddrNotAvailable))?;
             std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(1))
                 .map(|_| ())
         });
@@ -375,7 +433,7 @@ fn try_connections(a: &ProbeArgs, report: &mut BTreeMap<&str, Value>) {
         let r = if let Some(name) = u.strip_prefix('@') {
             abstract_connect(name)
         } else {
-            std::os::unix::net::UnixStream::connect(u).map(|_| ())
+            unix_connect(u)
         };
         unixes.insert(u.clone(), res(r));
     }
@@ -388,7 +446,7 @@ fn try_links(a: &ProbeArgs, report: &mut BTreeMap<&str, Value>) {
     for l in &a.link {
         let r = match l.split_once(':') {
             Some((s, d)) => std::fs::hard_link(s, d),
-            None => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            None => Err(io::Error::from(io::ErrorKind::InvalidInput)),
         };
         links.insert(l.clone(), res(r));
     }
@@ -430,8 +488,7 @@ fn try_resources(a: &ProbeArgs, report: &mut BTreeMap<&str, Value>) -> Vec<std::
     if let Some(n) = a.spawn {
         let mut refused = 0;
         for _ in 0..n {
-            match std::process::Command::new("/bin/sleep")
-                .arg("30")
+            match sleeper()
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
@@ -554,65 +611,25 @@ fn abstract_connect(name: &str) -> io::Result<()> {
     #[cfg(not(target_os = "linux"))]
     {
         let _ = name;
-        Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT))
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "no abstract unix sockets on this system",
+        ))
     }
 }
 
-/// Stays alive for `d`, rewriting `beat` (when named) every 50 ms. It
-/// holds a lock on `beat` while it lives, when the wall lets it take one,
-/// and then says so in it (`locked …`): the host sees the lock go the
-/// moment this process dies, without watching the beats.
-fn hold(d: std::time::Duration, beat: Option<&std::path::Path>) {
-    let until = std::time::Instant::now() + d;
-    let lock = beat.and_then(|b| {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(b)
-            .ok()?;
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive)
-            .ok()
-            .map(|()| f)
-    });
-    let word = if lock.is_some() { "locked" } else { "beat" };
-    let mut n: u64 = 0;
-    while std::time::Instant::now() < until {
-        if let Some(b) = beat {
-            n += 1;
-            let _ = std::fs::write(b, format!("{word} {n}"));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50).min(d));
+/// Connects to the unix socket at `path`.
+fn unix_connect(path: &str) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::net::UnixStream::connect(path).map(|_| ())
     }
-    drop(lock);
-}
-
-/// Starts a copy of this probe in a process group of its own that writes
-/// its report to `out`, beats in `out.beat` and holds for `hold_ms`; does
-/// not wait for it.
-fn detach(out: &std::path::Path, hold_ms: u64) -> io::Result<()> {
-    let me = std::env::current_exe()?;
-    let mut beat = out.as_os_str().to_owned();
-    beat.push(".beat");
-    let mut c = std::process::Command::new(&me);
-    // Started through its dynamic loader (a development build in an
-    // image's root, whose libraries are beside the loader): so again.
-    let loader = me
-        .file_name()
-        .is_some_and(|n| n.to_string_lossy().starts_with("ld-"));
-    if let (true, Some(libs), Some(argv0)) = (loader, me.parent(), std::env::args_os().next()) {
-        c.arg("--library-path").arg(libs).arg(argv0);
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this probe tries no unix sockets on Windows",
+        ))
     }
-    c.args(["sandbox", "probe", "--no-syscalls", "--hold-ms"])
-        .arg(hold_ms.max(1).to_string())
-        .arg("--beat")
-        .arg(beat)
-        .arg("--out")
-        .arg(out)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    std::os::unix::process::CommandExt::process_group(&mut c, 0);
-    // Never waited for: it is meant to outlive this process.
-    c.spawn().map(drop)
 }

@@ -136,7 +136,7 @@ pub use imp::{
 pub use imp::psec::{PsecChild, PsecEnv, PsecLauncher};
 
 #[cfg(windows)]
-pub use imp::run::{cancel_on_ctrl_c, wait_for, CancelEvent, JobRun, JobRunner};
+pub use imp::run::{cancel_on_ctrl_c, event_cancel, wait_for, CancelEvent, JobRun, JobRunner};
 
 #[cfg(windows)]
 mod imp;

@@ -3,12 +3,16 @@
 //!
 //! The check is `crate::check::report` of what `crate::native::probe`
 //! found: the lines, the tier and the kind of fix of the seed's table, pure
-//! code tested on Linux. The self-test runs in PSEC containers; this build
-//! starts them only for the preview's `sandbox run` and has no self-test
-//! of them yet, so on a machine whose probes find PSEC the self-test fails
-//! at its first property (`launch`) and says why: the node never reports a
-//! PSEC property it did not see hold. Where the probes find no PSEC there
-//! is nothing to test, and the check says the probes' reason and fix.
+//! code tested on Linux. The self-test is the one every platform runs
+//! (`oz0_core::selftest`): its eight checks in PSEC containers
+//! (`crate::psec::Psec`), the node binary's `sandbox probe` the witness
+//! inside each, a stand-in and the real data directory, stopping at the
+//! first that fails. What this build's PSEC runs refuse (egress, see
+//! `crate::psec::NO_EGRESS`) fails its check with that reason: the node
+//! never reports a PSEC property it did not see hold. Where the probes
+//! find no PSEC there is nothing to test, and the check says the probes'
+//! reason and fix. Under Wine, with no wall, every check runs and fails
+//! naming what it saw (`tests/selftest.rs`).
 
 use oz0_core::{Check, Line, SelfTest, Wall};
 use oz0_policy::facts::{self as pf, Os, Platform, Property};
@@ -17,23 +21,23 @@ use crate::check::{self as wcheck, CheckReport};
 use crate::native::NativeError;
 use crate::probe::{Feature, PsecProbe};
 
-/// Why the self-test stops at `launch` on a machine with PSEC.
-pub const NO_LAUNCHER: &str = "this build of oz0-node starts commands in PSEC containers only for the preview's `sandbox run` and has no self-test of them yet, so none of the eight properties is shown on this machine";
-
 /// Windows' wall as this node has it.
 pub struct WindowsWall {
     /// Started with `--sandbox psec` (or `sandbox check --psec`).
     pub psec: bool,
     /// What the probe found, or why it could not ask.
     pub probe: Result<PsecProbe, NativeError>,
+    /// The node's data directory, which the self-test shows no run reaches.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl WindowsWall {
     /// Probes Windows once.
-    pub fn probe(psec: bool) -> WindowsWall {
+    pub fn probe(psec: bool, data_dir: Option<std::path::PathBuf>) -> WindowsWall {
         WindowsWall {
             psec,
             probe: crate::native::probe(),
+            data_dir,
         }
     }
 
@@ -164,21 +168,48 @@ impl Wall for WindowsWall {
         if check.tier == 0 {
             return None;
         }
-        // The first property, launch, needs a PSEC container: this build
-        // starts none, so the test stops there (see the module docs).
-        let line = Line {
-            property: Property::Launch,
-            ok: false,
-            ms: 0,
-            detail: NO_LAUNCHER.into(),
+        Some(self.psec_self_test(on_line))
+    }
+}
+
+impl WindowsWall {
+    /// The shared self-test in PSEC containers.
+    #[cfg(windows)]
+    fn psec_self_test(&self, on_line: &mut dyn FnMut(&Line)) -> SelfTest {
+        use oz0_core::selftest::{self, Config};
+        let psec = self
+            .probe
+            .as_ref()
+            .map_err(ToString::to_string)
+            .and_then(|p| p.psec().map_err(|e| e.to_string()))
+            .and_then(|f| crate::psec::Psec::new(f).map_err(|e| e.to_string()));
+        let psec = match psec {
+            Ok(p) => p,
+            Err(e) => {
+                return selftest::failed_at_start(
+                    format!("cannot set up PSEC for the self-test: {e}"),
+                    on_line,
+                    false,
+                )
+            }
         };
-        on_line(&line);
-        Some(SelfTest {
-            lines: vec![line],
-            failed: Some(Property::Launch),
-            fault_injected: false,
-            total_ms: 0,
-        })
+        let probe = psec.node_binary.display().to_string();
+        let cfg = Config {
+            data_dir: self.data_dir.clone(),
+            // What Windows adds to a process it starts, besides what the
+            // wall gives.
+            env_adds: &["SystemRoot"],
+            cancels: crate::native::event_cancel,
+            spec_path: |p| crate::tier0::carry(p).map_err(|e| e.to_string().into()),
+            ..Config::new(&psec, probe, std::env::temp_dir())
+        };
+        selftest::run(&cfg, on_line)
+    }
+
+    /// No PSEC off Windows: a check of tier 1 needs Windows' own probe.
+    #[cfg(not(windows))]
+    fn psec_self_test(&self, on_line: &mut dyn FnMut(&Line)) -> SelfTest {
+        oz0_core::selftest::failed_at_start("PSEC runs only on Windows".into(), on_line, false)
     }
 }
 
@@ -223,7 +254,7 @@ mod tests {
     fn where_the_probe_cannot_ask_the_check_is_tier_0_with_the_step_to_see() {
         // Off Windows the probe answers NotWindows: the path of a probe
         // that failed.
-        let w = WindowsWall::probe(true);
+        let w = WindowsWall::probe(true, None);
         let c = w.check();
         assert_eq!(c.tier, 0);
         assert!(
@@ -241,7 +272,7 @@ mod tests {
 
     #[test]
     fn the_availability_line_names_the_contract_found() {
-        let mut c = WindowsWall::probe(false).check();
+        let mut c = WindowsWall::probe(false, None).check();
         c.mechanism.kind = "psec".into();
         c.mechanism.psec_contract = Some("1.0".into());
         assert_eq!(availability_line(&c), "psec.available=true contract=1.0");

@@ -1,10 +1,7 @@
 //! The eight checks (see the parent module).
 
 use std::fs;
-use std::io::Write;
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -12,9 +9,7 @@ use crate::{Cancel, Ended, Fault, RunIo, RunOptions};
 use oz0_policy::facts::Property;
 use oz0_policy::{EnvVar, Limits, RunSpec};
 
-use super::parts::{
-    judge_environment, judge_protected, prepare_git, Egress, Files, Server, GIVEN, PROTECTED_SCRIPT,
-};
+use super::parts::{judge_environment, judge_protected, prepare_git, Egress, Files, Server, GIVEN};
 use super::{read_report, CheckResult, Ctx, Failed};
 
 /// Whether a probe holding in a run is still alive, looked at after the
@@ -24,6 +19,7 @@ use super::{read_report, CheckResult, Ctx, Failed};
 /// the lock is free the moment it dies. Else it rewrites the file every
 /// 50 ms while alive, and a file that changes is a process alive.
 fn beating(beat: &Path) -> bool {
+    #[cfg(unix)]
     if fs::read(beat).is_ok_and(|b| b.starts_with(b"locked")) {
         let Ok(f) = fs::File::open(beat) else {
             return false;
@@ -61,48 +57,45 @@ fn wait_for(paths: &[&Path]) -> bool {
     false
 }
 
-/// A cancel handle for a run, and the end that fires it.
-fn cancel_pair() -> Result<(Cancel, UnixStream), Failed> {
-    let (r, w) = UnixStream::pair().map_err(|e| format!("cannot make a cancel channel: {e}"))?;
-    Ok((Cancel(OwnedFd::from(r)), w))
+/// A cancel handle for a run, and what fires it (the platform's, from the
+/// configuration).
+fn cancel_pair(c: &Ctx) -> Result<(Cancel, super::Fire), Failed> {
+    (c.config().cancels)().map_err(|e| format!("cannot make a cancel channel: {e}").into())
 }
 
 // --- launch -----------------------------------------------------------------
 
-/// A shell command starting, in the background, a probe that holds and
-/// beats in `bg.beat` and starts one more in a process group of its own
-/// that beats in `detached.json.beat` (see [`held_beats`]).
-fn start_held_pair(c: &Ctx) -> String {
-    format!(
-        "{} sandbox probe --no-syscalls --out bg.json --beat bg.beat --detach detached.json --hold-ms 20000 >/dev/null 2>&1 &",
-        shell_quote(&c.config().probe)
-    )
-}
+/// The probe's arguments that start, in the background, a probe that holds
+/// and beats in `bg.beat` and starts one more in a process group of its
+/// own that beats in `detached.json.beat` (see [`held_beats`]).
+const LEAVE_PAIR: &str = "--leave-pair";
 
-/// The two heartbeats of [`start_held_pair`]'s processes in `work`.
+/// The two heartbeats of [`LEAVE_PAIR`]'s processes in `work`.
 fn held_beats(work: &Path) -> [std::path::PathBuf; 2] {
     [work.join("bg.beat"), work.join("detached.json.beat")]
 }
+
+/// What the probe's `--write` puts in a file.
+const WRITTEN: &str = "oz0-probe\n";
 
 pub(super) fn launch(c: &mut Ctx) -> CheckResult {
     let work = c.dir("launch")?;
     // The first process writes, starts a child in the background (which
     // starts one more in a process group of its own), waits until both
     // beat, and exits.
-    let script = format!(
-        "echo ok > launched; {} \
-         i=0; while {{ [ ! -e bg.beat ] || [ ! -e detached.json.beat ]; }} && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; exit 0",
-        start_held_pair(c)
-    );
+    let out = work.join("launch.json");
     let o = c.launch(
-        c.request(&work, vec!["/bin/sh".into(), "-c".into(), script]),
+        c.request(
+            &work,
+            c.probe_cmd(&out, &["--write", "launched", LEAVE_PAIR]),
+        ),
         None,
     )?;
     if o.exit_code != 0 {
         return Err(format!("the process exited with {} instead of 0", o.exit_code).into());
     }
     match fs::read_to_string(work.join("launched")) {
-        Ok(s) if s == "ok\n" => {}
+        Ok(s) if s == WRITTEN => {}
         _ => return Err("the process did not write in its work directory".into()),
     }
     let beats = held_beats(&work);
@@ -124,11 +117,6 @@ pub(super) fn launch(c: &mut Ctx) -> CheckResult {
         return Err(format!("processes it started outlived it ({})", left.join(" and ")).into());
     }
     Ok("wrote its work directory; the processes it started ended with it, one that had left for a process group of its own too".into())
-}
-
-/// `s` as one word for `sh`.
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 // --- files ------------------------------------------------------------------
@@ -178,7 +166,7 @@ pub(super) fn ingress(c: &mut Ctx) -> CheckResult {
         &work,
         c.probe_cmd(&out, &["--listen", &ps, "--hold-ms", "20000"]),
     );
-    let (cancel, mut fire) = cancel_pair()?;
+    let (cancel, fire) = cancel_pair(c)?;
     let c = &*c;
     let (reached, run) = std::thread::scope(|s| {
         let h = s.spawn(|| c.launch(req, Some(cancel)));
@@ -189,7 +177,7 @@ pub(super) fn ingress(c: &mut Ctx) -> CheckResult {
         let reached =
             TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300))
                 .is_ok();
-        let _ = fire.write_all(b"x");
+        fire();
         let run = h
             .join()
             .unwrap_or_else(|_| Err("the listening run panicked".into()));
@@ -230,9 +218,15 @@ pub(super) fn job_limits(c: &mut Ctx) -> CheckResult {
     let procs_work = c.dir("procs")?;
     let mem_work = c.dir("mem")?;
     let beats = held_beats(&close_work);
-    let script = format!("{} wait", start_held_pair(c));
-    let (cancel, mut fire) = cancel_pair()?;
-    let close_req = c.request(&close_work, vec!["/bin/sh".into(), "-c".into(), script]);
+    let (cancel, fire) = cancel_pair(c)?;
+    // The first process holds too, until the run is closed.
+    let close_req = c.request(
+        &close_work,
+        c.probe_cmd(
+            &close_work.join("close.json"),
+            &[LEAVE_PAIR, "--hold-ms", "60000"],
+        ),
+    );
     // This property's fault: the runs go without their limits.
     let faulted = c.faulted(Property::JobLimits);
     let limited = |l: Limits| if faulted { Limits::default() } else { l };
@@ -255,7 +249,7 @@ pub(super) fn job_limits(c: &mut Ctx) -> CheckResult {
         let procs = s.spawn(|| c2.launch(procs_req, None));
         let mem = s.spawn(|| c2.launch(mem_req, None));
         let started = wait_for(&[&beats[0], &beats[1]]);
-        let _ = fire.write_all(b"x");
+        fire();
         (
             closing
                 .join()
@@ -325,7 +319,7 @@ pub(super) fn fail_closed(c: &mut Ctx) -> CheckResult {
     let work = c.dir("failclosed")?;
     let req = c.request(
         &work,
-        vec!["/bin/sh".into(), "-c".into(), "echo ran > ran".into()],
+        c.probe_cmd(&work.join("ran.json"), &["--write", "ran"]),
     );
     let spec = RunSpec::new(req).map_err(|e| format!("self-test spec refused: {e}"))?;
     // What the wall says of the confinement it cannot apply is expected:
@@ -364,13 +358,8 @@ pub(super) fn fail_closed(c: &mut Ctx) -> CheckResult {
 pub(super) fn protected_paths(c: &mut Ctx) -> CheckResult {
     let work = c.dir("protected")?;
     prepare_git(&work)?;
-    c.launch(
-        c.request(
-            &work,
-            vec!["/bin/sh".into(), "-c".into(), PROTECTED_SCRIPT.into()],
-        ),
-        None,
-    )?;
+    let out = work.join("protected.json");
+    c.launch(c.request(&work, c.probe_cmd(&out, &["--try-git"])), None)?;
     judge_protected(&work)
 }
 

@@ -99,6 +99,13 @@ impl CancelEvent {
     }
 }
 
+/// A cancel and what fires it, over a new event (the self-test's runs).
+pub fn event_cancel() -> std::io::Result<(Cancel, Box<dyn FnOnce() + Send>)> {
+    let e = CancelEvent::new().map_err(std::io::Error::other)?;
+    let c = e.cancel().map_err(std::io::Error::other)?;
+    Ok((c, Box::new(move || e.set())))
+}
+
 /// The event Ctrl-C, Ctrl-Break and closing the console set.
 static CTRL_C: OnceLock<CancelEvent> = OnceLock::new();
 
