@@ -78,8 +78,8 @@ const STARTERS: &[(&str, &str)] = &[
         "the tier-0 job object on Windows",
     ),
     (
-        "oz0-windows/src/native/imp/psec.rs",
-        "PSEC (tier 1) on Windows",
+        "oz0-windows/src/native/imp/spawn.rs",
+        "PSEC (tier 1) on Windows: a process in its environment with its streams alone",
     ),
     // Inside a wall or a guest.
     (

@@ -136,6 +136,9 @@ pub use imp::{
 pub use imp::psec::{PsecChild, PsecEnv, PsecLauncher};
 
 #[cfg(windows)]
+pub use imp::spawn::{create_suspended, Spawn, StdHandles, Suspended};
+
+#[cfg(windows)]
 pub use imp::run::{cancel_on_ctrl_c, event_cancel, wait_for, CancelEvent, JobRun, JobRunner};
 
 #[cfg(windows)]

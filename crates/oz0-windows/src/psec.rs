@@ -19,20 +19,21 @@
 //! 4. waits on its first process and its cancel together, bounded by
 //!    `--timeout` (`crate::supervise`), then ends every process of the job.
 //!
-//! What it refuses ([`refusal`], tested on Linux): a VM's monitor, a
-//! self-test fault, stdio other than the node's own (the container's
-//! process inherits no handle), and egress, which this build does not
-//! start for a container yet. Type-checked for Windows in CI; it has not
+//! Its command gets the run's three standard streams (the node's own,
+//! `NUL`, or a file or pipe) and inherits no other handle
+//! (`crate::native::create_suspended`). What it refuses ([`refusal`],
+//! tested on Linux): a VM's monitor, a self-test fault, and egress, which
+//! this build does not start for a container yet. Type-checked for Windows in CI; it has not
 //! run on a machine with PSEC.
 
-use oz0_core::{Fault, Role, RunIo, Stdio};
+use oz0_core::{Fault, Role};
 use oz0_policy::RunSpec;
 
 /// Why a PSEC run with egress is refused in this build.
 pub const NO_EGRESS: &str = "egress (--allow/--forward) for a PSEC run is not in this build: the bridge inside a container and the relay in its AppContainer profile are not started yet; run the command without egress, or on a Linux or macOS node";
 
 /// What a PSEC run refuses before anything is made: why, or None.
-pub fn refusal(spec: &RunSpec, role: &Role, fault: Option<&Fault>, io: &RunIo) -> Option<String> {
+pub fn refusal(spec: &RunSpec, role: &Role, fault: Option<&Fault>) -> Option<String> {
     match role {
         Role::Command => {}
         Role::Monitor(_) => {
@@ -50,10 +51,6 @@ pub fn refusal(spec: &RunSpec, role: &Role, fault: Option<&Fault>, io: &RunIo) -
     }
     if let Some(f) = fault {
         return Some(format!("PSEC cannot inject {f:?}"));
-    }
-    let inherit = |s: &Stdio| matches!(s, Stdio::Inherit);
-    if !(inherit(&io.stdin) && inherit(&io.stdout) && inherit(&io.stderr)) {
-        return Some("a PSEC run's standard streams are the node's own in this build (the container's process inherits no handle): run it with the caller's stdio".into());
     }
     if spec.egress.is_enabled() {
         return Some(NO_EGRESS.into());
@@ -91,7 +88,7 @@ mod imp {
 
     use crate::hold::{hold, Held};
     use crate::launch::{self, Started, SysError};
-    use crate::native::{wait_for, PsecLauncher};
+    use crate::native::{wait_for, PsecLauncher, StdHandles};
     use crate::plan::{plan, WindowsHost};
     use crate::probe::PsecFacts;
     use crate::supervise::{supervise, Watch, Woke};
@@ -162,9 +159,12 @@ mod imp {
                 role,
                 fault,
             } = opts;
-            if let Some(why) = super::refusal(spec, &role, fault.as_ref(), &io) {
+            if let Some(why) = super::refusal(spec, &role, fault.as_ref()) {
                 return Err(why.into());
             }
+            // The run's streams, the only handles its process inherits.
+            let stdio = StdHandles::new(io)
+                .map_err(|e| format!("cannot hand the run its standard streams: {e}"))?;
             let run_id = new_run_id();
             let mut made = Held::default();
             let temp = std::env::temp_dir().join(format!("oz0-run-{run_id}"));
@@ -180,7 +180,9 @@ mod imp {
             };
             let plan = plan(spec, &host, &self.facts, None).map_err(|e| e.to_string())?;
             hold(&plan.protected, &plan.hold_open, &mut made)?;
-            let mut launcher = PsecLauncher::load().map_err(|e| e.to_string())?;
+            let mut launcher = PsecLauncher::load()
+                .map_err(|e| e.to_string())?
+                .with_stdio(stdio);
             let started = Instant::now();
             let run = launch::start(&mut launcher, &plan).map_err(|e| e.to_string())?;
             let mut run = PsecRun {
@@ -231,23 +233,17 @@ mod tests {
     }
 
     #[test]
-    fn a_command_with_the_callers_stdio_and_no_egress_runs() {
-        assert_eq!(
-            refusal(&spec(&[]), &Role::Command, None, &RunIo::inherit()),
-            None
-        );
+    fn a_command_without_egress_runs() {
+        assert_eq!(refusal(&spec(&[]), &Role::Command, None), None);
     }
 
     #[test]
-    fn egress_monitors_faults_and_other_stdio_are_refused_with_the_reason() {
-        let io = RunIo::inherit;
-        let e = refusal(&spec(&["example.com"]), &Role::Command, None, &io()).unwrap();
+    fn egress_monitors_and_faults_are_refused_with_the_reason() {
+        let e = refusal(&spec(&["example.com"]), &Role::Command, None).unwrap();
         assert_eq!(e, NO_EGRESS);
-        let e = refusal(&spec(&[]), &Role::Monitor(Default::default()), None, &io()).unwrap();
+        let e = refusal(&spec(&[]), &Role::Monitor(Default::default()), None).unwrap();
         assert!(e.contains("monitor"), "{e}");
-        let e = refusal(&spec(&[]), &Role::Command, Some(&Fault::ShareNet), &io()).unwrap();
+        let e = refusal(&spec(&[]), &Role::Command, Some(&Fault::ShareNet)).unwrap();
         assert!(e.contains("ShareNet"), "{e}");
-        let e = refusal(&spec(&[]), &Role::Command, None, &RunIo::quiet()).unwrap();
-        assert!(e.contains("standard streams"), "{e}");
     }
 }

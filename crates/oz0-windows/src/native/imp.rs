@@ -13,6 +13,7 @@ mod job;
 mod probe;
 pub mod psec;
 pub mod run;
+pub mod spawn;
 
 pub use acl::{access_list, current_user_sid, delete_appcontainer_profile, set_access_list};
 pub use job::Job;

@@ -1,31 +1,25 @@
 //! The launch contract of `crate::launch` on Windows: a PSEC environment
 //! made from the plan's request (`CreateProcessSecurityEnvironment`, from
 //! System32's `processmodel.dll` only, looked up at run time), the command
-//! created suspended inside it (`CreateProcessW` with the environment
-//! attached as the thread attribute `PROC_THREAD_ATTRIBUTE_SECURITY_ENVIRONMENT`,
-//! the plan's environment block, current folder and command line, no
-//! handle inherited), placed in the job, then resumed.
+//! created suspended inside it (`super::spawn`: the environment attached
+//! as the thread attribute `PROC_THREAD_ATTRIBUTE_SECURITY_ENVIRONMENT`,
+//! the plan's environment block, current folder and command line, and the
+//! run's three standard streams, the only handles it inherits), placed in
+//! the job, then resumed.
 
-use std::ffi::c_void;
+use std::os::windows::io::IntoRawHandle;
 
 use windows_sys::Win32::Foundation::{CloseHandle, HANDLE, WAIT_OBJECT_0, WAIT_TIMEOUT};
 use windows_sys::Win32::System::JobObjects::AssignProcessToJobObject;
 use windows_sys::Win32::System::Threading::{
-    CreateProcessW, DeleteProcThreadAttributeList, GetExitCodeProcess,
-    InitializeProcThreadAttributeList, ResumeThread, TerminateProcess, UpdateProcThreadAttribute,
-    WaitForSingleObject, CREATE_SUSPENDED, CREATE_UNICODE_ENVIRONMENT,
-    EXTENDED_STARTUPINFO_PRESENT, LPPROC_THREAD_ATTRIBUTE_LIST, PROCESS_INFORMATION,
-    STARTUPINFOEXW,
+    GetExitCodeProcess, ResumeThread, TerminateProcess, WaitForSingleObject,
 };
 
-use super::{last_error, resolve, system32, wide, Job, PfnClose, PfnCreate, RawProc};
+use super::spawn::{create_suspended, Spawn, StdHandles};
+use super::{last_error, resolve, system32, Job, PfnClose, PfnCreate, RawProc};
 use crate::launch::{LaunchOps, SysError};
 use crate::plan::{JobLimits, PsecPlan, PsecRequest};
 use crate::probe;
-
-/// `PROC_THREAD_ATTRIBUTE_SECURITY_ENVIRONMENT`: attribute 35, an input
-/// (`PROC_THREAD_ATTRIBUTE_INPUT`), whose value is the environment's handle.
-const PROC_THREAD_ATTRIBUTE_SECURITY_ENVIRONMENT: usize = 35 | 0x0002_0000;
 
 fn sys(call: &str, code: u32) -> SysError {
     SysError {
@@ -34,10 +28,12 @@ fn sys(call: &str, code: u32) -> SysError {
     }
 }
 
-/// The PSEC exports this launcher calls.
+/// The PSEC exports this launcher calls, and the standard streams its next
+/// command gets (none: it inherits no handle).
 pub struct PsecLauncher {
     create: PfnCreate,
     close: PfnClose,
+    stdio: Option<StdHandles>,
 }
 
 /// A PSEC environment; closed when dropped.
@@ -125,25 +121,17 @@ impl PsecLauncher {
                 std::mem::transmute::<RawProc, PfnClose>(close),
             )
         };
-        Ok(PsecLauncher { create, close })
+        Ok(PsecLauncher {
+            create,
+            close,
+            stdio: None,
+        })
     }
-}
 
-/// An attribute list holding the environment's handle; deleted on drop.
-struct Attributes {
-    buf: Vec<u8>,
-}
-
-impl Attributes {
-    fn list(&mut self) -> LPPROC_THREAD_ATTRIBUTE_LIST {
-        self.buf.as_mut_ptr().cast()
-    }
-}
-
-impl Drop for Attributes {
-    fn drop(&mut self) {
-        // SAFETY: initialised by InitializeProcThreadAttributeList, deleted once.
-        unsafe { DeleteProcThreadAttributeList(self.list()) };
+    /// The next command's standard streams.
+    pub fn with_stdio(mut self, stdio: StdHandles) -> PsecLauncher {
+        self.stdio = Some(stdio);
+        self
     }
 }
 
@@ -189,71 +177,25 @@ impl LaunchOps for PsecLauncher {
     }
 
     fn spawn_suspended(&mut self, env: &PsecEnv, plan: &PsecPlan) -> Result<PsecChild, SysError> {
-        let mut size = 0usize;
-        // SAFETY: the sizing call: a null list and a valid size pointer.
-        unsafe { InitializeProcThreadAttributeList(std::ptr::null_mut(), 1, 0, &mut size) };
-        let mut attrs = Attributes {
-            buf: vec![0u8; size],
-        };
-        // SAFETY: the buffer has the size the sizing call asked for.
-        if unsafe { InitializeProcThreadAttributeList(attrs.list(), 1, 0, &mut size) } == 0 {
-            return Err(sys("InitializeProcThreadAttributeList", last_error()));
-        }
-        let handle = env.handle;
-        // SAFETY: the list is initialised; the value points at the handle,
-        // which lives on this frame until CreateProcessW has returned.
-        let ok = unsafe {
-            UpdateProcThreadAttribute(
-                attrs.list(),
-                0,
-                PROC_THREAD_ATTRIBUTE_SECURITY_ENVIRONMENT,
-                std::ptr::from_ref(&handle).cast::<c_void>(),
-                std::mem::size_of::<HANDLE>(),
-                std::ptr::null_mut(),
-                std::ptr::null(),
-            )
-        };
-        if ok == 0 {
-            return Err(sys(
-                "UpdateProcThreadAttribute(SECURITY_ENVIRONMENT)",
-                last_error(),
-            ));
-        }
-        // SAFETY: all-zero is a valid STARTUPINFOEXW before its fields are set.
-        let mut si: STARTUPINFOEXW = unsafe { std::mem::zeroed() };
-        si.StartupInfo.cb = u32::try_from(std::mem::size_of::<STARTUPINFOEXW>()).unwrap_or(0);
-        si.lpAttributeList = attrs.list();
-        let mut command_line = wide(&plan.command_line);
-        let program = wide(plan.program.as_str());
-        let cwd = wide(plan.cwd.as_str());
         let block = crate::env::environment_block(&plan.env);
-        // SAFETY: all-zero is a valid PROCESS_INFORMATION to be filled in.
-        let mut pi: PROCESS_INFORMATION = unsafe { std::mem::zeroed() };
-        // SAFETY: every string is NUL-terminated and outlives the call; the
-        // command line is writable as CreateProcessW requires; the block is
-        // a complete UTF-16 environment block; `si` carries the attribute
-        // list; no handle is inherited.
-        let ok = unsafe {
-            CreateProcessW(
-                program.as_ptr(),
-                command_line.as_mut_ptr(),
-                std::ptr::null(),
-                std::ptr::null(),
-                0,
-                CREATE_SUSPENDED | CREATE_UNICODE_ENVIRONMENT | EXTENDED_STARTUPINFO_PRESENT,
-                block.as_ptr().cast(),
-                cwd.as_ptr(),
-                std::ptr::from_ref(&si.StartupInfo),
-                &mut pi,
-            )
-        };
-        if ok == 0 {
-            return Err(sys("CreateProcessW(in the PSEC environment)", last_error()));
-        }
+        let child = create_suspended(&Spawn {
+            program: plan.program.as_str(),
+            command_line: &plan.command_line,
+            cwd: plan.cwd.as_str(),
+            env_block: &block,
+            std: self.stdio.as_ref(),
+            security_env: Some(env.handle),
+        })
+        .map_err(|e| SysError {
+            message: format!("{} (in the PSEC environment)", e.message),
+            ..e
+        })?;
+        // The streams' duplicates are the child's now: ours go.
+        self.stdio = None;
         Ok(PsecChild {
-            process: pi.hProcess,
-            thread: pi.hThread,
-            pid: pi.dwProcessId,
+            process: child.process.into_raw_handle(),
+            thread: child.thread.into_raw_handle(),
+            pid: child.pid,
         })
     }
 
