@@ -318,6 +318,23 @@ pub fn stop_argvs(name: &str) -> [Vec<String>; 2] {
     ]
 }
 
+/// The VM's name in `container run`'s arguments (`--name NAME`), as
+/// [`run_argv`] puts it.
+pub fn vm_name(argv: &[String]) -> Option<&str> {
+    if argv.first().map(String::as_str) != Some(CONTAINER)
+        || argv.get(1).map(String::as_str) != Some("run")
+    {
+        return None;
+    }
+    let i = argv.iter().position(|a| a == "--name")?;
+    let name = argv.get(i + 1)?;
+    let ok = name.starts_with("oz0-")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    ok.then_some(name.as_str())
+}
+
 /// `container run …` for one tool server, with its env file.
 pub fn run_argv(tool: &VmTool, env_file: &AbsPath) -> Result<Vec<String>, ContainerError> {
     check_image(&tool.image)?;
@@ -556,5 +573,25 @@ mod tests {
         intel_old.macos_major = Some(14);
         assert_eq!(availability(&intel_old), Err(NotOffered::IntelMac));
         assert!(NotOffered::IntelMac.reason().contains("Intel"));
+    }
+
+    #[test]
+    fn only_a_named_container_run_is_a_vm_it_can_stop() {
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            vm_name(&argv(&[
+                CONTAINER, "run", "--rm", "--name", "oz0-ab12", "img"
+            ])),
+            Some("oz0-ab12")
+        );
+        for bad in [
+            argv(&["/bin/sh", "run", "--name", "oz0-a"]),
+            argv(&[CONTAINER, "exec", "--name", "oz0-a"]),
+            argv(&[CONTAINER, "run", "--name"]),
+            argv(&[CONTAINER, "run", "--name", "other"]),
+            argv(&[CONTAINER, "run", "--name", "oz0-A;x"]),
+        ] {
+            assert_eq!(vm_name(&bad), None, "{bad:?}");
+        }
     }
 }

@@ -1,5 +1,7 @@
-//! Apple's container launcher (macOS only): one tool server in a microVM
-//! of its own, as `sandbox vm` runs it.
+//! Apple's container as a wall (macOS only): one tool server in a microVM
+//! of its own, as `sandbox vm` runs it, through the node core's door
+//! ([`AppleContainer`] implements `oz0_core::Sandbox`, in the role of a
+//! VM's monitor, as Linux's VMM runs).
 //!
 //! The argument list is [`crate::container::run_argv`], tested on Linux.
 //! The tool's variables reach the VM only through an env file
@@ -15,13 +17,13 @@
 //! not run on a Mac.
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use oz0_core::Cancel;
-use oz0_policy::AbsPath;
+use oz0_core::{Cancel, Ended, Outcome, Role, RunError, RunIo, RunOptions};
+use oz0_policy::{AbsPath, RunRequest, RunSpec};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
-use crate::container::{run_argv, stop_argvs, ContainerError, EnvFile, VmTool, CONTAINER};
+use crate::container::{run_argv, stop_argvs, vm_name, ContainerError, EnvFile, VmTool, CONTAINER};
 use crate::runs::{new_run_id, RunTemp, RunsError};
 use crate::sandbox::SetupError;
 
@@ -47,6 +49,9 @@ pub enum VmError {
     /// The container CLI could not be waited for (its VM was stopped).
     #[error("cannot wait for {CONTAINER}: {0}")]
     Wait(std::io::Error),
+    /// The run was refused or could not be started.
+    #[error("{0}")]
+    Run(String),
 }
 
 /// Where the container CLI is looked up (its installer puts it in
@@ -74,13 +79,134 @@ fn stop(name: &str) {
     }
 }
 
-/// Runs `tool` (its `name` is given here) with the variables `vars`, its
-/// stdin and stdout this process's (MCP over stdio), until the server ends
-/// or `cancel` fires; then its VM is stopped and deleted, then its env
-/// file. The server's status, or why nothing was started (`Err`).
+/// Apple's `container` as the node core's door on a Mac (tier 2): a run
+/// in the role of a VM's monitor whose command is `container run …`
+/// ([`run_argv`]) with the VM's `--name`. The CLI starts with a clean
+/// environment and the run's stdio (the server's, MCP over stdio), and is
+/// waited for with the run's cancel and `--timeout`; whatever ends it, its
+/// VM is stopped and deleted by that name. Any other run, and any fault,
+/// is refused: the guest's kernel is the boundary, and nothing of the
+/// host runs here.
+pub struct AppleContainer;
+
+impl oz0_core::Sandbox for AppleContainer {
+    fn tier(&self) -> u8 {
+        2
+    }
+
+    fn run(&self, spec: &RunSpec, opts: RunOptions) -> Result<Outcome, RunError> {
+        let RunOptions {
+            io,
+            cancel,
+            role,
+            fault,
+        } = opts;
+        if let Some(f) = fault {
+            return Err(format!("Apple's container cannot inject {f:?}").into());
+        }
+        let Role::Monitor(_) = role else {
+            return Err(format!(
+                "{} does not run in Apple's container: it runs a tool server's VM alone",
+                role.what()
+            )
+            .into());
+        };
+        let name = vm_name(&spec.command)
+            .ok_or("Apple's container runs only `container run … --name oz0-…` (a VM it can stop by name)")?
+            .to_string();
+        let started = Instant::now();
+        let mut child = container(&spec.command)
+            .stdin(stdio(io.stdin))
+            .stdout(stdio(io.stdout))
+            .stderr(stdio(io.stderr))
+            .spawn()
+            .map_err(|e| VmError::Start(e).to_string())?;
+        let deadline = spec
+            .limits
+            .timeout_seconds
+            .map(|s| started + Duration::from_secs(s));
+        let waited = wait(&mut child, cancel.as_ref(), deadline);
+        // Whatever ended the server, its VM goes with it.
+        stop(&name);
+        let (ended, code) = match waited {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(VmError::Wait(e).to_string().into());
+            }
+        };
+        Ok(Outcome {
+            run_id: name,
+            ended,
+            exit_code: code,
+            duration_ms: started.elapsed().as_millis().try_into().unwrap_or(u64::MAX),
+            limit_hit: None,
+            warnings: vec![],
+            report: serde_json::Map::new(),
+        })
+    }
+}
+
+/// Waits for the CLI to end, its cancel to fire or its deadline to pass
+/// (then it is killed): how it ended, and its status.
+fn wait(
+    child: &mut std::process::Child,
+    cancel: Option<&Cancel>,
+    deadline: Option<Instant>,
+) -> std::io::Result<(Ended, i32)> {
+    loop {
+        if let Some(st) = child.try_wait()? {
+            return Ok((Ended::Exited, oz0_core::exit::status_code(st)));
+        }
+        let t = Timespec {
+            tv_sec: 0,
+            tv_nsec: Duration::from_millis(50).as_nanos().try_into().unwrap_or(0),
+        };
+        let fired = match cancel {
+            Some(c) => {
+                let mut fds = [PollFd::new(&c.0, PollFlags::IN)];
+                poll(&mut fds, Some(&t)).unwrap_or(0) > 0 && !fds[0].revents().is_empty()
+            }
+            None => {
+                std::thread::sleep(Duration::from_millis(50));
+                false
+            }
+        };
+        let late = deadline.is_some_and(|d| Instant::now() >= d);
+        if fired || late {
+            let _ = child.kill();
+            let st = child.wait()?;
+            let ended = if fired {
+                Ended::Cancelled
+            } else {
+                Ended::Timeout
+            };
+            return Ok((ended, oz0_core::exit::status_code(st)));
+        }
+    }
+}
+
+fn stdio(s: oz0_core::Stdio) -> Stdio {
+    match s {
+        oz0_core::Stdio::Inherit => Stdio::inherit(),
+        oz0_core::Stdio::Null => Stdio::null(),
+        oz0_core::Stdio::File(f) => Stdio::from(f),
+    }
+}
+
+/// Runs `tool` (its `name` is given here) through `sandbox` (Apple's
+/// container, [`AppleContainer`]) with the variables `vars`, its stdio the
+/// run's `io` (MCP over stdio), until the server ends or `cancel` fires;
+/// its VM is then stopped and deleted, then its env file. `data_dir` is
+/// the node's, which the VM never sees. The server's status, or why
+/// nothing was started (`Err`).
 pub fn run_tool(
+    sandbox: &dyn oz0_core::Sandbox,
     mut tool: VmTool,
     vars: &[(String, String)],
+    data_dir: &AbsPath,
+    io: RunIo,
     cancel: Option<Cancel>,
 ) -> Result<i32, VmError> {
     let folder = RunTemp::new(&crate::sandbox::temp_root()?)?;
@@ -101,41 +227,20 @@ pub fn run_tool(
     tool.name.clone_from(&name);
     let argv = run_argv(&tool, &env_abs)?;
     debug_assert_eq!(argv[0], CONTAINER);
-    let mut child = container(&argv).spawn().map_err(VmError::Start)?;
-    let code =
-        loop {
-            match child.try_wait() {
-                Ok(Some(st)) => break oz0_core::exit::status_code(st),
-                Ok(None) => {}
-                Err(e) => {
-                    stop(&name);
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(VmError::Wait(e));
-                }
-            }
-            let t = Timespec {
-                tv_sec: 0,
-                tv_nsec: Duration::from_millis(50).as_nanos().try_into().unwrap_or(0),
-            };
-            let fired = cancel.as_ref().is_some_and(|c| {
-                let mut fds = [PollFd::new(&c.0, PollFlags::IN)];
-                poll(&mut fds, Some(&t)).unwrap_or(0) > 0 && !fds[0].revents().is_empty()
-            });
-            if cancel.is_none() {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if fired {
-                stop(&name);
-                let _ = child.kill();
-                break oz0_core::exit::status_code(child.wait().unwrap_or_else(|_| {
-                    std::os::unix::process::ExitStatusExt::from_raw(128 + 15)
-                }));
-            }
-        };
-    // Whatever ended the server, its VM goes with it, then its env file.
-    stop(&name);
+    let spec = RunSpec::new(RunRequest {
+        work: tool.work.as_str().to_string(),
+        data_dir: data_dir.as_str().to_string(),
+        command: argv,
+        ..Default::default()
+    })
+    .map_err(|e| VmError::Run(e.to_string()))?;
+    let mut opts = RunOptions::new(io, cancel);
+    opts.role = Role::Monitor(oz0_core::Monitor::default());
+    let o = sandbox
+        .run(&spec, opts)
+        .map_err(|e| VmError::Run(e.to_string()))?;
+    // Its VM is gone; then its env file.
     drop(env_file);
     drop(folder);
-    Ok(code)
+    Ok(o.exit_code)
 }

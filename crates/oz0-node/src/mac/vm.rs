@@ -1,6 +1,7 @@
 //! `sandbox vm` on macOS: one tool server in a microVM of Apple's
 //! `container` (macOS 26, Apple silicon, container 1.5.0 or later), through
-//! `oz0_macos::vm::run_tool`; this module reads the flags and the
+//! the node core's door (`oz0_macos::vm::AppleContainer`, a `Sandbox`, by
+//! `oz0_macos::vm::run_tool`); this module reads the flags and the
 //! variables named.
 //!
 //! The argument list is `oz0_macos::container::run_argv` (`--rm --network
@@ -60,6 +61,8 @@ pub struct VmArgs {
     /// See --allow.
     #[arg(long, value_name = "PORT", hide = true)]
     pub forward: Vec<u16>,
+    #[command(flatten)]
+    pub data: crate::flags::DataDirArg,
     /// The server's command inside the image [default: the image's own].
     #[arg(last = true, value_name = "SERVER_CMD")]
     pub command: Vec<String>,
@@ -124,9 +127,27 @@ pub fn main(a: VmArgs) -> i32 {
         // Named by the launcher.
         name: String::new(),
     };
+    let data_dir = match a.data.resolve() {
+        Ok(d) => d,
+        Err(e) => return refuse(e),
+    };
+    let Some(data_dir) = data_dir.to_str().and_then(|s| AbsPath::new(s).ok()) else {
+        return refuse(format!(
+            "--data-dir {} is not plain UTF-8",
+            data_dir.display()
+        ));
+    };
     // The server's stdin and stdout are this command's (MCP over stdio).
     let cancel = crate::signals::cancel_pipe().map(oz0_core::Cancel);
-    match oz0_macos::vm::run_tool(tool, &vars, cancel) {
+    let sandbox = oz0_macos::vm::AppleContainer;
+    match oz0_macos::vm::run_tool(
+        &sandbox,
+        tool,
+        &vars,
+        &data_dir,
+        oz0_core::RunIo::inherit(),
+        cancel,
+    ) {
         Ok(code) => code,
         Err(e) => refuse(e),
     }
