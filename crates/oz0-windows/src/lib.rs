@@ -69,6 +69,7 @@
 
 pub mod acl;
 pub mod check;
+pub mod claims;
 pub mod cmdline;
 pub mod env;
 #[cfg(windows)]

@@ -6,7 +6,10 @@
 //! it (the Windows security boundary: what the container may touch is
 //! entirely its request). The run then:
 //!
-//! 1. makes its TEMP (`%TEMP%\oz0-run-<id>`), removed after;
+//! 1. makes its TEMP (`%TEMP%\oz0-run-<id>`), removed after; denies
+//!    itself every folder other live runs claim, and claims its own
+//!    writable folders and TEMP, which no other run may then write
+//!    (`crate::claims`);
 //! 2. makes each protected entry that is missing as an empty placeholder
 //!    (`.git`'s only where `.git` is a folder), removed after when still
 //!    empty, and holds every writable folder, its `.git` and its protected
@@ -80,19 +83,20 @@ impl From<PsecError> for String {
 mod imp {
     use std::fs;
     use std::os::windows::io::AsHandle;
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
     use std::time::Instant;
 
     use oz0_core::{Cancel, Outcome, RunError, RunOptions};
     use oz0_policy::RunSpec;
 
+    use crate::claims;
     use crate::hold::{hold, Held};
     use crate::launch::{self, Started, SysError};
     use crate::native::{wait_for, PsecLauncher, StdHandles};
     use crate::plan::{plan, WindowsHost};
     use crate::probe::PsecFacts;
     use crate::supervise::{supervise, Watch, Woke};
-    use crate::tier0::new_run_id;
+    use crate::tier0::{new_run_id, uncarry};
     use crate::winpath::WinPath;
 
     /// Tier 1 on Windows: a PSEC container, where the probes found PSEC.
@@ -171,12 +175,25 @@ mod imp {
             fs::create_dir(&temp)
                 .map_err(|e| format!("cannot make the run's TEMP {}: {e}", temp.display()))?;
             made.temp = Some(temp.clone());
+            // Every other live run's folders, denied to this one; then this
+            // run's own claimed, which no other run may write meanwhile.
+            let data_dir = uncarry(&spec.data_dir);
+            let other_runs = claims::others(&data_dir)
+                .iter()
+                .filter_map(|f| WinPath::parse(f).ok())
+                .collect();
+            let mut mine: Vec<PathBuf> = std::iter::once(&spec.work)
+                .chain(spec.write.iter())
+                .map(uncarry)
+                .collect();
+            mine.push(temp.clone());
+            let _claims = claims::claim(&data_dir, &run_id, &mine).map_err(|e| e.to_string())?;
             let host = WindowsHost {
                 system_root: WinPath::parse(&self.system_root)
                     .map_err(|e| format!("SystemRoot: {e}"))?,
                 node_binary: win("the node binary", &self.node_binary)?,
                 run_temp: win("the run's TEMP", &temp)?,
-                other_runs: vec![],
+                other_runs,
             };
             let plan = plan(spec, &host, &self.facts, None).map_err(|e| e.to_string())?;
             hold(&plan.protected, &plan.hold_open, &mut made)?;
