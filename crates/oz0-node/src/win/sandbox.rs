@@ -133,7 +133,7 @@ pub fn main(a: RunArgs) -> i32 {
                 Ok(r) => r,
                 Err(e) => return refuse(e),
             };
-            eprintln!("oz0-node: warning: the PSEC preview: this machine's self-test of PSEC (`sandbox check --psec`) does not run in this build, so the run's confinement is not proven here");
+            eprintln!("oz0-node: warning: the PSEC preview: the run's confinement is proven only as far as `sandbox check --psec` shows on this machine (this build's self-test of PSEC stops at egress), so it is not tier 1");
             let psec = match walls.tier1() {
                 Ok(p) => p,
                 Err(e) => return refuse(e),
