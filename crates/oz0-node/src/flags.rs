@@ -340,20 +340,8 @@ pub struct NodeArgs {
     /// The node's data directory, where jobs go, and bubblewrap.
     #[command(flatten)]
     pub host: HostArgs,
-    /// Start, publish the facts, and exit instead of staying up (with
-    /// --edge: register and report the facts, then exit).
-    #[arg(long)]
-    pub once: bool,
     #[command(flatten)]
-    pub link: EdgeFlags,
-    /// Where each job's fresh work directory is made (never under the data
-    /// directory) [default: a private 0700 folder under the temp dir].
-    #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
-    pub work_root: Option<PathBuf>,
-    /// The name shown on the edge's Nodes page: lower-case letters, digits,
-    /// '.' and '-', e.g. build-01 [default: the host name, when it is one].
-    #[arg(long, value_name = "NAME", requires = "edge", value_parser = node_name)]
-    pub name: Option<String>,
+    pub daemon: DaemonFlags,
     /// Jobs run at once, each under its own lease, work folder and limits
     /// [default: this machine's processors].
     #[arg(long, value_name = "N", requires = "edge", value_parser = at_least_one)]
@@ -388,18 +376,6 @@ pub struct NodeArgs {
     #[arg(long = "inject-image-fault", value_name = "PROPERTY|no-image", hide = true,
           value_parser = image_fault)]
     pub inject_image_fault: Option<oz0_linux::image_check::ImageFault>,
-    /// The edge holds each of the node's polls for work up to 15 s and
-    /// answers the moment a job is queued: this is how long the node waits
-    /// before asking again when the edge answers at once with nothing (an
-    /// edge that does not hold polls, or while this node waits for an
-    /// operator's approval), in milliseconds (50 to 60000).
-    #[arg(
-        long = "poll-ms",
-        value_name = "MS",
-        default_value_t = 2000,
-        requires = "edge"
-    )]
-    pub poll_ms: u64,
     /// How often the machine is probed again for changed facts, in seconds.
     #[arg(
         long = "recheck-secs",
@@ -474,37 +450,46 @@ fn image_fault(s: &str) -> Result<oz0_linux::image_check::ImageFault, String> {
     }
 }
 
-/// The daemon's flags besides `--sandbox`, the same on Windows and macOS.
-#[cfg(not(target_os = "linux"))]
+/// The daemon's flags every platform's `run` has: how it links to its
+/// edge and takes work.
 #[derive(Debug, clap::Args)]
 pub struct DaemonFlags {
-    #[command(flatten)]
-    pub data: DataDirArg,
     /// Start, publish the facts, and exit instead of staying up (with
     /// --edge: register and report the facts, then exit).
     #[arg(long)]
     pub once: bool,
     #[command(flatten)]
     pub link: EdgeFlags,
-    /// Where each job's fresh work folder is made (never under the data
-    /// directory) [default: <temporary folder>/oz0-node-work].
+    #[cfg_attr(
+        target_os = "linux",
+        doc = "Where each job's fresh work directory is made (never under the data
+directory) [default: a private 0700 folder under the temp dir]."
+    )]
+    #[cfg_attr(
+        not(target_os = "linux"),
+        doc = "Where each job's fresh work folder is made (never under the data
+directory) [default: <temporary folder>/oz0-node-work]."
+    )]
     #[arg(long = "work-root", value_name = "DIR", requires = "edge")]
     pub work_root: Option<PathBuf>,
     /// The name shown on the edge's Nodes page: lower-case letters, digits,
     /// '.' and '-', e.g. build-01 [default: this machine's name, when it is one].
     #[arg(long, value_name = "NAME", requires = "edge", value_parser = node_name)]
     pub name: Option<String>,
-    /// How long to wait between polls of an empty queue, in milliseconds.
+    /// The edge holds each of the node's polls for work up to 15 s and
+    /// answers the moment a job is queued: this is how long the node waits
+    /// before asking again when the edge answers at once with nothing (an
+    /// edge that does not hold polls, or while this node waits for an
+    /// operator's approval), in milliseconds (50 to 60000).
     #[arg(
         long = "poll-ms",
         value_name = "MS",
         default_value_t = 2000,
-        hide = true
+        requires = "edge"
     )]
     pub poll_ms: u64,
 }
 
-#[cfg(not(target_os = "linux"))]
 impl DaemonFlags {
     /// How long to wait between polls of an empty queue.
     pub fn poll_every(&self) -> std::time::Duration {

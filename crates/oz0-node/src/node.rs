@@ -341,7 +341,7 @@ pub fn run(a: NodeArgs) -> i32 {
     }
     // Everything the edge connection needs is checked before the (slow)
     // self-test, so a wrong flag is said at once.
-    let edge = match a.link.edge.as_slice() {
+    let edge = match a.daemon.link.edge.as_slice() {
         [] => None,
         urls => match crate::edge::Settings::from_args(urls, &a, &data_dir) {
             Ok(s) => Some(s),
@@ -390,7 +390,7 @@ pub fn run(a: NodeArgs) -> i32 {
         return code;
     }
     let Some(settings) = edge else {
-        if a.once {
+        if a.daemon.once {
             return Exit::Ok.code();
         }
         log("ready; SIGTERM or SIGINT stops the node");
@@ -407,7 +407,7 @@ pub fn run(a: NodeArgs) -> i32 {
         Some(f)
     };
     let stop = crate::edge::readable(stop);
-    crate::edge::serve(settings, key, facts, recheck, stop, a.once)
+    crate::edge::serve(settings, key, facts, recheck, stop, a.daemon.once)
 }
 
 fn publish(data_dir: &Path, facts: &NodeFacts) -> Result<(), i32> {

@@ -194,9 +194,9 @@ impl Settings {
             trust,
             tenant,
             token,
-        } = Link::check(urls, &a.link, |f| Ok(crate::private::read_token(f)?))?;
+        } = Link::check(urls, &a.daemon.link, |f| Ok(crate::private::read_token(f)?))?;
         let (work_root, data_abs) = folders(
-            a.work_root.as_deref(),
+            a.daemon.work_root.as_deref(),
             std::env::temp_dir().join(format!(
                 "oz0-node-work-{}",
                 rustix::process::getuid().as_raw()
@@ -204,7 +204,7 @@ impl Settings {
             data_dir,
             |a, b| a.starts_with(b) || b.starts_with(a),
         )?;
-        let name = match &a.name {
+        let name = match &a.daemon.name {
             Some(n) => Some(n.clone()),
             // A host name the edge would refuse is not sent: the node
             // registers without one (shown by its id).
@@ -220,7 +220,7 @@ impl Settings {
             name,
             work_root,
             data_dir: data_abs,
-            poll: Duration::from_millis(a.poll_ms.clamp(50, 60_000)),
+            poll: a.daemon.poll_every(),
             recheck: Duration::from_secs(a.recheck_secs.max(1)),
             platform: crate::platform::Platform::NAME,
             sandbox_none: a.sandbox == crate::flags::Sandbox::None,

@@ -34,6 +34,8 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = Sandbox::Auto)]
     pub sandbox: Sandbox,
     #[command(flatten)]
+    pub data: crate::flags::DataDirArg,
+    #[command(flatten)]
     pub daemon: DaemonFlags,
 }
 
@@ -163,7 +165,7 @@ fn with_guest(
 
 /// Runs the node daemon.
 pub fn run(a: RunArgs) -> i32 {
-    let data_dir = match a.daemon.data.resolve() {
+    let data_dir = match a.data.resolve() {
         Ok(d) => d,
         Err(e) => return fail(e, Exit::Usage),
     };
