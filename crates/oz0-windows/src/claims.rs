@@ -10,7 +10,7 @@
 //! - **a run is denied every other run's folders**: the claims present
 //!   are exactly the live runs' folders (a dead run's went with its last
 //!   handle), read before the plan is made and denied to the new run
-//!   ([`others`]).
+//!   (`others`).
 //!
 //! A run that starts after this one's plan was made is not in it: its
 //! folders are denied to the runs that start after it. The key and the
