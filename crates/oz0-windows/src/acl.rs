@@ -75,6 +75,30 @@ pub fn readers_besides(aces: Option<&[Ace]>, user: &str) -> Vec<String> {
     out
 }
 
+/// Which containers the access list lets read the object, by name: a grant
+/// to ALL APPLICATION PACKAGES (every AppContainer and PSEC container), to
+/// ALL RESTRICTED APPLICATION PACKAGES, to one package or capability
+/// (`S-1-15-2-…`, `S-1-15-3-…`); a missing access list lets every one in.
+/// Grants to users and groups (Everyone, Users) are not a container's: a
+/// container's access needs a grant to a package too.
+pub fn container_readers(aces: Option<&[Ace]>) -> Vec<String> {
+    let Some(aces) = aces else {
+        return vec!["every container (the folder has no access list)".to_string()];
+    };
+    let mut out: Vec<String> = Vec::new();
+    for a in aces {
+        let reads = a.mask & (FILE_READ_DATA | GENERIC_READ | GENERIC_ALL) != 0;
+        let package = a.sid.starts_with("S-1-15-2-") || a.sid.starts_with("S-1-15-3-");
+        if a.allow && reads && !a.inherit_only && package {
+            let n = sid_name(&a.sid).to_string();
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+    }
+    out
+}
+
 /// The access list the node gives its data directory (SDDL): protected,
 /// full control for `user` and `SYSTEM`, inherited by folders and files.
 pub fn private_sddl(user: &str) -> String {
@@ -137,6 +161,38 @@ mod tests {
         assert!(readers_besides(Some(&harmless), ME).is_empty());
         // No access list at all: everyone.
         assert_eq!(readers_besides(None, ME).len(), 1);
+    }
+
+    #[test]
+    fn which_containers_may_read() {
+        let own = [
+            ace(ME, true, 0x1f01ff, false),
+            ace(SYSTEM, true, 0x1f01ff, false),
+            // Everyone alone lets no container in.
+            ace("S-1-1-0", true, GENERIC_READ, false),
+        ];
+        assert!(container_readers(Some(&own)).is_empty());
+        let open = [
+            ace(ALL_APPLICATION_PACKAGES, true, 0x1200a9, false),
+            ace(ALL_APPLICATION_PACKAGES, true, FILE_READ_DATA, false),
+            ace("S-1-15-2-2", true, GENERIC_ALL, false),
+            ace("S-1-15-3-1024-1", true, GENERIC_READ, false),
+        ];
+        assert_eq!(
+            container_readers(Some(&open)),
+            [
+                "ALL APPLICATION PACKAGES",
+                "ALL RESTRICTED APPLICATION PACKAGES",
+                "S-1-15-3-1024-1"
+            ]
+        );
+        let harmless = [
+            ace(ALL_APPLICATION_PACKAGES, false, GENERIC_ALL, false),
+            ace(ALL_APPLICATION_PACKAGES, true, 0x0010_0000, false),
+            ace(ALL_APPLICATION_PACKAGES, true, GENERIC_ALL, true),
+        ];
+        assert!(container_readers(Some(&harmless)).is_empty());
+        assert_eq!(container_readers(None).len(), 1);
     }
 
     #[test]

@@ -194,8 +194,10 @@ impl WindowsWall {
             }
         };
         let probe = psec.node_binary.display().to_string();
+        let extra = DataDirList(self.data_dir.clone());
         let cfg = Config {
             data_dir: self.data_dir.clone(),
+            extra: Some(&extra),
             // What Windows adds to a process it starts, besides what the
             // wall gives.
             env_adds: &["SystemRoot"],
@@ -211,6 +213,43 @@ impl WindowsWall {
     fn psec_self_test(&self, on_line: &mut dyn FnMut(&Line)) -> SelfTest {
         oz0_core::selftest::failed_at_start("PSEC runs only on Windows".into(), on_line, false)
     }
+}
+
+/// Windows' own proof of `files`, after the shared check held: the node's
+/// data directory's access list lets no container read it.
+#[cfg(windows)]
+struct DataDirList(Option<std::path::PathBuf>);
+
+#[cfg(windows)]
+impl oz0_core::selftest::Extra for DataDirList {
+    fn prove(
+        &self,
+        p: Property,
+        _s: &mut oz0_core::selftest::Session<'_>,
+    ) -> Result<Option<String>, oz0_core::selftest::Failed> {
+        match (p, self.0.as_deref().filter(|d| d.exists())) {
+            (Property::Files, Some(d)) => data_dir_closed(d).map(Some).map_err(Into::into),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Whether the access list of the data directory `d` keeps every container
+/// out (what it shows), or which it lets read it, with the fix.
+#[cfg(windows)]
+pub fn data_dir_closed(d: &std::path::Path) -> Result<String, String> {
+    let shown = d.display().to_string();
+    let list = crate::native::access_list(d)
+        .map_err(|e| format!("cannot read the access list of the data directory {shown}: {e}"))?;
+    let readers = crate::acl::container_readers(list.as_deref());
+    if readers.is_empty() {
+        return Ok("its access list grants no container".into());
+    }
+    Err(format!(
+        "the access list of the data directory {shown} lets {} read it, which PSEC containers match: run `{}`",
+        readers.join(", "),
+        crate::acl::icacls_fix(&shown)
+    ))
 }
 
 /// The node's facts from the check and the self-test: the same assembly

@@ -190,3 +190,22 @@ fn through_the_job_object_launch_holds() {
         "{shown}"
     );
 }
+
+/// The real calls of Windows' own proof of `files`: the data directory's
+/// access list read back and judged. (Wine keeps no grant to a package on
+/// a file, only its owner and Everyone, so the refusal of a grant to ALL
+/// APPLICATION PACKAGES is shown by `acl::container_readers`' unit test.)
+#[test]
+fn the_data_directorys_access_list_is_read_for_the_files_check() {
+    use oz0_windows::{acl, native};
+    let d = Scratch::new("acl");
+    let data = d.0.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let me = native::current_user_sid().unwrap();
+    native::set_access_list(&data, &acl::private_sddl(&me)).unwrap();
+    let shown = oz0_windows::wall::data_dir_closed(&data);
+    assert_eq!(shown.as_deref(), Ok("its access list grants no container"));
+    // A folder that is not there cannot be shown closed.
+    let e = oz0_windows::wall::data_dir_closed(&d.0.join("missing")).unwrap_err();
+    assert!(e.contains("cannot read the access list"), "{e}");
+}
