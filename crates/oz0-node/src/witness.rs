@@ -79,6 +79,11 @@ pub struct ProbeArgs {
     /// Listen on 127.0.0.1:PORT, write the report, then hold for --hold-ms.
     #[arg(long = "listen", value_name = "PORT")]
     listen: Option<u16>,
+    /// Listen on a free port of 127.0.0.1 and connect to it (1 s
+    /// deadline): whether this process reaches its own loopback (a PSEC
+    /// container's egress route is decided by it).
+    #[arg(long = "self-dial")]
+    self_dial: bool,
     /// How long to stay alive after writing the report (e.g. with --listen).
     #[arg(long = "hold-ms", value_name = "MS", default_value_t = 0)]
     hold_ms: u64,
@@ -337,6 +342,9 @@ pub fn main(a: ProbeArgs) -> i32 {
         let vars: BTreeMap<String, String> = std::env::vars().collect();
         report.insert("env", json!(vars));
     }
+    if a.self_dial {
+        report.insert("self_dial", res(self_dial()));
+    }
     // The children end with the run; the listener is held with the probe.
     let _children = try_resources(&a, &mut report);
     let listener = a
@@ -384,6 +392,14 @@ pub fn main(a: ProbeArgs) -> i32 {
     }
     drop(listener);
     Exit::Ok.code()
+}
+
+/// `--self-dial`: a listener on 127.0.0.1 and a connection to it, accepted.
+fn self_dial() -> io::Result<()> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    let addr = l.local_addr()?;
+    let _c = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(1))?;
+    l.accept().map(drop)
 }
 
 /// `--read`, `--write` (create or append) and `--list`, in that order.

@@ -93,10 +93,101 @@ pub fn decide_route(
     }
 }
 
+/// The report file the self-dial test's probe writes in its work folder.
+const SELF_DIAL_REPORT: &str = "self-dial.json";
+
+/// What the probe's report says of its self-dial: reached (`"ok"`), or
+/// refused in any way (the bridge cannot work there either); no answer
+/// when it wrote none.
+pub fn judge_self_dial(report: Option<&serde_json::Value>) -> SelfDial {
+    match report
+        .and_then(|r| r.get("self_dial"))
+        .and_then(|v| v.as_str())
+    {
+        Some("ok") => SelfDial::Connected,
+        Some(_) => SelfDial::Refused,
+        None => SelfDial::NoAnswer("the test's probe wrote no answer".into()),
+    }
+}
+
+/// The self-dial test through `sandbox` (PSEC on a Windows node): the
+/// node binary's probe (`probe`, as a run names it) run quietly in the
+/// empty folder `work` (`spec_work` as the run's spec spells it; the
+/// node's data directory `spec_data_dir` likewise), bounded to 30 s,
+/// listening on its own loopback and dialling itself.
+pub fn self_dial_through(
+    sandbox: &dyn oz0_core::Sandbox,
+    probe: &str,
+    work: &std::path::Path,
+    spec_work: String,
+    spec_data_dir: String,
+) -> SelfDial {
+    let req = oz0_policy::RunRequest {
+        work: spec_work,
+        data_dir: spec_data_dir,
+        command: [
+            probe,
+            "sandbox",
+            "probe",
+            "--no-syscalls",
+            "--self-dial",
+            "--out",
+            SELF_DIAL_REPORT,
+        ]
+        .map(String::from)
+        .to_vec(),
+        limits: oz0_policy::Limits {
+            timeout_seconds: Some(30),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let spec = match oz0_policy::RunSpec::new(req) {
+        Ok(s) => s,
+        Err(e) => return SelfDial::NoAnswer(format!("the test's run was refused: {e}")),
+    };
+    // Only this run's answer counts: none is there before it.
+    let out = work.join(SELF_DIAL_REPORT);
+    match std::fs::remove_file(&out) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return SelfDial::NoAnswer(format!("cannot clear {}: {e}", out.display())),
+    }
+    let opts = oz0_core::RunOptions::new(oz0_core::RunIo::quiet(), None);
+    if let Err(e) = sandbox.run(&spec, opts) {
+        return SelfDial::NoAnswer(format!("the test's run did not start: {e}"));
+    }
+    let report = std::fs::read_to_string(&out)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    judge_self_dial(report.as_ref())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::cell::Cell;
+
+    #[test]
+    fn the_probes_answer_decides_the_route() {
+        use serde_json::json;
+        assert_eq!(
+            judge_self_dial(Some(&json!({"self_dial": "ok"}))),
+            SelfDial::Connected
+        );
+        for refused in ["WSAEACCES", "WSAECONNREFUSED", "WSAETIMEDOUT"] {
+            assert_eq!(
+                judge_self_dial(Some(&json!({ "self_dial": refused }))),
+                SelfDial::Refused
+            );
+        }
+        for none in [None, Some(json!({})), Some(json!({"self_dial": 1}))] {
+            assert!(matches!(
+                judge_self_dial(none.as_ref()),
+                SelfDial::NoAnswer(_)
+            ));
+        }
+    }
     use std::ffi::OsStr;
 
     #[test]

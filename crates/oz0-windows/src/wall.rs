@@ -215,6 +215,72 @@ impl WindowsWall {
     }
 }
 
+impl WindowsWall {
+    /// The egress route of this machine's PSEC runs, where the probes
+    /// found PSEC (else None): `OZ0_SANDBOX_PSEC_ROUTE` when set (the test
+    /// is then not run), else the self-dial test in a PSEC container.
+    #[cfg(windows)]
+    pub fn route(&self) -> Option<Result<crate::route::Route, crate::route::RouteError>> {
+        let facts = self.probe.as_ref().ok()?.psec().ok()?;
+        let var = std::env::var_os(crate::route::ROUTE_ENV);
+        Some(crate::route::decide_route(var.as_deref(), || {
+            self_dial_in_psec(facts)
+        }))
+    }
+}
+
+/// The self-dial test in a PSEC container, in a folder of its own under
+/// TEMP (removed after) with a stand-in data directory beside its work.
+#[cfg(windows)]
+fn self_dial_in_psec(facts: crate::probe::PsecFacts) -> crate::route::SelfDial {
+    use crate::route::SelfDial;
+    let psec = match crate::psec::Psec::new(facts) {
+        Ok(p) => p,
+        Err(e) => return SelfDial::NoAnswer(e.to_string()),
+    };
+    let base = std::env::temp_dir().join(format!(
+        "oz0-self-dial-{}-{}",
+        std::process::id(),
+        crate::tier0::new_run_id()
+    ));
+    let (work, standin) = (base.join("work"), base.join("standin-data"));
+    let made = std::fs::create_dir_all(&work).and_then(|()| std::fs::create_dir_all(&standin));
+    let answer = match (
+        made,
+        crate::tier0::carry(&work),
+        crate::tier0::carry(&standin),
+    ) {
+        (Err(e), _, _) => SelfDial::NoAnswer(format!("cannot make {}: {e}", base.display())),
+        (_, Err(e), _) | (_, _, Err(e)) => SelfDial::NoAnswer(e.to_string()),
+        (Ok(()), Ok(w), Ok(d)) => crate::route::self_dial_through(
+            &psec,
+            &psec.node_binary.display().to_string(),
+            &work,
+            w,
+            d,
+        ),
+    };
+    let _ = std::fs::remove_dir_all(&base);
+    answer
+}
+
+/// The line `sandbox check --psec` and the daemon print of the route.
+pub fn route_line(
+    route: &Result<crate::route::Route, crate::route::RouteError>,
+    named: bool,
+) -> String {
+    use crate::route::Route;
+    match (route, named) {
+        (Ok(r), true) => format!(
+            "Egress route: {r} (named by {})",
+            crate::route::ROUTE_ENV
+        ),
+        (Ok(Route::Bridge), false) => "Egress route: bridge: a PSEC container reached its own loopback, so the bridge inside it serves its egress".into(),
+        (Ok(Route::Relay), false) => "Egress route: relay: this build refuses a PSEC container its own loopback, so the relay outside serves its egress".into(),
+        (Err(e), _) => format!("Egress route: undecided: {e}"),
+    }
+}
+
 /// Windows' own proof of `files`, after the shared check held: the node's
 /// data directory's access list lets no container read it.
 #[cfg(windows)]

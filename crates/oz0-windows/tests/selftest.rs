@@ -209,3 +209,35 @@ fn the_data_directorys_access_list_is_read_for_the_files_check() {
     let e = oz0_windows::wall::data_dir_closed(&d.0.join("missing")).unwrap_err();
     assert!(e.contains("cannot read the access list"), "{e}");
 }
+
+/// The egress route's self-dial test, as the node runs it in a PSEC
+/// container, here through the tier-0 job object: a run on the machine's
+/// own loopback reaches it, so the bridge would serve.
+#[test]
+fn the_self_dial_test_runs_the_probe_and_reads_its_answer() {
+    use oz0_windows::route::{self_dial_through, SelfDial};
+    let Some(probe) = node() else { return };
+    let d = Scratch::new("dial");
+    let (work, data) = (d.0.join("work"), d.0.join("data"));
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    let job = JobObject::new();
+    let answer = self_dial_through(
+        &job,
+        &probe,
+        &work,
+        carry(&work).unwrap(),
+        carry(&data).unwrap(),
+    );
+    assert_eq!(answer, SelfDial::Connected);
+    // A probe that cannot start gives no answer, never a route.
+    let missing = d.0.join("no-such-node.exe").display().to_string();
+    let answer = self_dial_through(
+        &job,
+        &missing,
+        &work,
+        carry(&work).unwrap(),
+        carry(&data).unwrap(),
+    );
+    assert!(matches!(answer, SelfDial::NoAnswer(_)), "{answer:?}");
+}

@@ -85,10 +85,12 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<(Option<crate::edge::Settings>, 
     Ok((settings, Walls { sandbox }))
 }
 
-/// Probes, self-tests when asked, and assembles the facts, logging each step.
-fn assess(sandbox: Sandbox) -> NodeFacts {
+/// Probes, self-tests when asked (the data directory `data_dir` among what
+/// it shows no run reaches), and assembles the facts, logging each step;
+/// with PSEC, also the egress route its runs would take.
+fn assess(sandbox: Sandbox, data_dir: &Path) -> NodeFacts {
     let walls = platform(Settings {
-        data_dir: None,
+        data_dir: Some(data_dir.to_path_buf()),
         psec: sandbox == Sandbox::Psec,
     });
     let wall = walls.wall();
@@ -106,6 +108,12 @@ fn assess(sandbox: Sandbox) -> NodeFacts {
         log(&r.fix_line);
     } else if let Some(f) = &check.fix {
         log(f);
+    }
+    if sandbox == Sandbox::Psec {
+        if let Some(r) = wall.route() {
+            let named = std::env::var_os(oz0_windows::route::ROUTE_ENV).is_some();
+            log(&wall::route_line(&r, named));
+        }
     }
     wall::facts(&check, outcome.as_ref(), sandbox == Sandbox::None)
 }
@@ -201,7 +209,7 @@ pub fn run(a: RunArgs) -> i32 {
         Ok(k) => k,
         Err(e) => return fail(e, Exit::CheckFailed),
     };
-    let facts = assess(a.sandbox);
+    let facts = assess(a.sandbox, &data_dir);
     match crate::facts_file::write(&data_dir, &facts) {
         Ok(p) => log(&format!(
             "facts written to {}: tier proven {}, routed {}",

@@ -1,6 +1,7 @@
 //! `sandbox check` on Windows: the wall is `oz0_windows::wall::WindowsWall`
 //! (the PSEC probe as `oz0_core::Wall`); this module prints its lines, the
-//! self-test's with `--psec`, and the JSON document.
+//! self-test's and the egress route's with `--psec` where the probes found
+//! PSEC, and the JSON document.
 
 use crate::platform::{platform, Settings};
 use clap::Args;
@@ -30,8 +31,10 @@ pub fn main(a: CheckArgs) -> i32 {
         eprintln!("oz0-node: --self-test is the Linux and macOS spelling; on Windows the self-test of PSEC is `sandbox check --psec`");
         return Exit::Usage.code();
     }
+    // The node's data directory, when it has one: the self-test shows no
+    // run reaches it.
     let walls = platform(Settings {
-        data_dir: None,
+        data_dir: a.data.resolve().ok().filter(|d| d.exists()),
         psec: a.psec,
     });
     let wall = walls.wall();
@@ -55,6 +58,9 @@ pub fn main(a: CheckArgs) -> i32 {
     };
     let report = wall.report(outcome.as_ref());
     let tier = outcome.as_ref().map_or(0, SelfTest::tier);
+    // Where the probes found PSEC: how its runs would reach the proxy.
+    let route = if a.psec { wall.route() } else { None };
+    let named = std::env::var_os(oz0_windows::route::ROUTE_ENV).is_some();
     if json {
         let doc = serde_json::json!({
             "schema": 1,
@@ -67,6 +73,10 @@ pub fn main(a: CheckArgs) -> i32 {
             "fix": report.as_ref().map_or(check.fix.as_ref(), |r| Some(&r.fix_line)),
             "probe": check.probe,
             "self_test": outcome,
+            "egress_route": route.as_ref().map(|r| match r {
+                Ok(r) => serde_json::json!({ "route": r, "named": named }),
+                Err(e) => serde_json::json!({ "error": e.to_string() }),
+            }),
             "microvm": { "ready": false, "reason": "unsupported", "detail": oz0_policy::facts::WINDOWS_NO_MICROVMS },
         });
         println!(
@@ -83,6 +93,9 @@ pub fn main(a: CheckArgs) -> i32 {
         );
     }
     if !json {
+        if let Some(r) = &route {
+            println!("{}", oz0_windows::wall::route_line(r, named));
+        }
         println!("MicroVMs: none: {}", oz0_policy::facts::WINDOWS_NO_MICROVMS);
     }
     if tier == 1 {
