@@ -129,7 +129,8 @@ pub use listener::exclusive_listener;
 
 #[cfg(windows)]
 pub use imp::{
-    access_list, current_user_sid, delete_appcontainer_profile, probe, set_access_list, Job,
+    access_list, appcontainer_sid, current_user_sid, delete_appcontainer_profile,
+    firewall_profiles, probe, set_access_list, Job,
 };
 
 #[cfg(windows)]

@@ -281,6 +281,43 @@ pub fn route_line(
     }
 }
 
+/// What `sandbox check --psec` says of the relay route: Windows
+/// Firewall's check (on for every profile, blocking inbound by default,
+/// read through `INetFwPolicy2`), then the one scoped rule that lets the
+/// relay through, with the relay profile's SID, and its removal.
+#[cfg(windows)]
+pub fn relay_lines(node_binary: &std::path::Path) -> Vec<String> {
+    use crate::relay::{check_firewall, firewall_rule, PackageSid, RELAY_PROFILE};
+    let mut out = vec![match crate::native::firewall_profiles() {
+        Ok(f) => match check_firewall(&f) {
+            Ok(()) => "Firewall: on for the domain, private and public profiles, each blocking inbound connections no rule allows".to_string(),
+            Err(e) => format!("Firewall: {e}"),
+        },
+        Err(e) => format!(
+            "Firewall: cannot read Windows Firewall's settings ({e}), so nothing shows that other machines cannot reach a relay"
+        ),
+    }];
+    let program = node_binary
+        .to_str()
+        .ok_or_else(|| "the node binary's path is not Unicode".to_string())
+        .and_then(|p| crate::winpath::WinPath::parse(p).map_err(|e| e.to_string()));
+    let sid = crate::native::appcontainer_sid(RELAY_PROFILE).map_err(|e| e.to_string());
+    match (program, sid) {
+        (Ok(program), Ok(Some(sid))) => match PackageSid::parse(&sid) {
+            Ok(sid) => {
+                let r = firewall_rule(&program, &sid);
+                out.extend([r.comment, r.add, format!("# To undo it: {}", r.remove)]);
+            }
+            Err(e) => out.push(format!("Firewall rule: the relay profile's SID: {e}")),
+        },
+        (Ok(_), Ok(None)) => out.push(
+            "Firewall rule: this Windows cannot name the relay profile's SID (no DeriveAppContainerSidFromAppContainerName in userenv.dll)".into(),
+        ),
+        (Err(e), _) | (_, Err(e)) => out.push(format!("Firewall rule: {e}")),
+    }
+    out
+}
+
 /// Windows' own proof of `files`, after the shared check held: the node's
 /// data directory's access list lets no container read it.
 #[cfg(windows)]

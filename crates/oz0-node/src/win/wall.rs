@@ -74,7 +74,7 @@ pub fn main(a: CheckArgs) -> i32 {
             "probe": check.probe,
             "self_test": outcome,
             "egress_route": route.as_ref().map(|r| match r {
-                Ok(r) => serde_json::json!({ "route": r, "named": named }),
+                Ok(r) => serde_json::json!({ "route": r, "named": named, "relay": relay_lines(*r) }),
                 Err(e) => serde_json::json!({ "error": e.to_string() }),
             }),
             "microvm": { "ready": false, "reason": "unsupported", "detail": oz0_policy::facts::WINDOWS_NO_MICROVMS },
@@ -95,6 +95,11 @@ pub fn main(a: CheckArgs) -> i32 {
     if !json {
         if let Some(r) = &route {
             println!("{}", oz0_windows::wall::route_line(r, named));
+            if let Ok(r) = r {
+                for l in relay_lines(*r) {
+                    println!("{l}");
+                }
+            }
         }
         println!("MicroVMs: none: {}", oz0_policy::facts::WINDOWS_NO_MICROVMS);
     }
@@ -102,5 +107,17 @@ pub fn main(a: CheckArgs) -> i32 {
         Exit::Ok.code()
     } else {
         Exit::CheckFailed.code()
+    }
+}
+
+/// On the relay route, what `oz0_windows::wall::relay_lines` says of it
+/// (the firewall's check and the scoped rule); nothing on the bridge route.
+fn relay_lines(route: oz0_windows::route::Route) -> Vec<String> {
+    match (route, std::env::current_exe()) {
+        (oz0_windows::route::Route::Relay, Ok(me)) => oz0_windows::wall::relay_lines(&me),
+        (oz0_windows::route::Route::Relay, Err(e)) => {
+            vec![format!("Firewall rule: cannot name the node binary: {e}")]
+        }
+        (oz0_windows::route::Route::Bridge, _) => Vec::new(),
     }
 }

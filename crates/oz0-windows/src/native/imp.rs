@@ -9,13 +9,17 @@
 use std::ffi::c_void;
 
 mod acl;
+mod firewall;
 mod job;
 mod probe;
 pub mod psec;
 pub mod run;
 pub mod spawn;
 
-pub use acl::{access_list, current_user_sid, delete_appcontainer_profile, set_access_list};
+pub use acl::{
+    access_list, appcontainer_sid, current_user_sid, delete_appcontainer_profile, set_access_list,
+};
+pub use firewall::firewall_profiles;
 pub use job::Job;
 pub use probe::probe;
 

@@ -9,7 +9,7 @@ use windows_sys::Win32::Security::Authorization::{
     GetNamedSecurityInfoW, SetNamedSecurityInfoW, SE_FILE_OBJECT,
 };
 use windows_sys::Win32::Security::{
-    GetAce, GetSecurityDescriptorDacl, GetTokenInformation, TokenUser, ACCESS_ALLOWED_ACE,
+    FreeSid, GetAce, GetSecurityDescriptorDacl, GetTokenInformation, TokenUser, ACCESS_ALLOWED_ACE,
     ACE_HEADER, ACL, DACL_SECURITY_INFORMATION, PROTECTED_DACL_SECURITY_INFORMATION,
     PSECURITY_DESCRIPTOR, PSID, TOKEN_QUERY, TOKEN_USER,
 };
@@ -217,6 +217,41 @@ type PfnDeleteProfile = unsafe extern "system" fn(*const u16) -> i32;
 /// `HRESULT_FROM_WIN32(ERROR_NOT_FOUND)`: an HRESULT is these bits.
 #[allow(clippy::cast_possible_wrap)]
 const HR_NOT_FOUND: i32 = 0x8007_0490_u32 as i32;
+
+/// `DeriveAppContainerSidFromAppContainerName`: HRESULT(PCWSTR, PSID*).
+type PfnDeriveSid = unsafe extern "system" fn(*const u16, *mut PSID) -> i32;
+
+/// The package SID (`S-1-15-2-…`) of the AppContainer profile `name`
+/// (`DeriveAppContainerSidFromAppContainerName`, from `userenv.dll` in
+/// System32 only, looked up at run time; the profile need not exist).
+/// None where Windows has no such call.
+pub fn appcontainer_sid(name: &str) -> Result<Option<String>, NativeError> {
+    let Some(module) = system32("userenv.dll") else {
+        return Ok(None);
+    };
+    let Some(derive) = resolve(module, c"DeriveAppContainerSidFromAppContainerName") else {
+        return Ok(None);
+    };
+    // SAFETY: the export has this signature (HRESULT(PCWSTR, PSID*)).
+    let derive: PfnDeriveSid = unsafe { std::mem::transmute::<RawProc, PfnDeriveSid>(derive) };
+    let name = wide(name);
+    let mut sid: PSID = std::ptr::null_mut();
+    // SAFETY: `name` is NUL-terminated and outlives the call; `sid`
+    // receives a SID the caller frees with FreeSid.
+    let hr = unsafe { derive(name.as_ptr(), &mut sid) };
+    if hr != 0 || sid.is_null() {
+        // The HRESULT's bits as Windows writes them.
+        #[allow(clippy::cast_sign_loss)]
+        return Err(NativeError::Win32 {
+            call: "DeriveAppContainerSidFromAppContainerName",
+            code: hr as u32,
+        });
+    }
+    let s = sid_string(sid);
+    // SAFETY: allocated by the call above, freed once.
+    unsafe { FreeSid(sid) };
+    s.map(Some)
+}
 
 /// Removes the AppContainer profile `name` of this user
 /// (`DeleteAppContainerProfile`, from `userenv.dll` in System32 only,
