@@ -120,6 +120,19 @@ pub struct Applied {
     pub given: Vec<(String, &'static str)>,
 }
 
+/// Whether any config file could apply to `argv`: one named by `--config`
+/// before a `--`, by the spec's variable, or at its default path. When
+/// none could, [`apply`] returns `argv` as it is, and a caller may skip it
+/// (and the lenient parse it makes) altogether.
+pub fn may_apply(argv: &[OsString], spec: &Spec) -> bool {
+    let named = argv
+        .iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--config" || a.to_str().is_some_and(|s| s.starts_with("--config=")));
+    named || std::env::var_os(spec.env).is_some() || Path::new(spec.default_path).exists()
+}
+
 /// Reads the config file that applies to `argv` (if any) and returns the
 /// command line to parse. `cmd` is the binary's whole command, with the
 /// global `--config FILE` (id `config`) and `--no-config` (id `no_config`)
@@ -130,6 +143,10 @@ pub fn apply(cmd: &Command, argv: Vec<OsString>, spec: &Spec) -> Result<Applied,
         file: None,
         given: Vec::new(),
     };
+    // No file could apply: nothing to read, nothing to refuse.
+    if !may_apply(&argv, spec) {
+        return Ok(unchanged(argv));
+    }
     // Help, version and parse errors are the strict parse's to report.
     let Ok(top) = cmd.clone().ignore_errors(true).try_get_matches_from(&argv) else {
         return Ok(unchanged(argv));

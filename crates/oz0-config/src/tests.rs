@@ -383,3 +383,27 @@ fn what_config_show_prints_reads_back_as_the_same_file() {
     std::fs::remove_file(f).unwrap();
     std::fs::remove_file(again).unwrap();
 }
+
+#[test]
+fn only_a_file_that_could_apply_is_parsed_for() {
+    // SPEC's default path does not exist and its variable is unset here.
+    assert!(std::env::var_os(SPEC.env).is_none());
+    assert!(!Path::new(SPEC.default_path).exists());
+    for no in [
+        argv(&["node", "run", "--work", "/w"]),
+        // A command's own --config, after `--`.
+        argv(&["node", "run", "--", "tool", "--config", "x"]),
+    ] {
+        assert!(!may_apply(&no, &SPEC), "{no:?}");
+        // Then apply gives the command line back as it is.
+        let a = apply(&cmd(), no.clone(), &SPEC).unwrap();
+        assert_eq!(a.argv, no);
+        assert!(a.file.is_none());
+    }
+    for yes in [
+        argv(&["node", "--config", "/f.toml", "run"]),
+        argv(&["node", "run", "--config=/f.toml"]),
+    ] {
+        assert!(may_apply(&yes, &SPEC), "{yes:?}");
+    }
+}

@@ -409,7 +409,7 @@ enum SandboxCmd {
 pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
     // Linux applies its config file's keys as flags first.
     #[cfg(target_os = "linux")]
-    let args = {
+    let args = if oz0_config::may_apply(&args, &CONFIG) {
         use clap::CommandFactory;
         match oz0_config::apply(&Cli::command(), args, &CONFIG) {
             Ok(a) => a.argv,
@@ -418,6 +418,9 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
                 return Exit::Usage.code();
             }
         }
+    } else {
+        // No config file could apply: one parse, the strict one.
+        args
     };
     let cli: Cli = match crate::flags::parse(args) {
         Ok(c) => c,
