@@ -145,7 +145,8 @@ pub fn sweep(data_dir: &Path) -> Vec<String> {
     })
 }
 
-fn stdio(s: oz0_core::Stdio) -> Stdio {
+/// A run's stream as a process's (Seatbelt's runs and Apple's container's).
+pub(crate) fn stdio(s: oz0_core::Stdio) -> Stdio {
     match s {
         oz0_core::Stdio::Inherit => Stdio::inherit(),
         oz0_core::Stdio::Null => Stdio::null(),

@@ -25,7 +25,7 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use crate::container::{run_argv, stop_argvs, vm_name, ContainerError, EnvFile, VmTool, CONTAINER};
 use crate::runs::{new_run_id, RunTemp, RunsError};
-use crate::sandbox::SetupError;
+use crate::sandbox::{stdio, SetupError};
 
 /// Why a tool server was not started, or could not be waited for.
 #[derive(Debug, thiserror::Error)]
@@ -184,14 +184,6 @@ fn wait(
             };
             return Ok((ended, oz0_core::exit::status_code(st)));
         }
-    }
-}
-
-fn stdio(s: oz0_core::Stdio) -> Stdio {
-    match s {
-        oz0_core::Stdio::Inherit => Stdio::inherit(),
-        oz0_core::Stdio::Null => Stdio::null(),
-        oz0_core::Stdio::File(f) => Stdio::from(f),
     }
 }
 

@@ -198,12 +198,7 @@ impl WindowsWall {
         let cfg = Config {
             data_dir: self.data_dir.clone(),
             extra: Some(&extra),
-            // What Windows adds to a process it starts, besides what the
-            // wall gives.
-            env_adds: &["SystemRoot"],
-            cancels: crate::native::event_cancel,
-            spec_path: |p| crate::tier0::carry(p).map_err(|e| e.to_string().into()),
-            ..Config::new(&psec, probe, std::env::temp_dir())
+            ..self_test_config(&psec, probe, std::env::temp_dir())
         };
         selftest::run(&cfg, on_line)
     }
@@ -278,6 +273,24 @@ pub fn route_line(
         (Ok(Route::Bridge), false) => "Egress route: bridge: a PSEC container reached its own loopback, so the bridge inside it serves its egress".into(),
         (Ok(Route::Relay), false) => "Egress route: relay: this build refuses a PSEC container its own loopback, so the relay outside serves its egress".into(),
         (Err(e), _) => format!("Egress route: undecided: {e}"),
+    }
+}
+
+/// The shared self-test through `runs` as Windows runs it: `probe` (the
+/// node binary) the witness inside, its folder under `base_root`, runs
+/// cancelled by an event, paths carried as `/C:/…`, and `SystemRoot` what
+/// Windows adds to a process it starts besides what the wall gives.
+#[cfg(windows)]
+pub fn self_test_config(
+    runs: &dyn oz0_core::Sandbox,
+    probe: String,
+    base_root: std::path::PathBuf,
+) -> oz0_core::selftest::Config<'_> {
+    oz0_core::selftest::Config {
+        env_adds: &["SystemRoot"],
+        cancels: crate::native::event_cancel,
+        spec_path: |p| crate::tier0::carry(p).map_err(|e| e.to_string().into()),
+        ..oz0_core::selftest::Config::new(runs, probe, base_root)
     }
 }
 

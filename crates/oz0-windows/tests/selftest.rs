@@ -24,7 +24,7 @@ use oz0_core::selftest::{self, Config};
 use oz0_core::{Ended, Outcome, RunError, RunOptions, Sandbox};
 use oz0_policy::facts::Property;
 use oz0_policy::RunSpec;
-use oz0_windows::native::{event_cancel, wait_for};
+use oz0_windows::native::wait_for;
 use oz0_windows::supervise::Woke;
 use oz0_windows::tier0::{carry, uncarry, JobObject};
 
@@ -113,13 +113,9 @@ impl Drop for Scratch {
     }
 }
 
+/// The configuration PSEC's self-test runs with, through `runs`.
 fn config<'a>(runs: &'a dyn Sandbox, probe: &str, root: &Path) -> Config<'a> {
-    Config {
-        cancels: event_cancel,
-        spec_path: |p| carry(p).map_err(|e| e.to_string().into()),
-        env_adds: &["SystemRoot"],
-        ..Config::new(runs, probe.to_string(), root.to_path_buf())
-    }
+    oz0_windows::wall::self_test_config(runs, probe.to_string(), root.to_path_buf())
 }
 
 #[test]

@@ -331,42 +331,32 @@ pub fn judge_protected(work: &Path) -> Result<String, Failed> {
 /// The variable the environment check gives a run.
 pub const GIVEN: (&str, &str) = ("OZ0SELFTEST_GIVEN", "given");
 
-/// What a run needs besides what it was given: `PATH`, `HOME`, `TMPDIR`
-/// and the proxy's variables (on Windows `PATH`, `TEMP` and `TMP`, and
-/// the proxy's).
+/// What the system a run starts on needs in its environment: `PATH`,
+/// `HOME` and `TMPDIR` (on Windows `PATH`, `TEMP` and `TMP`).
 #[cfg(unix)]
-pub const NEEDED: &[&str] = &[
-    "PATH",
-    "HOME",
-    "TMPDIR",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-];
-
-/// What a run needs besides what it was given: `PATH`, `TEMP`, `TMP` and
-/// the proxy's variables.
+const SYSTEM_NEEDED: &[&str] = &["PATH", "HOME", "TMPDIR"];
+/// See the Unix spelling.
 #[cfg(not(unix))]
-pub const NEEDED: &[&str] = &[
-    "PATH",
-    "TEMP",
-    "TMP",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-];
+const SYSTEM_NEEDED: &[&str] = &["PATH", "TEMP", "TMP"];
+
+/// What a run needs besides what it was given: [`SYSTEM_NEEDED`], and the
+/// proxy's variables the sandbox sets (`oz0_policy::env::PROXY_VARS` but
+/// `NO_PROXY`, which a run must not have).
+fn needed() -> impl Iterator<Item = &'static str> {
+    SYSTEM_NEEDED.iter().copied().chain(
+        oz0_policy::env::PROXY_VARS
+            .iter()
+            .copied()
+            .filter(|v| !v.eq_ignore_ascii_case("no_proxy")),
+    )
+}
 
 /// The environment check's verdict from the probe's report `r` of a run
 /// given [`GIVEN`] with egress to `allowed_url`: the given variable, what
-/// is [`NEEDED`], the proxy's with the run's token, [`SANDBOX_VAR`]
-/// telling it tier 1, no other `OZ0_` variable and nothing else but `PWD` and the platform's `also` (what its system
-/// adds to a process it starts).
+/// its system needs (`PATH`, `HOME`, `TMPDIR`; on Windows `PATH`, `TEMP`,
+/// `TMP`), the proxy's variables with the run's token, [`SANDBOX_VAR`]
+/// telling it tier 1, no other `OZ0_` variable, and nothing else but `PWD`
+/// and the platform's `also` (what its system adds to a process it starts).
 pub fn judge_environment(r: &Value, allowed_url: &str, also: &[&str]) -> Result<String, Failed> {
     let env = r["env"]
         .as_object()
@@ -380,7 +370,7 @@ pub fn judge_environment(r: &Value, allowed_url: &str, also: &[&str]) -> Result<
     if env.get(GIVEN.0).and_then(|v| v.as_str()) != Some(GIVEN.1) {
         return Err("the caller's variable did not reach the run".into());
     }
-    if let Some(need) = NEEDED.iter().find(|n| !env.contains_key(**n)) {
+    if let Some(need) = needed().find(|n| !env.contains_key(*n)) {
         return Err(format!("{need} is missing").into());
     }
     if env.contains_key("NO_PROXY") || env.contains_key("no_proxy") {
@@ -388,7 +378,11 @@ pub fn judge_environment(r: &Value, allowed_url: &str, also: &[&str]) -> Result<
     }
     if let Some(k) = env.keys().find(|k| {
         let k = k.as_str();
-        k != GIVEN.0 && k != "PWD" && k != SANDBOX_VAR && !NEEDED.contains(&k) && !also.contains(&k)
+        k != GIVEN.0
+            && k != "PWD"
+            && k != SANDBOX_VAR
+            && !needed().any(|n| n == k)
+            && !also.contains(&k)
     }) {
         return Err(format!("{k} reached the run without being given").into());
     }
@@ -410,6 +404,6 @@ pub fn judge_environment(r: &Value, allowed_url: &str, also: &[&str]) -> Result<
     }
     Ok(format!(
         "the caller's variable, {}, the proxy's with the run's token and OZ0_SANDBOX (tier 1); no OZ0_ variable of the node",
-        NEEDED[..3].join(", ")
+        SYSTEM_NEEDED.join(", ")
     ))
 }
