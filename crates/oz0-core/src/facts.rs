@@ -42,8 +42,10 @@ pub fn assemble(
     if tier < 1 {
         mechanism.kind = "none".into();
     }
-    // No microVM runs outside tier 1.
-    let microvm = if tier < 1 && microvm.ready {
+    // No microVM whose monitor runs inside tier 1 runs without it; Apple's
+    // container's VMs are not inside it (their kernel is the boundary).
+    let monitor_in_tier1 = microvm.backend.is_none_or(|b| b.inside_tier1());
+    let microvm = if tier < 1 && microvm.ready && monitor_in_tier1 {
         Microvm {
             ready: false,
             reason: Some(MicrovmReason::NoTier1),
@@ -83,4 +85,72 @@ pub fn label_lines(f: &NodeFacts, prefix: &str) -> String {
         .iter()
         .map(|(k, v)| format!("{prefix}{k}={v}\n"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oz0_policy::facts::{MicrovmBackend, Os, Platform};
+
+    fn check(os: Os, tier: u8) -> Check {
+        Check {
+            tier,
+            headline: String::new(),
+            facts_line: String::new(),
+            fix_kind: None,
+            fix: None,
+            platform: Platform {
+                os,
+                arch: "aarch64".into(),
+                build_raw: String::new(),
+            },
+            mechanism: Default::default(),
+            wall_name: String::new(),
+            probe: serde_json::Value::Null,
+        }
+    }
+
+    fn ready(backend: MicrovmBackend) -> Microvm {
+        Microvm {
+            ready: true,
+            reason: None,
+            pinned: None,
+            backend: Some(backend),
+        }
+    }
+
+    fn none_oci() -> Oci {
+        Oci::unavailable(OciReason::Unsupported)
+    }
+
+    #[test]
+    fn only_a_monitor_inside_tier_1_needs_tier_1() {
+        // A Mac whose self-test did not pass keeps Apple's container: its
+        // VMs are not inside tier 1 on any Mac.
+        let c = check(Os::Macos, 0);
+        let f = assemble(
+            &c,
+            None,
+            SandboxMode::Auto,
+            ready(MicrovmBackend::AppleContainer),
+            none_oci(),
+            "1",
+        );
+        assert_eq!(f.tier_proven, 0);
+        assert!(f.microvm.ready, "{:?}", f.microvm);
+        assert_eq!(f.microvm.backend, Some(MicrovmBackend::AppleContainer));
+        // smolvm's monitor runs inside tier 1: without it, no microVMs.
+        let c = check(Os::Linux, 0);
+        for b in [MicrovmBackend::Smolvm, MicrovmBackend::QemuTcgTest] {
+            let f = assemble(&c, None, SandboxMode::Auto, ready(b), none_oci(), "1");
+            assert!(!f.microvm.ready, "{b:?}");
+            assert_eq!(f.microvm.reason, Some(MicrovmReason::NoTier1));
+            assert_eq!(f.microvm.backend, None);
+        }
+        // A ready state with no backend named is taken as needing tier 1.
+        let mut m = ready(MicrovmBackend::Smolvm);
+        m.backend = None;
+        let f = assemble(&c, None, SandboxMode::Auto, m, none_oci(), "1");
+        assert!(!f.microvm.ready);
+    }
 }

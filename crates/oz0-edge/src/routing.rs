@@ -185,6 +185,10 @@ pub struct Needs {
     pub tier: u8,
     /// `isolation.microvm=ready`.
     pub microvm: bool,
+    /// A microVM tool with egress: its node's microVMs must carry it (a
+    /// Linux node's do; a Mac's, Apple's container, do not yet).
+    #[serde(default)]
+    pub microvm_egress: bool,
     /// `runtime.oci=ready`.
     pub oci: bool,
     /// `runtime.oci` with gVisor: a container tool of a tenant that asks
@@ -196,6 +200,24 @@ pub struct Needs {
 }
 
 impl Needs {
+    /// The microVM level a node must offer, as the store keeps it: 0 none,
+    /// 1 a microVM, 2 a microVM with egress (see
+    /// `Sanitized::microvm_level`).
+    pub fn microvm_level(&self) -> i64 {
+        match (self.microvm, self.microvm_egress) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        }
+    }
+
+    /// The needs of microVM level `level` (see [`Needs::microvm_level`]).
+    pub fn with_microvm_level(mut self, level: i64) -> Needs {
+        self.microvm = level >= 1;
+        self.microvm_egress = level >= 2;
+        self
+    }
+
     /// The OCI level a node must offer, as the store keeps it: 0 none,
     /// 1 any runtime, 2 gVisor.
     pub fn oci_level(&self) -> i64 {
@@ -280,6 +302,7 @@ impl JobRequest {
         Ok(Needs {
             tier,
             microvm: false,
+            microvm_egress: false,
             oci: false,
             oci_gvisor: false,
             arch: None,
@@ -324,6 +347,7 @@ impl JobRequest {
         Ok(Needs {
             tier,
             microvm: isolation == Isolation::Microvm,
+            microvm_egress: isolation == Isolation::Microvm && !job.tool.egress.is_empty(),
             oci: isolation == Isolation::Container || reads_image,
             oci_gvisor: false,
             arch,
@@ -366,12 +390,13 @@ impl Needs {
     }
 
     /// Why no node of `tenant` can take this, in the edge's words, given
-    /// what the tenant's live nodes offer (`(routed tier, microvm, oci, arch)`).
+    /// what the tenant's live nodes offer (`(routed tier, microVM level,
+    /// oci, arch)`).
     pub fn refusal(
         &self,
         tenant: &str,
         origin: Origin,
-        nodes: &[(u8, bool, bool, Option<String>)],
+        nodes: &[(u8, i64, bool, Option<String>)],
     ) -> String {
         if self.microvm {
             let arch = self
@@ -379,10 +404,14 @@ impl Needs {
                 .as_deref()
                 .map(|a| format!(" for {a}"))
                 .unwrap_or_default();
-            if self.oci {
-                return format!("this microVM tool runs only in a microVM, and has no command:, so its node reads its image's entrypoint and cmd from the image's registry: it needs a node routed at tier 2, labelled isolation.microvm=ready{arch} and runtime.oci=ready, and tenant {tenant} has none live (a node offers microVMs only when its test VM booted inside tier 1, and reads images with --oci-registry naming their registry; or give the tool a command: in its manifest)");
+            let without_egress = nodes.iter().filter(|n| n.1 == 1).count();
+            if self.microvm_egress && without_egress > 0 {
+                return format!("this microVM tool has egress, which runs through its node's egress proxy and a bridge inside its VM: it needs a Linux node labelled isolation.microvm=ready{arch}, and tenant {tenant}'s {without_egress} live microVM node(s) are Macs, whose microVMs (Apple's container) have no egress in this release (add a Linux node with KVM, or drop the tool's egress:)");
             }
-            return format!("this microVM tool runs only in a microVM: it needs a node routed at tier 2 and labelled isolation.microvm=ready{arch}, and tenant {tenant} has none live (a node offers microVMs only when its test VM booted inside tier 1; oz0-node sandbox vm --probe says why one does not)");
+            if self.oci {
+                return format!("this microVM tool runs only in a microVM, and has no command:, so its node reads its image's entrypoint and cmd from the image's registry: it needs a node routed at tier 2, labelled isolation.microvm=ready{arch} and runtime.oci=ready, and tenant {tenant} has none live (a Linux node offers microVMs only when its test VM booted inside tier 1, and reads images with --oci-registry naming their registry; or give the tool a command: in its manifest)");
+            }
+            return format!("this microVM tool runs only in a microVM: it needs a node labelled isolation.microvm=ready{arch}, and tenant {tenant} has none live (a Linux node offers microVMs only when its test VM booted inside tier 1, a Mac on Apple silicon with Apple's container 1.5.0 or later on macOS 26; oz0-node sandbox vm --probe says why one does not)");
         }
         if self.oci_gvisor {
             return format!("this container tool of tenant {tenant} runs only in gVisor (the edge's --oci-gvisor {tenant}): it needs a node whose runtime.oci offers gvisor at tier {} or higher, and the tenant has none live (a Linux node offers it with runsc installed, Debian's package, and its check passed: the node's log says why not)", self.tier);
@@ -587,17 +616,17 @@ mod tests {
     #[test]
     fn refusals_name_what_is_missing() {
         let n = shell(Origin::Webhook).needs().unwrap();
-        let why = n.refusal("acme", Origin::Webhook, &[(0, false, false, None)]);
+        let why = n.refusal("acme", Origin::Webhook, &[(0, 0, false, None)]);
         assert!(why.contains("no node routed at tier 1"), "{why}");
         let n = req(Origin::Internal, Isolation::Microvm).needs().unwrap();
-        let why = n.refusal("acme", Origin::Internal, &[(1, false, false, None)]);
+        let why = n.refusal("acme", Origin::Internal, &[(1, 0, false, None)]);
         assert!(
             why.contains("runs only in a microVM")
                 && why.contains("isolation.microvm=ready for x86_64"),
             "{why}"
         );
         let n = req(Origin::Internal, Isolation::Container).needs().unwrap();
-        let why = n.refusal("acme", Origin::Internal, &[(1, false, false, None)]);
+        let why = n.refusal("acme", Origin::Internal, &[(1, 0, false, None)]);
         assert!(
             why.contains("runtime.oci=ready") && why.contains("--oci-registry"),
             "{why}"
@@ -605,7 +634,7 @@ mod tests {
         let n = JobRequest::new(Origin::Internal, tool(&image_entrypoint()))
             .needs()
             .unwrap();
-        let why = n.refusal("acme", Origin::Internal, &[(2, true, false, None)]);
+        let why = n.refusal("acme", Origin::Internal, &[(2, 2, false, None)]);
         assert!(
             why.contains("isolation.microvm=ready and runtime.oci=ready")
                 && why.contains("--oci-registry")

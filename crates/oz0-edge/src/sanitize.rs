@@ -211,6 +211,19 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
 }
 
 impl Sanitized {
+    /// The microVM work it takes, as the store keeps it: 0 none, 1
+    /// without egress (a Mac's microVMs, Apple's container, at any tier),
+    /// 2 with egress (a Linux node's, inside tier 1, routed at tier 2). A
+    /// microVM tool with egress needs 2 ([`crate::routing::Needs::microvm_level`]).
+    pub fn microvm_level(&self) -> i64 {
+        match self.microvm_backend {
+            _ if !self.microvm_ready => 0,
+            Some(b) if !b.has_egress() => 1,
+            _ if self.tier_routed >= 2 => 2,
+            _ => 0,
+        }
+    }
+
     /// `runtime.oci` as the store keeps it: 0 none, 1 ready, 2 ready with
     /// gVisor.
     pub fn oci_level(&self) -> i64 {
@@ -318,26 +331,36 @@ fn tiers(f: &NodeFacts, kind: &str, dropped: &mut Vec<&'static str>) -> Tiers {
         tier_proven = 0;
     }
     let tier_claimed_routed = f.tier_routed.min(MAX_TIER);
-    // Tier 2 is proven by a test VM booted inside tier 1 (not on Windows yet).
-    let microvm_ready = f.microvm.ready && os != Os::Windows && tier_proven >= 1;
+    // Tier 2 is a Linux node's test VM booted inside tier 1. A Mac's
+    // microVMs (Apple's container) are not inside tier 1 on any Mac: their
+    // kernel is the boundary, so they are offered whatever tier it proved,
+    // and are not tier 2. Windows has none yet.
+    let backend = f.microvm.backend;
+    let microvm_ready = f.microvm.ready
+        && match os {
+            Os::Linux => tier_proven >= 1 && backend.is_none_or(|b| b.inside_tier1()),
+            // Apple silicon only: neither runtime runs on an Intel Mac.
+            Os::Macos => {
+                backend == Some(oz0_policy::facts::MicrovmBackend::AppleContainer)
+                    && f.platform.arch == "aarch64"
+            }
+            _ => false,
+        };
     if f.microvm.ready && !microvm_ready {
         dropped.push("microvm.ready");
     }
-    if tier_proven == 2 && !microvm_ready {
+    let tier2 = microvm_ready && os == Os::Linux;
+    if tier_proven == 2 && !tier2 {
         dropped.push("tier_proven");
     }
-    let tier_proven = if microvm_ready { 2 } else { tier_proven.min(1) };
+    let tier_proven = if tier2 { 2 } else { tier_proven.min(1) };
     // Windows PSEC is a preview: routed at tier 0 whatever the node says.
     let base = if os == Os::Windows {
         0
     } else {
         tier_claimed_routed.min(tier_proven)
     };
-    let tier_routed = if base >= 1 && microvm_ready {
-        2
-    } else {
-        base.min(1)
-    };
+    let tier_routed = if base >= 1 && tier2 { 2 } else { base.min(1) };
     // Containers run in tier 1 on Linux, with a runtime named.
     let oci_ready = f.oci.ready
         && os == Os::Linux

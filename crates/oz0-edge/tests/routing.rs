@@ -1,14 +1,15 @@
 //! Routing end to end: outside events go only to nodes routed at tier 1, a
 //! tenant without one refuses them with the reason, and microVM and
-//! container work goes only to nodes labelled ready for it.
+//! container work goes only to nodes labelled ready for it: a Mac's
+//! microVMs at any tier, and never a tool with egress to them.
 
 mod common;
 
 use std::collections::BTreeSet;
 
 use common::{
-    code, failing_facts, job, linux_facts, node, start_on, store_urls, tool_job, windows_facts,
-    ACME, SOLO,
+    code, failing_facts, job, linux_facts, mac_facts, node, start_on, store_urls, tool_job,
+    tool_job_with, windows_facts, ACME, SOLO,
 };
 use oz0_edge::client::ClientError;
 use oz0_edge::routing::{Isolation, Origin};
@@ -198,6 +199,110 @@ async fn microvm_tools_go_only_to_a_node_labelled_ready() {
         assert_eq!(
             plain.poll_job(1).await.unwrap().unwrap().job.job_id,
             c.job_id
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_macs_microvms_take_microvm_tools_at_tier_zero_and_nothing_else() {
+    for (kind, url) in store_urls().await {
+        let e = start_on(Store::open(&url).await.unwrap(), 30_000).await;
+        let mac = node(&e, "acme", ACME, "mac-studio", &mac_facts()).await;
+        let v = e.op.node(mac.node_id()).await.unwrap();
+        let f = v.facts.as_ref().unwrap();
+        assert_eq!((v.tier_proven, v.tier_routed), (0, 0), "{kind}");
+        assert_eq!(f.labels["isolation.microvm"], "ready", "{kind}");
+        assert!(
+            v.microvm_line.contains("Apple's container")
+                && v.microvm_line.contains("not inside tier 1"),
+            "{}",
+            v.microvm_line
+        );
+
+        // A microVM tool of its architecture, without egress, is its.
+        let vm =
+            e.op.submit_job("acme", &tool_job(Origin::Webhook, true, Some("aarch64")))
+                .await
+                .unwrap();
+        assert_eq!((vm.tier, vm.eligible_nodes), (2, 1), "{kind}");
+        // Work of tier 1 (an outside event's shell job) is not, whatever
+        // queue it polls.
+        let shell =
+            e.op.submit_job(
+                "acme",
+                &job(Origin::Internal, oz0_edge::routing::Isolation::None),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            code(&mac.poll_job(1).await.unwrap_err()),
+            "tier_not_routed",
+            "{kind}"
+        );
+        let mut below = oz0_edge::wire::PollRequest::tier(2);
+        below.below = true;
+        let l = mac
+            .poll_with(&below)
+            .await
+            .unwrap()
+            .lease
+            .expect("the microVM job");
+        assert_eq!(l.job.job_id, vm.job_id, "{kind}");
+        // Then the tier-0 shell job (the queue below), and nothing of tier 1.
+        let tier1 =
+            e.op.submit_job("acme", &{
+                let mut r = job(Origin::Internal, oz0_edge::routing::Isolation::None);
+                r.tier = 1;
+                r
+            })
+            .await;
+        let l = mac
+            .poll_with(&below)
+            .await
+            .unwrap()
+            .lease
+            .expect("the tier-0 job");
+        assert_eq!(l.job.job_id, shell.job_id, "{kind}");
+        assert!(
+            mac.poll_with(&below).await.unwrap().lease.is_none(),
+            "{kind}"
+        );
+        assert!(
+            tier1.is_err(),
+            "{kind}: no node of tier 1 takes it: {tier1:?}"
+        );
+
+        // A microVM tool with egress needs microVMs that carry it: a Mac's
+        // do not, and the refusal says so.
+        let egress = tool_job_with(
+            Origin::Webhook,
+            true,
+            Some("aarch64"),
+            "    egress: [api.example.com]\n",
+        );
+        let err = e.op.submit_job("acme", &egress).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("are Macs, whose microVMs (Apple's container) have no egress"),
+            "{kind}: {err}"
+        );
+        // With a Linux microVM node of that architecture, it goes there.
+        let linux = node(&e, "acme", ACME, "linux-arm", &{
+            let mut f = linux_facts(true, false);
+            f.platform.arch = "aarch64".into();
+            f
+        })
+        .await;
+        let a = e.op.submit_job("acme", &egress).await.unwrap();
+        assert_eq!((a.tier, a.eligible_nodes), (2, 1), "{kind}");
+        assert!(
+            mac.poll_job(2).await.unwrap().is_none(),
+            "{kind}: not the Mac's"
+        );
+        assert_eq!(
+            linux.poll_job(2).await.unwrap().unwrap().job.job_id,
+            a.job_id,
+            "{kind}"
         );
     }
 }

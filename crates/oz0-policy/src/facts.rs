@@ -245,7 +245,9 @@ impl MicrovmReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Microvm {
-    /// True when a test VM booted inside tier 1.
+    /// True when this node runs microVMs: a test VM booted inside tier 1
+    /// (Linux), or Apple's container offered (a Mac, whatever its tier:
+    /// see [`MicrovmBackend::inside_tier1`]).
     pub ready: bool,
     /// Why not, when not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -282,6 +284,24 @@ impl MicrovmBackend {
             MicrovmBackend::QemuTcgTest => "qemu-tcg (test)",
             MicrovmBackend::AppleContainer => "apple-container",
         }
+    }
+
+    /// Whether its VMs' monitor runs inside the node's tier 1, so that
+    /// they are offered only where tier 1 was proven (smolvm, and the test
+    /// backend). Apple's container starts its VMs from Apple's own
+    /// services, outside any wall of the node: the guest's kernel is the
+    /// boundary, and they are offered whatever tier the Mac proved.
+    pub fn inside_tier1(self) -> bool {
+        match self {
+            MicrovmBackend::Smolvm | MicrovmBackend::QemuTcgTest => true,
+            MicrovmBackend::AppleContainer => false,
+        }
+    }
+
+    /// Whether a tool with egress can run in its VMs (the guest's bridge
+    /// to the node's proxy). Apple's container cannot yet.
+    pub fn has_egress(self) -> bool {
+        self.inside_tier1()
     }
 }
 

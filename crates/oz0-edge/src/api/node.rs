@@ -227,7 +227,7 @@ pub(super) async fn report_facts(
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
             })?,
             tier_routed: s.tier_routed,
-            microvm_ready: s.microvm_ready,
+            microvm_level: s.microvm_level(),
             oci_level: s.oci_level(),
             arch: s.arch.as_deref().unwrap_or(""),
             dropped,
@@ -310,7 +310,7 @@ async fn may_poll(edge: &Edge, node: &NodeRow, req: &PollRequest, now: i64) -> A
             format!("node {} waits for an operator's approval and takes no work until then: an operator approves it with oz0 node approve {}", node.id, node.id),
         ));
     }
-    if req.tier > node.tier_routed && !node.drained {
+    if !node.polls(req.tier) && !node.drained {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "tier_not_routed",
@@ -344,7 +344,7 @@ async fn wait_for_work(
     req: &PollRequest,
 ) -> ApiResult<(Taken, Vec<StopJob>, u64)> {
     let tiers: Vec<u8> = if req.below {
-        (0..=req.tier).rev().collect()
+        (0..=req.tier).rev().filter(|t| node.polls(*t)).collect()
     } else {
         vec![req.tier]
     };

@@ -2,7 +2,7 @@
 //! strings, and the wording of every fix kind.
 
 use super::*;
-use oz0_policy::facts::{Mechanism, Microvm, MicrovmReason, Platform};
+use oz0_policy::facts::{Mechanism, Microvm, MicrovmBackend, MicrovmReason, Platform};
 
 fn linux() -> NodeFacts {
     let mut f = NodeFacts {
@@ -183,16 +183,75 @@ fn a_mac_whose_self_test_fails_at_job_limits_is_routed_at_zero() {
         o.facts.fix_text().unwrap(),
         "The self-test failed at job_limits: sandbox check --self-test on the node says which check and how."
     );
-    // A Mac that claimed Seatbelt tier 1 and ready microVMs without a
-    // passed self-test keeps neither.
+    // A Mac that claimed Seatbelt tier 1 and tier 2 without a passed
+    // self-test keeps neither; its microVMs (Apple's container) are not
+    // inside tier 1 on any Mac, so they are kept, at tier 0, and are not
+    // tier 2, and have no egress (level 1).
     f.tier_proven = 1;
     f.tier_routed = 2;
     f.mechanism.kind = "seatbelt".into();
-    f.microvm.ready = true;
-    f.microvm.backend = Some(oz0_policy::facts::MicrovmBackend::AppleContainer);
+    f.microvm = Microvm {
+        ready: true,
+        reason: None,
+        pinned: None,
+        backend: Some(MicrovmBackend::AppleContainer),
+    };
+    f.derive_labels();
     let o = sanitize(&f).unwrap();
     assert_eq!((o.facts.tier_proven, o.facts.tier_routed), (0, 0));
-    assert!(!o.facts.microvm_ready && o.facts.microvm_backend.is_none());
+    assert!(o.facts.microvm_ready, "{:?}", o.dropped);
+    assert_eq!(
+        o.facts.microvm_backend,
+        Some(MicrovmBackend::AppleContainer)
+    );
+    assert_eq!(o.facts.microvm_level(), 1);
+    assert_eq!(o.facts.labels["isolation.microvm"], "ready");
+    assert_eq!(o.facts.labels["sandbox.tier"], "0");
+    assert!(
+        o.facts.microvm_line().contains("Apple's container"),
+        "{}",
+        o.facts.microvm_line()
+    );
+    // Not on an Intel Mac, and not another backend named by a Mac.
+    for (arch, backend) in [
+        ("x86_64", MicrovmBackend::AppleContainer),
+        ("aarch64", MicrovmBackend::Smolvm),
+    ] {
+        f.platform.arch = arch.into();
+        f.microvm.backend = Some(backend);
+        let o = sanitize(&f).unwrap();
+        assert!(
+            !o.facts.microvm_ready && o.facts.microvm_level() == 0,
+            "{arch} {backend:?}"
+        );
+        assert!(o.dropped.contains(&"microvm.ready"), "{:?}", o.dropped);
+    }
+}
+
+#[test]
+fn apple_containers_are_no_linux_microvms_and_no_windows_ones() {
+    // A Linux node naming Apple's container, or any without tier 1, keeps
+    // no microVMs; Windows none at all.
+    let mut f = linux();
+    f.microvm = Microvm {
+        ready: true,
+        reason: None,
+        pinned: None,
+        backend: Some(MicrovmBackend::AppleContainer),
+    };
+    f.tier_routed = 2;
+    let o = sanitize(&f).unwrap();
+    assert!(!o.facts.microvm_ready);
+    assert_eq!((o.facts.tier_proven, o.facts.tier_routed), (1, 1));
+    f.microvm.backend = Some(MicrovmBackend::Smolvm);
+    let o = sanitize(&f).unwrap();
+    assert!(o.facts.microvm_ready);
+    assert_eq!(o.facts.microvm_level(), 2);
+    assert_eq!((o.facts.tier_proven, o.facts.tier_routed), (2, 2));
+    f.platform.os = Os::Windows;
+    f.platform.build_raw = "26200.9457".into();
+    let o = sanitize(&f).unwrap();
+    assert!(!o.facts.microvm_ready && o.facts.microvm_level() == 0);
 }
 
 #[test]
@@ -254,8 +313,11 @@ fn microvm_needs_tier_one_and_makes_tier_two() {
     assert!(o.facts.microvm_ready);
     assert_eq!((o.facts.tier_proven, o.facts.tier_routed), (2, 2));
     assert_eq!(o.facts.labels["isolation.microvm"], "ready");
+    assert_eq!(o.facts.microvm_level(), 2);
+    // Routed at 0 by its own word, it takes no microVM work.
     f.tier_routed = 0;
-    assert_eq!(sanitize(&f).unwrap().facts.tier_routed, 0);
+    let o = sanitize(&f).unwrap();
+    assert_eq!((o.facts.tier_routed, o.facts.microvm_level()), (0, 0));
     f.tier_routed = 1;
     f.self_test = SelfTest::NotRun;
     f.tier_proven = 0;

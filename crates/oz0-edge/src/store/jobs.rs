@@ -154,7 +154,7 @@ impl Store {
                 j.origin.into(),
                 j.kind.into(),
                 i64::from(j.needs.tier).into(),
-                j.needs.microvm.into(),
+                j.needs.microvm_level().into(),
                 j.needs.oci_level().into(),
                 j.needs.arch.clone().into(),
                 j.payload.into(),
@@ -203,7 +203,8 @@ impl Store {
                            AND (need_arch IS NULL OR need_arch = $9)
                          ORDER BY enqueued_ms, seq, id LIMIT 1 {})
                AND state = 'queued'
-               AND EXISTS (SELECT 1 FROM nodes WHERE nodes.id = $1 AND nodes.approved = 1 AND nodes.drained = 0 AND nodes.removed_ms IS NULL)
+               AND EXISTS (SELECT 1 FROM nodes WHERE nodes.id = $1 AND nodes.approved = 1 AND nodes.drained = 0 AND nodes.removed_ms IS NULL
+                           AND (nodes.tier_routed >= $5 OR ($5 = 2 AND nodes.microvm_ready >= 1)))
              RETURNING id, origin, kind, tier_need, payload, attempts, need_oci",
             self.lock_clause()
         );
@@ -217,7 +218,7 @@ impl Store {
                     node.tenant.as_str().into(),
                     i64::from(tier).into(),
                     now_ms.into(),
-                    node.microvm_ready.into(),
+                    node.microvm_level.into(),
                     node.oci_level.into(),
                     node.arch.as_str().into(),
                 ],
@@ -328,11 +329,13 @@ impl Store {
                 Ok((
                     Needs {
                         tier: tier_col(r, 0)?,
-                        microvm: int(r, 1)? != 0,
+                        microvm: false,
+                        microvm_egress: false,
                         oci: false,
                         oci_gvisor: false,
                         arch: opt_text(r, 3)?,
                     }
+                    .with_microvm_level(int(r, 1)?)
                     .with_oci_level(int(r, 2)?),
                     text(r, 4)?,
                 ))

@@ -8,15 +8,17 @@ use super::{NodeRow, Report, Store, StoreError};
 use crate::routing::{HeldBack, Needs};
 
 /// The nodes of a tenant, live and reported, that fit a job's needs by
-/// their facts (`$1` tenant, `$2` tier, `$3` microVM, `$4` OCI, `$5`
-/// architecture or '', `$6` live since), whether or not they take work.
-const FITS: &str = "tenant = $1 AND tier_routed >= $2 AND microvm_ready >= $3 AND oci_ready >= $4 AND (arch = $5 OR $5 = '') AND last_seen_ms >= $6 AND gone_ms IS NULL AND last_report_ms IS NOT NULL AND removed_ms IS NULL";
+/// their facts (`$1` tenant, `$2` tier, `$3` microVM level, `$4` OCI, `$5`
+/// architecture or '', `$6` live since), whether or not they take work. A
+/// microVM tool's job fits by the node's microVMs, whatever its tier (a
+/// Mac's are not inside tier 1, and are offered whatever tier it proved).
+const FITS: &str = "tenant = $1 AND (tier_routed >= $2 OR $3 >= 1) AND microvm_ready >= $3 AND oci_ready >= $4 AND (arch = $5 OR $5 = '') AND last_seen_ms >= $6 AND gone_ms IS NULL AND last_report_ms IS NOT NULL AND removed_ms IS NULL";
 
 fn fits_params(tenant: &str, needs: &Needs, live_since_ms: i64) -> Vec<Val> {
     vec![
         tenant.into(),
         i64::from(needs.tier).into(),
-        needs.microvm.into(),
+        needs.microvm_level().into(),
         needs.oci_level().into(),
         needs.arch.clone().unwrap_or_default().into(),
         live_since_ms.into(),
@@ -246,7 +248,7 @@ impl Store {
             vec![
                 r.facts_json.into(),
                 i64::from(r.tier_routed).into(),
-                r.microvm_ready.into(),
+                r.microvm_level.into(),
                 r.oci_level.into(),
                 r.arch.into(),
                 r.dropped.into(),
@@ -390,12 +392,12 @@ impl Store {
     }
 
     /// What a tenant's live nodes that take work offer: (routed tier,
-    /// microvm, oci, arch).
+    /// microVM level, oci, arch).
     pub async fn live_offers(
         &self,
         tenant: &str,
         live_since_ms: i64,
-    ) -> Result<Vec<(u8, bool, bool, Option<String>)>, StoreError> {
+    ) -> Result<Vec<(u8, i64, bool, Option<String>)>, StoreError> {
         let rows = self
             .query(
                 "SELECT tier_routed, microvm_ready, oci_ready, arch FROM nodes WHERE tenant = $1 AND last_seen_ms >= $2 AND gone_ms IS NULL AND last_report_ms IS NOT NULL AND approved = 1 AND drained = 0 AND removed_ms IS NULL LIMIT 10000",
@@ -407,7 +409,7 @@ impl Store {
                 let a = text(r, 3)?;
                 Ok((
                     tier_col(r, 0)?,
-                    int(r, 1)? != 0,
+                    int(r, 1)?,
                     int(r, 2)? != 0,
                     (!a.is_empty()).then_some(a),
                 ))

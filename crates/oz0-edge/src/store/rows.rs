@@ -25,8 +25,9 @@ pub struct NodeRow {
     pub facts: Option<String>,
     /// Routed tier.
     pub tier_routed: u8,
-    /// `isolation.microvm=ready`.
-    pub microvm_ready: bool,
+    /// MicroVMs (`isolation.microvm=ready`): 0 none, 1 without egress (a
+    /// Mac's), 2 with egress (see `Sanitized::microvm_level`).
+    pub microvm_level: i64,
     /// `runtime.oci`: 0 none, 1 ready, 2 ready with gVisor.
     pub oci_level: i64,
     /// Architecture ('' when unknown).
@@ -49,6 +50,14 @@ pub struct NodeRow {
 }
 
 impl NodeRow {
+    /// Whether it may poll the tier-`tier` queue: its routed tier and
+    /// those below, and tier 2 (microVM tools) wherever it offers
+    /// microVMs, as a Mac does whatever tier it proved (Apple's container
+    /// is not inside tier 1: the guest's kernel is the boundary).
+    pub fn polls(&self, tier: u8) -> bool {
+        tier <= self.tier_routed || (tier == 2 && self.microvm_level >= 1)
+    }
+
     /// The tier it takes work at: its routed tier, or 0 while it waits
     /// for approval (when it takes no work at all).
     pub fn tier_taken(&self) -> u8 {
@@ -73,7 +82,7 @@ pub(super) fn node_row(r: &Row) -> Result<NodeRow, StoreError> {
         last_report_ms: opt_int(r, 6)?,
         facts: opt_text(r, 7)?,
         tier_routed: u8::try_from(int(r, 8)?).map_err(|_| StoreError::Column(8))?,
-        microvm_ready: int(r, 9)? != 0,
+        microvm_level: int(r, 9)?,
         oci_level: int(r, 10)?,
         arch: text(r, 11)?,
         reports: int(r, 12)?,
@@ -180,8 +189,8 @@ pub struct Report<'a> {
     pub facts_json: String,
     /// Routed tier.
     pub tier_routed: u8,
-    /// Labels.
-    pub microvm_ready: bool,
+    /// MicroVMs: 0 none, 1 without egress, 2 with egress.
+    pub microvm_level: i64,
     /// `runtime.oci`: 0 none, 1 ready, 2 ready with gVisor.
     pub oci_level: i64,
     /// Labels.

@@ -210,6 +210,32 @@ pub fn failing_facts() -> NodeFacts {
     f
 }
 
+/// A Mac on Apple silicon whose self-test failed (as every Mac's does, at
+/// job_limits) with Apple's container offered: its microVMs are not inside
+/// tier 1, so the node keeps them at tier 0.
+pub fn mac_facts() -> NodeFacts {
+    let mut f = failing_facts();
+    f.platform = Platform {
+        os: Os::Macos,
+        arch: "aarch64".into(),
+        build_raw: "25B78".into(),
+    };
+    f.mechanism = Mechanism {
+        kind: "none".into(),
+        ..Default::default()
+    };
+    f.self_test = SelfTest::Failed(Property::JobLimits);
+    f.microvm = Microvm {
+        ready: true,
+        reason: None,
+        pinned: None,
+        backend: Some(oz0_policy::facts::MicrovmBackend::AppleContainer),
+    };
+    f.oci = oz0_policy::facts::Oci::unavailable(oz0_policy::facts::OciReason::Unsupported);
+    f.derive_labels();
+    f
+}
+
 /// A Windows node whose PSEC self-test passed, claiming tier 1 routed.
 pub fn windows_facts() -> NodeFacts {
     let mut f = NodeFacts {
@@ -274,8 +300,13 @@ pub fn job(origin: Origin, isolation: Isolation) -> JobRequest {
 
 /// A tool job: a microVM tool (of `arch`, when given) or a container tool.
 pub fn tool_job(origin: Origin, microvm: bool, arch: Option<&str>) -> JobRequest {
+    tool_job_with(origin, microvm, arch, "")
+}
+
+/// [`tool_job`] whose tool's manifest has `extra` lines too.
+pub fn tool_job_with(origin: Origin, microvm: bool, arch: Option<&str>, extra: &str) -> JobRequest {
     let mut tool = format!(
-        "tools:\n  - id: t\n    package: oci:example.invalid/t@sha256:{}\n",
+        "tools:\n  - id: t\n    package: oci:example.invalid/t@sha256:{}\n{extra}",
         "0".repeat(64)
     );
     if microvm {
