@@ -68,7 +68,7 @@ pub mod tree;
 pub mod native;
 #[cfg(target_os = "macos")]
 pub mod sandbox;
-#[cfg(target_os = "macos")]
+#[cfg(unix)]
 pub mod vm;
 #[cfg(target_os = "macos")]
 pub mod wall;

@@ -199,6 +199,49 @@ pub fn sweep_stale(
     said
 }
 
+/// Why a sandbox cannot be set up on this Mac.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// The temporary folder has no real path.
+    #[error("the temporary folder {}: {source}", path.display())]
+    TempRoot {
+        /// The folder.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// This binary's path cannot be found.
+    #[error("cannot name the node binary: {0}")]
+    NodeBinary(std::io::Error),
+    /// This binary's path is not one a run's spec takes.
+    #[error("the node binary's path {} is not plain UTF-8", .0.display())]
+    NodeBinaryPath(PathBuf),
+}
+
+impl From<SetupError> for String {
+    fn from(e: SetupError) -> String {
+        e.to_string()
+    }
+}
+
+/// Where runs' TEMPs are made: this user's temporary folder, by its real
+/// path (`/private/var/folders/…`: Seatbelt matches real paths).
+pub fn temp_root() -> Result<PathBuf, SetupError> {
+    let t = std::env::temp_dir();
+    t.canonicalize()
+        .map_err(|source| SetupError::TempRoot { path: t, source })
+}
+
+/// A run's stream as a process's (Seatbelt's runs and Apple's container's).
+pub(crate) fn stdio(s: oz0_core::Stdio) -> std::process::Stdio {
+    match s {
+        oz0_core::Stdio::Inherit => std::process::Stdio::inherit(),
+        oz0_core::Stdio::Null => std::process::Stdio::null(),
+        oz0_core::Stdio::File(f) => std::process::Stdio::from(f),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@
 //! run on a Mac.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,7 +32,9 @@ use oz0_policy::{AbsPath, RunSpec};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use crate::native::RunProcesses;
+use crate::runs::stdio;
 use crate::runs::{new_run_id, RunRecord, RunTemp};
+pub use crate::runs::{temp_root, SetupError};
 use crate::seatbelt::{plan, tracking_argv, MacHost, ProxyPort};
 use crate::tree::{end_run, Membership};
 
@@ -45,32 +47,6 @@ pub enum Fault {
     /// The profile carries a rule `sandbox-exec` cannot compile: the run
     /// must never start its command.
     BrokenProfile,
-}
-
-/// Why a sandbox cannot be set up on this Mac.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SetupError {
-    /// The temporary folder has no real path.
-    #[error("the temporary folder {}: {source}", path.display())]
-    TempRoot {
-        /// The folder.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// This binary's path cannot be found.
-    #[error("cannot name the node binary: {0}")]
-    NodeBinary(std::io::Error),
-    /// This binary's path is not one a run's spec takes.
-    #[error("the node binary's path {} is not plain UTF-8", .0.display())]
-    NodeBinaryPath(PathBuf),
-}
-
-impl From<SetupError> for String {
-    fn from(e: SetupError) -> String {
-        e.to_string()
-    }
 }
 
 /// Tier 1 on macOS.
@@ -115,14 +91,6 @@ pub struct Plain {
     pub records: Option<PathBuf>,
 }
 
-/// Where runs' TEMPs are made: this user's temporary folder, by its real
-/// path (`/private/var/folders/…`: Seatbelt matches real paths).
-pub fn temp_root() -> Result<PathBuf, SetupError> {
-    let t = std::env::temp_dir();
-    t.canonicalize()
-        .map_err(|source| SetupError::TempRoot { path: t, source })
-}
-
 /// This binary's real path.
 pub fn node_binary() -> Result<AbsPath, SetupError> {
     let p = std::env::current_exe()
@@ -143,15 +111,6 @@ pub fn sweep(data_dir: &Path) -> Vec<String> {
     crate::runs::sweep_stale(&crate::runs::records(data_dir), &alive, &mut |m| {
         end_all(0, m)
     })
-}
-
-/// A run's stream as a process's (Seatbelt's runs and Apple's container's).
-pub(crate) fn stdio(s: oz0_core::Stdio) -> Stdio {
-    match s {
-        oz0_core::Stdio::Inherit => Stdio::inherit(),
-        oz0_core::Stdio::Null => Stdio::null(),
-        oz0_core::Stdio::File(f) => Stdio::from(f),
-    }
 }
 
 /// Ends every process of a run: its group, then every process carrying its

@@ -16,6 +16,7 @@
 //! tier 1: the guest's kernel is the boundary. Type-checked in CI; it has
 //! not run on a Mac.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,7 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use crate::container::{run_argv, stop_argvs, vm_name, ContainerError, EnvFile, VmTool, CONTAINER};
 use crate::runs::{new_run_id, RunTemp, RunsError};
-use crate::sandbox::{stdio, SetupError};
+use crate::runs::{stdio, temp_root, SetupError};
 
 /// Why a tool server was not started, or could not be waited for.
 #[derive(Debug, thiserror::Error)]
@@ -58,9 +59,10 @@ pub enum VmError {
 /// /usr/local/bin).
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
 
-/// A `container` command with a clean environment.
-fn container(args: &[String]) -> Command {
-    let mut c = Command::new(&args[0]);
+/// A `container` command (`args[0]` names it; `cli` is the program run)
+/// with a clean environment.
+fn container(cli: &Path, args: &[String]) -> Command {
+    let mut c = Command::new(cli);
     c.args(&args[1..]).env_clear().env("PATH", PATH);
     if let Some(h) = std::env::var_os("HOME") {
         c.env("HOME", h);
@@ -69,9 +71,9 @@ fn container(args: &[String]) -> Command {
 }
 
 /// Stops and deletes the VM `name` (quietly: it may be gone already).
-fn stop(name: &str) {
+fn stop(cli: &Path, name: &str) {
     for argv in stop_argvs(name) {
-        let _ = container(&argv)
+        let _ = container(cli, &argv)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -87,7 +89,28 @@ fn stop(name: &str) {
 /// VM is stopped and deleted by that name. Any other run, and any fault,
 /// is refused: the guest's kernel is the boundary, and nothing of the
 /// host runs here.
-pub struct AppleContainer;
+pub struct AppleContainer {
+    /// The program spoken to: Apple's `container`, or a stand-in.
+    cli: PathBuf,
+}
+
+impl AppleContainer {
+    /// Apple's CLI as its installer puts it: `container`, found on a fixed
+    /// `PATH` (`/usr/local/bin` first).
+    pub fn installed() -> AppleContainer {
+        AppleContainer {
+            cli: PathBuf::from(CONTAINER),
+        }
+    }
+
+    /// Another program in the CLI's place, given the same arguments (`run
+    /// …`, `stop NAME`, `delete --force NAME`): a stand-in for Apple's
+    /// runtime where it cannot run, so that everything of the node around
+    /// it runs for real (the tests on Linux).
+    pub fn stand_in(cli: PathBuf) -> AppleContainer {
+        AppleContainer { cli }
+    }
+}
 
 impl oz0_core::Sandbox for AppleContainer {
     fn tier(&self) -> u8 {
@@ -115,7 +138,7 @@ impl oz0_core::Sandbox for AppleContainer {
             .ok_or("Apple's container runs only `container run … --name oz0-…` (a VM it can stop by name)")?
             .to_string();
         let started = Instant::now();
-        let mut child = container(&spec.command)
+        let mut child = container(&self.cli, &spec.command)
             .stdin(stdio(io.stdin))
             .stdout(stdio(io.stdout))
             .stderr(stdio(io.stderr))
@@ -127,7 +150,7 @@ impl oz0_core::Sandbox for AppleContainer {
             .map(|s| started + Duration::from_secs(s));
         let waited = wait(&mut child, cancel.as_ref(), deadline);
         // Whatever ended the server, its VM goes with it.
-        stop(&name);
+        stop(&self.cli, &name);
         let (ended, code) = match waited {
             Ok(w) => w,
             Err(e) => {
@@ -201,7 +224,7 @@ pub fn run_tool(
     io: RunIo,
     cancel: Option<Cancel>,
 ) -> Result<i32, VmError> {
-    let folder = RunTemp::new(&crate::sandbox::temp_root()?)?;
+    let folder = RunTemp::new(&temp_root()?)?;
     let env_file = EnvFile::create(&folder.0.join("env"), vars)?;
     let env_abs = env_file
         .path()

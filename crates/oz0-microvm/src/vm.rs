@@ -37,10 +37,10 @@ mod session;
 
 use session::{drive, Session, SessionCtx};
 
-/// How long a server may run on after its input ended.
-pub const EOF_GRACE: Duration = Duration::from_secs(5);
+/// How long a server may run on after its input ended (every wall's).
+pub use oz0_plugin::mcp::EOF_GRACE;
 /// Default memory of a VM, MiB.
-pub const DEFAULT_MEMORY_MIB: u32 = 512;
+pub const DEFAULT_MEMORY_MIB: u32 = oz0_plugin::manifest::DEFAULT_VM_MEMORY_MIB;
 /// The device a KVM monitor is given (its only one).
 pub const KVM_DEVICE: &str = "/dev/kvm";
 /// Memory the monitor's tier-1 job may use beyond the guest's, MiB: the

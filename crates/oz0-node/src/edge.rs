@@ -2,8 +2,8 @@
 //! facts, and take work. This is the one daemon of every platform: Linux
 //! gives it its tier-1 sandbox (or `Plain` with `--sandbox none`), Windows
 //! and macOS their tier-0 one (`crate::platform`), and each job goes
-//! through that `Sandbox` the same way. Tool jobs are Linux's; elsewhere
-//! they are refused by name.
+//! through that `Sandbox` the same way. Tool jobs run on Linux, and a
+//! Mac's microVM tools in Apple's container; Windows refuses them by name.
 //!
 //! The node waits for work with one long poll after another (held by the
 //! edge up to 15 s, answered the moment a job for it is queued or one it
@@ -41,10 +41,11 @@
 //!
 //! A job of kind `tool` carries a plugin's tool call instead
 //! (`oz0_plugin::job::ToolJob`): the node starts the tool's MCP server — in
-//! a microVM for `isolation: microvm` (only when this node proved
-//! microVMs, which is also when it polls the tier-2 queue), or in its
-//! tier-1 sandbox for a command tool — makes the call and completes the job
-//! with the result (`crate::tool`). Only a tool job runs at tier 2.
+//! a microVM for `isolation: microvm` (only when this node offers
+//! microVMs, which is also when it polls the tier-2 queue: a Linux node's
+//! inside its proven tier 1, a Mac's in Apple's container at any tier), or
+//! in its tier-1 sandbox for a command tool — makes the call and completes
+//! the job with the result (`crate::tool`). Only a tool job runs at tier 2.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -223,7 +224,7 @@ impl Daemon {
     fn taking(&self) -> Taking {
         Taking {
             tier: self.tier(),
-            #[cfg(target_os = "linux")]
+            #[cfg(any(target_os = "linux", target_os = "macos"))]
             microvms: if self.facts.microvm.ready && self.tier() >= 2 {
                 Ok(())
             } else {
@@ -372,8 +373,18 @@ impl Daemon {
     /// its own facts (tier 2 when it proved microVMs inside tier 1), never
     /// above [`MAX_TAKEN_TIER`].
     fn tier(&self) -> u8 {
-        let edge = self.view.as_ref().map_or(0, |v| v.tier_routed);
-        let own = if self.facts.tier_routed >= 1 && self.facts.microvm.ready {
+        // The tier-2 queue is microVM tools': a node polls it where both
+        // it and the edge hold that it offers microVMs. A Linux node's run
+        // inside tier 1; a Mac's (Apple's container) are not inside tier 1
+        // on any Mac, and are offered whatever tier it proved.
+        let view = self.view.as_ref();
+        let edge_vms = view
+            .and_then(|v| v.facts.as_ref())
+            .is_some_and(|f| f.microvm_ready);
+        let edge = view.map_or(0, |v| if edge_vms { 2 } else { v.tier_routed });
+        let m = &self.facts.microvm;
+        let outside_tier1 = m.backend.is_some_and(|b| !b.inside_tier1());
+        let own = if m.ready && (self.facts.tier_routed >= 1 || outside_tier1) {
             2
         } else {
             self.facts.tier_routed

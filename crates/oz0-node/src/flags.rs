@@ -355,12 +355,8 @@ pub struct NodeArgs {
     /// [default: this machine's processors].
     #[arg(long, value_name = "N", requires = "edge", value_parser = at_least_one)]
     pub jobs: Option<usize>,
-    /// A variable of this node's environment that tool jobs may be given,
-    /// by the name a plugin's manifest lists under settings or secrets
-    /// (repeatable). A tool job naming any other is refused: a job's
-    /// manifest never reaches a variable the operator did not list.
-    #[arg(long = "tool-env", value_name = "NAME", requires = "edge", value_parser = env_name)]
-    pub tool_env: Vec<String>,
+    #[command(flatten)]
+    pub tools: ToolEnvArg,
     /// Container tools (an image without isolation: microvm): the
     /// registries their images may come from. With at least one, and a
     /// proven tier 1, the node offers runtime.oci and runs each container
@@ -405,8 +401,21 @@ fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
+/// `--tool-env`, on the platforms that run tool jobs (Linux, and a Mac's
+/// microVM tools).
+#[cfg(unix)]
+#[derive(Debug, Clone, clap::Args)]
+pub struct ToolEnvArg {
+    /// A variable of this node's environment that tool jobs may be given,
+    /// by the name a plugin's manifest lists under settings or secrets
+    /// (repeatable). A tool job naming any other is refused: a job's
+    /// manifest never reaches a variable the operator did not list.
+    #[arg(long = "tool-env", value_name = "NAME", requires = "edge", value_parser = env_name)]
+    pub tool_env: Vec<String>,
+}
+
 /// `--tool-env`: a variable's name.
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 fn env_name(s: &str) -> Result<String, String> {
     oz0_policy::env::EnvName::new(s)
         .map(|_| s.to_string())

@@ -80,7 +80,7 @@ impl JobEnd {
         self.outcome == "exited" && self.exit_code == 0
     }
 
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
     pub(crate) fn from_tool(t: crate::tool::ToolEnd) -> JobEnd {
         JobEnd {
             outcome: t.outcome,

@@ -20,6 +20,9 @@ pub const MAX_TOOLS: usize = 256;
 pub const MAX_ID_BYTES: usize = 64;
 /// Longest package reference.
 pub const MAX_PACKAGE_BYTES: usize = 1024;
+/// A microVM's memory when its tool's manifest names none, MiB (every
+/// platform's VMs).
+pub const DEFAULT_VM_MEMORY_MIB: u32 = 512;
 /// Most egress rules, settings or secrets per tool.
 pub const MAX_ENTRIES: usize = 128;
 /// Smallest memory a tool may ask for, MiB (a guest kernel needs some).

@@ -24,6 +24,10 @@ pub const PROTOCOL_VERSION: &str = "2025-06-18";
 pub const MAX_LINE_BYTES: usize = 1024 * 1024;
 /// Most `tools/list` pages read.
 pub const MAX_LIST_PAGES: usize = 16;
+/// How long a server may run on after its input ended (the end of a
+/// call's input asks it to exit; past this it is stopped), on every
+/// platform and wall.
+pub const EOF_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What a call was doing when it ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

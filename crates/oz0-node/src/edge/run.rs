@@ -82,7 +82,7 @@ pub(super) struct Taking {
     /// The tier it takes work at.
     pub(super) tier: u8,
     /// Whether it offers microVMs: why not, when not.
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
     pub(super) microvms: Result<(), String>,
     /// Whether it runs container tools: why not, when not.
     #[cfg(target_os = "linux")]
@@ -266,7 +266,11 @@ impl Runner {
         if let JobPayload::Tool(t) = &job.job {
             return self.tool_task(t, work, err, at, job.oci_runtime.as_deref());
         }
-        #[cfg(not(target_os = "linux"))]
+        #[cfg(target_os = "macos")]
+        if let JobPayload::Tool(t) = &job.job {
+            return self.mac_tool_task(t, work, err, at);
+        }
+        #[cfg(windows)]
         if let JobPayload::Tool(_) = &job.job {
             let _ = (err, at);
             return Err(format!(
@@ -332,6 +336,35 @@ impl Runner {
                 cancel: cancel.0,
             };
             crate::tool::run(ctx, &checked)
+                .map(JobEnd::from_tool)
+                .map_err(String::from)
+        }))
+    }
+
+    /// A tool call's work on a Mac: a microVM tool's server in Apple's
+    /// container (`crate::tool::mac`).
+    #[cfg(target_os = "macos")]
+    fn mac_tool_task(
+        &self,
+        t: &oz0_plugin::job::ToolJob,
+        work: &Path,
+        err: File,
+        at: &Taking,
+    ) -> Result<Task, String> {
+        let checked = t.check().map_err(|e| e.to_string())?;
+        let microvms = at.microvms.clone();
+        let (work, data_dir) = (work.to_path_buf(), self.s.data_dir.clone());
+        let tool_env = self.s.tool_env.clone();
+        Ok(Box::new(move |cancel| {
+            let ctx = crate::tool::mac::Ctx {
+                work: &work,
+                data_dir: &data_dir,
+                microvms,
+                env_allowed: Some(&tool_env),
+                errors: err,
+                cancel: cancel.0,
+            };
+            crate::tool::mac::run(ctx, &checked)
                 .map(JobEnd::from_tool)
                 .map_err(String::from)
         }))

@@ -28,7 +28,7 @@ pub struct Settings {
     #[cfg(target_os = "linux")]
     pub(super) host: crate::flags::HostArgs,
     /// The variables of this node's environment tool jobs may be given.
-    #[cfg(target_os = "linux")]
+    #[cfg(unix)]
     pub(super) tool_env: std::collections::BTreeSet<String>,
     /// What the edge's certificate is verified against.
     pub(super) trust: oz0_edge::client::Trust,
@@ -62,6 +62,13 @@ impl Settings {
     /// With the guest binary fetched at start.
     pub fn with_guest(mut self, g: GuestFetch) -> Settings {
         self.guest = Some(g);
+        self
+    }
+
+    /// With the variables tool jobs may be given (`--tool-env`, each name
+    /// checked by its parser).
+    pub fn with_tool_env(mut self, names: &[String]) -> Settings {
+        self.tool_env = names.iter().cloned().collect();
         self
     }
 }
@@ -226,6 +233,7 @@ impl Settings {
             sandbox_none: a.sandbox == crate::flags::Sandbox::None,
             host: a.host.clone(),
             tool_env: a
+                .tools
                 .tool_env
                 .iter()
                 .map(|n| {
@@ -311,6 +319,8 @@ impl Settings {
                 crate::flags::DEFAULT_KEEP_MIB,
             ),
             guest: None,
+            #[cfg(unix)]
+            tool_env: Default::default(),
         }))
     }
 }

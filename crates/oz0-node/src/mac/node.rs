@@ -8,7 +8,10 @@
 //! at a time (the one daemon of every platform, `crate::edge`, through
 //! `oz0_macos::sandbox::Plain`) until Ctrl-C or SIGTERM: a Mac proves no tier 1 (see
 //! `oz0_core::selftest`: macOS cannot limit a whole run's processes or
-//! memory), so the edge routes it at tier 0.
+//! memory), so the edge routes it at tier 0. With Apple's container (and a
+//! release key) it also takes microVM tool jobs (`crate::tool::mac`): those
+//! VMs are not inside tier 1 on any Mac, so they are offered whatever tier
+//! it proved.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -37,6 +40,8 @@ pub struct RunArgs {
     pub data: crate::flags::DataDirArg,
     #[command(flatten)]
     pub daemon: DaemonFlags,
+    #[command(flatten)]
+    pub tools: crate::flags::ToolEnvArg,
 }
 
 /// `--sandbox`.
@@ -72,7 +77,8 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<(Option<crate::edge::Settings>, 
             platform: Platform::NAME,
         },
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())?
+    .map(|s| s.with_tool_env(&a.tools.tool_env));
     Ok((
         settings,
         Walls {

@@ -139,7 +139,7 @@ pub fn main(a: VmArgs) -> i32 {
     };
     // The server's stdin and stdout are this command's (MCP over stdio).
     let cancel = crate::signals::cancel_pipe().map(oz0_core::Cancel);
-    let sandbox = oz0_macos::vm::AppleContainer;
+    let sandbox = oz0_macos::vm::AppleContainer::installed();
     match oz0_macos::vm::run_tool(
         &sandbox,
         tool,

@@ -33,6 +33,7 @@ pub struct ToolEnd {
 
 impl ToolEnd {
     /// A call that ended with a result the tool did not mark as an error.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub fn succeeded(&self) -> bool {
         self.outcome == "exited" && self.exit_code == 0
     }
