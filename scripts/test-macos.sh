@@ -2,7 +2,9 @@
 # Runs on a Mac: the tests of the portable crates macOS uses, a build of
 # oz0-node, its `sandbox check --self-test` (lines, then JSON), one command
 # in Seatbelt that leaves a process in a session of its own behind (which
-# must be gone after), and the daemon once. Not run in CI (no Mac there):
+# must be gone after), the daemon once, and where Apple's container runs,
+# a tool server in a microVM of its own (OZ0_MAC_TEST_IMAGE names its
+# image), with no VM left after. Not run in CI (no Mac there):
 # what it shows on a Mac is what the README lists as not run.
 #
 #   scripts/test-macos.sh
@@ -41,3 +43,31 @@ data=$(mktemp -d)
 "$node" run --once --data-dir "$data"
 "$node" facts --data-dir "$data"
 rm -rf "$data"
+echo "== microVMs: Apple's container"
+if ! "$node" sandbox vm --probe; then
+    echo "SKIPPED: this Mac offers no microVMs (above); the tool-server run was not checked"
+    exit 0
+fi
+# A tool server from an image pinned by digest that speaks MCP over its
+# stdio, e.g. OZ0_MAC_TEST_IMAGE=docker.io/mcp/filesystem@sha256:<digest>
+# with OZ0_MAC_TEST_CMD="/projects" (its arguments after the image's own
+# entrypoint). The server must answer initialize inside the VM.
+if [ -z "${OZ0_MAC_TEST_IMAGE:-}" ]; then
+    echo "SKIPPED: set OZ0_MAC_TEST_IMAGE (an MCP server's image, pinned by digest) to run one in a VM"
+    exit 0
+fi
+work=$(cd "$(mktemp -d)" && pwd -P)
+init='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"oz0-test","version":"0"}}}'
+# shellcheck disable=SC2086
+answer=$(printf '%s\n' "$init" | "$node" sandbox vm --work "$work" --image "$OZ0_MAC_TEST_IMAGE" -- ${OZ0_MAC_TEST_CMD:-} | head -n 1)
+case "$answer" in
+    *'"id":1'*'"result"'*) echo "ok: the server answered initialize from its VM" ;;
+    *) echo "FAILED: no initialize answer from the VM: $answer" >&2; exit 1 ;;
+esac
+if container list --all 2>/dev/null | grep -q 'oz0-'; then
+    echo "FAILED: a VM named oz0-… is left after its tool ended:" >&2
+    container list --all >&2
+    exit 1
+fi
+echo "ok: no oz0-… VM is left"
+rm -rf "$work"
