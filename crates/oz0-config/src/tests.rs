@@ -72,8 +72,30 @@ const SPEC: Spec = Spec {
 
 static N: AtomicU32 = AtomicU32::new(0);
 
+/// A test's file, removed when the test is done with it.
+struct TmpFile(PathBuf);
+
+impl std::ops::Deref for TmpFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TmpFile {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TmpFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// A file holding `text`, mode 0644.
-fn file(text: &str) -> PathBuf {
+fn file(text: &str) -> TmpFile {
     let p = std::env::temp_dir().join(format!(
         "oz0-config-{}-{}.toml",
         std::process::id(),
@@ -85,7 +107,7 @@ fn file(text: &str) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
-    p
+    TmpFile(p)
 }
 
 fn argv(a: &[&str]) -> Vec<OsString> {
