@@ -8,8 +8,8 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::{
-    code, failing_facts, job, linux_facts, mac_facts, node, start_on, store_urls, tool_job,
-    tool_job_with, windows_facts, ACME, SOLO,
+    code, failing_facts, image_tool_job, job, linux_facts, mac_facts, node, start_on, store_urls,
+    tool_job, tool_job_with, windows_facts, ACME, SOLO,
 };
 use oz0_edge::client::ClientError;
 use oz0_edge::routing::{Isolation, Origin};
@@ -272,6 +272,21 @@ async fn a_macs_microvms_take_microvm_tools_at_tier_zero_and_nothing_else() {
             "{kind}: no node of tier 1 takes it: {tier1:?}"
         );
 
+        // The seed's example tool has no command: a Mac's runtime runs its
+        // image's own entrypoint, so it needs no runtime.oci there.
+        let bare =
+            e.op.submit_job("acme", &image_tool_job(Origin::Webhook, "aarch64"))
+                .await
+                .unwrap();
+        assert_eq!((bare.tier, bare.eligible_nodes), (2, 1), "{kind}");
+        let l = mac
+            .poll_with(&below)
+            .await
+            .unwrap()
+            .lease
+            .expect("the image's own tool");
+        assert_eq!(l.job.job_id, bare.job_id, "{kind}");
+
         // A microVM tool with egress needs microVMs that carry it: a Mac's
         // do not, and the refusal says so.
         let egress = tool_job_with(
@@ -302,6 +317,19 @@ async fn a_macs_microvms_take_microvm_tools_at_tier_zero_and_nothing_else() {
         assert_eq!(
             linux.poll_job(2).await.unwrap().unwrap().job.job_id,
             a.job_id,
+            "{kind}"
+        );
+        // The Linux node without runtime.oci does not take the tool without
+        // a command (it could not read its image's entrypoint); the Mac does.
+        let bare =
+            e.op.submit_job("acme", &image_tool_job(Origin::Webhook, "aarch64"))
+                .await
+                .unwrap();
+        assert_eq!(bare.eligible_nodes, 1, "{kind}: the Mac only");
+        assert!(linux.poll_job(2).await.unwrap().is_none(), "{kind}");
+        assert_eq!(
+            mac.poll_job(2).await.unwrap().unwrap().job.job_id,
+            bare.job_id,
             "{kind}"
         );
     }

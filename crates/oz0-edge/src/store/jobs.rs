@@ -184,7 +184,10 @@ impl Store {
 
     /// Hands the oldest queued job of one tier's queue that this node may
     /// take to it, under a new lease (expired leases come back to the
-    /// queue through [`Store::sweep_leases`]). Nothing to a node that, as
+    /// queue through [`Store::sweep_leases`]): its microVMs as the job
+    /// needs them, and its `runtime.oci`, except a Mac's for a microVM tool
+    /// without egress (Apple's runtime reads an image's entrypoint
+    /// itself). Nothing to a node that, as
     /// the store holds it in the same statement, waits for approval, is
     /// drained or was removed, whatever `node` was read as.
     pub async fn lease(
@@ -199,7 +202,8 @@ impl Store {
             "UPDATE jobs SET state = 'leased', node_id = $1, lease_id = $2, lease_until_ms = $3, attempts = attempts + 1, leased_ms = $6
              WHERE id = (SELECT id FROM jobs
                          WHERE tenant = $4 AND tier_need = $5 AND state = 'queued'
-                           AND need_microvm <= $7 AND need_oci <= $8
+                           AND need_microvm <= $7
+                           AND (need_oci <= $8 OR (need_microvm = 1 AND $7 = 1))
                            AND (need_arch IS NULL OR need_arch = $9)
                          ORDER BY enqueued_ms, seq, id LIMIT 1 {})
                AND state = 'queued'

@@ -12,7 +12,11 @@ use crate::routing::{HeldBack, Needs};
 /// architecture or '', `$6` live since), whether or not they take work. A
 /// microVM tool's job fits by the node's microVMs, whatever its tier (a
 /// Mac's are not inside tier 1, and are offered whatever tier it proved).
-const FITS: &str = "tenant = $1 AND (tier_routed >= $2 OR $3 >= 1) AND microvm_ready >= $3 AND oci_ready >= $4 AND (arch = $5 OR $5 = '') AND last_seen_ms >= $6 AND gone_ms IS NULL AND last_report_ms IS NOT NULL AND removed_ms IS NULL";
+/// A microVM tool without `command:` needs its image's entrypoint read
+/// (`runtime.oci` on Linux), which a Mac's runtime does itself.
+/// (Each parameter is first compared with a column, so that PostgreSQL
+/// takes it for a BIGINT.)
+const FITS: &str = "tenant = $1 AND microvm_ready >= $3 AND (tier_routed >= $2 OR $3 >= 1) AND (oci_ready >= $4 OR ($3 = 1 AND microvm_ready = 1)) AND (arch = $5 OR $5 = '') AND last_seen_ms >= $6 AND gone_ms IS NULL AND last_report_ms IS NOT NULL AND removed_ms IS NULL";
 
 fn fits_params(tenant: &str, needs: &Needs, live_since_ms: i64) -> Vec<Val> {
     vec![

@@ -325,6 +325,23 @@ pub fn tool_job_with(origin: Origin, microvm: bool, arch: Option<&str>, extra: &
     )
 }
 
+/// A microVM tool job whose manifest is the seed's example: no
+/// `command:` (its VM runs the image's entrypoint and cmd), for `arch`.
+pub fn image_tool_job(origin: Origin, arch: &str) -> JobRequest {
+    let tool = format!(
+        "tools:\n  - id: t\n    package: oci:example.invalid/t@sha256:{}\n    isolation: microvm\n    arch: {arch}\n    container: {{memory_mb: 512, cpus: 1}}\n",
+        "0".repeat(64)
+    );
+    JobRequest::new(
+        origin,
+        JobPayload::read(
+            JobKind::Tool,
+            &serde_json::json!({"manifest": tool, "tool": "t"}),
+        )
+        .unwrap(),
+    )
+}
+
 pub fn code(e: &ClientError) -> &str {
     e.refusal_code().unwrap_or("not a refusal")
 }
