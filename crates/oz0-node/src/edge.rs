@@ -369,14 +369,14 @@ impl Daemon {
         Ok(Next::Continue)
     }
 
-    /// The tier this node takes work at: the lower of the edge's routing and
-    /// its own facts (tier 2 when it proved microVMs inside tier 1), never
-    /// above [`MAX_TAKEN_TIER`].
+    /// The highest queue this node polls: the lower of the edge's routing
+    /// and its own facts, never above [`MAX_TAKEN_TIER`]. The tier-2 queue
+    /// is microVM tools': a node polls it where both it and the edge hold
+    /// that it offers microVMs — a Linux node's run inside its proven tier
+    /// 1; a Mac's (Apple's container) are not inside tier 1 on any Mac, and
+    /// are offered whatever tier it proved, so the edge hands a Mac nothing
+    /// of tier 1 from the queues below.
     fn tier(&self) -> u8 {
-        // The tier-2 queue is microVM tools': a node polls it where both
-        // it and the edge hold that it offers microVMs. A Linux node's run
-        // inside tier 1; a Mac's (Apple's container) are not inside tier 1
-        // on any Mac, and are offered whatever tier it proved.
         let view = self.view.as_ref();
         let edge_vms = view
             .and_then(|v| v.facts.as_ref())

@@ -287,6 +287,17 @@ impl Runner {
         let JobPayload::Shell(p) = &job.job else {
             return Err("a harness session: no node runs harness sessions yet; not run".into());
         };
+        // A command runs behind the node's own wall: never one of a tier
+        // above it (a Mac polls the tier-2 queue for its microVM tools, and
+        // is handed nothing of tier 1; should it be, it refuses).
+        if job.tier > self.sandbox.tier() {
+            return Err(format!(
+                "a {} job at tier {}, and this node's wall for commands is tier {}; not run",
+                job.job.kind().as_str(),
+                job.tier,
+                self.sandbox.tier()
+            ));
+        }
         p.check().map_err(|e| e.to_string())?;
         let p = p.clone();
         let spec: RunSpec = spec_for(p, work, &self.s.data_dir).map_err(|e| e.to_string())?;
