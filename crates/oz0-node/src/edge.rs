@@ -501,7 +501,7 @@ impl Daemon {
                     continue;
                 }
             }
-            let free = running.len() < max_jobs;
+            let free = runner.busy() < max_jobs;
             let req = self.poll_request(free, runner.holding());
             let sent = Instant::now();
             let client = self.edges.client();
@@ -509,8 +509,9 @@ impl Daemon {
             let r = tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => break Exit::Ok.code(),
-                // Every slot was busy and one freed: poll again, taking.
-                _ = running.join_next(), if !free => continue,
+                // Every slot was busy and one freed (its work ended; its end
+                // may still be being reported): poll again, taking.
+                _ = runner.freed.notified(), if !free => continue,
                 r = client.poll_with(&req) => r,
             };
             let p = match self.answered(r).await {
@@ -529,7 +530,8 @@ impl Daemon {
             match p.lease {
                 Some(lease) => {
                     let told = runner.hold(&lease.job.job_id);
-                    running.spawn(runner.clone().take(lease, self.taking(), told));
+                    let slot = runner.slot();
+                    running.spawn(runner.clone().take(lease, self.taking(), told, slot));
                 }
                 // An edge that answered with nothing sooner than
                 // --poll-ms (one that does not hold polls) is asked
@@ -665,6 +667,8 @@ pub fn serve(
             running: Default::default(),
             records: retention::Records::new(s.data_dir.join("jobs")),
             told: Default::default(),
+            busy: Default::default(),
+            freed: Default::default(),
         });
         runner.clone().sweep(None).await;
         let mut d = Daemon {

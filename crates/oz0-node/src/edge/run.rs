@@ -57,6 +57,25 @@ pub(super) struct Runner {
     /// with what tells it to stop: `Some(true)` cancelled by an operator,
     /// `Some(false)` its lease is not this node's any more.
     pub(super) told: Mutex<BTreeMap<String, watch::Sender<Option<bool>>>>,
+    /// Jobs whose work runs now (their slots of `--jobs`): a job's slot is
+    /// free once its work ended, while its end is still being written and
+    /// reported, so that the next job is asked for meanwhile.
+    pub(super) busy: std::sync::atomic::AtomicUsize,
+    /// Told each time a slot frees.
+    pub(super) freed: tokio::sync::Notify,
+}
+
+/// One slot of `--jobs`, held while a job's work runs.
+pub(super) struct Slot(Arc<Runner>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0
+            .busy
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        // Stored when no one waits yet: the daemon's next wait sees it.
+        self.0.freed.notify_one();
+    }
 }
 
 /// What tells a job's run to stop.
@@ -174,16 +193,27 @@ impl Runner {
     /// Runs one leased job, reports its end, and applies the records'
     /// retention.
     /// `told` is [`Runner::hold`]'s for this job.
-    pub(super) async fn take(self: Arc<Self>, lease: Lease, at: Taking, told: Told) {
+    pub(super) async fn take(self: Arc<Self>, lease: Lease, at: Taking, told: Told, slot: Slot) {
         let id = lease.job.job_id.clone();
         {
             let _running = safe_id(&id).then(|| Running(&self, id.clone()));
-            self.run_one(lease, at, told).await;
+            self.run_one(lease, at, told, slot).await;
         }
         self.sweep(Some(id)).await;
     }
 
-    async fn run_one(&self, mut lease: Lease, at: Taking, told: Told) {
+    /// Takes a slot of `--jobs` for a job about to be taken.
+    pub(super) fn slot(self: &Arc<Self>) -> Slot {
+        self.busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Slot(self.clone())
+    }
+
+    /// Jobs whose work runs now.
+    pub(super) fn busy(&self) -> usize {
+        self.busy.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    async fn run_one(&self, mut lease: Lease, at: Taking, told: Told, slot: Slot) {
         let job = lease.job.clone();
         if !safe_id(&job.job_id) {
             log("the edge handed out a job whose id is not plain letters and digits: not run");
@@ -243,6 +273,9 @@ impl Runner {
                 }
             },
         };
+        // The work is over: the next job is asked for while this one's end
+        // is written and reported.
+        drop(slot);
         self.forget(&id);
         let _ = fs::remove_dir_all(&work);
         write_status(&record, &job, &end);
