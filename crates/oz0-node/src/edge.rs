@@ -480,6 +480,7 @@ impl Daemon {
         let poll_every = self.s.poll;
         let max_jobs = self.s.jobs;
         let mut next_check = Instant::now() + recheck_every;
+        let mut held: Option<HeldPoll> = None;
         loop {
             while running.try_join_next().is_some() {}
             match self.connect().await {
@@ -502,17 +503,40 @@ impl Daemon {
                 }
             }
             let free = runner.busy() < max_jobs;
-            let req = self.poll_request(free, runner.holding());
-            let sent = Instant::now();
             let client = self.edges.client();
             let mut stop = self.stop.clone();
-            let r = tokio::select! {
+            // While every slot is busy, a poll that only learns what to stop
+            // is held, and kept when a slot frees: dropped, its HTTP/1
+            // connection would go with it, and the next poll pay for a new
+            // one. A slot free: ask for work (on another connection) while
+            // it goes on.
+            if !free && held.is_none() {
+                let req = self.poll_request(false, runner.holding());
+                let c = client.clone();
+                held = Some(Box::pin(async move {
+                    let sent = Instant::now();
+                    (sent, c.poll_with(&req).await)
+                }));
+            }
+            let take = free.then(|| self.poll_request(true, runner.holding()));
+            let sent = Instant::now();
+            let got = tokio::select! {
                 biased;
-                _ = stop.wait_for(|s| *s) => break Exit::Ok.code(),
+                _ = stop.wait_for(|s| *s) => Got::Stop,
                 // Every slot was busy and one freed (its work ended; its end
                 // may still be being reported): poll again, taking.
-                _ = runner.freed.notified(), if !free => continue,
-                r = client.poll_with(&req) => r,
+                _ = runner.freed.notified(), if !free => Got::Freed,
+                a = answer_of(&mut held) => Got::Held(a),
+                r = poll_if(&client, take.as_ref()) => Got::Fresh(r),
+            };
+            let (sent, r) = match got {
+                Got::Stop => break Exit::Ok.code(),
+                Got::Freed => continue,
+                Got::Held(a) => {
+                    held = None;
+                    a
+                }
+                Got::Fresh(r) => (sent, r),
             };
             let p = match self.answered(r).await {
                 None => break Exit::Ok.code(),
@@ -545,6 +569,35 @@ impl Daemon {
                 None => {}
             }
         }
+    }
+}
+
+/// A poll held while every slot is busy: when it was sent, and its answer.
+type HeldPoll = std::pin::Pin<
+    Box<dyn std::future::Future<Output = (Instant, Result<Polled, ClientError>)> + Send>,
+>;
+
+/// What ended the daemon's wait.
+enum Got {
+    Stop,
+    Freed,
+    Held((Instant, Result<Polled, ClientError>)),
+    Fresh(Result<Polled, ClientError>),
+}
+
+/// The held poll's answer, or never when none is held.
+async fn answer_of(held: &mut Option<HeldPoll>) -> (Instant, Result<Polled, ClientError>) {
+    match held {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The answer to `req` when there is one to send, or never.
+async fn poll_if(client: &NodeClient, req: Option<&PollRequest>) -> Result<Polled, ClientError> {
+    match req {
+        Some(r) => client.poll_with(r).await,
+        None => std::future::pending().await,
     }
 }
 
