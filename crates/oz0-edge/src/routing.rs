@@ -204,11 +204,7 @@ impl Needs {
     /// 1 a microVM, 2 a microVM with egress (see
     /// `Sanitized::microvm_level`).
     pub fn microvm_level(&self) -> i64 {
-        match (self.microvm, self.microvm_egress) {
-            (false, _) => 0,
-            (true, false) => 1,
-            (true, true) => 2,
-        }
+        level(self.microvm, self.microvm_egress)
     }
 
     /// The needs of microVM level `level` (see [`Needs::microvm_level`]).
@@ -221,11 +217,7 @@ impl Needs {
     /// The OCI level a node must offer, as the store keeps it: 0 none,
     /// 1 any runtime, 2 gVisor.
     pub fn oci_level(&self) -> i64 {
-        match (self.oci, self.oci_gvisor) {
-            (false, _) => 0,
-            (true, false) => 1,
-            (true, true) => 2,
-        }
+        level(self.oci, self.oci_gvisor)
     }
 
     /// The needs of level `level` (see [`Needs::oci_level`]).
@@ -233,6 +225,16 @@ impl Needs {
         self.oci = level >= 1;
         self.oci_gvisor = level >= 2;
         self
+    }
+}
+
+/// A need or an offer as the store keeps it, a level: 0 none, 1 `on`, 2
+/// `on` and `more` (`more` counts only with `on`).
+pub(crate) fn level(on: bool, more: bool) -> i64 {
+    match (on, more) {
+        (false, _) => 0,
+        (true, false) => 1,
+        (true, true) => 2,
     }
 }
 

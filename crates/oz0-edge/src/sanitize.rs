@@ -227,15 +227,11 @@ impl Sanitized {
     /// `runtime.oci` as the store keeps it: 0 none, 1 ready, 2 ready with
     /// gVisor.
     pub fn oci_level(&self) -> i64 {
-        match (
+        crate::routing::level(
             self.oci_ready,
             self.oci_runtimes
                 .contains(&oz0_policy::facts::OciRuntime::Gvisor),
-        ) {
-            (false, _) => 0,
-            (true, false) => 1,
-            (true, true) => 2,
-        }
+        )
     }
 }
 

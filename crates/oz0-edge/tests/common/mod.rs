@@ -315,11 +315,16 @@ pub fn tool_job_with(origin: Origin, microvm: bool, arch: Option<&str>, extra: &
     if let Some(a) = arch {
         tool.push_str(&format!("    arch: {a}\n"));
     }
+    tool_request(origin, &tool)
+}
+
+/// A tool job calling tool `t` of the plugin whose manifest is `manifest`.
+fn tool_request(origin: Origin, manifest: &str) -> JobRequest {
     JobRequest::new(
         origin,
         JobPayload::read(
             JobKind::Tool,
-            &serde_json::json!({"manifest": tool, "tool": "t"}),
+            &serde_json::json!({"manifest": manifest, "tool": "t"}),
         )
         .unwrap(),
     )
@@ -332,14 +337,7 @@ pub fn image_tool_job(origin: Origin, arch: &str) -> JobRequest {
         "tools:\n  - id: t\n    package: oci:example.invalid/t@sha256:{}\n    isolation: microvm\n    arch: {arch}\n    container: {{memory_mb: 512, cpus: 1}}\n",
         "0".repeat(64)
     );
-    JobRequest::new(
-        origin,
-        JobPayload::read(
-            JobKind::Tool,
-            &serde_json::json!({"manifest": tool, "tool": "t"}),
-        )
-        .unwrap(),
-    )
+    tool_request(origin, &tool)
 }
 
 pub fn code(e: &ClientError) -> &str {
