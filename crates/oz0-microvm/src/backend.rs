@@ -368,7 +368,10 @@ fn smolvm_exec(r: &SmolvmRun<'_>) -> Vec<String> {
 pub fn smolvm_env(vmm: &Vmm, vmm_dir: &Path) -> Vec<(String, String)> {
     let d = vmm_dir.display().to_string();
     let mut env = vec![
-        ("SMOLVM_LIB_DIR".to_string(), vmm.dir.display().to_string()),
+        (
+            "SMOLVM_LIB_DIR".to_string(),
+            vmm.lib_dir.display().to_string(),
+        ),
         ("SMOLVM_SECCOMP".into(), "enforce".into()),
         ("SMOLVM_LANDLOCK".into(), "enforce".into()),
         // smolvm, when it runs as uid 0, drops to a per-VM uid by chowning
@@ -388,6 +391,11 @@ pub fn smolvm_env(vmm: &Vmm, vmm_dir: &Path) -> Vec<(String, String)> {
         .find(|(r, _)| *r == crate::pin::Role::AgentRootfs)
     {
         env.push(("SMOLVM_AGENT_ROOTFS".into(), p.display().to_string()));
+    }
+    // The release tarball's program finds its libraries as its own
+    // `smolvm` script has it find them.
+    if vmm.lib_dir != vmm.dir {
+        env.push(("LD_LIBRARY_PATH".into(), vmm.lib_dir.display().to_string()));
     }
     env
 }
@@ -458,6 +466,7 @@ mod tests {
         let vmm = Vmm {
             dir: "/opt/smolvm".into(),
             cli: "/opt/smolvm/smol-vmm".into(),
+            lib_dir: "/opt/smolvm".into(),
             files: vec![(
                 crate::pin::Role::AgentRootfs,
                 "/opt/smolvm/agent-rootfs.tar".into(),

@@ -109,6 +109,18 @@ pub fn pinned_arches() -> Vec<&'static str> {
 /// Names the CLI may have in a folder (release tarball, wheel).
 pub const CLI_NAMES: &[&str] = &["smolvm", "smol-vmm"];
 
+/// The release tarball's program: its `smolvm` is a shell script that sets
+/// the library path to `lib/` and executes this.
+pub const TARBALL_BIN: &str = "smolvm-bin";
+/// The release tarball's folder of libraries.
+pub const TARBALL_LIB: &str = "lib";
+
+/// Whether `dir` is laid out as smolvm's release tarball unpacks
+/// (`smolvm`, `smolvm-bin`, `lib/`), not as the wheel's `smol/` folder.
+pub fn is_tarball_layout(dir: &Path) -> bool {
+    dir.join(TARBALL_BIN).is_file() && dir.join(TARBALL_LIB).is_dir()
+}
+
 /// The VMM the node will use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vmm {
@@ -116,6 +128,9 @@ pub struct Vmm {
     pub dir: PathBuf,
     /// The CLI.
     pub cli: PathBuf,
+    /// The folder of its libraries (`SMOLVM_LIB_DIR`): `dir` for the
+    /// wheel's layout, `dir/lib` for the release tarball's.
+    pub lib_dir: PathBuf,
     /// Each loaded file with its role (paths inside `dir`).
     pub files: Vec<(Role, PathBuf)>,
     /// True when every file matched a pinned release.
@@ -198,6 +213,10 @@ pub enum Mismatch {
         /// The pinned one.
         want: &'static str,
     },
+    /// The folder is laid out as the release tarball unpacks, whose files
+    /// this build does not pin.
+    #[error("{} is laid out as smolvm's release tarball unpacks (smolvm, smolvm-bin, lib/), and this build pins only the files of smolvm {PINNED_RELEASE}'s PyPI wheel: the tarball's own SHA-256 is published, its files' are not, so none of them is pinned; install the wheel (pip install --require-hashes smolmachines=={PINNED_RELEASE}) and put its smol folder on PATH", .0.display())]
+    Tarball(PathBuf),
     /// This build pins no release for the architecture.
     #[error("this build pins no smolvm for {0}")]
     NoLayout(String),
@@ -272,6 +291,7 @@ pub fn check_layouts_for(dir: &Path, arch: &str) -> Result<Result<Vmm, Mismatch>
                 return Ok(Ok(Vmm {
                     dir: dir.to_path_buf(),
                     cli,
+                    lib_dir: dir.to_path_buf(),
                     files,
                     pinned: true,
                     warning: None,
@@ -283,6 +303,9 @@ pub fn check_layouts_for(dir: &Path, arch: &str) -> Result<Result<Vmm, Mismatch>
         }
     }
     let mut detail = best.unwrap_or_else(|| Mismatch::NoLayout(arch.to_string()));
+    if matches!(detail, Mismatch::Missing(_)) && is_tarball_layout(dir) {
+        detail = Mismatch::Tarball(dir.to_path_buf());
+    }
     // Another architecture's release says so, instead of only "a hash differs".
     for (other, layout) in PINNED_LAYOUTS.iter().filter(|(a, _)| *a != arch) {
         let matches = layout
@@ -298,29 +321,52 @@ pub fn check_layouts_for(dir: &Path, arch: &str) -> Result<Result<Vmm, Mismatch>
     Ok(Err(detail))
 }
 
-/// The files a folder holds that smolvm loads, whatever their hashes.
+/// The files a folder holds that smolvm loads, whatever their hashes: the
+/// wheel's layout (the CLI, its libraries and the agent's root beside it),
+/// or the release tarball's (`smolvm-bin`, libraries in `lib/`, the agent's
+/// root beside it), where the program is `smolvm-bin` and not the `smolvm`
+/// script that starts it.
 fn unpinned_files(dir: &Path) -> Result<Vmm, PinError> {
-    let cli = CLI_NAMES
-        .iter()
-        .map(|n| dir.join(n))
-        .find(|p| p.is_file())
-        .ok_or_else(|| PinError::Missing {
-            dir: dir.to_path_buf(),
-            name: CLI_NAMES.join(" or "),
-        })?;
+    let tarball = is_tarball_layout(dir);
+    let (cli, lib_dir) = if tarball {
+        (dir.join(TARBALL_BIN), dir.join(TARBALL_LIB))
+    } else {
+        let cli = CLI_NAMES
+            .iter()
+            .map(|n| dir.join(n))
+            .find(|p| p.is_file())
+            .ok_or_else(|| PinError::Missing {
+                dir: dir.to_path_buf(),
+                name: CLI_NAMES.join(" or "),
+            })?;
+        (cli, dir.to_path_buf())
+    };
     let mut files = vec![(Role::Cli, cli.clone())];
-    for (role, names) in [
-        (Role::Libkrun, &["libkrun.so.2", "libkrun.so"][..]),
-        (Role::Libkrunfw, &["libkrunfw.so.5", "libkrunfw.so"][..]),
-        (Role::AgentRootfs, &["agent-rootfs.tar", "agent-rootfs"][..]),
+    for (role, base, names) in [
+        (
+            Role::Libkrun,
+            &lib_dir,
+            &["libkrun.so.2", "libkrun.so.1", "libkrun.so"][..],
+        ),
+        (
+            Role::Libkrunfw,
+            &lib_dir,
+            &["libkrunfw.so.5", "libkrunfw.so.4", "libkrunfw.so"][..],
+        ),
+        (
+            Role::AgentRootfs,
+            &dir.to_path_buf(),
+            &["agent-rootfs.tar", "agent-rootfs"][..],
+        ),
     ] {
-        if let Some(p) = names.iter().map(|n| dir.join(n)).find(|p| p.exists()) {
+        if let Some(p) = names.iter().map(|n| base.join(n)).find(|p| p.exists()) {
             files.push((role, p));
         }
     }
     Ok(Vmm {
         dir: dir.to_path_buf(),
         cli,
+        lib_dir,
         files,
         pinned: false,
         warning: None,
@@ -405,6 +451,50 @@ mod tests {
                     .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
             }
         }
+    }
+
+    #[test]
+    fn the_tarballs_layout_is_named_on_path_and_its_program_used_when_named() {
+        let d = std::env::temp_dir().join(format!("oz0-pin-tarball-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("lib")).unwrap();
+        std::fs::write(d.join("smolvm"), b"#!/bin/sh\n").unwrap();
+        std::fs::write(d.join("smolvm-bin"), b"").unwrap();
+        std::fs::write(d.join("lib/libkrun.so.1"), b"").unwrap();
+        std::fs::create_dir(d.join("agent-rootfs")).unwrap();
+        let e = select(&Selection::Search, d.to_str()).unwrap_err();
+        assert_eq!(
+            e,
+            PinError::Unpinned {
+                detail: Mismatch::Tarball(d.clone())
+            }
+        );
+        let v = select(&Selection::Named(d.clone()), None).unwrap();
+        assert_eq!(
+            (v.cli.clone(), v.lib_dir.clone()),
+            (d.join("smolvm-bin"), d.join("lib"))
+        );
+        assert_eq!(
+            v.files,
+            [
+                (Role::Cli, d.join("smolvm-bin")),
+                (Role::Libkrun, d.join("lib/libkrun.so.1")),
+                (Role::AgentRootfs, d.join("agent-rootfs")),
+            ]
+        );
+        // The wheel's layout is not taken for the tarball's.
+        std::fs::remove_file(d.join("smolvm-bin")).unwrap();
+        let e = select(&Selection::Search, d.to_str()).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                PinError::Unpinned {
+                    detail: Mismatch::Missing(_)
+                }
+            ),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

@@ -124,6 +124,83 @@ fn real_release_is_pinned_and_a_modified_byte_is_refused() {
     }
 }
 
+/// The seed's install path, the release tarball unpacked with its `smolvm`
+/// linked onto PATH. Its files are not pinned by this build (only the
+/// tarball's own SHA-256 is published, and the tarball cannot be fetched
+/// here): the stand-in is laid out as the tarball unpacks (smolvm's
+/// `build-dist.sh`: the `smolvm` script, `smolvm-bin`, `lib/`) from the
+/// wheel's files. Found on PATH it is refused, naming the layout and the
+/// fix; named by `OZ0_MICROVM` it runs unpinned, its program `smolvm-bin`
+/// (not the script) with its libraries from `lib/`.
+#[test]
+fn the_release_tarballs_layout_is_named_and_runs_only_unpinned() {
+    let Some(wheel) = smolvm_dir() else { return };
+    let base = temp("tarball");
+    let dir = base.join("smolvm-1.24.0-linux-x86_64");
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    std::fs::write(
+        dir.join("smolvm"),
+        "#!/bin/sh\nd=$(dirname \"$(readlink -f \"$0\")\")\nLD_LIBRARY_PATH=\"$d/lib\" exec \"$d/smolvm-bin\" \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::copy(wheel.join("smol-vmm"), dir.join("smolvm-bin")).unwrap();
+    for n in ["libkrun.so.2", "libkrunfw.so.5"] {
+        std::fs::copy(wheel.join(n), dir.join("lib").join(n)).unwrap();
+    }
+    std::fs::copy(wheel.join("agent-rootfs.tar"), dir.join("agent-rootfs.tar")).unwrap();
+    let bin = base.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(dir.join("smolvm"), bin.join("smolvm")).unwrap();
+
+    let e = pin::select(&Selection::Search, bin.to_str()).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, PinError::Unpinned { .. }), "{e:?}");
+    assert!(
+        text.contains("laid out as smolvm's release tarball")
+            && text.contains(&dir.display().to_string())
+            && text.contains("pip install --require-hashes smolmachines==1.24.0"),
+        "{text}"
+    );
+
+    let v = pin::select(&Selection::Named(dir.clone()), None).unwrap();
+    assert!(!v.pinned, "{v:?}");
+    assert!(
+        v.warning.as_deref().unwrap().contains("release tarball"),
+        "{v:?}"
+    );
+    assert_eq!(v.cli, dir.join("smolvm-bin"));
+    assert_eq!(v.lib_dir, dir.join("lib"));
+    let names: Vec<_> = v.files.iter().map(|(r, p)| (*r, p.clone())).collect();
+    assert_eq!(
+        names,
+        [
+            (pin::Role::Cli, dir.join("smolvm-bin")),
+            (pin::Role::Libkrun, dir.join("lib/libkrun.so.2")),
+            (pin::Role::Libkrunfw, dir.join("lib/libkrunfw.so.5")),
+            (pin::Role::AgentRootfs, dir.join("agent-rootfs.tar")),
+        ]
+    );
+    let env = oz0_microvm::backend::smolvm_env(&v, &base.join("vmm"));
+    let lib = dir.join("lib").display().to_string();
+    assert!(
+        env.contains(&("SMOLVM_LIB_DIR".into(), lib.clone())),
+        "{env:?}"
+    );
+    assert!(env.contains(&("LD_LIBRARY_PATH".into(), lib)), "{env:?}");
+    // The program the node would run answers as smolvm 1.24.0.
+    let out = std::process::Command::new(&v.cli)
+        .arg("--version")
+        .env_clear()
+        .envs(env)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("smolvm 1.24.0"),
+        "{out:?}"
+    );
+    std::fs::remove_dir_all(base).unwrap();
+}
+
 /// The arm64 pins are the aarch64 wheel's files, byte for byte; on a node
 /// of another architecture that release is refused, and says why.
 #[test]
