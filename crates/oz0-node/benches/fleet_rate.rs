@@ -70,6 +70,49 @@ fn direct(n: usize, p: usize) -> f64 {
     n as f64 / started.elapsed().as_secs_f64()
 }
 
+/// A process's CPU so far from `/proc/<pid>/stat`: its own (user plus
+/// system) and its waited-for children's.
+fn cpu_of(pid: &str) -> (Duration, Duration) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("a stat file");
+    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let f: Vec<u64> = rest
+        .split(' ')
+        .skip(11)
+        .take(4)
+        .map(|v| v.parse().expect("a tick count"))
+        .collect();
+    let hz = rustix::param::clock_ticks_per_second() as f64;
+    let t = |a: u64, b: u64| Duration::from_secs_f64((a + b) as f64 / hz);
+    (t(f[0], f[1]), t(f[2], f[3]))
+}
+
+/// Where a round's CPU went, per job: the edge's, the node's own, its
+/// runs' and this process's (submitting and asking for each job's state).
+struct Cpu([(Duration, Duration); 3]);
+
+impl Cpu {
+    fn now(edge: &Edge, node: &Node) -> Cpu {
+        Cpu([
+            cpu_of(&edge.child.id().to_string()),
+            cpu_of(&node.pid().to_string()),
+            cpu_of("self"),
+        ])
+    }
+
+    fn per_job(&self, before: &Cpu, n: usize) -> String {
+        let ms = |a: Duration, b: Duration| (a - b).as_secs_f64() * 1000.0 / n as f64;
+        let (e, nd, me) = (self.0[0], self.0[1], self.0[2]);
+        let (e0, nd0, me0) = (before.0[0], before.0[1], before.0[2]);
+        format!(
+            "CPU per job: edge {:.2} ms, node {:.2} ms, its runs {:.2} ms, client {:.2} ms",
+            ms(e.0, e0.0),
+            ms(nd.0, nd0.0),
+            ms(nd.1, nd0.1),
+            ms(me.0, me0.0)
+        )
+    }
+}
+
 /// N jobs through `edge` and its node: jobs per second, submission to the
 /// last end.
 fn fleet(edge: &Edge, n: usize) -> f64 {
@@ -108,6 +151,11 @@ fn plant_records(data: &Path, count: usize) {
         )
         .unwrap();
     }
+}
+
+/// This process's waited-for children's CPU so far.
+fn children_cpu() -> Duration {
+    cpu_of("self").1
 }
 
 fn start_node(edge: &Edge, tag: &str, p: usize, records: usize) -> Node {
@@ -149,8 +197,12 @@ fn main() {
     for (tag, records) in [("rate", 0), ("rate-kept", KEPT_RECORDS)] {
         let nd = start_node(&edge, tag, p, records);
         fleet(&edge, p * 2);
+        let c0 = children_cpu();
         let before = direct(n, p);
+        let direct_cpu = (children_cpu() - c0).as_secs_f64() * 1000.0 / n as f64;
+        let cpu = Cpu::now(&edge, &nd);
         let r = fleet(&edge, n);
+        let cpu = Cpu::now(&edge, &nd).per_job(&cpu, n);
         let after = direct(n, p);
         let base = (before + after) / 2.0;
         println!(
@@ -158,6 +210,7 @@ fn main() {
              (`sandbox run true`, {p} at a time: {before:.1} before, {after:.1} after; {n} each)",
             r / base
         );
+        println!("  {cpu}; a direct run {direct_cpu:.2} ms");
         drop(nd);
     }
 }
