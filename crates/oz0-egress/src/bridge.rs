@@ -202,13 +202,49 @@ fn carry(tcp: TcpStream, target: &Path) -> io::Result<()> {
 fn copy_both(tcp: TcpStream, target: &Path) -> io::Result<()> {
     let unix = UnixStream::connect(target)?;
     let _ = tcp.set_nodelay(true);
-    let tcp_r = tcp.try_clone()?;
-    let unix_w = unix.try_clone()?;
+    carry_between(tcp, unix)
+}
+
+/// A stream [`carry_between`] carries: a TCP or unix socket.
+pub(crate) trait Duplex: Read + Write + Send + 'static + Sized {
+    /// Another handle to the same socket.
+    fn duplicate(&self) -> io::Result<Self>;
+    /// `shutdown(2)`.
+    fn close(&self, how: Shutdown) -> io::Result<()>;
+}
+
+impl Duplex for TcpStream {
+    fn duplicate(&self) -> io::Result<Self> {
+        self.try_clone()
+    }
+    fn close(&self, how: Shutdown) -> io::Result<()> {
+        self.shutdown(how)
+    }
+}
+
+impl Duplex for UnixStream {
+    fn duplicate(&self) -> io::Result<Self> {
+        self.try_clone()
+    }
+    fn close(&self, how: Shutdown) -> io::Result<()> {
+        self.shutdown(how)
+    }
+}
+
+/// Carries bytes between `client` (the side that speaks first) and
+/// `server` both ways until both directions end.
+pub(crate) fn carry_between<A: Duplex + AsFdIfLinux, B: Duplex + AsFdIfLinux>(
+    client: A,
+    server: B,
+) -> io::Result<()> {
+    let client_r = client.duplicate()?;
+    let server_w = server.duplicate()?;
+    let server_end = server.duplicate()?;
     let up = thread::Builder::new()
         .name("oz0-bridge-up".into())
         .stack_size(THREAD_STACK)
         .spawn(move || {
-            let r = pump(tcp_r, &unix_w);
+            let r = pump(client_r, server_w);
             // EOF from the client: half-close so the proxy sees it. An error
             // (reset): close the proxy side fully, which ends the other
             // direction too.
@@ -217,19 +253,32 @@ fn copy_both(tcp: TcpStream, target: &Path) -> io::Result<()> {
             } else {
                 Shutdown::Both
             };
-            let _ = unix_w.shutdown(how);
+            let _ = server_end.close(how);
             r
         })?;
-    let down = pump(&unix, &tcp);
-    let _ = tcp.shutdown(Shutdown::Write);
+    let down = pump(server.duplicate()?, client.duplicate()?);
+    let _ = client.close(Shutdown::Write);
     if down.is_err() {
         // The proxy side failed: stop the other direction too.
-        let _ = tcp.shutdown(Shutdown::Both);
-        let _ = unix.shutdown(Shutdown::Both);
+        let _ = client.close(Shutdown::Both);
+        let _ = server.close(Shutdown::Both);
     }
     let up = up.join().unwrap_or(Ok(()));
     down.and(up)
 }
+
+/// What [`pump`] needs of a stream: its descriptor on Linux (for
+/// `splice(2)`), nothing elsewhere.
+#[cfg(target_os = "linux")]
+pub(crate) trait AsFdIfLinux: AsFd {}
+#[cfg(target_os = "linux")]
+impl<T: AsFd> AsFdIfLinux for T {}
+/// What [`pump`] needs of a stream: its descriptor on Linux (for
+/// `splice(2)`), nothing elsewhere.
+#[cfg(not(target_os = "linux"))]
+pub(crate) trait AsFdIfLinux {}
+#[cfg(not(target_os = "linux"))]
+impl<T> AsFdIfLinux for T {}
 
 /// Moves bytes `from` → `to` until EOF: by `splice(2)` when possible.
 #[cfg(target_os = "linux")]

@@ -15,6 +15,10 @@
 //!   or `Bearer <token>`).
 //! - `bridge` (unix): inside the run, a loopback TCP listener handing each
 //!   connection to the proxy (std only, no parsing).
+//! - `reverse` (unix): the same route into a VM whose runtime carries only
+//!   connections the host opens (Apple's container's `--publish-socket`):
+//!   the guest's bridge takes the node's connections, the node carries
+//!   each used one to the proxy.
 //! - [`audit`]: one structured record per decision, never the token,
 //!   written where no run can write ([`FileSink`]).
 //! - [`resolve`]: the name-resolution seam and the node's own addresses.
@@ -63,6 +67,8 @@ pub mod proxy;
 #[cfg(feature = "proxy")]
 mod pump;
 pub mod resolve;
+#[cfg(unix)]
+pub mod reverse;
 pub mod service;
 pub mod token;
 

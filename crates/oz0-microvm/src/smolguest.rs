@@ -5,6 +5,12 @@
 //! descriptors, so the bridge copies), and runs the server with the proxy
 //! variables pointing at that listener.
 //!
+//! In a VM of Apple's container (a Mac's node) the connections run the
+//! other way: `__oz0-vm-egress --accept SOCKET -- SERVER…` listens on
+//! SOCKET, which the runtime publishes to the node (`--publish-socket`),
+//! and carries each of the server's connections over one the node opened
+//! (`oz0_egress::reverse`).
+//!
 //! The run's token reaches the guest by name only: smolvm resolves
 //! `--secret-env OZ0_EGRESS_TOKEN=OZ0_VMENV_OZ0_EGRESS_TOKEN` from its own
 //! environment. The server never sees `OZ0_EGRESS_TOKEN` itself, only the
@@ -21,6 +27,9 @@ pub const EGRESS_ARG: &str = "__oz0-vm-egress";
 pub const TOKEN_VAR: &str = "OZ0_EGRESS_TOKEN";
 /// Where smolvm mounts the run's proxy socket in the guest.
 pub const GUEST_EGRESS_SOCKET: &str = "/run/oz0/egress.sock";
+/// The wrapper's flag for a runtime whose host opens the connections: the
+/// bridge listens on SOCKET and takes them (`oz0_egress::reverse`).
+pub const ACCEPT_FLAG: &str = "--accept";
 
 /// Exit status when the wrapper could not set egress up (the server never ran).
 pub const EGRESS_FAILED: i32 = oz0_core::exit::Exit::Sandbox as i32;
@@ -28,9 +37,15 @@ pub const EGRESS_FAILED: i32 = oz0_core::exit::Exit::Sandbox as i32;
 /// Runs the wrapper with `args` (its command line after the role's
 /// argument: `SOCKET -- SERVER…`). Returns the server's exit status (128+N
 /// for signal N).
-pub fn egress_main(args: Vec<OsString>) -> i32 {
+pub fn egress_main(mut args: Vec<OsString>) -> i32 {
+    // `--accept`: the host opens the connections (Apple's container's
+    // `--publish-socket`), and the bridge takes them on SOCKET.
+    let accept = args.first().is_some_and(|a| a == ACCEPT_FLAG);
+    if accept {
+        args.remove(0);
+    }
     if args.len() < 3 || args[1] != "--" {
-        eprintln!("usage: oz0-node {EGRESS_ARG} SOCKET -- SERVER… (started by `sandbox vm` in a smolvm guest)");
+        eprintln!("usage: oz0-node {EGRESS_ARG} [{ACCEPT_FLAG}] SOCKET -- SERVER… (started by `sandbox vm` in a smolvm guest, or by a Mac's node in a VM of Apple's container)");
         return 2;
     }
     let socket = PathBuf::from(&args[0]);
@@ -49,6 +64,21 @@ pub fn egress_main(args: Vec<OsString>) -> i32 {
             return EGRESS_FAILED;
         }
     };
+    // Bound before the server starts, so its connections always find it.
+    let inbound = if accept {
+        match std::os::unix::net::UnixListener::bind(&socket) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!(
+                    "oz0-node: {EGRESS_ARG}: cannot listen on {} for the node's connections: {e}",
+                    socket.display()
+                );
+                return EGRESS_FAILED;
+            }
+        }
+    } else {
+        None
+    };
     let listener = match TcpListener::bind(("127.0.0.1", 0)) {
         Ok(l) => l,
         Err(e) => {
@@ -64,7 +94,11 @@ pub fn egress_main(args: Vec<OsString>) -> i32 {
         }
     };
     std::thread::spawn(move || {
-        if let Err(e) = oz0_egress::bridge::serve_copying(listener, &socket) {
+        let served = match inbound {
+            Some(inbound) => oz0_egress::reverse::serve_accepting(listener, inbound),
+            None => oz0_egress::bridge::serve_copying(listener, &socket),
+        };
+        if let Err(e) = served {
             eprintln!("oz0-node: egress bridge: {e}");
         }
     });

@@ -134,3 +134,117 @@ fn the_guest_wrapper_bridges_to_the_proxy_socket_and_hides_the_token() {
     proxy.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The runtime's `--publish-socket HOST:GUEST` as Apple's container
+/// behaves: a connection to HOST is taken even before the guest listens
+/// (and then dropped); otherwise it is relayed, bytes only, to GUEST.
+fn publish_socket(host: &Path, guest: &Path) {
+    let l = UnixListener::bind(host).unwrap();
+    let guest = guest.to_path_buf();
+    thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { return };
+            let Ok(g) = UnixStream::connect(&guest) else {
+                continue;
+            };
+            thread::spawn(move || {
+                let (mut c2, mut g2) = (c.try_clone().unwrap(), g.try_clone().unwrap());
+                let t = thread::spawn(move || {
+                    let _ = std::io::copy(&mut c2, &mut g2);
+                    let _ = g2.shutdown(Shutdown::Write);
+                });
+                let (mut g, mut c) = (g, c);
+                let _ = std::io::copy(&mut g, &mut c);
+                let _ = c.shutdown(Shutdown::Write);
+                let _ = t.join();
+            });
+        }
+    });
+}
+
+/// The wrapper as a Mac's node starts it in a VM of Apple's container
+/// (`--accept`): it listens on the published socket, the node's
+/// connections (opened from the start, while nothing listens yet) reach
+/// the run's proxy on loopback TCP, and the server sees what it sees with
+/// smolvm: proxy variables, no token variable, its allowlist held.
+#[test]
+fn the_accepting_wrapper_takes_the_nodes_connections_to_the_proxy() {
+    if !have_curl() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("oz0-apple-egress-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let allowed = http_listener("hello through the published socket");
+    let unlisted = http_listener("must never be seen");
+    let proxy = Proxy::start(ProxyConfig {
+        own_addrs: None,
+        audit: std::sync::Arc::new(|_: &oz0_egress::AuditRecord| {}),
+        ..ProxyConfig::default()
+    })
+    .unwrap();
+    let token = Token::generate().unwrap();
+    let run = proxy
+        .add_run_tcp(
+            "vm-apple".into(),
+            token.clone(),
+            Egress::parse(&[format!("127.0.0.1:{allowed}")], &[]).unwrap(),
+            "127.0.0.1:0".parse().unwrap(),
+        )
+        .unwrap();
+    let (host, guest) = (dir.join("host.sock"), dir.join("guest.sock"));
+    publish_socket(&host, &guest);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    oz0_egress::reverse::serve_dialing(&host, run.tcp_addr().unwrap(), stop.clone()).unwrap();
+
+    let script = format!(
+        "echo token=${{{var}:-none}}; \
+         curl -s http://127.0.0.1:{allowed}/; echo; \
+         curl -s -o /dev/null -w 'unlisted=%{{http_code}}' http://127.0.0.1:{unlisted}/",
+        var = oz0_microvm::smolguest::TOKEN_VAR
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_oz0-vm-testnode"))
+        .args([
+            oz0_microvm::smolguest::EGRESS_ARG,
+            oz0_microvm::smolguest::ACCEPT_FLAG,
+        ])
+        .arg(&guest)
+        .args(["--", "/bin/sh", "-c", &script])
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env(oz0_microvm::smolguest::TOKEN_VAR, token.expose())
+        .output()
+        .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("token=none"), "{text}");
+    assert!(!text.contains(token.expose()), "{text}");
+    assert!(
+        text.contains("hello through the published socket"),
+        "{text}"
+    );
+    assert!(text.contains("unlisted=403"), "{text}");
+    // A socket already there is not taken over: the wrapper refuses.
+    let out = Command::new(env!("CARGO_BIN_EXE_oz0-vm-testnode"))
+        .args([
+            oz0_microvm::smolguest::EGRESS_ARG,
+            oz0_microvm::smolguest::ACCEPT_FLAG,
+        ])
+        .arg(&host)
+        .args(["--", "/bin/true"])
+        .env_clear()
+        .env(oz0_microvm::smolguest::TOKEN_VAR, token.expose())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(oz0_microvm::smolguest::EGRESS_FAILED)
+    );
+    proxy.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
