@@ -15,7 +15,7 @@
 //!   or `Bearer <token>`).
 //! - `bridge` (unix): inside the run, a loopback TCP listener handing each
 //!   connection to the proxy (std only, no parsing).
-//! - `reverse` (unix): the same route into a VM whose runtime carries only
+//! - [`reverse`] (its names portable, its work unix): the same route into a VM whose runtime carries only
 //!   connections the host opens (Apple's container's `--publish-socket`):
 //!   the guest's bridge takes the node's connections, the node carries
 //!   each used one to the proxy.
@@ -67,7 +67,6 @@ pub mod proxy;
 #[cfg(feature = "proxy")]
 mod pump;
 pub mod resolve;
-#[cfg(unix)]
 pub mod reverse;
 pub mod service;
 pub mod token;

@@ -26,16 +26,23 @@
 //! can enter: whoever opens a connection to it speaks for the node to the
 //! guest's bridge.
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
-use std::thread;
 use std::time::Duration;
 
-use crate::bridge::{carry_between, MAX_BRIDGE_CONNECTIONS};
+#[cfg(unix)]
+pub use imp::{serve_accepting, serve_dialing};
+
+/// The node binary's hidden argument that starts the guest's bridge in a
+/// VM: `__oz0-vm-egress [--accept] SOCKET -- SERVER…`.
+pub const WRAPPER_ARG: &str = "__oz0-vm-egress";
+/// The wrapper's flag for this route: it listens on SOCKET for the host.
+pub const ACCEPT_FLAG: &str = "--accept";
+/// The guest variable that carries the run's token to the wrapper (the
+/// server sees only the proxy variables that carry it).
+pub const TOKEN_VAR: &str = "OZ0_EGRESS_TOKEN";
+/// Where the guest's bridge listens for the host's connections in a VM of
+/// Apple's container: a folder the guest's user can write (the VM's `/tmp`
+/// is its own), since the runtime makes the file on the host only.
+pub const GUEST_SOCKET: &str = "/tmp/oz0-egress.sock";
 
 /// The byte the guest's bridge answers each connection it keeps with.
 pub const READY: u8 = b'R';
@@ -46,145 +53,160 @@ pub const POOL: usize = 4;
 pub const REDIAL: Duration = Duration::from_millis(50);
 /// How long a new connection may take to be answered with [`READY`].
 pub const READY_WAIT: Duration = Duration::from_secs(10);
-/// Stack of each thread (buffers are on the heap).
-const THREAD_STACK: usize = 64 * 1024;
+#[cfg(unix)]
+mod imp {
+    use std::io::{self, Read, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::path::Path;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::thread;
+    use std::time::Duration;
 
-/// Inside the VM: carries each connection `listener` (the guest's loopback,
-/// named by the server's proxy variables) accepts over one of the host's
-/// connections to `inbound` (the published socket), until either listener
-/// fails for good. At most [`MAX_BRIDGE_CONNECTIONS`] at once.
-pub fn serve_accepting(listener: TcpListener, inbound: UnixListener) -> io::Result<()> {
-    let (kept_tx, kept) = mpsc::sync_channel::<UnixStream>(MAX_BRIDGE_CONNECTIONS);
-    thread::Builder::new()
-        .name("oz0-bridge-in".into())
-        .stack_size(THREAD_STACK)
-        .spawn(move || {
-            for conn in inbound.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                if conn.write_all(&[READY]).is_err() {
-                    continue;
+    use super::{POOL, READY, READY_WAIT, REDIAL};
+    use crate::bridge::{carry_between, MAX_BRIDGE_CONNECTIONS};
+
+    /// Stack of each thread (buffers are on the heap).
+    const THREAD_STACK: usize = 64 * 1024;
+
+    /// Inside the VM: carries each connection `listener` (the guest's loopback,
+    /// named by the server's proxy variables) accepts over one of the host's
+    /// connections to `inbound` (the published socket), until either listener
+    /// fails for good. At most [`MAX_BRIDGE_CONNECTIONS`] at once.
+    pub fn serve_accepting(listener: TcpListener, inbound: UnixListener) -> io::Result<()> {
+        let (kept_tx, kept) = mpsc::sync_channel::<UnixStream>(MAX_BRIDGE_CONNECTIONS);
+        thread::Builder::new()
+            .name("oz0-bridge-in".into())
+            .stack_size(THREAD_STACK)
+            .spawn(move || {
+                for conn in inbound.incoming() {
+                    let Ok(mut conn) = conn else { continue };
+                    if conn.write_all(&[READY]).is_err() {
+                        continue;
+                    }
+                    if kept_tx.send(conn).is_err() {
+                        return;
+                    }
                 }
-                if kept_tx.send(conn).is_err() {
-                    return;
-                }
+            })?;
+        let busy = Arc::new(AtomicUsize::new(0));
+        for tcp in listener.incoming() {
+            let tcp = match tcp {
+                Ok(t) => t,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
+                Err(e) => return Err(e),
+            };
+            while busy.load(Ordering::SeqCst) >= MAX_BRIDGE_CONNECTIONS {
+                thread::sleep(Duration::from_millis(5));
             }
-        })?;
-    let busy = Arc::new(AtomicUsize::new(0));
-    for tcp in listener.incoming() {
-        let tcp = match tcp {
-            Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
-            Err(e) => return Err(e),
-        };
-        while busy.load(Ordering::SeqCst) >= MAX_BRIDGE_CONNECTIONS {
-            thread::sleep(Duration::from_millis(5));
-        }
-        // The host's next connection: it keeps some ready, so this waits
-        // only when the server opens them faster than the host answers.
-        let host = kept
-            .recv()
-            .map_err(|_| io::Error::other("the host's connections ended"))?;
-        let _ = tcp.set_nodelay(true);
-        busy.fetch_add(1, Ordering::SeqCst);
-        let done = busy.clone();
-        let spawned = thread::Builder::new()
-            .name("oz0-bridge".into())
-            .stack_size(THREAD_STACK)
-            .spawn(move || {
-                let _ = carry_between(tcp, host);
-                done.fetch_sub(1, Ordering::SeqCst);
-            });
-        if spawned.is_err() {
-            busy.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-    Ok(())
-}
-
-/// On the node: keeps [`POOL`] connections ready to the published socket
-/// at `host` and carries each the guest's bridge uses to the run's proxy
-/// at `proxy`, until `stop` is set (the VM ended). Returns at once; the
-/// work goes on in threads of its own.
-pub fn serve_dialing(host: &Path, proxy: SocketAddr, stop: Arc<AtomicBool>) -> io::Result<()> {
-    let d = Arc::new(Dialer {
-        host: host.to_path_buf(),
-        proxy,
-        stop,
-        live: AtomicUsize::new(0),
-    });
-    for _ in 0..POOL {
-        d.clone().spawn_slot()?;
-    }
-    Ok(())
-}
-
-struct Dialer {
-    host: std::path::PathBuf,
-    proxy: SocketAddr,
-    stop: Arc<AtomicBool>,
-    /// Slots alive: waiting to be used, or carrying a connection.
-    live: AtomicUsize,
-}
-
-impl Dialer {
-    fn spawn_slot(self: Arc<Self>) -> io::Result<()> {
-        self.live.fetch_add(1, Ordering::SeqCst);
-        let me = self.clone();
-        let spawned = thread::Builder::new()
-            .name("oz0-egress-dial".into())
-            .stack_size(THREAD_STACK)
-            .spawn(move || {
-                me.slot();
-                me.live.fetch_sub(1, Ordering::SeqCst);
-            });
-        if let Err(e) = spawned {
-            self.live.fetch_sub(1, Ordering::SeqCst);
-            return Err(e);
+            // The host's next connection: it keeps some ready, so this waits
+            // only when the server opens them faster than the host answers.
+            let host = kept
+                .recv()
+                .map_err(|_| io::Error::other("the host's connections ended"))?;
+            let _ = tcp.set_nodelay(true);
+            busy.fetch_add(1, Ordering::SeqCst);
+            let done = busy.clone();
+            let spawned = thread::Builder::new()
+                .name("oz0-bridge".into())
+                .stack_size(THREAD_STACK)
+                .spawn(move || {
+                    let _ = carry_between(tcp, host);
+                    done.fetch_sub(1, Ordering::SeqCst);
+                });
+            if spawned.is_err() {
+                busy.fetch_sub(1, Ordering::SeqCst);
+            }
         }
         Ok(())
     }
 
-    /// One connection: opened until the guest answers, kept until the
-    /// server's bytes arrive, then carried to the proxy.
-    fn slot(self: &Arc<Self>) {
-        let Some(mut conn) = self.ready() else { return };
-        let mut first = [0u8; 1];
-        match conn.read(&mut first) {
-            Ok(1) => {}
-            // The guest's bridge ended (the VM stopped): nothing to carry.
-            _ => return,
+    /// On the node: keeps [`POOL`] connections ready to the published socket
+    /// at `host` and carries each the guest's bridge uses to the run's proxy
+    /// at `proxy`, until `stop` is set (the VM ended). Returns at once; the
+    /// work goes on in threads of its own.
+    pub fn serve_dialing(host: &Path, proxy: SocketAddr, stop: Arc<AtomicBool>) -> io::Result<()> {
+        let d = Arc::new(Dialer {
+            host: host.to_path_buf(),
+            proxy,
+            stop,
+            live: AtomicUsize::new(0),
+        });
+        for _ in 0..POOL {
+            d.clone().spawn_slot()?;
         }
-        // This one is the server's now: another takes its place.
-        if self.live.load(Ordering::SeqCst) < POOL + MAX_BRIDGE_CONNECTIONS {
-            let _ = self.clone().spawn_slot();
-        }
-        let Ok(mut proxy) = TcpStream::connect(self.proxy) else {
-            return;
-        };
-        let _ = proxy.set_nodelay(true);
-        if proxy.write_all(&first).is_ok() {
-            let _ = carry_between(conn, proxy);
-        }
+        Ok(())
     }
 
-    /// A connection the guest answered with [`READY`]; None once stopped.
-    fn ready(&self) -> Option<UnixStream> {
-        loop {
-            if self.stop.load(Ordering::SeqCst) {
-                return None;
+    struct Dialer {
+        host: std::path::PathBuf,
+        proxy: SocketAddr,
+        stop: Arc<AtomicBool>,
+        /// Slots alive: waiting to be used, or carrying a connection.
+        live: AtomicUsize,
+    }
+
+    impl Dialer {
+        fn spawn_slot(self: Arc<Self>) -> io::Result<()> {
+            self.live.fetch_add(1, Ordering::SeqCst);
+            let me = self.clone();
+            let spawned = thread::Builder::new()
+                .name("oz0-egress-dial".into())
+                .stack_size(THREAD_STACK)
+                .spawn(move || {
+                    me.slot();
+                    me.live.fetch_sub(1, Ordering::SeqCst);
+                });
+            if let Err(e) = spawned {
+                self.live.fetch_sub(1, Ordering::SeqCst);
+                return Err(e);
             }
-            if let Ok(mut c) = UnixStream::connect(&self.host) {
-                let mut b = [0u8; 1];
-                let answered = c.set_read_timeout(Some(READY_WAIT)).is_ok()
-                    && matches!(c.read(&mut b), Ok(1))
-                    && b[0] == READY
-                    && c.set_read_timeout(None).is_ok();
-                if answered {
-                    return Some(c);
+            Ok(())
+        }
+
+        /// One connection: opened until the guest answers, kept until the
+        /// server's bytes arrive, then carried to the proxy.
+        fn slot(self: &Arc<Self>) {
+            let Some(mut conn) = self.ready() else { return };
+            let mut first = [0u8; 1];
+            match conn.read(&mut first) {
+                Ok(1) => {}
+                // The guest's bridge ended (the VM stopped): nothing to carry.
+                _ => return,
+            }
+            // This one is the server's now: another takes its place.
+            if self.live.load(Ordering::SeqCst) < POOL + MAX_BRIDGE_CONNECTIONS {
+                let _ = self.clone().spawn_slot();
+            }
+            let Ok(mut proxy) = TcpStream::connect(self.proxy) else {
+                return;
+            };
+            let _ = proxy.set_nodelay(true);
+            if proxy.write_all(&first).is_ok() {
+                let _ = carry_between(conn, proxy);
+            }
+        }
+
+        /// A connection the guest answered with [`READY`]; None once stopped.
+        fn ready(&self) -> Option<UnixStream> {
+            loop {
+                if self.stop.load(Ordering::SeqCst) {
+                    return None;
                 }
+                if let Ok(mut c) = UnixStream::connect(&self.host) {
+                    let mut b = [0u8; 1];
+                    let answered = c.set_read_timeout(Some(READY_WAIT)).is_ok()
+                        && matches!(c.read(&mut b), Ok(1))
+                        && b[0] == READY
+                        && c.set_read_timeout(None).is_ok();
+                    if answered {
+                        return Some(c);
+                    }
+                }
+                thread::sleep(REDIAL);
             }
-            thread::sleep(REDIAL);
         }
     }
 }

@@ -5,8 +5,12 @@
 //! Each tool runs with `container run --rm --network none --read-only
 //! --cap-drop ALL`, as the node's uid:gid, with whole CPUs (rounded up), its
 //! memory, `--ulimit nproc` (Apple's runtime has no process limit of its
-//! own), the work folder at `/work`, and with egress the proxy's socket
-//! folder and the guest node binary's folder read-only. Its variables reach
+//! own), the work folder at `/work`. With egress, still no network device:
+//! the guest node binary's folder read-only at `/oz0`, whose bridge runs
+//! the server (`__oz0-vm-egress --accept`), and a socket published from
+//! the VM to a file in the run's private folder, over which the node opens
+//! the connections that carry the server's to the proxy
+//! (`oz0_egress::reverse`). Its variables reach
 //! it only through an env file that only the node's user can read, removed
 //! when the tool stops ([`EnvFile`]); a value with a line break is refused.
 //! Apple's VMs are started by its own launchd services, so they are not
@@ -136,14 +140,15 @@ impl std::fmt::Debug for VmTool {
     }
 }
 
-/// Egress for a tool: the folder holding the run's proxy socket, and the
-/// folder holding only the Linux node binary the guest's bridge runs.
+/// Egress for a tool: the host end of the socket the VM publishes, and the
+/// Linux node binary the guest's bridge runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VmEgress {
-    /// Shared read-write at `/oz0-egress` (the socket lives there).
-    pub socket_dir: AbsPath,
-    /// Shared read-only at `/oz0`.
-    pub guest_bin_dir: AbsPath,
+    /// Where the runtime makes the published socket's host end (it must not
+    /// exist; its folder only the node's user can enter).
+    pub host_socket: AbsPath,
+    /// The guest binary; its folder is shared read-only at `/oz0`.
+    pub guest_bin: AbsPath,
 }
 
 /// Why a tool cannot be run.
@@ -177,6 +182,13 @@ pub enum ContainerError {
     /// A name `container` would misread.
     #[error("the VM's name {0:?} must be 1 to 64 of a-z 0-9 - and start with a letter")]
     Name(String),
+    /// A tool with egress whose server is the image's own entrypoint: the
+    /// bridge must start the server, so it needs the command.
+    #[error("a microVM tool with egress needs command: in its manifest on a Mac: the guest's bridge starts the server, and the image's own entrypoint is not known here")]
+    EgressWithoutCommand,
+    /// The guest binary is not a file in a folder.
+    #[error("the guest binary {0} is not a file in a folder")]
+    GuestBin(String),
     /// A shared folder whose path the mount syntax cannot carry.
     #[error("{0} contains ':' or ',', which container's --volume/--mount syntax would misread: use a folder without them")]
     MountPath(String),
@@ -221,6 +233,15 @@ pub fn whole_cpus(cpus: f64) -> Result<u32, ContainerError> {
 
 /// Checks a tool's variables and renders the env file: `NAME=VALUE` lines.
 pub fn render_env_file(vars: &[(String, String)]) -> Result<String, ContainerError> {
+    render_env_file_with(vars, &[])
+}
+
+/// [`render_env_file`], then the node's own variables `own` (the run's
+/// egress token), which may use the names a tool may not.
+pub fn render_env_file_with(
+    vars: &[(String, String)],
+    own: &[(String, String)],
+) -> Result<String, ContainerError> {
     const RESERVED: &[&str] = &["PATH", "HOME", "TMPDIR"];
     const PROXY: &[&str] = &[
         "HTTP_PROXY",
@@ -246,18 +267,26 @@ pub fn render_env_file(vars: &[(String, String)]) -> Result<String, ContainerErr
         {
             return Err(ContainerError::ReservedVar(name.clone()));
         }
-        if value.contains(['\n', '\r']) {
-            return Err(ContainerError::LineBreak(name.clone()));
-        }
-        if value.contains('\0') {
-            return Err(ContainerError::Nul(name.clone()));
-        }
-        out.push_str(name);
-        out.push('=');
-        out.push_str(value);
-        out.push('\n');
+        line(&mut out, name, value)?;
+    }
+    for (name, value) in own {
+        line(&mut out, name, value)?;
     }
     Ok(out)
+}
+
+fn line(out: &mut String, name: &str, value: &str) -> Result<(), ContainerError> {
+    if value.contains(['\n', '\r']) {
+        return Err(ContainerError::LineBreak(name.to_string()));
+    }
+    if value.contains('\0') {
+        return Err(ContainerError::Nul(name.to_string()));
+    }
+    out.push_str(name);
+    out.push('=');
+    out.push_str(value);
+    out.push('\n');
+    Ok(())
 }
 
 /// An env file readable by the node's user only (mode 0600, created new),
@@ -270,7 +299,17 @@ pub struct EnvFile {
 impl EnvFile {
     /// Writes the file at `path`, which must not exist.
     pub fn create(path: &Path, vars: &[(String, String)]) -> Result<EnvFile, ContainerError> {
-        let text = render_env_file(vars)?;
+        EnvFile::create_with(path, vars, &[])
+    }
+
+    /// [`EnvFile::create`] with the node's own variables `own` too (see
+    /// [`render_env_file_with`]).
+    pub fn create_with(
+        path: &Path,
+        vars: &[(String, String)],
+        own: &[(String, String)],
+    ) -> Result<EnvFile, ContainerError> {
+        let text = render_env_file_with(vars, own)?;
         let io = |e: std::io::Error| ContainerError::Io {
             path: path.display().to_string(),
             error: e.to_string(),
@@ -357,7 +396,7 @@ pub fn run_argv(tool: &VmTool, env_file: &AbsPath) -> Result<Vec<String>, Contai
     let shared = std::iter::once(&tool.work).chain(
         tool.egress
             .iter()
-            .flat_map(|e| [&e.socket_dir, &e.guest_bin_dir]),
+            .flat_map(|e| [&e.host_socket, &e.guest_bin]),
     );
     for d in shared {
         if d.as_str().contains([':', ',']) {
@@ -391,15 +430,38 @@ pub fn run_argv(tool: &VmTool, env_file: &AbsPath) -> Result<Vec<String>, Contai
     push("--tmpfs", "/tmp".into());
     push("--volume", format!("{}:/work", tool.work));
     push("--workdir", "/work".into());
+    let mut command = tool.command.clone();
     if let Some(e) = &tool.egress {
-        push("--volume", format!("{}:/oz0-egress", e.socket_dir));
+        if tool.command.is_empty() {
+            return Err(ContainerError::EgressWithoutCommand);
+        }
+        let (dir, file) = e
+            .guest_bin
+            .as_str()
+            .rsplit_once('/')
+            .filter(|(d, f)| !d.is_empty() && !f.is_empty())
+            .ok_or_else(|| ContainerError::GuestBin(e.guest_bin.to_string()))?;
+        push(
+            "--publish-socket",
+            format!("{}:{}", e.host_socket, oz0_egress::reverse::GUEST_SOCKET),
+        );
         push(
             "--mount",
-            format!("type=bind,source={},target=/oz0,readonly", e.guest_bin_dir),
+            format!("type=bind,source={dir},target=/oz0,readonly"),
         );
+        command = [
+            format!("/oz0/{file}"),
+            oz0_egress::reverse::WRAPPER_ARG.into(),
+            oz0_egress::reverse::ACCEPT_FLAG.into(),
+            oz0_egress::reverse::GUEST_SOCKET.into(),
+            "--".into(),
+        ]
+        .into_iter()
+        .chain(command)
+        .collect();
     }
     a.push(tool.image.clone());
-    a.extend(tool.command.iter().cloned());
+    a.extend(command);
     Ok(a)
 }
 
@@ -432,27 +494,38 @@ mod tests {
         );
         let mut t = tool();
         t.egress = Some(VmEgress {
-            socket_dir: AbsPath::new("/private/var/folders/xy/T/oz0-sock-j1").unwrap(),
-            guest_bin_dir: AbsPath::new(
-                "/Users/me/Library/Application Support/oz0/microvm/guest/0.1.0",
+            host_socket: AbsPath::new("/private/var/folders/xy/T/oz0-run-j1/e.sock").unwrap(),
+            guest_bin: AbsPath::new(
+                "/Users/me/Library/Application Support/oz0/microvm/guest/0.1.0/oz0-node",
             )
             .unwrap(),
         });
-        t.command = vec!["/oz0/orchestrator-zero-node".into(), "bridge".into()];
+        assert_eq!(
+            run_argv(&t, &env).unwrap_err(),
+            ContainerError::EgressWithoutCommand
+        );
+        t.command = vec!["/app/server".into(), "--stdio".into()];
         let a = run_argv(&t, &env).unwrap();
-        let tail = a[a.len() - 7..].to_vec();
+        let tail = a[a.len() - 12..].to_vec();
         assert_eq!(
             tail,
             [
-                "--volume",
-                "/private/var/folders/xy/T/oz0-sock-j1:/oz0-egress",
+                "--publish-socket",
+                "/private/var/folders/xy/T/oz0-run-j1/e.sock:/tmp/oz0-egress.sock",
                 "--mount",
                 "type=bind,source=/Users/me/Library/Application Support/oz0/microvm/guest/0.1.0,target=/oz0,readonly",
                 "ghcr.io/acme/fetch-mcp@sha256:4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b4f6c0d1b",
-                "/oz0/orchestrator-zero-node",
-                "bridge",
+                "/oz0/oz0-node",
+                "__oz0-vm-egress",
+                "--accept",
+                "/tmp/oz0-egress.sock",
+                "--",
+                "/app/server",
+                "--stdio",
             ]
         );
+        // Still no network device.
+        assert!(a.windows(2).any(|w| w == ["--network", "none"]));
         // No value of any variable is on the command line.
         assert!(!a
             .iter()

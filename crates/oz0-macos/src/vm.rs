@@ -12,6 +12,14 @@
 //! the tool (the server, the end of its input, the cancel) it is stopped
 //! and deleted by that name.
 //!
+//! With egress ([`ToolEgress`]) the VM still has no network device: the
+//! guest's bridge (the Linux node binary the node fetched, shared
+//! read-only) listens on a socket the VM publishes to a file in the tool's
+//! private folder, and the node keeps connections open to it and carries
+//! each the server uses to the run's proxy on loopback TCP
+//! (`oz0_egress::reverse`); the run's token reaches the guest only in the
+//! env file.
+//!
 //! Apple's VMs are started by Apple's own services, so they are not inside
 //! tier 1: the guest's kernel is the boundary. Type-checked in CI; it has
 //! not run on a Mac.
@@ -27,6 +35,18 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use crate::container::{run_argv, stop_argvs, vm_name, ContainerError, EnvFile, VmTool, CONTAINER};
 use crate::runs::{new_run_id, RunTemp, RunsError};
 use crate::runs::{stdio, temp_root, SetupError};
+
+/// What a tool with egress needs of the node.
+#[derive(Debug, Clone)]
+pub struct ToolEgress {
+    /// The run's proxy, on loopback TCP (its allowlist the tool's).
+    pub proxy: std::net::SocketAddr,
+    /// The run's token, which reaches the guest's bridge only in the env
+    /// file (the server sees the proxy variables that carry it).
+    pub token: String,
+    /// The Linux node binary the guest's bridge runs.
+    pub guest_bin: AbsPath,
+}
 
 /// Why a tool server was not started, or could not be waited for.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +73,12 @@ pub enum VmError {
     /// The run was refused or could not be started.
     #[error("{0}")]
     Run(String),
+    /// The node's side of the tool's egress could not be started.
+    #[error("cannot start the egress route into the VM: {0}")]
+    Egress(std::io::Error),
+    /// The tool's folder is not plain UTF-8.
+    #[error("the tool's folder is not plain UTF-8, which the published socket's path must be")]
+    SocketPath,
 }
 
 /// Where the container CLI is looked up (its installer puts it in
@@ -220,12 +246,32 @@ pub fn run_tool(
     sandbox: &dyn oz0_core::Sandbox,
     mut tool: VmTool,
     vars: &[(String, String)],
+    egress: Option<ToolEgress>,
     data_dir: &AbsPath,
     io: RunIo,
     cancel: Option<Cancel>,
 ) -> Result<i32, VmError> {
     let folder = RunTemp::new(&temp_root()?)?;
-    let env_file = EnvFile::create(&folder.0.join("env"), vars)?;
+    let own: Vec<(String, String)> = egress
+        .iter()
+        .map(|e| (oz0_egress::reverse::TOKEN_VAR.to_string(), e.token.clone()))
+        .collect();
+    let env_file = EnvFile::create_with(&folder.0.join("env"), vars, &own)?;
+    // The published socket's host end: made by the runtime in the tool's
+    // folder, which only this user can enter.
+    let dialing = Dialing(std::sync::Arc::default());
+    if let Some(e) = &egress {
+        let host = folder.0.join("e.sock");
+        tool.egress = Some(crate::container::VmEgress {
+            host_socket: host
+                .to_str()
+                .and_then(|s| AbsPath::new(s).ok())
+                .ok_or(VmError::SocketPath)?,
+            guest_bin: e.guest_bin.clone(),
+        });
+        oz0_egress::reverse::serve_dialing(&host, e.proxy, dialing.0.clone())
+            .map_err(VmError::Egress)?;
+    }
     let env_abs = env_file
         .path()
         .to_str()
@@ -254,8 +300,18 @@ pub fn run_tool(
     let o = sandbox
         .run(&spec, opts)
         .map_err(|e| VmError::Run(e.to_string()))?;
-    // Its VM is gone; then its env file.
+    // Its VM is gone; then the node's connections to it, its env file.
+    drop(dialing);
     drop(env_file);
     drop(folder);
     Ok(o.exit_code)
+}
+
+/// Stops the node's dialling into a tool's VM when dropped.
+struct Dialing(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Dialing {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }

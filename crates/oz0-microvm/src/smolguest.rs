@@ -22,14 +22,14 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The hidden argument.
-pub const EGRESS_ARG: &str = "__oz0-vm-egress";
+pub const EGRESS_ARG: &str = oz0_egress::reverse::WRAPPER_ARG;
 /// The guest variable carrying the run's token to the wrapper.
-pub const TOKEN_VAR: &str = "OZ0_EGRESS_TOKEN";
+pub const TOKEN_VAR: &str = oz0_egress::reverse::TOKEN_VAR;
 /// Where smolvm mounts the run's proxy socket in the guest.
 pub const GUEST_EGRESS_SOCKET: &str = "/run/oz0/egress.sock";
 /// The wrapper's flag for a runtime whose host opens the connections: the
 /// bridge listens on SOCKET and takes them (`oz0_egress::reverse`).
-pub const ACCEPT_FLAG: &str = "--accept";
+pub const ACCEPT_FLAG: &str = oz0_egress::reverse::ACCEPT_FLAG;
 
 /// Exit status when the wrapper could not set egress up (the server never ran).
 pub const EGRESS_FAILED: i32 = oz0_core::exit::Exit::Sandbox as i32;

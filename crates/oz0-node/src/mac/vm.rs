@@ -144,6 +144,7 @@ pub fn main(a: VmArgs) -> i32 {
         &sandbox,
         tool,
         &vars,
+        None,
         &data_dir,
         oz0_core::RunIo::inherit(),
         cancel,

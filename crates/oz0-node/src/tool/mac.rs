@@ -109,6 +109,7 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, ToolError> {
                 &AppleContainer::installed(),
                 tool,
                 &env,
+                None,
                 &data_dir,
                 io,
                 Some(Cancel(stop)),
