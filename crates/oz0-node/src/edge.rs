@@ -50,7 +50,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oz0_core::Sandbox;
 use oz0_edge::client::{ClientError, NodeClient, NodeKey, Polled};
 use oz0_edge::wire::{NodeView, PollRequest};
 use oz0_policy::facts::NodeFacts;
@@ -61,6 +60,7 @@ pub(crate) mod retention;
 mod run;
 mod settings;
 mod stream;
+mod walls;
 
 use oz0_core::exit::Exit;
 use run::{Runner, Taking};
@@ -84,6 +84,7 @@ pub use settings::PlatformLink;
 pub use settings::Settings;
 #[cfg(windows)]
 pub use settings::SettingsError;
+pub use walls::Walls;
 
 /// The edges this node may talk to (replicas on one store), and the one
 /// it talks to now: every request goes to it, until it cannot be reached.
@@ -168,6 +169,9 @@ struct Daemon {
     failed_over: usize,
     /// The guest binary was asked for (once per start).
     guest_fetched: bool,
+    /// The guest binary, fetched and checked (a Mac's microVMs' bridge).
+    #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+    guest_bin: Option<std::path::PathBuf>,
 }
 
 /// Waits for `fut`, or returns None when the node is told to stop.
@@ -233,6 +237,8 @@ impl Daemon {
                     None => "it proved none at its start".to_string(),
                 })
             },
+            #[cfg(target_os = "macos")]
+            guest_bin: self.guest_bin.clone(),
             #[cfg(target_os = "linux")]
             images: if self.facts.oci.ready && self.tier() >= 1 {
                 Ok(())
@@ -270,11 +276,14 @@ impl Daemon {
         )
         .await?;
         match got {
-            Ok(p) => log(&format!(
-                "microVMs: the guest's bridge runs {} (release {}, signed by this build's key)",
-                p.display(),
-                env!("CARGO_PKG_VERSION")
-            )),
+            Ok(p) => {
+                log(&format!(
+                    "microVMs: the guest's bridge runs {} (release {}, signed by this build's key)",
+                    p.display(),
+                    env!("CARGO_PKG_VERSION")
+                ));
+                self.guest_bin = Some(p);
+            }
             Err(e) => {
                 log(&format!("microVMs: none: {e}"));
                 self.facts.microvm.ready = false;
@@ -601,34 +610,6 @@ async fn poll_if(client: &NodeClient, req: Option<&PollRequest>) -> Result<Polle
     }
 }
 
-/// The walls the node's jobs run behind, chosen by its platform.
-pub struct Walls {
-    /// Every shell job's: the node's tier-1 sandbox, or its tier-0 one.
-    pub sandbox: Arc<dyn Sandbox>,
-    /// The same tier-1 sandbox, for tool servers (none at tier 0).
-    #[cfg(target_os = "linux")]
-    pub host: Option<Arc<oz0_linux::Tier1>>,
-}
-
-impl Walls {
-    /// Linux's: tier 0 (`--sandbox none`), or the node's host context.
-    #[cfg(target_os = "linux")]
-    fn linux(s: &Settings) -> Result<Walls, crate::platform::PlatformError> {
-        let walls = crate::platform::platform(crate::platform::Settings::of(&s.host));
-        if s.sandbox_none {
-            return Ok(Walls {
-                sandbox: walls.tier0()?,
-                host: None,
-            });
-        }
-        let h = Arc::new(walls.tier1()?);
-        Ok(Walls {
-            sandbox: h.clone(),
-            host: Some(h),
-        })
-    }
-}
-
 /// What tells the daemon to stop: a future that resolves once, with Err
 /// when the node cannot watch for what would stop it (it stops then, and
 /// exits with a failure).
@@ -715,6 +696,8 @@ pub fn serve(
             sandbox: walls.sandbox.clone(),
             #[cfg(target_os = "linux")]
             host: walls.host.clone(),
+            #[cfg(target_os = "macos")]
+            egress: walls.egress.clone(),
             edges: edges.clone(),
             stop: stop_rx,
             running: Default::default(),
@@ -732,6 +715,7 @@ pub fn serve(
             stop: signal,
             registered: false,
             guest_fetched: false,
+            guest_bin: None,
             backoff: Duration::from_secs(1),
             removed: false,
             pending: false,

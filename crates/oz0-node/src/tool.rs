@@ -156,10 +156,15 @@ pub enum ToolError {
     #[cfg(target_os = "macos")]
     #[error("tool {0:?} is not a microVM tool: a Mac runs only microVM tools, in Apple's container (its self-test proves no tier 1 to run a command or container tool's server in); run it on a Linux node")]
     NotAVmTool(String),
-    /// A microVM tool with egress, on a Mac.
+    /// A microVM tool with egress, on a Mac that cannot carry it: why.
     #[cfg(target_os = "macos")]
-    #[error("tool {0:?} has egress, which a Mac's microVMs (Apple's container) do not carry in this release: the edge routes such a tool to a Linux node with microVMs; drop its egress: to run it on a Mac")]
-    NoEgress(String),
+    #[error("tool {tool:?} has egress, and {why}")]
+    NoEgress {
+        /// The tool.
+        tool: String,
+        /// Why this Mac cannot carry it, and the fix.
+        why: String,
+    },
     /// A channel to the server could not be made.
     #[error("{what}: {source}")]
     Channel {

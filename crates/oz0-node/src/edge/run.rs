@@ -44,6 +44,9 @@ pub(super) struct Runner {
     /// The same host context, for tool servers (none at tier 0).
     #[cfg(target_os = "linux")]
     pub(super) host: Option<Arc<oz0_linux::Tier1>>,
+    /// The node's egress proxy, for a Mac's microVM tools with egress.
+    #[cfg(target_os = "macos")]
+    pub(super) egress: Arc<dyn oz0_egress::EgressService>,
     /// The edges; a job's renewals go to the one talked to when it
     /// started, its end to the one talked to when it ended.
     pub(super) edges: Arc<super::Edges>,
@@ -103,6 +106,9 @@ pub(super) struct Taking {
     /// Whether it offers microVMs: why not, when not.
     #[cfg(any(target_os = "linux", target_os = "macos"))]
     pub(super) microvms: Result<(), String>,
+    /// The guest binary its microVMs' bridge runs (a Mac's), when fetched.
+    #[cfg(target_os = "macos")]
+    pub(super) guest_bin: Option<std::path::PathBuf>,
     /// Whether it runs container tools: why not, when not.
     #[cfg(target_os = "linux")]
     pub(super) images: Result<(), String>,
@@ -399,11 +405,15 @@ impl Runner {
         let microvms = at.microvms.clone();
         let (work, data_dir) = (work.to_path_buf(), self.s.data_dir.clone());
         let tool_env = self.s.tool_env.clone();
+        let egress = self.egress.clone();
+        let guest_bin = at.guest_bin.clone();
         Ok(Box::new(move |cancel| {
             let ctx = crate::tool::mac::Ctx {
                 work: &work,
                 data_dir: &data_dir,
                 microvms,
+                egress: &egress,
+                guest_bin: guest_bin.as_deref(),
                 env_allowed: Some(&tool_env),
                 errors: err,
                 cancel: cancel.0,

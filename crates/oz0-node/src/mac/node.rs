@@ -57,9 +57,11 @@ pub enum Sandbox {
 /// behind.
 fn edge(a: &RunArgs, data_dir: &Path) -> Result<(Option<crate::edge::Settings>, Walls), String> {
     let temp = oz0_macos::sandbox::temp_root()?;
+    let egress: Arc<dyn oz0_egress::EgressService> =
+        Arc::new(host::egress(data_dir.join(oz0_egress::AUDIT_LOG_NAME)));
     let walls = platform(Settings {
         data_dir: Some(data_dir.to_path_buf()),
-        egress: Arc::new(host::egress(data_dir.join(oz0_egress::AUDIT_LOG_NAME))),
+        egress: egress.clone(),
     });
     let overlap = |a: &Path, b: &Path| a.starts_with(b) || b.starts_with(a);
     let settings = crate::edge::Settings::from_daemon(
@@ -83,6 +85,7 @@ fn edge(a: &RunArgs, data_dir: &Path) -> Result<(Option<crate::edge::Settings>, 
         settings,
         Walls {
             sandbox: walls.tier0()?,
+            egress,
         },
     ))
 }

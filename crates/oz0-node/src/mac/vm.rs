@@ -16,10 +16,12 @@
 //! end of its input, a signal) it is stopped and deleted by that name.
 //!
 //! Apple's VMs are started by Apple's own services, so they are not inside
-//! tier 1: the guest's kernel is the boundary. Egress would need the Linux
-//! node binary inside the guest for its bridge, which this build does not
-//! carry: `--allow`/`--forward` are refused. Type-checked in CI; it has
-//! not run on a Mac.
+//! tier 1: the guest's kernel is the boundary. Egress needs the Linux node
+//! binary inside the guest for its bridge, which the node's daemon fetches
+//! from its edge and checks against the release key (an edge job's tool
+//! with egress gets it, `crate::tool::mac`); a hand-started `sandbox vm`
+//! has none, so `--allow`/`--forward` are refused. Type-checked in CI; it
+//! has not run on a Mac.
 
 use std::path::PathBuf;
 
@@ -93,7 +95,7 @@ pub fn main(a: VmArgs) -> i32 {
         return refuse(format!("this Mac offers no microVMs: {}", n.reason()));
     }
     if !a.allow.is_empty() || !a.forward.is_empty() {
-        return refuse("egress for a microVM tool is not in this build on macOS (the guest's bridge is the Linux node binary, which it does not carry): run the tool without --allow/--forward, or on a Linux node");
+        return refuse("egress for a microVM tool started by hand is not in this build on macOS: the guest's bridge is the Linux node binary, which only the node's daemon fetches from its edge (an edge job's tool with egress runs with it); run the tool without --allow/--forward, as an edge job, or on a Linux node");
     }
     let work = match a.work.as_deref().map(std::path::absolute) {
         Some(Ok(w)) => w,

@@ -10,10 +10,14 @@
 //! image's own entrypoint and cmd (Apple's runtime reads them). The work
 //! folder is shared at `/work`, the call's files under `/work/.oz0-files/`.
 //! The tool's settings and secrets reach the VM only through a private env
-//! file. A tool with egress is refused, naming why: the guest's bridge to
-//! the node's proxy is not carried on a Mac in this release (the edge
-//! routes such tools to Linux nodes). Type-checked in CI; it has not run
-//! on a Mac.
+//! file. A tool with egress gets a run of the node's proxy of its own on
+//! loopback TCP (its allowlist the manifest's `egress:`, a token of its
+//! own), which the VM, still without a network device, reaches through
+//! the guest's bridge — the Linux node binary fetched from the edge and
+//! checked against the release key — over a socket the VM publishes to the
+//! node (`oz0_macos::vm::ToolEgress`). Without that binary, or without a
+//! `command:` for the bridge to start, such a tool is refused, naming why.
+//! Type-checked in CI; it has not run on a Mac.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -23,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use oz0_core::Cancel;
 use oz0_macos::container::VmTool;
-use oz0_macos::vm::{run_tool, AppleContainer};
+use oz0_macos::vm::{run_tool, AppleContainer, ToolEgress};
 use oz0_plugin::job::CheckedToolJob;
 use oz0_plugin::manifest::{Isolation, DEFAULT_VM_MEMORY_MIB};
 use oz0_policy::AbsPath;
@@ -44,6 +48,10 @@ pub struct Ctx<'a> {
     pub data_dir: &'a Path,
     /// Whether this node offers microVMs: why not, when not.
     pub microvms: Result<(), String>,
+    /// The node's egress proxy.
+    pub egress: &'a std::sync::Arc<dyn oz0_egress::EgressService>,
+    /// The guest binary its microVMs' bridge runs, when fetched.
+    pub guest_bin: Option<&'a Path>,
     /// The variables of this process's environment a tool may be given
     /// (the daemon's `--tool-env`).
     pub env_allowed: Option<&'a BTreeSet<String>>,
@@ -74,10 +82,13 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, ToolError> {
             why: why.clone(),
         });
     }
-    if !t.tool.egress.is_empty() {
-        return Err(ToolError::NoEgress(id));
-    }
     let env = variables(&t.tool, ctx.env_allowed)?;
+    // With egress: the tool's own run of the node's proxy, held until the
+    // call ends.
+    let (egress, _lease) = match egress(&ctx, t)? {
+        Some((e, l)) => (Some(e), Some(l)),
+        None => (None, None),
+    };
     let work = abs(ctx.work, "the work folder")?;
     let data_dir = abs(ctx.data_dir, "the data directory")?;
     let package = t.tool.package.as_deref().unwrap_or_default();
@@ -109,7 +120,7 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, ToolError> {
                 &AppleContainer::installed(),
                 tool,
                 &env,
-                None,
+                egress,
                 &data_dir,
                 io,
                 Some(Cancel(stop)),
@@ -123,4 +134,47 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, ToolError> {
         BACKEND,
         None,
     ))
+}
+
+/// The tool's egress: its run of the node's proxy on loopback TCP and
+/// what its VM needs to reach it; None without `egress:`.
+fn egress(
+    ctx: &Ctx<'_>,
+    t: &CheckedToolJob,
+) -> Result<Option<(ToolEgress, oz0_egress::Lease)>, ToolError> {
+    if t.tool.egress.is_empty() {
+        return Ok(None);
+    }
+    let refuse = |why: &str| ToolError::NoEgress {
+        tool: t.tool.id.clone(),
+        why: why.to_string(),
+    };
+    let guest_bin = ctx.guest_bin.ok_or_else(|| {
+        refuse("this Mac has no guest binary for its VM's bridge (it fetches the Linux node binary of its own release from its edge at start, checked against the release key it was built with): see its log")
+    })?;
+    if t.tool.command.is_empty() {
+        return Err(refuse(
+            "no command: on a Mac the guest's bridge starts the server, and the image's own entrypoint is not known here: give the tool a command: in its manifest",
+        ));
+    }
+    let allow: Vec<String> = t.tool.egress.iter().map(ToString::to_string).collect();
+    let policy = oz0_policy::net::Egress::parse(&allow, &[]).map_err(|e| refuse(&e.to_string()))?;
+    let token = oz0_egress::Token::generate().map_err(|e| refuse(&e.to_string()))?;
+    let (lease, proxy) = ctx
+        .egress
+        .open_tcp(
+            format!("tool-{}", t.tool.id),
+            token.clone(),
+            policy,
+            (std::net::Ipv4Addr::LOCALHOST, 0).into(),
+        )
+        .map_err(|e| refuse(&format!("the node's egress proxy: {e}")))?;
+    Ok(Some((
+        ToolEgress {
+            proxy,
+            token: token.expose().to_string(),
+            guest_bin: abs(guest_bin, "the guest binary")?,
+        },
+        lease,
+    )))
 }
