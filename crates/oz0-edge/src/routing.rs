@@ -185,10 +185,13 @@ pub struct Needs {
     pub tier: u8,
     /// `isolation.microvm=ready`.
     pub microvm: bool,
-    /// A microVM tool with egress: its node's microVMs must carry it (a
-    /// Linux node's do; a Mac's, Apple's container, do not yet).
+    /// A Linux node's microVMs: a microVM tool with egress and no
+    /// `command:`. The guest's bridge that carries its egress starts its
+    /// server, so its node must know the image's entrypoint, which a Linux
+    /// node reads from the registry (`runtime.oci`); a Mac's runtime runs
+    /// the image's own only without a bridge.
     #[serde(default)]
-    pub microvm_egress: bool,
+    pub microvm_linux: bool,
     /// `runtime.oci=ready`.
     pub oci: bool,
     /// `runtime.oci` with gVisor: a container tool of a tenant that asks
@@ -201,16 +204,15 @@ pub struct Needs {
 
 impl Needs {
     /// The microVM level a node must offer, as the store keeps it: 0 none,
-    /// 1 a microVM, 2 a microVM with egress (see
-    /// `Sanitized::microvm_level`).
+    /// 1 a microVM, 2 a Linux node's (see `Sanitized::microvm_level`).
     pub fn microvm_level(&self) -> i64 {
-        level(self.microvm, self.microvm_egress)
+        level(self.microvm, self.microvm_linux)
     }
 
     /// The needs of microVM level `level` (see [`Needs::microvm_level`]).
     pub fn with_microvm_level(mut self, level: i64) -> Needs {
         self.microvm = level >= 1;
-        self.microvm_egress = level >= 2;
+        self.microvm_linux = level >= 2;
         self
     }
 
@@ -304,7 +306,7 @@ impl JobRequest {
         Ok(Needs {
             tier,
             microvm: false,
-            microvm_egress: false,
+            microvm_linux: false,
             oci: false,
             oci_gvisor: false,
             arch: None,
@@ -349,7 +351,7 @@ impl JobRequest {
         Ok(Needs {
             tier,
             microvm: isolation == Isolation::Microvm,
-            microvm_egress: isolation == Isolation::Microvm && !job.tool.egress.is_empty(),
+            microvm_linux: reads_image && !job.tool.egress.is_empty(),
             oci: isolation == Isolation::Container || reads_image,
             oci_gvisor: false,
             arch,
@@ -406,9 +408,14 @@ impl Needs {
                 .as_deref()
                 .map(|a| format!(" for {a}"))
                 .unwrap_or_default();
-            let without_egress = nodes.iter().filter(|n| n.1 == 1).count();
-            if self.microvm_egress && without_egress > 0 {
-                return format!("this microVM tool has egress, which runs through its node's egress proxy and a bridge inside its VM: it needs a Linux node labelled isolation.microvm=ready{arch}, and tenant {tenant}'s {without_egress} live microVM node(s) are Macs, whose microVMs (Apple's container) have no egress in this release (add a Linux node with KVM, or drop the tool's egress:)");
+            if self.microvm_linux {
+                let macs = nodes.iter().filter(|n| n.1 == 1).count();
+                let macs = if macs > 0 {
+                    format!(" ({macs} live microVM node(s) of the tenant are Macs, whose bridge starts only a command: it is given)")
+                } else {
+                    String::new()
+                };
+                return format!("this microVM tool has egress and no command:, so the bridge inside its VM that carries its egress starts its image's own entrypoint and cmd, which its node reads from the image's registry: it needs a Linux node routed at tier 2, labelled isolation.microvm=ready{arch} and runtime.oci=ready, and tenant {tenant} has none live{macs} (give the tool a command: in its manifest, or add a Linux node with KVM and --oci-registry naming its image's registry)");
             }
             if self.oci {
                 return format!("this microVM tool runs only in a microVM, and has no command:, so its node reads its image's entrypoint and cmd from the image's registry: it needs a Linux node routed at tier 2, labelled isolation.microvm=ready{arch} and runtime.oci=ready, or a Mac whose Apple's container runs the image's own, and tenant {tenant} has none live (a Linux node offers microVMs only when its test VM booted inside tier 1, and reads images with --oci-registry naming their registry; or give the tool a command: in its manifest)");

@@ -211,14 +211,16 @@ pub fn sanitize(f: &NodeFacts) -> Result<Outcome, FactsError> {
 }
 
 impl Sanitized {
-    /// The microVM work it takes, as the store keeps it: 0 none, 1
-    /// without egress (a Mac's microVMs, Apple's container, at any tier),
-    /// 2 with egress (a Linux node's, inside tier 1, routed at tier 2). A
-    /// microVM tool with egress needs 2 ([`crate::routing::Needs::microvm_level`]).
+    /// The microVM work it takes, as the store keeps it: 0 none, 1 a
+    /// Mac's (Apple's container, at any tier; it runs an image's own
+    /// entrypoint without `runtime.oci`, and carries egress only for a tool
+    /// with a `command:`), 2 a Linux node's (inside tier 1, routed at tier
+    /// 2). A microVM tool with egress and no command needs 2
+    /// ([`crate::routing::Needs::microvm_level`]).
     pub fn microvm_level(&self) -> i64 {
         match self.microvm_backend {
             _ if !self.microvm_ready => 0,
-            Some(b) if !b.has_egress() => 1,
+            Some(b) if !b.inside_tier1() => 1,
             _ if self.tier_routed >= 2 => 2,
             _ => 0,
         }

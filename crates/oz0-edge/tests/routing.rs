@@ -1,7 +1,7 @@
 //! Routing end to end: outside events go only to nodes routed at tier 1, a
 //! tenant without one refuses them with the reason, and microVM and
 //! container work goes only to nodes labelled ready for it: a Mac's
-//! microVMs at any tier, and never a tool with egress to them.
+//! microVMs at any tier, a tool with egress to them only with a command:.
 
 mod common;
 
@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use common::{
     code, failing_facts, image_tool_job, job, linux_facts, mac_facts, node, start_on, store_urls,
-    tool_job, tool_job_with, windows_facts, ACME, SOLO,
+    tool_job, tool_job_with, tool_request_with_manifest, windows_facts, ACME, SOLO,
 };
 use oz0_edge::client::ClientError;
 use oz0_edge::routing::{Isolation, Origin};
@@ -287,45 +287,73 @@ async fn a_macs_microvms_take_microvm_tools_at_tier_zero_and_nothing_else() {
             .expect("the image's own tool");
         assert_eq!(l.job.job_id, bare.job_id, "{kind}");
 
-        // A microVM tool with egress needs microVMs that carry it: a Mac's
-        // do not, and the refusal says so.
+        // A microVM tool with egress and a command: a Mac's bridge starts
+        // it, so the Mac takes it.
         let egress = tool_job_with(
             Origin::Webhook,
             true,
             Some("aarch64"),
             "    egress: [api.example.com]\n",
         );
-        let err = e.op.submit_job("acme", &egress).await.unwrap_err();
+        let a = e.op.submit_job("acme", &egress).await.unwrap();
+        assert_eq!((a.tier, a.eligible_nodes), (2, 1), "{kind}");
+        assert_eq!(
+            mac.poll_job(2).await.unwrap().unwrap().job.job_id,
+            a.job_id,
+            "{kind}"
+        );
+        // With egress and no command, the bridge must start the image's
+        // own entrypoint, which only a Linux node reads: refused while the
+        // tenant has only the Mac, saying so.
+        let bare_egress = tool_request_with_manifest(&format!(
+            "tools:\n  - id: t\n    package: oci:example.invalid/t@sha256:{}\n    isolation: microvm\n    arch: aarch64\n    egress: [api.example.com]\n",
+            "0".repeat(64)
+        ));
+        let err = e.op.submit_job("acme", &bare_egress).await.unwrap_err();
         assert!(
-            err.to_string()
-                .contains("are Macs, whose microVMs (Apple's container) have no egress"),
+            err.to_string().contains("has egress and no command:")
+                && err
+                    .to_string()
+                    .contains("are Macs, whose bridge starts only a command:"),
             "{kind}: {err}"
         );
-        // With a Linux microVM node of that architecture, it goes there.
+        // With a Linux microVM node of that architecture reading images, it
+        // goes there, never to the Mac.
         let linux = node(&e, "acme", ACME, "linux-arm", &{
             let mut f = linux_facts(true, false);
             f.platform.arch = "aarch64".into();
             f
         })
         .await;
-        let a = e.op.submit_job("acme", &egress).await.unwrap();
+        let reader = node(&e, "acme", ACME, "linux-oci", &{
+            let mut f = linux_facts(true, true);
+            f.platform.arch = "aarch64".into();
+            f
+        })
+        .await;
+        let a = e.op.submit_job("acme", &bare_egress).await.unwrap();
         assert_eq!((a.tier, a.eligible_nodes), (2, 1), "{kind}");
         assert!(
             mac.poll_job(2).await.unwrap().is_none(),
             "{kind}: not the Mac's"
         );
+        assert!(
+            linux.poll_job(2).await.unwrap().is_none(),
+            "{kind}: not the Linux node's without runtime.oci"
+        );
         assert_eq!(
-            linux.poll_job(2).await.unwrap().unwrap().job.job_id,
+            reader.poll_job(2).await.unwrap().unwrap().job.job_id,
             a.job_id,
             "{kind}"
         );
         // The Linux node without runtime.oci does not take the tool without
-        // a command (it could not read its image's entrypoint); the Mac does.
+        // a command (it could not read its image's entrypoint); the Mac and
+        // the Linux node that reads images do.
         let bare =
             e.op.submit_job("acme", &image_tool_job(Origin::Webhook, "aarch64"))
                 .await
                 .unwrap();
-        assert_eq!(bare.eligible_nodes, 1, "{kind}: the Mac only");
+        assert_eq!(bare.eligible_nodes, 2, "{kind}: the Mac and the reader");
         assert!(linux.poll_job(2).await.unwrap().is_none(), "{kind}");
         assert_eq!(
             mac.poll_job(2).await.unwrap().unwrap().job.job_id,

@@ -297,12 +297,6 @@ impl MicrovmBackend {
             MicrovmBackend::AppleContainer => false,
         }
     }
-
-    /// Whether a tool with egress can run in its VMs (the guest's bridge
-    /// to the node's proxy). Apple's container cannot yet.
-    pub fn has_egress(self) -> bool {
-        self.inside_tier1()
-    }
 }
 
 /// What runs a node's OCI containers (`runtime.oci`).

@@ -186,7 +186,7 @@ fn a_mac_whose_self_test_fails_at_job_limits_is_routed_at_zero() {
     // A Mac that claimed Seatbelt tier 1 and tier 2 without a passed
     // self-test keeps neither; its microVMs (Apple's container) are not
     // inside tier 1 on any Mac, so they are kept, at tier 0, and are not
-    // tier 2, and have no egress (level 1).
+    // tier 2 (level 1).
     f.tier_proven = 1;
     f.tier_routed = 2;
     f.mechanism.kind = "seatbelt".into();

@@ -115,7 +115,7 @@ impl Sanitized {
     pub fn microvm_line(&self) -> String {
         if self.microvm_ready {
             if self.microvm_backend == Some(MicrovmBackend::AppleContainer) {
-                return "ready through Apple's container, at any tier: its VMs are started by Apple's services, not inside tier 1, so the guest's kernel is the boundary; no egress in this release".to_string();
+                return "ready through Apple's container, at any tier: its VMs are started by Apple's services, not inside tier 1, so the guest's kernel is the boundary; egress through the node's proxy over a socket the VM publishes, for a tool with a command:".to_string();
             }
             if self.microvm_backend == Some(MicrovmBackend::QemuTcgTest) {
                 return "ready through qemu-tcg (test): a test build's QEMU in software emulation, never a shipped node's microVMs".to_string();

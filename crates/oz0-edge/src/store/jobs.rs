@@ -334,7 +334,7 @@ impl Store {
                     Needs {
                         tier: tier_col(r, 0)?,
                         microvm: false,
-                        microvm_egress: false,
+                        microvm_linux: false,
                         oci: false,
                         oci_gvisor: false,
                         arch: opt_text(r, 3)?,

@@ -318,6 +318,11 @@ pub fn tool_job_with(origin: Origin, microvm: bool, arch: Option<&str>, extra: &
     tool_request(origin, &tool)
 }
 
+/// A webhook's tool job calling tool `t` of the plugin `manifest`.
+pub fn tool_request_with_manifest(manifest: &str) -> JobRequest {
+    tool_request(Origin::Webhook, manifest)
+}
+
 /// A tool job calling tool `t` of the plugin whose manifest is `manifest`.
 fn tool_request(origin: Origin, manifest: &str) -> JobRequest {
     JobRequest::new(
