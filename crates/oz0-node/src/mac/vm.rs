@@ -19,9 +19,11 @@
 //! tier 1: the guest's kernel is the boundary. Egress needs the Linux node
 //! binary inside the guest for its bridge, which the node's daemon fetches
 //! from its edge and checks against the release key (an edge job's tool
-//! with egress gets it, `crate::tool::mac`); a hand-started `sandbox vm`
-//! has none, so `--allow`/`--forward` are refused. Type-checked in CI; it
-//! has not run on a Mac.
+//! with egress gets it, `crate::tool::mac`). By hand, `--allow`/`--forward`
+//! need `--guest-bin` naming one, which runs unchecked because it is named
+//! (said on stderr); the server then reaches only those hosts, through a
+//! run of the node's proxy of its own (`oz0_macos::vm::ToolEgress`).
+//! Type-checked in CI; it has not run on a Mac.
 
 use std::path::PathBuf;
 
@@ -56,13 +58,22 @@ pub struct VmArgs {
     /// file, never a command line (repeatable).
     #[arg(long, value_name = "NAME")]
     pub env: Vec<String>,
-    /// Egress for the server: refused on macOS in this build (the guest's
-    /// bridge is the Linux node binary, which it does not carry).
-    #[arg(long, value_name = "HOST[:PORT]", hide = true)]
+    /// Let the server reach HOST[:PORT] through the node's egress proxy
+    /// (repeatable; needs --guest-bin and a SERVER_CMD). The VM still has no
+    /// network device: its bridge reaches the proxy over a socket the VM
+    /// publishes to the node.
+    #[arg(long, value_name = "HOST[:PORT]", requires = "guest_bin")]
     pub allow: Vec<String>,
-    /// See --allow.
-    #[arg(long, value_name = "PORT", hide = true)]
+    /// Let the server reach this Mac's 127.0.0.1:PORT (repeatable; needs
+    /// --guest-bin).
+    #[arg(long, value_name = "PORT", requires = "guest_bin")]
     pub forward: Vec<u16>,
+    /// The Linux node binary of this release for arm64, which the guest's
+    /// bridge runs for --allow/--forward. Named here it is not checked
+    /// against a release key (the node's daemon fetches and checks its own
+    /// from its edge): it runs because you name it.
+    #[arg(long = "guest-bin", value_name = "FILE")]
+    pub guest_bin: Option<PathBuf>,
     #[command(flatten)]
     pub data: crate::flags::DataDirArg,
     /// The server's command inside the image [default: the image's own].
@@ -93,9 +104,6 @@ pub fn main(a: VmArgs) -> i32 {
     }
     if let Err(n) = availability(&probe.mac) {
         return refuse(format!("this Mac offers no microVMs: {}", n.reason()));
-    }
-    if !a.allow.is_empty() || !a.forward.is_empty() {
-        return refuse("egress for a microVM tool started by hand is not in this build on macOS: the guest's bridge is the Linux node binary, which only the node's daemon fetches from its edge (an edge job's tool with egress runs with it); run the tool without --allow/--forward, as an edge job, or on a Linux node");
     }
     let work = match a.work.as_deref().map(std::path::absolute) {
         Some(Ok(w)) => w,
@@ -139,6 +147,13 @@ pub fn main(a: VmArgs) -> i32 {
             data_dir.display()
         ));
     };
+    // With egress: a run of the node's proxy of its own, held until the
+    // server ends.
+    let (egress, _lease) = match egress(&a, &data_dir) {
+        Ok(Some((e, l))) => (Some(e), Some(l)),
+        Ok(None) => (None, None),
+        Err(e) => return refuse(e),
+    };
     // The server's stdin and stdout are this command's (MCP over stdio).
     let cancel = crate::signals::cancel_pipe().map(oz0_core::Cancel);
     let sandbox = oz0_macos::vm::AppleContainer::installed();
@@ -146,7 +161,7 @@ pub fn main(a: VmArgs) -> i32 {
         &sandbox,
         tool,
         &vars,
-        None,
+        egress,
         &data_dir,
         oz0_core::RunIo::inherit(),
         cancel,
@@ -154,4 +169,69 @@ pub fn main(a: VmArgs) -> i32 {
         Ok(code) => code,
         Err(e) => refuse(e),
     }
+}
+
+/// The server's egress (`--allow`/`--forward`): its run of the node's
+/// proxy on loopback TCP, audited in the data directory, and what the VM
+/// needs to reach it; None without either flag.
+fn egress(
+    a: &VmArgs,
+    data_dir: &AbsPath,
+) -> Result<Option<(oz0_macos::vm::ToolEgress, Held)>, String> {
+    use oz0_egress::EgressService;
+    if a.allow.is_empty() && a.forward.is_empty() {
+        return Ok(None);
+    }
+    let Some(bin) = &a.guest_bin else {
+        return Err(
+            "--allow/--forward need --guest-bin: the guest's bridge is the Linux node binary"
+                .into(),
+        );
+    };
+    if a.command.is_empty() {
+        return Err("--allow/--forward need the server's command after --: the guest's bridge starts it, and the image's own entrypoint is not known here".into());
+    }
+    let bin = std::path::absolute(bin).map_err(|e| format!("--guest-bin: {e}"))?;
+    if !bin.is_file() {
+        return Err(format!("--guest-bin {}: not a file", bin.display()));
+    }
+    let guest_bin = bin
+        .to_str()
+        .and_then(|s| AbsPath::new(s).ok())
+        .ok_or_else(|| format!("--guest-bin {} is not plain UTF-8", bin.display()))?;
+    eprintln!(
+        "oz0-node: sandbox vm: the guest's bridge runs {}, named by --guest-bin and not checked against a release key",
+        bin.display()
+    );
+    let policy = oz0_policy::net::Egress::parse(&a.allow, &a.forward).map_err(|e| e.to_string())?;
+    let token = oz0_egress::Token::generate().map_err(|e| e.to_string())?;
+    let proxy = super::host::egress(
+        std::path::Path::new(data_dir.as_str()).join(oz0_egress::AUDIT_LOG_NAME),
+    );
+    let (lease, addr) = proxy
+        .open_tcp(
+            "sandbox-vm".into(),
+            token.clone(),
+            policy,
+            (std::net::Ipv4Addr::LOCALHOST, 0).into(),
+        )
+        .map_err(|e| format!("the egress proxy: {e}"))?;
+    Ok(Some((
+        oz0_macos::vm::ToolEgress {
+            proxy: addr,
+            token: token.expose().to_string(),
+            guest_bin,
+        },
+        Held {
+            _lease: lease,
+            _proxy: proxy,
+        },
+    )))
+}
+
+/// The server's run at the proxy, and the proxy, held until it ends (the
+/// run first).
+struct Held {
+    _lease: oz0_egress::Lease,
+    _proxy: oz0_egress::LazyProxy,
 }
