@@ -167,15 +167,18 @@ mod imp {
         }
 
         /// One connection: opened until the guest answers, kept until the
-        /// server's bytes arrive, then carried to the proxy.
+        /// server's bytes arrive, then carried to the proxy. One that ends
+        /// with nothing to carry (a server's connection closed before it
+        /// sent a byte, or the VM stopped) is opened again, until stopped,
+        /// so that as many stay ready.
         fn slot(self: &Arc<Self>) {
-            let Some(mut conn) = self.ready() else { return };
             let mut first = [0u8; 1];
-            match conn.read(&mut first) {
-                Ok(1) => {}
-                // The guest's bridge ended (the VM stopped): nothing to carry.
-                _ => return,
-            }
+            let conn = loop {
+                let Some(mut conn) = self.ready() else { return };
+                if matches!(conn.read(&mut first), Ok(1)) {
+                    break conn;
+                }
+            };
             // This one is the server's now: another takes its place.
             if self.live.load(Ordering::SeqCst) < POOL + MAX_BRIDGE_CONNECTIONS {
                 let _ = self.clone().spawn_slot();
