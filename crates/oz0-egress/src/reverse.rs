@@ -29,7 +29,7 @@
 use std::time::Duration;
 
 #[cfg(unix)]
-pub use imp::{serve_accepting, serve_dialing};
+pub use imp::{serve_accepting, serve_dialing, Dialing};
 
 /// The node binary's hidden argument that starts the guest's bridge in a
 /// VM: `__oz0-vm-egress [--accept] SOCKET -- SERVER…`.
@@ -60,7 +60,7 @@ mod imp {
     use std::os::unix::net::{UnixListener, UnixStream};
     use std::path::Path;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    use std::sync::{mpsc, Arc};
+    use std::sync::{mpsc, Arc, Mutex};
     use std::thread;
     use std::time::Duration;
 
@@ -125,27 +125,59 @@ mod imp {
 
     /// On the node: keeps [`POOL`] connections ready to the published socket
     /// at `host` and carries each the guest's bridge uses to the run's proxy
-    /// at `proxy`, until `stop` is set (the VM ended). Returns at once; the
-    /// work goes on in threads of its own.
-    pub fn serve_dialing(host: &Path, proxy: SocketAddr, stop: Arc<AtomicBool>) -> io::Result<()> {
+    /// at `proxy`, until the returned [`Dialing`] is dropped (the VM ended).
+    /// Returns at once; the work goes on in threads of its own.
+    pub fn serve_dialing(host: &Path, proxy: SocketAddr) -> io::Result<Dialing> {
         let d = Arc::new(Dialer {
             host: host.to_path_buf(),
             proxy,
-            stop,
+            stop: AtomicBool::new(false),
             live: AtomicUsize::new(0),
+            open: Mutex::new(Vec::new()),
+            next: AtomicUsize::new(0),
         });
+        let dialing = Dialing(d.clone());
         for _ in 0..POOL {
             d.clone().spawn_slot()?;
         }
-        Ok(())
+        Ok(dialing)
+    }
+
+    /// The node's side of one VM's route: dropped, it stops dialling and
+    /// closes every connection it holds, ready or carrying, whatever the
+    /// runtime does with its end, so that no thread or descriptor of it
+    /// outlives the VM.
+    pub struct Dialing(Arc<Dialer>);
+
+    impl Drop for Dialing {
+        fn drop(&mut self) {
+            self.0.stop.store(true, Ordering::SeqCst);
+            let open = std::mem::take(&mut *self.0.open.lock().unwrap_or_else(|e| e.into_inner()));
+            for (_, c) in open {
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
+    impl Dialing {
+        /// Counts the slots alive (ready or carrying), also once this is
+        /// dropped: at most [`POOL`] ready ones plus those carrying, and
+        /// none soon after the stop.
+        pub fn live_counter(&self) -> impl Fn() -> usize + Send + 'static {
+            let d = self.0.clone();
+            move || d.live.load(Ordering::SeqCst)
+        }
     }
 
     struct Dialer {
         host: std::path::PathBuf,
         proxy: SocketAddr,
-        stop: Arc<AtomicBool>,
+        stop: AtomicBool,
         /// Slots alive: waiting to be used, or carrying a connection.
         live: AtomicUsize,
+        /// Every connection open, by slot id, to be closed when stopped.
+        open: Mutex<Vec<(usize, UnixStream)>>,
+        next: AtomicUsize,
     }
 
     impl Dialer {
@@ -173,12 +205,47 @@ mod imp {
         /// so that as many stay ready.
         fn slot(self: &Arc<Self>) {
             let mut first = [0u8; 1];
+            let id = self.next.fetch_add(1, Ordering::SeqCst);
             let conn = loop {
                 let Some(mut conn) = self.ready() else { return };
+                if !self.hold(id, &conn) {
+                    return;
+                }
                 if matches!(conn.read(&mut first), Ok(1)) {
                     break conn;
                 }
+                self.forget(id);
             };
+            self.carry(conn, first);
+            self.forget(id);
+        }
+
+        /// Keeps a handle to slot `id`'s connection, to be closed when
+        /// stopped; false when already stopped.
+        fn hold(&self, id: usize, conn: &UnixStream) -> bool {
+            let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+            if self.stop.load(Ordering::SeqCst) {
+                return false;
+            }
+            match conn.try_clone() {
+                Ok(c) => {
+                    open.push((id, c));
+                    true
+                }
+                Err(_) => false,
+            }
+        }
+
+        fn forget(&self, id: usize) {
+            self.open
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|(k, _)| *k != id);
+        }
+
+        /// Carries a used connection, whose first byte is `first`, to the
+        /// proxy; another takes its place meanwhile.
+        fn carry(self: &Arc<Self>, conn: UnixStream, first: [u8; 1]) {
             // This one is the server's now: another takes its place.
             if self.live.load(Ordering::SeqCst) < POOL + MAX_BRIDGE_CONNECTIONS {
                 let _ = self.clone().spawn_slot();

@@ -12,7 +12,7 @@ mod common;
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,8 +66,7 @@ fn the_guests_connections_reach_the_proxy_over_the_nodes() {
     let dropped = publish_socket(&host, &guest);
     // The node dials before the guest listens, as it does while the VM
     // boots: those connections end without READY and are opened again.
-    let stop = Arc::new(AtomicBool::new(false));
-    oz0_egress::reverse::serve_dialing(&host, proxy, stop.clone()).unwrap();
+    let dialing = oz0_egress::reverse::serve_dialing(&host, proxy).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     assert!(dropped.load(Ordering::SeqCst) >= 1, "no early connection");
     let inbound = UnixListener::bind(&guest).unwrap();
@@ -141,7 +140,16 @@ fn the_guests_connections_reach_the_proxy_over_the_nodes() {
     )
     .unwrap();
     assert_eq!(read_resp(&mut c, true).unwrap().status, 403);
-    stop.store(true, Ordering::SeqCst);
+    // Stopped, the node closes what it holds, whatever the runtime does
+    // (here it keeps its end open): no slot outlives it.
+    let counter = dialing.live_counter();
+    assert!(counter() >= oz0_egress::reverse::POOL, "{}", counter());
+    drop(dialing);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while counter() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(counter(), 0, "slots alive after the stop");
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -152,13 +160,12 @@ fn a_guest_that_never_listens_is_dialled_until_stopped() {
     let d = dir("never");
     let (host, guest) = (d.join("host.sock"), d.join("guest.sock"));
     let dropped = publish_socket(&host, &guest);
-    let stop = Arc::new(AtomicBool::new(false));
     let proxy = "127.0.0.1:9".parse().unwrap();
-    oz0_egress::reverse::serve_dialing(&host, proxy, stop.clone()).unwrap();
+    let dialing = oz0_egress::reverse::serve_dialing(&host, proxy).unwrap();
     std::thread::sleep(Duration::from_millis(400));
     let before = dropped.load(Ordering::SeqCst);
     assert!(before >= 4, "{before}");
-    stop.store(true, Ordering::SeqCst);
+    drop(dialing);
     std::thread::sleep(Duration::from_millis(300));
     let after = dropped.load(Ordering::SeqCst);
     std::thread::sleep(Duration::from_millis(300));

@@ -259,7 +259,7 @@ pub fn run_tool(
     let env_file = EnvFile::create_with(&folder.0.join("env"), vars, &own)?;
     // The published socket's host end: made by the runtime in the tool's
     // folder, which only this user can enter.
-    let dialing = Dialing(std::sync::Arc::default());
+    let mut dialing = None;
     if let Some(e) = &egress {
         let host = folder.0.join("e.sock");
         tool.egress = Some(crate::container::VmEgress {
@@ -269,8 +269,8 @@ pub fn run_tool(
                 .ok_or(VmError::SocketPath)?,
             guest_bin: e.guest_bin.clone(),
         });
-        oz0_egress::reverse::serve_dialing(&host, e.proxy, dialing.0.clone())
-            .map_err(VmError::Egress)?;
+        dialing =
+            Some(oz0_egress::reverse::serve_dialing(&host, e.proxy).map_err(VmError::Egress)?);
     }
     let env_abs = env_file
         .path()
@@ -305,13 +305,4 @@ pub fn run_tool(
     drop(env_file);
     drop(folder);
     Ok(o.exit_code)
-}
-
-/// Stops the node's dialling into a tool's VM when dropped.
-struct Dialing(std::sync::Arc<std::sync::atomic::AtomicBool>);
-
-impl Drop for Dialing {
-    fn drop(&mut self) {
-        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
 }

@@ -194,8 +194,7 @@ fn the_accepting_wrapper_takes_the_nodes_connections_to_the_proxy() {
         .unwrap();
     let (host, guest) = (dir.join("host.sock"), dir.join("guest.sock"));
     publish_socket(&host, &guest);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    oz0_egress::reverse::serve_dialing(&host, run.tcp_addr().unwrap(), stop.clone()).unwrap();
+    let dialing = oz0_egress::reverse::serve_dialing(&host, run.tcp_addr().unwrap()).unwrap();
 
     let script = format!(
         "echo token=${{{var}:-none}}; \
@@ -215,7 +214,7 @@ fn the_accepting_wrapper_takes_the_nodes_connections_to_the_proxy() {
         .env(oz0_microvm::smolguest::TOKEN_VAR, token.expose())
         .output()
         .unwrap();
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(dialing);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
