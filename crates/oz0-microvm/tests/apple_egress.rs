@@ -21,15 +21,13 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use oz0_core::{RunIo, Stdio};
-use oz0_egress::{Proxy, ProxyConfig, Token};
 use oz0_macos::container::VmTool;
 use oz0_macos::vm::{run_tool, AppleContainer, ToolEgress};
-use oz0_policy::net::Egress;
 use oz0_policy::AbsPath;
 use serde_json::Value;
 
 mod stage;
-use stage::http_listener;
+use stage::{egress_script, http_listener, quiet_proxy, tcp_run};
 
 /// The stand-in `container`: `run` logs its arguments and the env file,
 /// then plays the runtime; `stop` and `delete` are logged.
@@ -132,26 +130,9 @@ fn a_macs_tool_reaches_its_allowlist_through_the_published_socket() {
 
     let allowed = http_listener("hello from the allowlist");
     let unlisted = http_listener("must never be seen");
-    let proxy = Proxy::start(ProxyConfig {
-        own_addrs: None,
-        audit: std::sync::Arc::new(|_: &oz0_egress::AuditRecord| {}),
-        ..ProxyConfig::default()
-    })
-    .unwrap();
-    let token = Token::generate().unwrap();
-    let run = proxy
-        .add_run_tcp(
-            "mac-tool".into(),
-            token.clone(),
-            Egress::parse(&[format!("127.0.0.1:{allowed}")], &[]).unwrap(),
-            "127.0.0.1:0".parse().unwrap(),
-        )
-        .unwrap();
-    let script = format!(
-        "echo token=${{OZ0_EGRESS_TOKEN:-none}}; \
-         curl -s http://127.0.0.1:{allowed}/; echo; \
-         curl -s -o /dev/null -w 'unlisted=%{{http_code}}' http://127.0.0.1:{unlisted}/; echo"
-    );
+    let proxy = quiet_proxy();
+    let (run, token) = tcp_run(&proxy, "mac-tool", allowed);
+    let script = egress_script(allowed, unlisted);
     let tool = VmTool {
         image: format!("ghcr.io/acme/fetch-mcp@sha256:{}", "4f6c".repeat(16)),
         memory_mib: 512,
@@ -194,6 +175,7 @@ fn a_macs_tool_reaches_its_allowlist_through_the_published_socket() {
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("token=none"), "{text}");
     assert!(!text.contains(token.expose()), "{text}");
+    assert!(text.contains("proxy=http://oz0:T@127.0.0.1:"), "{text}");
     assert!(text.contains("hello from the allowlist"), "{text}");
     assert!(text.contains("unlisted=403"), "{text}");
 

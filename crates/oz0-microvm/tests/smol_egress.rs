@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread;
 
-use oz0_egress::{Proxy, ProxyConfig, RunEgress, Token};
+use oz0_egress::{RunEgress, Token};
 use oz0_policy::net::Egress;
 
 mod stage;
-use stage::http_listener;
+use stage::{egress_script, http_listener, quiet_proxy, tcp_run};
 
 /// Relays each connection on `at` to `to`, bytes only.
 fn byte_relay(to: &Path, at: &Path) {
@@ -66,12 +66,7 @@ fn the_guest_wrapper_bridges_to_the_proxy_socket_and_hides_the_token() {
     std::fs::create_dir_all(&dir).unwrap();
     let allowed = http_listener("hello through the guest bridge");
     let unlisted = http_listener("must never be seen");
-    let proxy = Proxy::start(ProxyConfig {
-        own_addrs: None,
-        audit: std::sync::Arc::new(|_: &oz0_egress::AuditRecord| {}),
-        ..ProxyConfig::default()
-    })
-    .unwrap();
+    let proxy = quiet_proxy();
     let token = Token::generate().unwrap();
     let sock: PathBuf = dir.join("egress.sock");
     let _run = proxy
@@ -85,12 +80,7 @@ fn the_guest_wrapper_bridges_to_the_proxy_socket_and_hides_the_token() {
     let relay = dir.join("guest.sock");
     byte_relay(&sock, &relay);
 
-    let script = format!(
-        "echo token=${{{var}:-none}}; echo proxy=$HTTP_PROXY | sed 's/oz0:[^@]*@/oz0:T@/'; \
-         curl -s http://127.0.0.1:{allowed}/; echo; \
-         curl -s -o /dev/null -w 'unlisted=%{{http_code}}' http://127.0.0.1:{unlisted}/",
-        var = oz0_microvm::smolguest::TOKEN_VAR
-    );
+    let script = egress_script(allowed, unlisted);
     let out = Command::new(env!("CARGO_BIN_EXE_oz0-vm-testnode"))
         .args([oz0_microvm::smolguest::EGRESS_ARG])
         .arg(&relay)
@@ -177,31 +167,13 @@ fn the_accepting_wrapper_takes_the_nodes_connections_to_the_proxy() {
     std::fs::create_dir_all(&dir).unwrap();
     let allowed = http_listener("hello through the published socket");
     let unlisted = http_listener("must never be seen");
-    let proxy = Proxy::start(ProxyConfig {
-        own_addrs: None,
-        audit: std::sync::Arc::new(|_: &oz0_egress::AuditRecord| {}),
-        ..ProxyConfig::default()
-    })
-    .unwrap();
-    let token = Token::generate().unwrap();
-    let run = proxy
-        .add_run_tcp(
-            "vm-apple".into(),
-            token.clone(),
-            Egress::parse(&[format!("127.0.0.1:{allowed}")], &[]).unwrap(),
-            "127.0.0.1:0".parse().unwrap(),
-        )
-        .unwrap();
+    let proxy = quiet_proxy();
+    let (run, token) = tcp_run(&proxy, "vm-apple", allowed);
     let (host, guest) = (dir.join("host.sock"), dir.join("guest.sock"));
     publish_socket(&host, &guest);
     let dialing = oz0_egress::reverse::serve_dialing(&host, run.tcp_addr().unwrap()).unwrap();
 
-    let script = format!(
-        "echo token=${{{var}:-none}}; \
-         curl -s http://127.0.0.1:{allowed}/; echo; \
-         curl -s -o /dev/null -w 'unlisted=%{{http_code}}' http://127.0.0.1:{unlisted}/",
-        var = oz0_microvm::smolguest::TOKEN_VAR
-    );
+    let script = egress_script(allowed, unlisted);
     let out = Command::new(env!("CARGO_BIN_EXE_oz0-vm-testnode"))
         .args([
             oz0_microvm::smolguest::EGRESS_ARG,

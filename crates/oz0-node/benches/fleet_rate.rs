@@ -25,6 +25,9 @@
 //!
 //! N defaults to 300 and P to 2.
 
+#[path = "shared/mod.rs"]
+mod shared;
+
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports, unused_macros)]
 mod common;
@@ -70,22 +73,6 @@ fn direct(n: usize, p: usize) -> f64 {
     n as f64 / started.elapsed().as_secs_f64()
 }
 
-/// A process's CPU so far from `/proc/<pid>/stat`: its own (user plus
-/// system) and its waited-for children's.
-fn cpu_of(pid: &str) -> (Duration, Duration) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("a stat file");
-    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
-    let f: Vec<u64> = rest
-        .split(' ')
-        .skip(11)
-        .take(4)
-        .map(|v| v.parse().expect("a tick count"))
-        .collect();
-    let hz = rustix::param::clock_ticks_per_second() as f64;
-    let t = |a: u64, b: u64| Duration::from_secs_f64((a + b) as f64 / hz);
-    (t(f[0], f[1]), t(f[2], f[3]))
-}
-
 /// Where a round's CPU went, per job: the edge's, the node's own, its
 /// runs' and this process's (submitting and asking for each job's state).
 struct Cpu([(Duration, Duration); 3]);
@@ -93,9 +80,9 @@ struct Cpu([(Duration, Duration); 3]);
 impl Cpu {
     fn now(edge: &Edge, node: &Node) -> Cpu {
         Cpu([
-            cpu_of(&edge.child.id().to_string()),
-            cpu_of(&node.pid().to_string()),
-            cpu_of("self"),
+            shared::cpu_of(&edge.child.id().to_string()),
+            shared::cpu_of(&node.pid().to_string()),
+            shared::cpu_of("self"),
         ])
     }
 
@@ -155,7 +142,7 @@ fn plant_records(data: &Path, count: usize) {
 
 /// This process's waited-for children's CPU so far.
 fn children_cpu() -> Duration {
-    cpu_of("self").1
+    shared::cpu_of("self").1
 }
 
 fn start_node(edge: &Edge, tag: &str, p: usize, records: usize) -> Node {

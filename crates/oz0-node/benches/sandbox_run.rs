@@ -169,20 +169,9 @@ fn node_true(bin: &std::path::Path, work: &std::path::Path, data: &std::path::Pa
     c
 }
 
-/// User plus system time of this process's waited-for children so far
-/// (`/proc/self/stat`'s cutime and cstime: the kernel sums them in
-/// nanoseconds and rounds only what it shows, to clock ticks).
+/// User plus system time of this process's waited-for children so far.
 fn children_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
-    let f: Vec<u64> = rest
-        .split(' ')
-        .skip(13)
-        .take(2)
-        .map(|v| v.parse().expect("a tick count"))
-        .collect();
-    let hz = rustix::param::clock_ticks_per_second();
-    Duration::from_secs_f64((f[0] + f[1]) as f64 / hz as f64)
+    shared::cpu_of("self").1
 }
 
 /// The CPU a run costs, bare bubblewrap and the node alternating in

@@ -96,6 +96,48 @@ pub fn http_listener(body: &'static str) -> u16 {
     port
 }
 
+/// A proxy for the egress tests: its audit dropped, the node's own
+/// addresses unchecked (the tests' listeners are on loopback).
+pub fn quiet_proxy() -> oz0_egress::ProxyHandle {
+    oz0_egress::Proxy::start(oz0_egress::ProxyConfig {
+        own_addrs: None,
+        audit: std::sync::Arc::new(|_: &oz0_egress::AuditRecord| {}),
+        ..oz0_egress::ProxyConfig::default()
+    })
+    .unwrap()
+}
+
+/// A run of `proxy` on loopback TCP that may reach only 127.0.0.1:`allowed`,
+/// with a new token: its guard (which tells the address) and the token.
+pub fn tcp_run(
+    proxy: &oz0_egress::ProxyHandle,
+    id: &str,
+    allowed: u16,
+) -> (oz0_egress::RunGuard, oz0_egress::Token) {
+    let token = oz0_egress::Token::generate().unwrap();
+    let run = proxy
+        .add_run_tcp(
+            id.into(),
+            token.clone(),
+            oz0_policy::net::Egress::parse(&[format!("127.0.0.1:{allowed}")], &[]).unwrap(),
+            "127.0.0.1:0".parse().unwrap(),
+        )
+        .unwrap();
+    (run, token)
+}
+
+/// A server's shell script behind the guest's bridge: whether it sees the
+/// token's variable, its proxy variable with the token masked, the body of
+/// `allowed` through the proxy, and the status of `unlisted`.
+pub fn egress_script(allowed: u16, unlisted: u16) -> String {
+    format!(
+        "echo token=${{{var}:-none}}; echo proxy=$HTTP_PROXY | sed 's/oz0:[^@]*@/oz0:T@/'; \
+         curl -s http://127.0.0.1:{allowed}/; echo; \
+         curl -s -o /dev/null -w 'unlisted=%{{http_code}}' http://127.0.0.1:{unlisted}/; echo",
+        var = oz0_egress::reverse::TOKEN_VAR
+    )
+}
+
 /// The staged node with `args` (the binary first) and `envs` on top of a
 /// plain `PATH`: as the unprivileged `oz0test` when root, the way nodes run.
 pub fn node_command(st: &Stage, args: &[String], envs: &[(&str, String)]) -> Command {

@@ -37,3 +37,20 @@ pub fn p90(v: &mut [Duration]) -> Duration {
     v.sort();
     v[(v.len() * 9) / 10]
 }
+
+/// A process's CPU so far from `/proc/<pid>/stat` (`pid` may be `self`):
+/// its own (user plus system) and its waited-for children's (the kernel
+/// sums them in nanoseconds and rounds only what it shows, to clock ticks).
+pub fn cpu_of(pid: &str) -> (Duration, Duration) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("a stat file");
+    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let f: Vec<u64> = rest
+        .split(' ')
+        .skip(11)
+        .take(4)
+        .map(|v| v.parse().expect("a tick count"))
+        .collect();
+    let hz = rustix::param::clock_ticks_per_second() as f64;
+    let t = |a: u64, b: u64| Duration::from_secs_f64((a + b) as f64 / hz);
+    (t(f[0], f[1]), t(f[2], f[3]))
+}
