@@ -15,7 +15,8 @@
 //! - On the node, [`serve_dialing`]: it keeps [`POOL`] connections open to
 //!   HOST. The runtime takes a connection to HOST even before the guest
 //!   listens, so a connection counts only once [`READY`] came over it; one
-//!   that ends first is opened again after [`REDIAL`]. A kept connection
+//!   that ends first is opened again after [`REDIAL`], doubled each time
+//!   it fails again up to [`REDIAL_MAX`]. A kept connection
 //!   over which bytes arrive is the server's: the node opens a connection to
 //!   the run's proxy, passes those bytes and carries both ways, and opens
 //!   another to HOST in its place.
@@ -51,6 +52,9 @@ pub const POOL: usize = 4;
 /// How long the node waits before opening again a connection that ended
 /// before the guest was ready.
 pub const REDIAL: Duration = Duration::from_millis(50);
+/// The longest pause between two attempts of one slot, while the guest's
+/// bridge does not answer (a VM still booting, or one that never will).
+pub const REDIAL_MAX: Duration = Duration::from_millis(400);
 /// How long a new connection may take to be answered with [`READY`].
 pub const READY_WAIT: Duration = Duration::from_secs(10);
 #[cfg(unix)]
@@ -64,7 +68,7 @@ mod imp {
     use std::thread;
     use std::time::Duration;
 
-    use super::{POOL, READY, READY_WAIT, REDIAL};
+    use super::{POOL, READY, READY_WAIT, REDIAL, REDIAL_MAX};
     use crate::bridge::{carry_between, MAX_BRIDGE_CONNECTIONS};
 
     /// Stack of each thread (buffers are on the heap).
@@ -261,6 +265,7 @@ mod imp {
 
         /// A connection the guest answered with [`READY`]; None once stopped.
         fn ready(&self) -> Option<UnixStream> {
+            let mut pause = REDIAL;
             loop {
                 if self.stop.load(Ordering::SeqCst) {
                     return None;
@@ -275,7 +280,8 @@ mod imp {
                         return Some(c);
                     }
                 }
-                thread::sleep(REDIAL);
+                thread::sleep(pause);
+                pause = (pause * 2).min(REDIAL_MAX);
             }
         }
     }

@@ -165,6 +165,18 @@ fn a_guest_that_never_listens_is_dialled_until_stopped() {
     std::thread::sleep(Duration::from_millis(400));
     let before = dropped.load(Ordering::SeqCst);
     assert!(before >= 4, "{before}");
+    // Backing off: over 2 s each of the 4 slots tries at most once per
+    // REDIAL_MAX (a loaded machine tries fewer times, never more).
+    std::thread::sleep(Duration::from_millis(600));
+    let from = dropped.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_secs(2));
+    let tries = dropped.load(Ordering::SeqCst) - from;
+    let most = oz0_egress::reverse::POOL
+        * (2000 / oz0_egress::reverse::REDIAL_MAX.as_millis() as usize + 1);
+    assert!(
+        (1..=most).contains(&tries),
+        "{tries} tries in 2 s, at most {most}"
+    );
     drop(dialing);
     std::thread::sleep(Duration::from_millis(300));
     let after = dropped.load(Ordering::SeqCst);
