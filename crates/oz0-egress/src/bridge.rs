@@ -63,45 +63,72 @@ fn serve_mode(
     max: usize,
     hand_over: bool,
 ) -> io::Result<()> {
-    let slots = Arc::new((Mutex::new(0usize), Condvar::new()));
+    let slots = Slots::new(max);
     let target: Arc<PathBuf> = Arc::new(proxy_socket.to_path_buf());
     loop {
-        {
-            let (lock, cv) = &*slots;
-            let mut n = lock.lock().unwrap_or_else(|e| e.into_inner());
-            while *n >= max.max(1) {
-                n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
-            }
-            *n += 1;
-        }
-        let release = Slot(slots.clone());
+        let release = slots.take();
         let Some(tcp) = accept(&listener)? else {
             continue;
         };
         let target = target.clone();
-        let spawned = thread::Builder::new()
-            .name("oz0-bridge".into())
-            .stack_size(THREAD_STACK)
-            .spawn(move || {
-                let _release = release;
-                let _ = if hand_over {
-                    carry(tcp, &target)
-                } else {
-                    copy_both(tcp, &target)
-                };
-            });
-        // Could not spawn (thread limit): the connection was dropped with
-        // the closure, which released its slot.
-        if let Err(e) = spawned {
-            if e.kind() != io::ErrorKind::WouldBlock && e.raw_os_error() != Some(11) {
-                return Err(e);
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
+        spawn_carrier(move || {
+            let _release = release;
+            let _ = if hand_over {
+                carry(tcp, &target)
+            } else {
+                copy_both(tcp, &target)
+            };
+        })?;
     }
 }
 
-struct Slot(Arc<(Mutex<usize>, Condvar)>);
+/// Starts the thread that carries one connection. When no thread can be
+/// made now (the thread limit), the connection is dropped with `carry`,
+/// which releases its slot, and the caller goes on after a pause; any
+/// other failure is returned.
+pub(crate) fn spawn_carrier(carry: impl FnOnce() + Send + 'static) -> io::Result<()> {
+    let spawned = thread::Builder::new()
+        .name("oz0-bridge".into())
+        .stack_size(THREAD_STACK)
+        .spawn(carry);
+    if let Err(e) = spawned {
+        if e.kind() != io::ErrorKind::WouldBlock && e.raw_os_error() != Some(11) {
+            return Err(e);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// At most so many connections carried at once: each holds a [`Slot`].
+pub(crate) struct Slots {
+    count: Arc<(Mutex<usize>, Condvar)>,
+    max: usize,
+}
+
+impl Slots {
+    /// Room for `max` (at least one).
+    pub(crate) fn new(max: usize) -> Slots {
+        Slots {
+            count: Arc::new((Mutex::new(0), Condvar::new())),
+            max: max.max(1),
+        }
+    }
+
+    /// A slot, once one is free.
+    pub(crate) fn take(&self) -> Slot {
+        let (lock, cv) = &*self.count;
+        let mut n = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while *n >= self.max {
+            n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
+        }
+        *n += 1;
+        Slot(self.count.clone())
+    }
+}
+
+/// One connection's place among [`Slots`], freed when dropped.
+pub(crate) struct Slot(Arc<(Mutex<usize>, Condvar)>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
@@ -132,7 +159,7 @@ pub fn serve_channel(listener: TcpListener, channel: &UnixStream) -> io::Result<
 /// The next connection on `listener`; `None` when accepting should simply
 /// be tried again (interrupted, aborted by the client, or out of
 /// descriptors, after backing off instead of spinning).
-fn accept(listener: &TcpListener) -> io::Result<Option<TcpStream>> {
+pub(crate) fn accept(listener: &TcpListener) -> io::Result<Option<TcpStream>> {
     match listener.accept() {
         Ok((tcp, _)) => Ok(Some(tcp)),
         Err(e) => match e.kind() {

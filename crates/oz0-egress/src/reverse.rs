@@ -66,10 +66,9 @@ mod imp {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::{mpsc, Arc, Mutex};
     use std::thread;
-    use std::time::Duration;
 
     use super::{POOL, READY, READY_WAIT, REDIAL, REDIAL_MAX};
-    use crate::bridge::{carry_between, MAX_BRIDGE_CONNECTIONS};
+    use crate::bridge::{accept, carry_between, spawn_carrier, Slots, MAX_BRIDGE_CONNECTIONS};
 
     /// Stack of each thread (buffers are on the heap).
     const THREAD_STACK: usize = 64 * 1024;
@@ -94,37 +93,23 @@ mod imp {
                     }
                 }
             })?;
-        let busy = Arc::new(AtomicUsize::new(0));
-        for tcp in listener.incoming() {
-            let tcp = match tcp {
-                Ok(t) => t,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
-                Err(e) => return Err(e),
+        let slots = Slots::new(MAX_BRIDGE_CONNECTIONS);
+        loop {
+            let slot = slots.take();
+            let Some(tcp) = accept(&listener)? else {
+                continue;
             };
-            while busy.load(Ordering::SeqCst) >= MAX_BRIDGE_CONNECTIONS {
-                thread::sleep(Duration::from_millis(5));
-            }
             // The host's next connection: it keeps some ready, so this waits
             // only when the server opens them faster than the host answers.
             let host = kept
                 .recv()
                 .map_err(|_| io::Error::other("the host's connections ended"))?;
             let _ = tcp.set_nodelay(true);
-            busy.fetch_add(1, Ordering::SeqCst);
-            let done = busy.clone();
-            let spawned = thread::Builder::new()
-                .name("oz0-bridge".into())
-                .stack_size(THREAD_STACK)
-                .spawn(move || {
-                    let _ = carry_between(tcp, host);
-                    done.fetch_sub(1, Ordering::SeqCst);
-                });
-            if spawned.is_err() {
-                busy.fetch_sub(1, Ordering::SeqCst);
-            }
+            spawn_carrier(move || {
+                let _slot = slot;
+                let _ = carry_between(tcp, host);
+            })?;
         }
-        Ok(())
     }
 
     /// On the node: keeps [`POOL`] connections ready to the published socket
