@@ -48,6 +48,35 @@ pub struct ToolEgress {
     pub guest_bin: AbsPath,
 }
 
+impl ToolEgress {
+    /// Opens the tool's own run of the node's proxy `service` on loopback
+    /// TCP (`run_id` in its audit lines, `policy` its allowlist, a new
+    /// token), for a VM whose bridge runs `guest_bin`. The run lasts as
+    /// long as the returned lease.
+    pub fn open(
+        service: &dyn oz0_egress::EgressService,
+        run_id: String,
+        policy: oz0_policy::net::Egress,
+        guest_bin: AbsPath,
+    ) -> Result<(ToolEgress, oz0_egress::Lease), oz0_egress::EgressError> {
+        let token = oz0_egress::Token::generate()?;
+        let (lease, proxy) = service.open_tcp(
+            run_id,
+            token.clone(),
+            policy,
+            (std::net::Ipv4Addr::LOCALHOST, 0).into(),
+        )?;
+        Ok((
+            ToolEgress {
+                proxy,
+                token: token.expose().to_string(),
+                guest_bin,
+            },
+            lease,
+        ))
+    }
+}
+
 /// Why a tool server was not started, or could not be waited for.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

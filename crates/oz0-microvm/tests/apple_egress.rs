@@ -27,7 +27,7 @@ use oz0_policy::AbsPath;
 use serde_json::Value;
 
 mod stage;
-use stage::{egress_script, http_listener, quiet_proxy, tcp_run};
+use stage::{egress_script, http_listener, quiet_proxy};
 
 /// The stand-in `container`: `run` logs its arguments and the env file,
 /// then plays the runtime; `stop` and `delete` are logged.
@@ -131,7 +131,15 @@ fn a_macs_tool_reaches_its_allowlist_through_the_published_socket() {
     let allowed = http_listener("hello from the allowlist");
     let unlisted = http_listener("must never be seen");
     let proxy = quiet_proxy();
-    let (run, token) = tcp_run(&proxy, "mac-tool", allowed);
+    // The tool's own run of the proxy, opened as a Mac's node opens it.
+    let (egress, _lease) = ToolEgress::open(
+        &proxy,
+        "mac-tool".into(),
+        oz0_policy::net::Egress::parse(&[format!("127.0.0.1:{allowed}")], &[]).unwrap(),
+        abs(Path::new(env!("CARGO_BIN_EXE_oz0-vm-testnode"))),
+    )
+    .unwrap();
+    let token = egress.token.clone();
     let script = egress_script(allowed, unlisted);
     let tool = VmTool {
         image: format!("ghcr.io/acme/fetch-mcp@sha256:{}", "4f6c".repeat(16)),
@@ -151,11 +159,6 @@ fn a_macs_tool_reaches_its_allowlist_through_the_published_socket() {
         stdout: Stdio::File(File::from(OwnedFd::from(out_w))),
         stderr: Stdio::Inherit,
     };
-    let egress = ToolEgress {
-        proxy: run.tcp_addr().unwrap(),
-        token: token.expose().to_string(),
-        guest_bin: abs(Path::new(env!("CARGO_BIN_EXE_oz0-vm-testnode"))),
-    };
     let data_dir = abs(&dir.join("data"));
     let vars = vec![("ACME_MODE".to_string(), "fast".to_string())];
     let server = std::thread::spawn(move || {
@@ -174,7 +177,7 @@ fn a_macs_tool_reaches_its_allowlist_through_the_published_socket() {
     let code = server.join().unwrap().unwrap();
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("token=none"), "{text}");
-    assert!(!text.contains(token.expose()), "{text}");
+    assert!(!text.contains(token.as_str()), "{text}");
     assert!(text.contains("proxy=http://oz0:T@127.0.0.1:"), "{text}");
     assert!(text.contains("hello from the allowlist"), "{text}");
     assert!(text.contains("unlisted=403"), "{text}");
@@ -195,7 +198,7 @@ fn a_macs_tool_reaches_its_allowlist_through_the_published_socket() {
         argv.windows(2).any(|w| w == ["--network", "none"]),
         "{argv:?}"
     );
-    assert!(!argv.iter().any(|a| a.contains(token.expose())), "{argv:?}");
+    assert!(!argv.iter().any(|a| a.contains(token.as_str())), "{argv:?}");
     let spec = argv[argv.iter().position(|a| *a == "--publish-socket").unwrap() + 1];
     let (host, guest) = spec.split_once(':').unwrap();
     assert_eq!(guest, oz0_egress::reverse::GUEST_SOCKET);
@@ -205,7 +208,7 @@ fn a_macs_tool_reaches_its_allowlist_through_the_published_socket() {
     let env = run_call["env_file_text"].as_str().unwrap();
     assert!(env.contains("ACME_MODE=fast\n"), "{env}");
     assert!(
-        env.contains(&format!("OZ0_EGRESS_TOKEN={}\n", token.expose())),
+        env.contains(&format!("OZ0_EGRESS_TOKEN={}\n", token.as_str())),
         "the token travels in the env file"
     );
     // The VM is stopped and deleted by name after.

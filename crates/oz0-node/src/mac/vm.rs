@@ -178,7 +178,6 @@ fn egress(
     a: &VmArgs,
     data_dir: &AbsPath,
 ) -> Result<Option<(oz0_macos::vm::ToolEgress, Held)>, String> {
-    use oz0_egress::EgressService;
     if a.allow.is_empty() && a.forward.is_empty() {
         return Ok(None);
     }
@@ -204,24 +203,14 @@ fn egress(
         bin.display()
     );
     let policy = oz0_policy::net::Egress::parse(&a.allow, &a.forward).map_err(|e| e.to_string())?;
-    let token = oz0_egress::Token::generate().map_err(|e| e.to_string())?;
     let proxy = super::host::egress(
         std::path::Path::new(data_dir.as_str()).join(oz0_egress::AUDIT_LOG_NAME),
     );
-    let (lease, addr) = proxy
-        .open_tcp(
-            "sandbox-vm".into(),
-            token.clone(),
-            policy,
-            (std::net::Ipv4Addr::LOCALHOST, 0).into(),
-        )
-        .map_err(|e| format!("the egress proxy: {e}"))?;
+    let (egress, lease) =
+        oz0_macos::vm::ToolEgress::open(&proxy, "sandbox-vm".into(), policy, guest_bin)
+            .map_err(|e| format!("the egress proxy: {e}"))?;
     Ok(Some((
-        oz0_macos::vm::ToolEgress {
-            proxy: addr,
-            token: token.expose().to_string(),
-            guest_bin,
-        },
+        egress,
         Held {
             _lease: lease,
             _proxy: proxy,

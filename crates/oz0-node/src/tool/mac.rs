@@ -159,22 +159,13 @@ fn egress(
     }
     let allow: Vec<String> = t.tool.egress.iter().map(ToString::to_string).collect();
     let policy = oz0_policy::net::Egress::parse(&allow, &[]).map_err(|e| refuse(&e.to_string()))?;
-    let token = oz0_egress::Token::generate().map_err(|e| refuse(&e.to_string()))?;
-    let (lease, proxy) = ctx
-        .egress
-        .open_tcp(
-            format!("tool-{}", t.tool.id),
-            token.clone(),
-            policy,
-            (std::net::Ipv4Addr::LOCALHOST, 0).into(),
-        )
-        .map_err(|e| refuse(&format!("the node's egress proxy: {e}")))?;
-    Ok(Some((
-        ToolEgress {
-            proxy,
-            token: token.expose().to_string(),
-            guest_bin: abs(guest_bin, "the guest binary")?,
-        },
-        lease,
-    )))
+    let guest_bin = abs(guest_bin, "the guest binary")?;
+    ToolEgress::open(
+        &**ctx.egress,
+        format!("tool-{}", t.tool.id),
+        policy,
+        guest_bin,
+    )
+    .map(Some)
+    .map_err(|e| refuse(&format!("the node's egress proxy: {e}")))
 }
