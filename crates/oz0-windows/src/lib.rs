@@ -84,5 +84,6 @@ pub mod relay;
 pub mod route;
 pub mod supervise;
 pub mod tier0;
+pub mod utf8;
 pub mod wall;
 pub mod winpath;

@@ -137,6 +137,9 @@ pub use imp::{
 pub use imp::psec::{PsecChild, PsecEnv, PsecLauncher};
 
 #[cfg(windows)]
+pub use imp::conpty::{on_a_terminal, PseudoConsole};
+
+#[cfg(windows)]
 pub use imp::spawn::{create_suspended, Spawn, StdHandles, Suspended};
 
 #[cfg(windows)]

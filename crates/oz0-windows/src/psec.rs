@@ -24,7 +24,9 @@
 //!
 //! Its command gets the run's three standard streams (the node's own,
 //! `NUL`, or a file or pipe) and inherits no other handle
-//! (`crate::native::create_suspended`). What it refuses ([`refusal`],
+//! (`crate::native::create_suspended`). Started from a terminal, it gets a
+//! pseudo console of its own instead ([`on_its_own_console`]); no run is
+//! given the node's console. What it refuses ([`refusal`],
 //! tested on Linux): a VM's monitor, a self-test fault, and egress, which
 //! this build does not start for a container yet. Type-checked for Windows in CI; it has not
 //! run on a machine with PSEC.
@@ -64,6 +66,21 @@ pub fn refusal(spec: &RunSpec, role: &Role, fault: Option<&Fault>) -> Option<Str
 #[cfg(windows)]
 pub use imp::Psec;
 
+/// Whether a run gets a pseudo console of its own, carried to and from the
+/// node's terminal: when its three streams are the node's own and the
+/// node's input and output are a terminal (an interactive run). Otherwise
+/// its streams are handles, and one that is the node's console reaches it
+/// as a pipe the node carries: no run is given the node's console, which
+/// it could read or type into.
+pub fn on_its_own_console(io: &oz0_core::RunIo, node_on_a_terminal: bool) -> bool {
+    use oz0_core::Stdio::Inherit;
+    node_on_a_terminal
+        && matches!(
+            (&io.stdin, &io.stdout, &io.stderr),
+            (Inherit, Inherit, Inherit)
+        )
+}
+
 /// Why PSEC cannot be set up for this node.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -92,12 +109,16 @@ mod imp {
     use crate::claims;
     use crate::hold::{hold, Held};
     use crate::launch::{self, Started, SysError};
-    use crate::native::{wait_for, PsecLauncher, StdHandles};
+    use crate::native::{on_a_terminal, wait_for, PsecLauncher, PseudoConsole, StdHandles};
     use crate::plan::{plan, WindowsHost};
     use crate::probe::PsecFacts;
     use crate::supervise::{supervise, Watch, Woke};
     use crate::tier0::{new_run_id, uncarry};
     use crate::winpath::WinPath;
+
+    /// The longest wait, after a run, for its output to reach the node's
+    /// console.
+    const CARRY_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
     /// Tier 1 on Windows: a PSEC container, where the probes found PSEC.
     pub struct Psec {
@@ -166,9 +187,18 @@ mod imp {
             if let Some(why) = super::refusal(spec, &role, fault.as_ref()) {
                 return Err(why.into());
             }
-            // The run's streams, the only handles its process inherits.
-            let stdio = StdHandles::new(io)
-                .map_err(|e| format!("cannot hand the run its standard streams: {e}"))?;
+            // The run's streams, the only handles its process inherits; or,
+            // started from a terminal, a pseudo console of its own.
+            let (console, mut stdio) = if super::on_its_own_console(&io, on_a_terminal()) {
+                let c = PseudoConsole::for_this_terminal()
+                    .map_err(|e| format!("cannot give the run a console of its own: {e}"))?;
+                (Some(c), None)
+            } else {
+                let s = StdHandles::new(io)
+                    .map_err(|e| format!("cannot hand the run its standard streams: {e}"))?;
+                (None, Some(s))
+            };
+            let carriers = stdio.as_mut().map(StdHandles::take_carriers);
             let run_id = new_run_id();
             let mut made = Held::default();
             let temp = std::env::temp_dir().join(format!("oz0-run-{run_id}"));
@@ -197,9 +227,12 @@ mod imp {
             };
             let plan = plan(spec, &host, &self.facts, None).map_err(|e| e.to_string())?;
             hold(&plan.protected, &plan.hold_open, &mut made)?;
-            let mut launcher = PsecLauncher::load()
-                .map_err(|e| e.to_string())?
-                .with_stdio(stdio);
+            let launcher = PsecLauncher::load().map_err(|e| e.to_string())?;
+            let mut launcher = match (&console, stdio) {
+                (Some(c), _) => launcher.with_console(c),
+                (None, Some(s)) => launcher.with_stdio(s),
+                (None, None) => launcher,
+            };
             let started = Instant::now();
             let run = launch::start(&mut launcher, &plan).map_err(|e| e.to_string())?;
             let mut run = PsecRun {
@@ -211,6 +244,12 @@ mod imp {
                 format!("cannot wait for the run: {e}; every process of its job was ended")
             })?;
             drop(run);
+            // What the run wrote reaches the terminal before the run's end
+            // is told.
+            drop(console);
+            if let Some(c) = carriers {
+                c.finish(CARRY_MAX);
+            }
             drop(made);
             let warnings = if end.left > 0 {
                 vec![format!(
@@ -247,6 +286,18 @@ mod tests {
             ..Default::default()
         })
         .unwrap()
+    }
+
+    #[test]
+    fn only_a_run_of_the_nodes_own_terminal_gets_a_console_of_its_own() {
+        use oz0_core::{RunIo, Stdio};
+        assert!(on_its_own_console(&RunIo::inherit(), true));
+        assert!(!on_its_own_console(&RunIo::inherit(), false));
+        let piped_in = RunIo {
+            stdin: Stdio::Null,
+            ..RunIo::inherit()
+        };
+        assert!(!on_its_own_console(&piped_in, true));
     }
 
     #[test]

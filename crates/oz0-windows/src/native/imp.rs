@@ -1,14 +1,16 @@
 //! The system calls behind `crate::native` (Windows only), by what they
 //! do: `probe` (the registry and `processmodel.dll`'s exports), `acl`
 //! (this user's SID, access lists, AppContainer profiles), `job` (job
-//! objects), `psec` (the PSEC launcher) and `run` (one wait on a run and
-//! its cancel, tier 0's runner). What they share is here: UTF-16 strings,
+//! objects), `psec` (the PSEC launcher), `spawn` (a process created with
+//! exactly its streams), `conpty` (a run's own pseudo console) and `run`
+//! (one wait on a run and its cancel, tier 0's runner). What they share is here: UTF-16 strings,
 //! the last error, System32-only loading and our constants checked
 //! against the system's.
 
 use std::ffi::c_void;
 
 mod acl;
+pub mod conpty;
 mod firewall;
 mod job;
 mod probe;

@@ -34,6 +34,7 @@ pub struct PsecLauncher {
     create: PfnCreate,
     close: PfnClose,
     stdio: Option<StdHandles>,
+    console: Option<windows_sys::Win32::System::Console::HPCON>,
 }
 
 /// A PSEC environment; closed when dropped.
@@ -125,12 +126,22 @@ impl PsecLauncher {
             create,
             close,
             stdio: None,
+            console: None,
         })
     }
 
     /// The next command's standard streams.
     pub fn with_stdio(mut self, stdio: StdHandles) -> PsecLauncher {
         self.stdio = Some(stdio);
+        self.console = None;
+        self
+    }
+
+    /// The next command's pseudo console (`super::conpty`), instead of
+    /// streams; the caller keeps it open for the run's length.
+    pub fn with_console(mut self, console: &super::conpty::PseudoConsole) -> PsecLauncher {
+        self.console = Some(console.handle());
+        self.stdio = None;
         self
     }
 }
@@ -184,6 +195,7 @@ impl LaunchOps for PsecLauncher {
             cwd: plan.cwd.as_str(),
             env_block: &block,
             std: self.stdio.as_ref(),
+            pseudo_console: self.console,
             security_env: Some(env.handle),
         })
         .map_err(|e| SysError {

@@ -1,23 +1,30 @@
 //! A process created suspended with exactly the handles it is given: its
 //! three standard streams (`STARTF_USESTDHANDLES`), inherited through an
 //! explicit list (`PROC_THREAD_ATTRIBUTE_HANDLE_LIST`), so that no other
-//! inheritable handle of the node reaches it; and, for PSEC, its security
+//! inheritable handle of the node reaches it — or, for a run started from
+//! a terminal, a pseudo console of its own (`super::conpty`) and no handle
+//! at all; and, for PSEC, its security
 //! environment as a thread attribute. The caller places it in its job
 //! before it resumes it.
 //!
 //! The streams are inheritable duplicates made for the one call and closed
 //! after it: the node's own handles stay not inheritable. A stream the
-//! node has not (a service has no console) is `NUL`.
+//! node has not (a service has no console) is `NUL`. The node's console is
+//! never one of them (a pipe the node carries is), and a process without
+//! a pseudo console of its own is created with a hidden console
+//! (`CREATE_NO_WINDOW`), never attached to the node's.
 
 use std::ffi::c_void;
 use std::os::windows::io::{AsHandle, AsRawHandle, FromRawHandle, OwnedHandle};
 
 use windows_sys::Win32::Foundation::{DuplicateHandle, DUPLICATE_SAME_ACCESS, HANDLE};
+use windows_sys::Win32::System::Console::HPCON;
 use windows_sys::Win32::System::Threading::{
     CreateProcessW, DeleteProcThreadAttributeList, GetCurrentProcess,
-    InitializeProcThreadAttributeList, ResumeThread, UpdateProcThreadAttribute, CREATE_SUSPENDED,
-    CREATE_UNICODE_ENVIRONMENT, EXTENDED_STARTUPINFO_PRESENT, LPPROC_THREAD_ATTRIBUTE_LIST,
-    PROCESS_INFORMATION, PROC_THREAD_ATTRIBUTE_HANDLE_LIST, STARTF_USESTDHANDLES, STARTUPINFOEXW,
+    InitializeProcThreadAttributeList, ResumeThread, UpdateProcThreadAttribute, CREATE_NO_WINDOW,
+    CREATE_SUSPENDED, CREATE_UNICODE_ENVIRONMENT, EXTENDED_STARTUPINFO_PRESENT,
+    LPPROC_THREAD_ATTRIBUTE_LIST, PROCESS_INFORMATION, PROC_THREAD_ATTRIBUTE_HANDLE_LIST,
+    PROC_THREAD_ATTRIBUTE_PSEUDOCONSOLE, STARTF_USESTDHANDLES, STARTUPINFOEXW,
 };
 
 use super::{last_error, wide};
@@ -35,17 +42,32 @@ fn sys(call: &str, code: u32) -> SysError {
 }
 
 /// A run's three standard streams as inheritable duplicates, closed when
-/// dropped (after the child is created, which holds its own).
-pub struct StdHandles([OwnedHandle; 3]);
+/// dropped (after the child is created, which holds its own), and the
+/// threads that carry the node's console to and from them.
+pub struct StdHandles([OwnedHandle; 3], Carriers);
 
 impl StdHandles {
-    /// The streams of `io`: the node's own, `NUL`, or a file or pipe.
+    /// The streams of `io`: the node's own, `NUL`, or a file or pipe. A
+    /// stream of the node's own that is its console is never handed on:
+    /// the run gets a pipe, and a thread of the node carries it to or from
+    /// the console (a process holding a console's handle could read its
+    /// screen or type into it).
     pub fn new(io: oz0_core::RunIo) -> std::io::Result<StdHandles> {
-        Ok(StdHandles([
-            inheritable(io.stdin, Which::In)?,
-            inheritable(io.stdout, Which::Out)?,
-            inheritable(io.stderr, Which::Err)?,
-        ]))
+        let mut carriers = Carriers::default();
+        Ok(StdHandles(
+            [
+                inheritable(io.stdin, Which::In, &mut carriers)?,
+                inheritable(io.stdout, Which::Out, &mut carriers)?,
+                inheritable(io.stderr, Which::Err, &mut carriers)?,
+            ],
+            carriers,
+        ))
+    }
+
+    /// The threads carrying the run's output to the node's console, for
+    /// the caller to finish after the run; the handles stay.
+    pub fn take_carriers(&mut self) -> Carriers {
+        std::mem::take(&mut self.1)
     }
 
     fn raw(&self) -> [HANDLE; 3] {
@@ -64,8 +86,66 @@ enum Which {
     Err,
 }
 
+/// The threads carrying a run's output to the node's console.
+#[derive(Default)]
+pub struct Carriers(Vec<std::thread::JoinHandle<()>>);
+
+impl Carriers {
+    /// Waits until each has carried what the run wrote (its pipe ends
+    /// when the run's processes are gone), at most `max` in all; one still
+    /// going then is left to end with the node.
+    pub fn finish(self, max: std::time::Duration) {
+        let end = std::time::Instant::now() + max;
+        for t in self.0 {
+            while !t.is_finished() && std::time::Instant::now() < end {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// A pipe for the run in place of the node's console: the run's end, and
+/// a thread carrying the node's end to or from the console.
+fn carried(which: Which, carriers: &mut Carriers) -> std::io::Result<OwnedHandle> {
+    use std::io::{Read, Write};
+    let (r, w) = super::conpty::pipe()
+        .map_err(|e| std::io::Error::other(format!("{} (error {})", e.message, e.code)))?;
+    let (r, w) = (std::fs::File::from(r), std::fs::File::from(w));
+    match which {
+        Which::In => {
+            let mut w = w;
+            // Not joined: it ends at its next read after the run.
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut input = std::io::stdin();
+                while let Ok(n) = input.read(&mut buf) {
+                    if n == 0 || w.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+            Ok(OwnedHandle::from(r))
+        }
+        Which::Out | Which::Err => {
+            let mut r = r;
+            let mut to = super::conpty::ConsoleText::new(matches!(which, Which::Err));
+            carriers.0.push(std::thread::spawn(move || {
+                let _ = std::io::copy(&mut r, &mut to);
+            }));
+            Ok(OwnedHandle::from(w))
+        }
+    }
+}
+
 /// An inheritable duplicate of the stream `s`.
-fn inheritable(s: oz0_core::Stdio, which: Which) -> std::io::Result<OwnedHandle> {
+fn inheritable(
+    s: oz0_core::Stdio,
+    which: Which,
+    carriers: &mut Carriers,
+) -> std::io::Result<OwnedHandle> {
     let null = || {
         std::fs::OpenOptions::new()
             .read(true)
@@ -84,6 +164,7 @@ fn inheritable(s: oz0_core::Stdio, which: Which) -> std::io::Result<OwnedHandle>
             };
             // No console (a service): the child's stream is NUL.
             match own {
+                Ok(h) if super::conpty::is_console(&h) => carried(which, carriers)?,
                 Ok(h) => h,
                 Err(_) => null()?,
             }
@@ -122,6 +203,9 @@ pub struct Spawn<'a> {
     pub env_block: &'a [u16],
     /// Its standard streams; None: none given (it inherits no handle).
     pub std: Option<&'a StdHandles>,
+    /// A pseudo console to attach it to (its streams are then the
+    /// console's; `std` must be None).
+    pub pseudo_console: Option<HPCON>,
     /// A PSEC environment to create it in.
     pub security_env: Option<HANDLE>,
 }
@@ -212,11 +296,37 @@ impl Drop for Attributes {
 
 /// Creates the process of `s`, suspended.
 pub fn create_suspended(s: &Spawn<'_>) -> Result<Suspended, SysError> {
-    let count = u32::from(s.std.is_some()) + u32::from(s.security_env.is_some());
+    if s.std.is_some() && s.pseudo_console.is_some() {
+        return Err(SysError {
+            code: 0,
+            message: "a process takes either its streams or a pseudo console, not both".into(),
+        });
+    }
+    if s.std
+        .is_some_and(|h| h.0.iter().any(super::conpty::is_console))
+    {
+        return Err(SysError {
+            code: 0,
+            message: "a console's handle is never handed to a run (the node carries it)".into(),
+        });
+    }
+    let count = u32::from(s.std.is_some())
+        + u32::from(s.security_env.is_some())
+        + u32::from(s.pseudo_console.is_some());
     let mut attrs = Attributes::new(count.max(1))?;
-    // Both live on this frame until CreateProcessW has returned.
+    // All live on this frame until CreateProcessW has returned.
     let env_handle = s.security_env;
+    let console = s.pseudo_console;
     let inherited = s.std.map(StdHandles::raw);
+    if let Some(c) = &console {
+        // The attribute's value is the HPCON itself, not a pointer to it.
+        attrs.set(
+            PROC_THREAD_ATTRIBUTE_PSEUDOCONSOLE as usize,
+            *c as *const c_void,
+            std::mem::size_of::<HPCON>(),
+            "UpdateProcThreadAttribute(PSEUDOCONSOLE)",
+        )?;
+    }
     if let Some(h) = &env_handle {
         attrs.set(
             PROC_THREAD_ATTRIBUTE_SECURITY_ENVIRONMENT,
@@ -237,6 +347,11 @@ pub fn create_suspended(s: &Spawn<'_>) -> Result<Suspended, SysError> {
     let mut si: STARTUPINFOEXW = unsafe { std::mem::zeroed() };
     si.StartupInfo.cb = u32::try_from(std::mem::size_of::<STARTUPINFOEXW>()).unwrap_or(0);
     si.lpAttributeList = attrs.list();
+    if console.is_some() {
+        // Null streams: the console's own, never the node's (a process
+        // whose parent's streams are redirected would otherwise get them).
+        si.StartupInfo.dwFlags |= STARTF_USESTDHANDLES;
+    }
     if let Some([i, o, e]) = inherited {
         si.StartupInfo.dwFlags |= STARTF_USESTDHANDLES;
         si.StartupInfo.hStdInput = i;
@@ -246,6 +361,16 @@ pub fn create_suspended(s: &Spawn<'_>) -> Result<Suspended, SysError> {
     let mut command_line = wide(s.command_line);
     let program = wide(s.program);
     let cwd = wide(s.cwd);
+    // Without a pseudo console of its own, a console program gets a
+    // hidden one (never the node's, which it could type into).
+    let flags = CREATE_SUSPENDED
+        | CREATE_UNICODE_ENVIRONMENT
+        | EXTENDED_STARTUPINFO_PRESENT
+        | if console.is_some() {
+            0
+        } else {
+            CREATE_NO_WINDOW
+        };
     // SAFETY: all-zero is a valid PROCESS_INFORMATION to be filled in.
     let mut pi: PROCESS_INFORMATION = unsafe { std::mem::zeroed() };
     // SAFETY: every string is NUL-terminated and outlives the call; the
@@ -260,7 +385,7 @@ pub fn create_suspended(s: &Spawn<'_>) -> Result<Suspended, SysError> {
             std::ptr::null(),
             std::ptr::null(),
             i32::from(inherited.is_some()),
-            CREATE_SUSPENDED | CREATE_UNICODE_ENVIRONMENT | EXTENDED_STARTUPINFO_PRESENT,
+            flags,
             s.env_block.as_ptr().cast(),
             cwd.as_ptr(),
             std::ptr::from_ref(&si.StartupInfo),
@@ -311,6 +436,7 @@ mod tests {
             cwd: dir.to_str().unwrap(),
             env_block: &env,
             std: Some(&std),
+            pseudo_console: None,
             security_env: None,
         })
         .unwrap();
