@@ -302,6 +302,11 @@ enum SandboxCmd {
     /// OZ0_SANDBOX_PSEC_PREVIEW=1; without it this is refused, as on any
     /// node without tier 1).
     ///
+    /// Started from a terminal, the command gets a console of its own
+    /// (ConPTY), carried to and from this one; with its input not the
+    /// terminal (< NUL, a file, a pipe) it gets its streams instead, the
+    /// terminal's carried through pipes. It is never given this console.
+    ///
     /// Exit status: the command's own; 124 on --timeout; 125 if the
     /// sandbox refused or could not start the run (the command never ran;
     /// the reason is on stderr).
