@@ -4,13 +4,14 @@
 //! (`WriteConsoleInput`): keystrokes the node's shell reads after the run,
 //! Windows' form of `TIOCSTI`. A run started from a terminal therefore gets
 //! a console of its own ([`PseudoConsole`], `CreatePseudoConsole`) sized as
-//! the node's window: what the run types goes to that console only, and the
+//! the node's window, and following its size: what the run types goes to that console only, and the
 //! node carries bytes between it and the terminal — the terminal's keys in
 //! (the node's console set to raw VT input for the run's length, and set
 //! back after), the pseudo console's output out.
 
 use std::io::{Read, Write};
 use std::os::windows::io::{AsRawHandle, FromRawHandle, OwnedHandle};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -18,9 +19,9 @@ use std::time::{Duration, Instant};
 use windows_sys::Win32::Foundation::HANDLE;
 use windows_sys::Win32::System::Console::{
     ClosePseudoConsole, CreatePseudoConsole, GetConsoleMode, GetConsoleScreenBufferInfo,
-    SetConsoleMode, CONSOLE_MODE, CONSOLE_SCREEN_BUFFER_INFO, COORD, DISABLE_NEWLINE_AUTO_RETURN,
-    ENABLE_ECHO_INPUT, ENABLE_LINE_INPUT, ENABLE_PROCESSED_INPUT, ENABLE_VIRTUAL_TERMINAL_INPUT,
-    ENABLE_VIRTUAL_TERMINAL_PROCESSING, HPCON,
+    ResizePseudoConsole, SetConsoleMode, CONSOLE_MODE, CONSOLE_SCREEN_BUFFER_INFO, COORD,
+    DISABLE_NEWLINE_AUTO_RETURN, ENABLE_ECHO_INPUT, ENABLE_LINE_INPUT, ENABLE_PROCESSED_INPUT,
+    ENABLE_VIRTUAL_TERMINAL_INPUT, ENABLE_VIRTUAL_TERMINAL_PROCESSING, HPCON,
 };
 use windows_sys::Win32::System::Pipes::CreatePipe;
 
@@ -31,6 +32,9 @@ use crate::launch::SysError;
 const QUIET: Duration = Duration::from_millis(250);
 /// The longest wait for a console to settle.
 const SETTLE_MAX: Duration = Duration::from_secs(3);
+
+/// How often the node's window's size is read, to follow it.
+const RESIZE_POLL: Duration = Duration::from_millis(200);
 
 /// Rows and columns when the node's window cannot be read.
 const DEFAULT_SIZE: COORD = COORD { X: 80, Y: 25 };
@@ -99,6 +103,11 @@ pub struct PseudoConsole {
     /// When the console last wrote, for [`PseudoConsole::settle`].
     last: Arc<Mutex<Instant>>,
     _modes: Option<RawModes>,
+    /// Set when the console closes: ends the thread that follows the
+    /// node's window's size.
+    closing: Arc<AtomicBool>,
+    /// That thread, joined before the console closes.
+    resizer: Option<JoinHandle<()>>,
 }
 
 impl PseudoConsole {
@@ -168,6 +177,8 @@ impl PseudoConsole {
             output: Some(out),
             last,
             _modes: None,
+            closing: Arc::new(AtomicBool::new(false)),
+            resizer: None,
         })
     }
 
@@ -176,8 +187,25 @@ impl PseudoConsole {
     /// input until this is dropped) and written to it.
     pub fn for_this_terminal() -> Result<PseudoConsole, SysError> {
         let modes = RawModes::set()?;
-        let mut pc = PseudoConsole::open(window_size(), std::io::stdin(), ConsoleText::new(false))?;
+        let size = window_size();
+        let mut pc = PseudoConsole::open(size, std::io::stdin(), ConsoleText::new(false))?;
         pc._modes = Some(modes);
+        // The console follows the window's size, as a terminal's programs
+        // expect (an editor redraws to it).
+        let (hpc, closing) = (pc.hpc, Arc::clone(&pc.closing));
+        pc.resizer = Some(std::thread::spawn(move || {
+            let mut last = size;
+            while !closing.load(Ordering::SeqCst) {
+                std::thread::sleep(RESIZE_POLL);
+                let now = window_size();
+                if (now.X, now.Y) != (last.X, last.Y) && !closing.load(Ordering::SeqCst) {
+                    // SAFETY: the console is open: it is closed only after
+                    // this thread has been joined.
+                    unsafe { ResizePseudoConsole(hpc, now) };
+                    last = now;
+                }
+            }
+        }));
         Ok(pc)
     }
 
@@ -210,6 +238,10 @@ impl PseudoConsole {
 impl Drop for PseudoConsole {
     fn drop(&mut self) {
         self.settle();
+        self.closing.store(true, Ordering::SeqCst);
+        if let Some(t) = self.resizer.take() {
+            let _ = t.join();
+        }
         // SAFETY: created by CreatePseudoConsole, closed once. The output
         // thread keeps reading meanwhile, so the close cannot block on a
         // full pipe.
