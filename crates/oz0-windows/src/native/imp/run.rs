@@ -15,7 +15,7 @@ use windows_sys::Win32::System::Console::{
     SetConsoleCtrlHandler, CTRL_BREAK_EVENT, CTRL_CLOSE_EVENT, CTRL_C_EVENT,
 };
 use windows_sys::Win32::System::Threading::{
-    CreateEventW, SetEvent, WaitForMultipleObjects, CREATE_SUSPENDED, INFINITE,
+    CreateEventW, SetEvent, WaitForMultipleObjects, CREATE_NO_WINDOW, CREATE_SUSPENDED, INFINITE,
 };
 
 use super::{last_error, Job};
@@ -142,8 +142,8 @@ pub fn cancel_on_ctrl_c() -> Result<Cancel, NativeError> {
     event.cancel()
 }
 
-/// `crate::tier0`'s operations: std's spawn with `CREATE_SUSPENDED`, a
-/// kill-on-close job, placed, resumed.
+/// `crate::tier0`'s operations: std's spawn with `CREATE_SUSPENDED` (and
+/// `CREATE_NO_WINDOW`), a kill-on-close job, placed, resumed.
 pub struct JobRunner;
 
 /// A tier-0 run: its first process and its job.
@@ -186,7 +186,10 @@ impl JobOps for JobRunner {
             .stdin(stdio(io.stdin))
             .stdout(stdio(io.stdout))
             .stderr(stdio(io.stderr))
-            .creation_flags(CREATE_SUSPENDED);
+            // A console program gets a hidden console of its own, never
+            // the node's: it neither takes the operator's keys nor types
+            // into them.
+            .creation_flags(CREATE_SUSPENDED | CREATE_NO_WINDOW);
         let mut child = cmd.spawn().map_err(|e| StartError::NotExecuted {
             reason: format!("cannot start {:?}: {e}", l.program),
             code: oz0_core::exit::exec_failure_code(&e),
