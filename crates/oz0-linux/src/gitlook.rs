@@ -71,7 +71,6 @@
 
 mod fsops;
 mod repo;
-mod todo;
 mod walk;
 
 use std::os::fd::OwnedFd;

@@ -17,6 +17,7 @@ pub mod describe;
 pub mod env;
 pub mod facts;
 pub mod gitconfig;
+pub mod gittodo;
 pub mod limits;
 pub mod net;
 pub mod path;

@@ -75,6 +75,7 @@ pub mod env;
 #[cfg(windows)]
 pub mod hold;
 pub mod launch;
+pub mod look;
 pub mod native;
 pub mod plan;
 pub mod probe;

@@ -20,7 +20,11 @@
 //!    request, the command created suspended inside it, placed in the job,
 //!    resumed; any failure leaves nothing running;
 //! 4. waits on its first process and its cancel together, bounded by
-//!    `--timeout` (`crate::supervise`), then ends every process of the job.
+//!    `--timeout` (`crate::supervise`), then ends every process of the job;
+//! 5. looks at what the run left in its writable folders that git, an
+//!    agent or an editor would run or follow (`crate::look`), and reports
+//!    it among the run's warnings and in its report (`look`): reported,
+//!    never moved.
 //!
 //! Its command gets the run's three standard streams (the node's own,
 //! `NUL`, or a file or pipe) and inherits no other handle
@@ -66,6 +70,28 @@ pub fn refusal(spec: &RunSpec, role: &Role, fault: Option<&Fault>) -> Option<Str
 #[cfg(windows)]
 pub use imp::Psec;
 
+/// The look after a run (`crate::look`) in the run's report: what it
+/// examined, whether whole, and each finding.
+pub fn look_report(l: &crate::look::Look) -> serde_json::Value {
+    use crate::look::What;
+    serde_json::json!({
+        "entries": l.entries,
+        "complete": l.complete,
+        "moved": false,
+        "findings": l.findings.iter().map(|f| serde_json::json!({
+            "path": f.path.to_string_lossy(),
+            "what": match &f.what {
+                What::Link => "link",
+                What::Repository => "repository",
+                What::AgentSettings => "agent_settings",
+                What::TodoRunsCommands => "todo_runs_commands",
+                What::Unexamined(_) => "unexamined",
+            },
+            "why": match &f.what { What::Unexamined(w) => Some(w.as_str()), _ => None },
+        })).collect::<Vec<_>>(),
+    })
+}
+
 /// Whether a run gets a pseudo console of its own, carried to and from the
 /// node's terminal: when its three streams are the node's own and the
 /// node's input and output are a terminal (an interactive run). Otherwise
@@ -109,6 +135,7 @@ mod imp {
     use crate::claims;
     use crate::hold::{hold, Held};
     use crate::launch::{self, Started, SysError};
+    use crate::look;
     use crate::native::{on_a_terminal, wait_for, PsecLauncher, PseudoConsole, StdHandles};
     use crate::plan::{plan, WindowsHost};
     use crate::probe::PsecFacts;
@@ -119,6 +146,9 @@ mod imp {
     /// The longest wait, after a run, for its output to reach the node's
     /// console.
     const CARRY_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
+    /// Findings of the look told one per line, at most.
+    const LOOK_LINES: usize = 20;
 
     /// Tier 1 on Windows: a PSEC container, where the probes found PSEC.
     pub struct Psec {
@@ -251,13 +281,26 @@ mod imp {
                 c.finish(CARRY_MAX);
             }
             drop(made);
+            let mut report = serde_json::Map::new();
             let warnings = if end.left > 0 {
-                vec![format!(
-                    "{} processes of the run were still in its job after it was ended",
-                    end.left
-                )]
+                vec![
+                    format!(
+                        "{} processes of the run were still in its job after it was ended",
+                        end.left
+                    ),
+                    "the look after the run did not run: the run's processes were not all gone; \
+                     look at its writable folders before running git there"
+                        .into(),
+                ]
             } else {
-                vec![]
+                // The run's writable folders, still its claims.
+                let folders: Vec<PathBuf> = std::iter::once(&spec.work)
+                    .chain(spec.write.iter())
+                    .map(uncarry)
+                    .collect();
+                let l = look::look(&folders, look::Bounds::default());
+                report.insert("look".into(), super::look_report(&l));
+                l.lines(LOOK_LINES)
             };
             Ok(Outcome {
                 run_id,
@@ -266,7 +309,7 @@ mod imp {
                 duration_ms: started.elapsed().as_millis().try_into().unwrap_or(u64::MAX),
                 limit_hit: None,
                 warnings,
-                report: serde_json::Map::new(),
+                report,
             })
         }
     }

@@ -451,7 +451,7 @@ impl Looker<'_> {
                 .and_then(|f| fsops::read_fd(f, MAX_FILE)),
         };
         let runs = match data {
-            Ok(text) => super::todo::runs_commands(&text),
+            Ok(text) => oz0_policy::gittodo::runs_commands(&text),
             Err(ReadError::Missing) => false,
             Err(ReadError::Unreadable(_)) => true,
         };

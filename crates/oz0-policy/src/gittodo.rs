@@ -9,7 +9,7 @@
 //! only ever finds more.
 
 /// Whether `list` holds an `exec` (or `x`) line.
-pub(super) fn runs_commands(list: &[u8]) -> bool {
+pub fn runs_commands(list: &[u8]) -> bool {
     list.split(|b| *b == b'\n').any(is_exec)
 }
 
