@@ -14,7 +14,9 @@
 //! - below the top of a writable folder: a repository (a `.git` folder or
 //!   file, or a folder git would take for a git directory: `HEAD` beside
 //!   `objects`, `refs` or `commondir`), and agents' and editors' settings
-//!   (`oz0_policy::protected::AGENT_SETTINGS`);
+//!   (`oz0_policy::protected::AGENT_SETTINGS`); names compared as Windows
+//!   compares them (any letter case, trailing dots and spaces dropped, and
+//!   `.git`'s short name `GIT~1`);
 //! - in every repository met, the top's own `.git` too: a sequencer in
 //!   progress whose list runs commands (`rebase-merge/git-rebase-todo`,
 //!   `sequencer/todo`, read as git reads it), which `git rebase
@@ -164,6 +166,19 @@ fn is_link(meta: &std::fs::Metadata) -> bool {
     meta.file_type().is_symlink()
 }
 
+/// Whether `name` names the entry `want` as Windows compares names: in
+/// any letter case, and with the trailing dots and spaces Windows drops
+/// (`.Claude`, `.vscode.` are `.claude` and `.vscode` to a program).
+fn same_name(name: &str, want: &str) -> bool {
+    name.trim_end_matches(['.', ' ']).eq_ignore_ascii_case(want)
+}
+
+/// Whether `name` is a repository's `.git` to git on Windows: in any
+/// letter case, with trailing dots and spaces, or its short name `GIT~1`.
+fn is_dot_git(name: &str) -> bool {
+    same_name(name, ".git") || name.eq_ignore_ascii_case("git~1")
+}
+
 struct Walk {
     look: Look,
     bounds: Bounds,
@@ -230,9 +245,6 @@ impl Walk {
             Ok(_) => return,
             Err(e) => return self.found(top.to_path_buf(), What::Unexamined(e.to_string())),
         }
-        // The top's own `.git` is no finding (the wall held it); its
-        // sequencer lists are looked at all the same.
-        let top_git = top.join(".git");
         let mut stack: Vec<(PathBuf, usize)> = vec![(top.to_path_buf(), 0)];
         while let Some((dir, depth)) = stack.pop() {
             if let Some(why) = self.over(depth) {
@@ -272,13 +284,15 @@ impl Walk {
                     continue;
                 }
                 let below_top = depth > 0;
-                if name == ".git" && path != top_git {
+                let git = is_dot_git(&name);
+                // The top's own `.git` is no finding (the wall held it).
+                if git && below_top {
                     self.found(path.clone(), What::Repository);
-                } else if below_top && AGENT_SETTINGS.contains(&name.as_str()) {
+                } else if below_top && AGENT_SETTINGS.iter().any(|a| same_name(&name, a)) {
                     self.found(path.clone(), What::AgentSettings);
                 }
                 if meta.is_dir() {
-                    if name == ".git" {
+                    if git {
                         self.todos(&path);
                     }
                     folders.push(path);
@@ -287,9 +301,11 @@ impl Walk {
             }
             // A folder git would take for a git directory (a bare
             // repository, or one named otherwise).
-            let has = |n: &str| names.iter().any(|x| x == n);
+            let has = |n: &str| names.iter().any(|x| same_name(x, n));
             let is_git_dir = has("HEAD") && (has("objects") || has("refs") || has("commondir"));
-            let named_git = dir.file_name().is_some_and(|n| n == ".git");
+            let named_git = dir
+                .file_name()
+                .is_some_and(|n| is_dot_git(&n.to_string_lossy()));
             if is_git_dir && !named_git {
                 self.found(dir.clone(), What::Repository);
                 self.todos(&dir);
@@ -411,6 +427,34 @@ mod tests {
         let lines = l.lines(3);
         assert_eq!(lines.len(), 4, "{lines:?}");
         assert!(lines[3].contains("4 more"), "{lines:?}");
+    }
+
+    #[test]
+    fn names_are_compared_as_windows_compares_them() {
+        for n in [".git", ".GIT", ".Git.", ".git .", "GIT~1", "git~1"] {
+            assert!(is_dot_git(n), "{n:?}");
+        }
+        for n in [".gitignore", "git", ".git~1", "GIT~2", "x.git"] {
+            assert!(!is_dot_git(n), "{n:?}");
+        }
+        assert!(same_name(".Claude", ".claude") && same_name(".vscode. ", ".vscode"));
+        assert!(!same_name(".claude2", ".claude"));
+        let t = Tree::new("case");
+        t.file("a/.GIT/config", "[core]\n")
+            .file("b/GIT~1/HEAD", "x")
+            .file("c/.Claude/settings.json", "{}")
+            .file("d/Head", "x")
+            .dir("d/OBJECTS");
+        let l = look(std::slice::from_ref(&t.0), Bounds::default());
+        assert_eq!(
+            found(&l),
+            vec![
+                (".Claude".into(), What::AgentSettings),
+                (".GIT".into(), What::Repository),
+                ("GIT~1".into(), What::Repository),
+                ("d".into(), What::Repository),
+            ]
+        );
     }
 
     #[test]
