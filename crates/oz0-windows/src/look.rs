@@ -262,12 +262,22 @@ impl Walk {
             let mut names: Vec<String> = Vec::new();
             let mut folders: Vec<PathBuf> = Vec::new();
             for entry in entries {
+                // A folder of more names than the bound is not listed to
+                // its end: what was not read is unexamined.
+                if let Some(why) = self.over(depth) {
+                    self.found(
+                        dir.clone(),
+                        What::Unexamined(format!("{why}, partly listed")),
+                    );
+                    self.look.complete = false;
+                    break;
+                }
                 self.look.entries += 1;
                 let entry = match entry {
                     Ok(e) => e,
                     Err(e) => {
                         self.found(dir.clone(), What::Unexamined(e.to_string()));
-                        continue;
+                        break;
                     }
                 };
                 let path = entry.path();
@@ -484,6 +494,24 @@ mod tests {
             .findings
             .iter()
             .all(|f| matches!(&f.what, What::Unexamined(w) if w.contains("2 entries"))));
+        // A folder of more names than the bound stops being listed there.
+        let wide = Tree::new("wide");
+        for i in 0..50 {
+            wide.file(&format!("f{i}"), "x");
+        }
+        let l = look(
+            std::slice::from_ref(&wide.0),
+            Bounds {
+                entries: 10,
+                ..Bounds::default()
+            },
+        );
+        assert_eq!(l.entries, 10);
+        assert!(!l.complete);
+        assert!(
+            matches!(&l.findings[..], [Finding { what: What::Unexamined(w), .. }] if w.contains("partly listed")),
+            "{l:?}"
+        );
     }
 
     #[test]
