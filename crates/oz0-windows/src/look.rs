@@ -259,8 +259,9 @@ impl Walk {
                     continue;
                 }
             };
-            let mut names: Vec<String> = Vec::new();
             let mut folders: Vec<PathBuf> = Vec::new();
+            // Whether it holds a `HEAD`, and the store git wants beside it.
+            let (mut head, mut store) = (false, false);
             for entry in entries {
                 // A folder of more names than the bound is not listed to
                 // its end: what was not read is unexamined.
@@ -307,12 +308,14 @@ impl Walk {
                     }
                     folders.push(path);
                 }
-                names.push(name);
+                head |= same_name(&name, "HEAD");
+                store |= ["objects", "refs", "commondir"]
+                    .iter()
+                    .any(|n| same_name(&name, n));
             }
             // A folder git would take for a git directory (a bare
             // repository, or one named otherwise).
-            let has = |n: &str| names.iter().any(|x| same_name(x, n));
-            let is_git_dir = has("HEAD") && (has("objects") || has("refs") || has("commondir"));
+            let is_git_dir = head && store;
             let named_git = dir
                 .file_name()
                 .is_some_and(|n| is_dot_git(&n.to_string_lossy()));

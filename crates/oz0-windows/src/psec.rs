@@ -242,10 +242,13 @@ mod imp {
                 .iter()
                 .filter_map(|f| WinPath::parse(f).ok())
                 .collect();
-            let mut mine: Vec<PathBuf> = std::iter::once(&spec.work)
+            // The run's writable folders: claimed for its length, and
+            // looked at after it.
+            let writable: Vec<PathBuf> = std::iter::once(&spec.work)
                 .chain(spec.write.iter())
                 .map(uncarry)
                 .collect();
+            let mut mine = writable.clone();
             mine.push(temp.clone());
             let _claims = claims::claim(&data_dir, &run_id, &mine).map_err(|e| e.to_string())?;
             let host = WindowsHost {
@@ -293,12 +296,8 @@ mod imp {
                         .into(),
                 ]
             } else {
-                // The run's writable folders, still its claims.
-                let folders: Vec<PathBuf> = std::iter::once(&spec.work)
-                    .chain(spec.write.iter())
-                    .map(uncarry)
-                    .collect();
-                let l = look::look(&folders, look::Bounds::default());
+                // Its writable folders are still its claims.
+                let l = look::look(&writable, look::Bounds::default());
                 report.insert("look".into(), super::look_report(&l));
                 l.lines(LOOK_LINES)
             };

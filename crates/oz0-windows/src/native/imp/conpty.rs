@@ -75,6 +75,17 @@ fn window_size() -> COORD {
     }
 }
 
+/// Joins `t` once it has ended, waiting for that until `until` at most;
+/// one still going then is left to end with the node.
+pub(super) fn join_by(t: JoinHandle<()>, until: Instant) {
+    while !t.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if t.is_finished() {
+        let _ = t.join();
+    }
+}
+
 /// An anonymous pipe, neither end inheritable: its read and write ends.
 pub(super) fn pipe() -> Result<(OwnedHandle, OwnedHandle), SysError> {
     let (mut r, mut w): (HANDLE, HANDLE) = (std::ptr::null_mut(), std::ptr::null_mut());
@@ -146,12 +157,7 @@ impl PseudoConsole {
         let mut input = input;
         let mut to_console = std::fs::File::from(in_write);
         std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = input.read(&mut buf) {
-                if n == 0 || to_console.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-            }
+            let _ = std::io::copy(&mut input, &mut to_console);
         });
         let mut from_console = std::fs::File::from(out_read);
         let mut output = output;
@@ -213,9 +219,7 @@ impl PseudoConsole {
     pub fn handle(&self) -> HPCON {
         self.hpc
     }
-}
 
-impl PseudoConsole {
     /// Waits until the console has written nothing for [`QUIET`], at most
     /// [`SETTLE_MAX`]: the console draws what its process wrote after the
     /// process ended, and closing it sooner loses that.
@@ -249,13 +253,7 @@ impl Drop for PseudoConsole {
         // Its output ends with the console; a console that does not end
         // is left to end with the node.
         if let Some(t) = self.output.take() {
-            let start = Instant::now();
-            while !t.is_finished() && start.elapsed() < SETTLE_MAX {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if t.is_finished() {
-                let _ = t.join();
-            }
+            join_by(t, Instant::now() + SETTLE_MAX);
         }
     }
 }

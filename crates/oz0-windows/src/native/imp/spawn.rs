@@ -95,14 +95,9 @@ impl Carriers {
     /// when the run's processes are gone), at most `max` in all; one still
     /// going then is left to end with the node.
     pub fn finish(self, max: std::time::Duration) {
-        let end = std::time::Instant::now() + max;
+        let until = std::time::Instant::now() + max;
         for t in self.0 {
-            while !t.is_finished() && std::time::Instant::now() < end {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            if t.is_finished() {
-                let _ = t.join();
-            }
+            super::conpty::join_by(t, until);
         }
     }
 }
@@ -110,7 +105,6 @@ impl Carriers {
 /// A pipe for the run in place of the node's console: the run's end, and
 /// a thread carrying the node's end to or from the console.
 fn carried(which: Which, carriers: &mut Carriers) -> std::io::Result<OwnedHandle> {
-    use std::io::{Read, Write};
     let (r, w) = super::conpty::pipe()
         .map_err(|e| std::io::Error::other(format!("{} (error {})", e.message, e.code)))?;
     let (r, w) = (std::fs::File::from(r), std::fs::File::from(w));
@@ -119,13 +113,7 @@ fn carried(which: Which, carriers: &mut Carriers) -> std::io::Result<OwnedHandle
             let mut w = w;
             // Not joined: it ends at its next read after the run.
             std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let mut input = std::io::stdin();
-                while let Ok(n) = input.read(&mut buf) {
-                    if n == 0 || w.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
+                let _ = std::io::copy(&mut std::io::stdin(), &mut w);
             });
             Ok(OwnedHandle::from(r))
         }
