@@ -165,6 +165,10 @@ enum Top {
     #[cfg(target_os = "linux")]
     #[command(subcommand)]
     Plugin(crate::plugin::PluginCmd),
+    /// A plugin's command tool, called on this node at tier 0 (no wall).
+    #[cfg(windows)]
+    #[command(subcommand)]
+    Plugin(crate::win::plugin::PluginCmd),
     /// Container images: pulled by digest into the node's image cache.
     #[cfg(target_os = "linux")]
     #[command(subcommand)]
@@ -443,6 +447,8 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
         Top::Config(ConfigCmd::Show { json }) => config_show(cli.config, cli.no_config, json),
         #[cfg(target_os = "linux")]
         Top::Plugin(c) => crate::plugin::main(c),
+        #[cfg(windows)]
+        Top::Plugin(c) => crate::win::plugin::main(c),
         #[cfg(target_os = "linux")]
         Top::Oci(c) => crate::oci::main(c),
         #[cfg(target_os = "linux")]

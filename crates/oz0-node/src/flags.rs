@@ -514,3 +514,53 @@ impl DaemonFlags {
         std::time::Duration::from_millis(self.poll_ms.clamp(50, 60_000))
     }
 }
+
+/// What `plugin call` asks, on every platform that has it.
+#[cfg(any(target_os = "linux", windows))]
+#[derive(Debug, Args)]
+pub struct CallFlags {
+    /// The installed plugin's folder (holding oz0-plugin.yaml).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The manifest's tool id (the server to start).
+    #[arg(value_name = "TOOL")]
+    pub tool: String,
+    /// The MCP tool to call [default: the tool id].
+    #[arg(long, value_name = "MCP_TOOL")]
+    pub name: Option<String>,
+    /// The call's arguments, a JSON object.
+    #[arg(long, value_name = "JSON", default_value = "{}")]
+    pub arguments: String,
+    /// A file for the call, placed at /work/.oz0-files/NAME (NAME: the
+    /// file's own name unless given) (repeatable).
+    #[arg(long, value_name = "[NAME=]PATH")]
+    pub file: Vec<String>,
+    /// The folder the server works in (the VM's /work) [default: a new
+    /// private folder, removed after the call].
+    #[arg(long, value_name = "DIR")]
+    pub work: Option<PathBuf>,
+    /// Seconds for the server's start, the handshake and the call [default: 300].
+    #[arg(long, value_name = "S")]
+    pub timeout: Option<u64>,
+    /// Print the whole end (result, phases, reason) as one JSON document.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[cfg(any(target_os = "linux", windows))]
+impl CallFlags {
+    /// The call, checked as every tool job is (its manifest read from
+    /// DIR): why not, as `plugin call` says it.
+    pub fn checked(&self) -> Result<oz0_plugin::job::CheckedToolJob, String> {
+        let args = oz0_plugin::job::CallArgs {
+            tool: self.tool.clone(),
+            name: self.name.clone(),
+            arguments: self.arguments.clone(),
+            files: self.file.clone(),
+            timeout: self.timeout,
+        };
+        oz0_plugin::job::ToolJob::from_plugin(&self.dir, &args)
+            .map(|(_, checked)| checked)
+            .map_err(|e| e.to_string())
+    }
+}

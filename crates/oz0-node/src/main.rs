@@ -67,7 +67,6 @@ mod run;
 mod setup;
 #[cfg(unix)]
 mod signals;
-#[cfg(any(target_os = "linux", target_os = "macos"))]
 mod tool;
 #[cfg(target_os = "linux")]
 mod vm;

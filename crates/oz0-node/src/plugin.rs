@@ -16,7 +16,7 @@ use clap::{Args, Subcommand};
 use oz0_core::exit::Exit;
 use oz0_core::Wall;
 use oz0_edge::term::escape;
-use oz0_plugin::job::{container_refusal, read_plugin_dir, CallArgs, ToolJob};
+use oz0_plugin::job::{container_refusal, read_plugin_dir};
 use oz0_plugin::manifest::{Isolation, Tool};
 use oz0_plugin::mcp::{shown, Listed};
 use serde_json::json;
@@ -99,32 +99,8 @@ pub struct CheckArgs {
 /// `plugin call` flags.
 #[derive(Debug, Args)]
 pub struct CallCliArgs {
-    /// The installed plugin's folder (holding oz0-plugin.yaml).
-    #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
-    /// The manifest's tool id (the server to start).
-    #[arg(value_name = "TOOL")]
-    pub tool: String,
-    /// The MCP tool to call [default: the tool id].
-    #[arg(long, value_name = "MCP_TOOL")]
-    pub name: Option<String>,
-    /// The call's arguments, a JSON object.
-    #[arg(long, value_name = "JSON", default_value = "{}")]
-    pub arguments: String,
-    /// A file for the call, placed at /work/.oz0-files/NAME (NAME: the
-    /// file's own name unless given) (repeatable).
-    #[arg(long, value_name = "[NAME=]PATH")]
-    pub file: Vec<String>,
-    /// The folder the server works in (the VM's /work) [default: a new
-    /// private folder, removed after the call].
-    #[arg(long, value_name = "DIR")]
-    pub work: Option<PathBuf>,
-    /// Seconds for the server's start, the handshake and the call [default: 300].
-    #[arg(long, value_name = "S")]
-    pub timeout: Option<u64>,
-    /// Print the whole end (result, phases, reason) as one JSON document.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub call: crate::flags::CallFlags,
     /// What runs a container tool's image: tier1 (its root inside this
     /// node's tier-1 sandbox) or gvisor (runsc: no network at all, a kernel
     /// of its own; a tool with egress is refused there).
@@ -348,7 +324,7 @@ fn start_servers(
 /// and asks it `initialize` and `tools/list`: what it lists, or why it did
 /// not answer, with the end of what it wrote to stderr.
 fn try_server(a: &CheckArgs, host: &oz0_linux::Tier1, t: &Tool) -> Result<Listed, String> {
-    let dir = CallDir::new().map_err(|e| {
+    let dir = crate::tool::CallDir::new().map_err(|e| {
         format!(
             "a work folder under {}: {e}",
             std::env::temp_dir().display()
@@ -399,66 +375,19 @@ fn stderr_end(mut f: std::fs::File) -> Option<String> {
     (!text.is_empty()).then(|| text.replace('\n', " | "))
 }
 
-/// A private folder for one call, removed on drop.
-struct CallDir(PathBuf);
-
-impl CallDir {
-    fn new() -> std::io::Result<CallDir> {
-        use std::os::unix::fs::DirBuilderExt;
-        let mut id = [0u8; 8];
-        rustix::rand::getrandom(&mut id, rustix::rand::GetRandomFlags::empty())?;
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-        let p = std::env::temp_dir().join(format!("oz0-call-{hex}"));
-        std::fs::DirBuilder::new().mode(0o700).create(&p)?;
-        Ok(CallDir(p))
-    }
-}
-
-impl Drop for CallDir {
-    fn drop(&mut self) {
-        // The server wrote here: std's removal follows no link it left.
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn call(a: CallCliArgs) -> i32 {
-    let fail = |msg: String| {
-        eprintln!("oz0-node: plugin call refused: {msg}");
-        Exit::Sandbox.code()
-    };
-    let args = CallArgs {
-        tool: a.tool.clone(),
-        name: a.name.clone(),
-        arguments: a.arguments.clone(),
-        files: a.file.clone(),
-        timeout: a.timeout,
-    };
-    let (_, checked) = match ToolJob::from_plugin(&a.dir, &args) {
-        Ok(j) => j,
-        Err(e) => return fail(e.to_string()),
+    let fail = crate::tool::call_refused;
+    let checked = match a.call.checked() {
+        Ok(c) => c,
+        Err(e) => return fail(e),
     };
     let host = match crate::platform::platform(crate::platform::Settings::of(&a.host)).tier1() {
         Ok(h) => h,
         Err(e) => return fail(e.to_string()),
     };
-    let (_own, work) = match &a.work {
-        Some(w) => match std::fs::canonicalize(w) {
-            Ok(p) if p.is_dir() => (None, p),
-            Ok(p) => return fail(format!("--work {}: not a folder", p.display())),
-            Err(e) => return fail(format!("--work {}: {e}", w.display())),
-        },
-        None => match CallDir::new() {
-            Ok(d) => {
-                let p = d.0.clone();
-                (Some(d), p)
-            }
-            Err(e) => {
-                return fail(format!(
-                    "a work folder under {}: {e}",
-                    std::env::temp_dir().display()
-                ))
-            }
-        },
+    let (_own, work) = match crate::tool::work_folder(a.call.work.as_deref()) {
+        Ok(w) => w,
+        Err(e) => return fail(e),
     };
     let (cancel, signalled) = match signal_cancel() {
         Ok(c) => c,
@@ -494,36 +423,13 @@ fn call(a: CallCliArgs) -> i32 {
         Ok(e) => e,
         Err(e) => return fail(e.to_string()),
     };
-    if a.json {
-        let doc = json!({
-            "outcome": end.outcome,
-            "exit_code": end.exit_code,
-            "reason": end.reason,
-            "result": end.result,
-            "phases": end.phases,
-            "duration_ms": end.duration_ms,
-        });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&doc).expect("serialises")
-        );
-    } else if let Some(r) = &end.result {
-        print!("{}", oz0_plugin::mcp::result_text(r));
-    }
-    if let Some(sig) = signalled.get() {
-        eprintln!("oz0-node: the call was cancelled by signal {sig}; its server was stopped");
-        return 128 + sig;
-    }
-    match (&end.result, &end.reason) {
-        (None, Some(why)) if !a.json => eprintln!("oz0-node: the call failed: {why}"),
-        (Some(_), Some(why)) if !a.json => eprintln!("oz0-node: {why}"),
-        _ => {}
-    }
-    if end.succeeded() {
-        Exit::Ok.code()
-    } else {
-        end.exit_code
-    }
+    let cancelled = signalled.get().map(|sig| {
+        (
+            format!("the call was cancelled by signal {sig}; its server was stopped"),
+            128 + sig,
+        )
+    });
+    end.show(a.call.json, cancelled)
 }
 
 /// The signal that cancelled the call, once one did.

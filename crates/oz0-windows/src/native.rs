@@ -137,7 +137,7 @@ pub use imp::{
 pub use imp::psec::{PsecChild, PsecEnv, PsecLauncher};
 
 #[cfg(windows)]
-pub use imp::conpty::{on_a_terminal, PseudoConsole};
+pub use imp::conpty::{on_a_terminal, pipe, PseudoConsole};
 
 #[cfg(windows)]
 pub use imp::spawn::{create_suspended, Spawn, StdHandles, Suspended};

@@ -166,6 +166,13 @@ impl WinPath {
     }
 }
 
+/// Whether `name` can be one folder's entry as Windows names it: not a
+/// device (`CON`, `NUL.txt`), no trailing dot or space (Win32 drops
+/// them), no short-name alias (`GIT~1`), none of `<>:"|?*`.
+pub fn check_name(name: &str) -> Result<(), WinPathError> {
+    check_component(name, name)
+}
+
 fn check_component(whole: &str, part: &str) -> Result<(), WinPathError> {
     if part == "." || part == ".." {
         return Err(WinPathError::DotComponent(whole.to_string()));
@@ -256,6 +263,26 @@ mod tests {
         for (input, want) in cases {
             let e = WinPath::parse(input).expect_err(input).to_string();
             assert!(e.contains(want), "{input}: {e}");
+        }
+    }
+
+    #[test]
+    fn names_a_folder_can_hold() {
+        for ok in ["report.pdf", "a-b_c.txt", "console.log", "nul_x"] {
+            assert_eq!(check_name(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "CON",
+            "nul.txt",
+            "Com1.json",
+            "a.",
+            "a ",
+            "DATA~1.TXT",
+            "a:b",
+            "..",
+            "x?",
+        ] {
+            assert!(check_name(bad).is_err(), "{bad}");
         }
     }
 

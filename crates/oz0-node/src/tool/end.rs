@@ -28,14 +28,53 @@ pub struct ToolEnd {
     pub duration_ms: u64,
     /// What the look after the server's run found in the work folder (its
     /// status document's `git`), for a server run in tier 1.
+    #[cfg_attr(windows, allow(dead_code))]
     pub look: Option<Value>,
 }
 
 impl ToolEnd {
     /// A call that ended with a result the tool did not mark as an error.
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    #[cfg_attr(target_os = "macos", allow(dead_code))]
     pub fn succeeded(&self) -> bool {
         self.outcome == "exited" && self.exit_code == 0
+    }
+
+    /// Shows the end as `plugin call` does — one JSON document with
+    /// `json`, else the result's text on stdout and the reason on stderr —
+    /// and returns the call's status: with `cancelled` (what cancelled it,
+    /// and its status), that said and that status.
+    #[cfg_attr(target_os = "macos", allow(dead_code))]
+    pub fn show(&self, json: bool, cancelled: Option<(String, i32)>) -> i32 {
+        if json {
+            let doc = json!({
+                "outcome": self.outcome,
+                "exit_code": self.exit_code,
+                "reason": self.reason,
+                "result": self.result,
+                "phases": self.phases,
+                "duration_ms": self.duration_ms,
+            });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&doc).expect("serialises")
+            );
+        } else if let Some(r) = &self.result {
+            print!("{}", oz0_plugin::mcp::result_text(r));
+        }
+        if let Some((what, code)) = cancelled {
+            eprintln!("oz0-node: {what}");
+            return code;
+        }
+        match (&self.result, &self.reason) {
+            (None, Some(why)) if !json => eprintln!("oz0-node: the call failed: {why}"),
+            (Some(_), Some(why)) if !json => eprintln!("oz0-node: {why}"),
+            _ => {}
+        }
+        if self.succeeded() {
+            Exit::Ok.code()
+        } else {
+            self.exit_code
+        }
     }
 }
 

@@ -20,11 +20,10 @@ use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
 use serde_json::Value;
 
 use super::end::{end_of, with_run_error};
-use super::{call_over, place_files, variables, ToolEnd, ToolError, WORK_IN_VM};
-
-/// Time the server's sandbox may run past the call's deadline before its
-/// tier-1 timeout kills it (the call ends it first in every normal case).
-const RUN_GRACE_S: u64 = 30;
+use super::{
+    args_at_work, at_work, call_over, place_files, variables, ToolEnd, ToolError, RUN_GRACE_S,
+    WORK_IN_VM,
+};
 
 /// What a call needs of the node.
 pub struct Ctx<'a> {
@@ -257,7 +256,11 @@ fn server_run(
             })
         })
         .collect::<Result<_, _>>()?;
-    let mut command: Vec<String> = tool.command.iter().map(|a| at_work(a, &work)).collect();
+    let mut command: Vec<String> = tool
+        .command
+        .iter()
+        .map(|a| at_work(a, &work, '/'))
+        .collect();
     let (mut role, mut work_inside, mut image, mut gvisor) =
         (Role::Command, work.clone(), None, None);
     if tool.isolation == Isolation::Container {
@@ -360,7 +363,7 @@ fn in_sandbox(ctx: Ctx<'_>, call: Call<'_>) -> Result<Served, ToolError> {
     let t = call.t;
     let s = server_run(&ctx, &t.tool, &call.env, call.limits)?;
     let mut params = t.call_params(&s.work_inside);
-    args_at_work(&mut params["arguments"], &s.work_inside);
+    args_at_work(&mut params["arguments"], &s.work_inside, '/');
     let backend = match (&s.role, &s.gvisor) {
         (_, Some(_)) => "gVisor (runsc) in the image's root",
         (Role::Image(_), None) => {
@@ -411,44 +414,4 @@ pub fn try_server(ctx: Ctx<'_>, tool: &Tool, timeout: Duration) -> Result<Listed
         (Err(e), Err(run)) => format!("{e}; the sandbox: {run}"),
     };
     Err(ToolError::NoAnswer(why))
-}
-
-/// `/work` or `/work/…` as the path `work`; anything else unchanged.
-fn at_work(s: &str, work: &str) -> String {
-    match s.strip_prefix(WORK_IN_VM) {
-        Some("") => work.to_string(),
-        Some(rest) if rest.starts_with('/') => format!("{work}{rest}"),
-        _ => s.to_string(),
-    }
-}
-
-/// Every string of `v` that names `/work` or a path under it, as `work`.
-fn args_at_work(v: &mut Value, work: &str) {
-    match v {
-        Value::String(s) => *s = at_work(s, work),
-        Value::Array(a) => a.iter_mut().for_each(|x| args_at_work(x, work)),
-        Value::Object(o) => o.values_mut().for_each(|x| args_at_work(x, work)),
-        _ => {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn work_paths_stand_for_the_work_folder() {
-        assert_eq!(at_work("/work", "/t/w"), "/t/w");
-        assert_eq!(at_work("/work/.oz0-files/a", "/t/w"), "/t/w/.oz0-files/a");
-        for same in ["/workshop", "work", "/x/work", "", "/work2/a"] {
-            assert_eq!(at_work(same, "/t/w"), same);
-        }
-        let mut v = json!({"path": "/work/a", "list": ["/work", 3, {"p": "/workx"}]});
-        args_at_work(&mut v, "/t/w");
-        assert_eq!(
-            v,
-            json!({"path": "/t/w/a", "list": ["/t/w", 3, {"p": "/workx"}]})
-        );
-    }
 }

@@ -19,6 +19,8 @@
 //! - `run`: the node daemon: probe, facts, and with `--edge` registration,
 //!   reports and tier-0 shell jobs through `oz0_windows::tier0::JobObject`.
 //! - `facts`: what the last `run` wrote.
+//! - `plugin call --no-wall`: one call of a plugin's command tool, its
+//!   server at tier 0 in a job object ([`plugin`], `crate::tool::windows`).
 //!
 //! The portable decisions (the probe's facts → lines, tier and fix; the
 //! route variable; the relay's ports) are `oz0-windows`' and tested on
@@ -27,6 +29,7 @@
 //! (`crates/oz0-node/tests/windows.rs`).
 
 pub mod node;
+pub mod plugin;
 pub mod proxy;
 mod psec_run;
 pub mod relay;

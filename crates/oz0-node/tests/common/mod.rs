@@ -8,6 +8,7 @@
 pub mod fleet;
 pub mod net;
 pub mod oci;
+pub mod wine;
 
 /// Returns from the test (with the reason printed) when the sandbox cannot
 /// run here; with `OZ0_MUST_WORK=1` the test fails instead. (The limits

@@ -87,7 +87,7 @@ pub(super) fn join_by(t: JoinHandle<()>, until: Instant) {
 }
 
 /// An anonymous pipe, neither end inheritable: its read and write ends.
-pub(super) fn pipe() -> Result<(OwnedHandle, OwnedHandle), SysError> {
+pub fn pipe() -> Result<(OwnedHandle, OwnedHandle), SysError> {
     let (mut r, mut w): (HANDLE, HANDLE) = (std::ptr::null_mut(), std::ptr::null_mut());
     // SAFETY: valid out-pointers; no security attributes (not inheritable).
     if unsafe { CreatePipe(&mut r, &mut w, std::ptr::null(), 0) } == 0 {
