@@ -165,7 +165,7 @@ enum Top {
     #[cfg(target_os = "linux")]
     #[command(subcommand)]
     Plugin(crate::plugin::PluginCmd),
-    /// A plugin's command tool, called on this node at tier 0 (no wall).
+    /// A plugin's command tools, checked and called here at tier 0 (no wall).
     #[cfg(windows)]
     #[command(subcommand)]
     Plugin(crate::win::plugin::PluginCmd),

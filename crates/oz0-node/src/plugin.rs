@@ -356,23 +356,10 @@ fn try_server(a: &CheckArgs, host: &oz0_linux::Tier1, t: &Tool) -> Result<Listed
         std::time::Duration::from_secs(a.server_timeout),
     );
     r.map_err(|e| e.to_string())
-        .map_err(|why| match stderr_end(kept) {
+        .map_err(|why| match crate::tool::stderr_end(kept) {
             Some(end) => format!("{why}; its stderr ended with: {end}"),
             None => why,
         })
-}
-
-/// The last line or so (at most 300 bytes) of what a server wrote to
-/// `f`, trimmed; None when it wrote nothing.
-fn stderr_end(mut f: std::fs::File) -> Option<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let len = f.seek(SeekFrom::End(0)).ok()?;
-    f.seek(SeekFrom::Start(len.saturating_sub(300))).ok()?;
-    let mut buf = Vec::with_capacity(300);
-    f.take(300).read_to_end(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf);
-    let text = text.trim();
-    (!text.is_empty()).then(|| text.replace('\n', " | "))
 }
 
 fn call(a: CallCliArgs) -> i32 {

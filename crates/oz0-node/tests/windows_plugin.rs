@@ -387,3 +387,79 @@ fn the_call_ends_its_server_and_everything_it_started() {
         stderr(&o)
     );
 }
+
+#[test]
+fn plugin_check_says_which_tools_run_here_and_starts_them_only_with_no_wall() {
+    let Some((w, stub, marks)) = ready() else {
+        return;
+    };
+    let mark = marks.0.join("started");
+    let digest = "0".repeat(64);
+    let p = Plugin::new(&format!(
+        "name: mixed\n{}  - id: fetch\n    command: [x.exe]\n    egress: [api.example.com]\n  - id: boxed\n    package: oci:ghcr.io/acme/boxed@sha256:{digest}\n",
+        manifest(&stub, &mark, "")
+    ));
+    let check = |p: &Plugin, extra: &[&str]| {
+        let dir = win(&p.path("plugin"));
+        let mut args = vec!["plugin", "check", dir.as_str()];
+        args.extend_from_slice(extra);
+        w.run(&args, &[])
+    };
+    let o = check(&p, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("Plugin mixed: 3 tool(s); tier 0 (no wall)"),
+        "{out}"
+    );
+    assert_eq!(
+        lines[1], "stub: runs here at tier 0 (its server was not started: --no-wall starts it)",
+        "{out}"
+    );
+    assert!(
+        lines[2].starts_with("fetch: tool \"fetch\" cannot run on this Windows node")
+            && lines[2].contains("egress hosts"),
+        "{out}"
+    );
+    assert!(
+        lines[3].starts_with("boxed: tool \"boxed\" cannot run on this Windows node")
+            && lines[3].contains("container tool"),
+        "{out}"
+    );
+    assert!(!mark.exists(), "a server was started without --no-wall");
+
+    // With --no-wall each command tool's server is started and asked.
+    let broken = format!(
+        "{}  - id: gone\n    command: ['C:\\nowhere\\none.exe']\n",
+        manifest(&stub, &mark, "")
+    );
+    let p = Plugin::new(&broken);
+    let o = check(&p, &["--no-wall", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let doc = json_of(&o);
+    assert_eq!(doc["tier"], 0, "{doc}");
+    assert_eq!(doc["tools"][0]["runs_here"], true, "{doc}");
+    assert_eq!(
+        doc["tools"][0]["server"]["tools"],
+        serde_json::json!(["echo", "read", "env", "linger", "hang"]),
+        "{doc}"
+    );
+    assert!(mark.exists());
+    assert_eq!(doc["tools"][1]["runs_here"], false, "{doc}");
+    assert!(
+        doc["tools"][1]["reason"].as_str().is_some_and(|r| r
+            .starts_with("its server did not answer at tier 0")
+            && r.contains("none.exe")),
+        "{doc}"
+    );
+    let p = Plugin::new(&manifest(&stub, &mark, ""));
+    let o = check(&p, &["--no-wall"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("stub: runs here at tier 0 (its server answered in ")
+            && stdout(&o).contains("ms and lists echo, read, env, linger, hang)"),
+        "{}",
+        stdout(&o)
+    );
+}

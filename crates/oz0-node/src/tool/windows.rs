@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use oz0_core::{Cancel, Ended, Outcome, RunIo, RunOptions, Sandbox, Stdio};
 use oz0_plugin::job::{CheckedToolJob, FILES_DIR};
 use oz0_plugin::manifest::Isolation;
-use oz0_plugin::mcp::{Client, EOF_GRACE};
+use oz0_plugin::mcp::{Client, Listed, McpError, EOF_GRACE};
 use oz0_policy::{EnvVar, Limits, RunRequest, RunSpec};
 use oz0_windows::native::{pipe, wait_for, CancelEvent};
 use oz0_windows::supervise::Woke;
@@ -80,13 +80,56 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, ToolError> {
     if let Some(e) = refusal(&t.tool) {
         return Err(e);
     }
+    let (spec, work) = server_spec(&ctx, &t.tool, t.job.timeout_s())?;
+    place_files(ctx.work, &t.files)?;
+    let mut params = t.call_params(WORK_IN_VM);
+    args_at_work(&mut params, &work, '\\');
+    let deadline = started + Duration::from_secs(t.job.timeout_s());
+    let (r, run) = serve(ctx, &spec, deadline, |c| c.call(params))?;
+    Ok(end_of(
+        with_run_error(r, run_failure(run), "the server's run"),
+        started,
+        BACKEND,
+        None,
+    ))
+}
+
+/// What `plugin check --no-wall` asks of a command tool: its server,
+/// started as a call starts it (in the empty work folder of `ctx`, with
+/// the tool's variables), answers `initialize` and `tools/list` within
+/// `timeout`; it is then ended. What it lists, or why it did not answer.
+pub fn try_server(
+    ctx: Ctx<'_>,
+    tool: &oz0_plugin::manifest::Tool,
+    timeout: Duration,
+) -> Result<Listed, ToolError> {
+    if let Some(e) = refusal(tool) {
+        return Err(e);
+    }
+    let (spec, _) = server_spec(&ctx, tool, timeout.as_secs())?;
+    let (r, run) = serve(ctx, &spec, Instant::now() + timeout, |c| c.list())?;
+    match (r, run_failure(run)) {
+        (Ok(l), _) => Ok(l),
+        (Err(e), None) => Err(ToolError::NoAnswer(e.to_string())),
+        (Err(e), Some(run)) => Err(ToolError::NoAnswer(format!("{e}; the server's run: {run}"))),
+    }
+}
+
+/// The server's run as tier 0 takes it, and the work folder's path: the
+/// tool's command with `/work` standing for that folder, its variables,
+/// and a timeout [`RUN_GRACE_S`] past the call's `timeout_s`.
+fn server_spec(
+    ctx: &Ctx<'_>,
+    tool: &oz0_plugin::manifest::Tool,
+    timeout_s: u64,
+) -> Result<(RunSpec, String), ToolError> {
     let work = ctx
         .work
         .to_str()
         .ok_or(ToolError::NotUtf8("the work folder"))?
         .to_string();
     let carried = |p: &Path| carry(p).map_err(|e| ToolError::Tier0Path(e.to_string()));
-    let env = variables(&t.tool, None)?
+    let env = variables(tool, None)?
         .into_iter()
         .map(|(k, v)| EnvVar::new(&k, &v).map_err(|source| ToolError::Variable { name: k, source }))
         .collect::<Result<Vec<_>, _>>()?;
@@ -94,55 +137,46 @@ pub fn run(ctx: Ctx<'_>, t: &CheckedToolJob) -> Result<ToolEnd, ToolError> {
         work: carried(ctx.work)?,
         data_dir: carried(ctx.data_dir)?,
         env,
-        command: t
-            .tool
+        command: tool
             .command
             .iter()
             .map(|a| at_work(a, &work, '\\'))
             .collect(),
         limits: Limits {
-            timeout_seconds: Some(t.job.timeout_s() + RUN_GRACE_S),
+            timeout_seconds: Some(timeout_s + RUN_GRACE_S),
             ..Limits::default()
         },
         ..RunRequest::default()
     })?;
-    place_files(ctx.work, &t.files)?;
-    let mut params = t.call_params(WORK_IN_VM);
-    args_at_work(&mut params, &work, '\\');
-    let deadline = started + Duration::from_secs(t.job.timeout_s());
-    let (r, run) = serve(ctx, &spec, deadline, params)?;
-    let run = match run {
+    Ok((spec, work))
+}
+
+/// Why the server's run failed, if it did (a program that could not be
+/// started is said as Windows said it).
+fn run_failure(run: Result<Outcome, String>) -> Option<String> {
+    match run {
         Ok(Outcome {
             ended: Ended::NotExecuted { reason },
             ..
         }) => Some(reason),
         Ok(_) => None,
         Err(e) => Some(e),
-    };
-    Ok(end_of(
-        with_run_error(r, run, "the server's run"),
-        started,
-        BACKEND,
-        None,
-    ))
+    }
 }
 
 /// What the server answered, and its run's end (or why it failed).
-type Talked = (
-    Result<oz0_plugin::mcp::CallResult, oz0_plugin::mcp::McpError>,
-    Result<Outcome, String>,
-);
+type Talked<T> = (Result<T, McpError>, Result<Outcome, String>);
 
 /// Starts the server through tier 0's door on a thread of its own, its
 /// stdio over pipes, makes the call, then ends it: the end of its input,
 /// and its whole job after [`EOF_GRACE`] (at once when the call failed
 /// or was cancelled).
-fn serve(
+fn serve<T>(
     ctx: Ctx<'_>,
     spec: &RunSpec,
     deadline: Instant,
-    params: serde_json::Value,
-) -> Result<Talked, ToolError> {
+    talk: impl FnOnce(Client<'_, File>) -> Result<T, McpError>,
+) -> Result<Talked<T>, ToolError> {
     let channel = |what: &'static str| {
         move |e: oz0_windows::launch::SysError| ToolError::Channel {
             what,
@@ -193,13 +227,12 @@ fn serve(
             r
         });
         // The client's end of the server's input goes when the call returns.
-        let r = Client::new(
+        let r = talk(Client::new(
             File::from(to_server),
             File::from(from_server),
             deadline,
             &stopped,
-        )
-        .call(params);
+        ));
         // A server that ended well exits at the end of its input; one that
         // did not, or any other end of the call, is stopped.
         let stop_now = match &r {

@@ -11,6 +11,19 @@ pub fn call_refused(msg: String) -> i32 {
     oz0_core::exit::Exit::Sandbox.code()
 }
 
+/// The last line or so (at most 300 bytes) of what a server wrote to
+/// `f`, trimmed; None when it wrote nothing.
+pub fn stderr_end(mut f: std::fs::File) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = f.seek(SeekFrom::End(0)).ok()?;
+    f.seek(SeekFrom::Start(len.saturating_sub(300))).ok()?;
+    let mut buf = Vec::with_capacity(300);
+    f.take(300).read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.replace('\n', " | "))
+}
+
 /// Time the server's run may go on past the call's deadline before its
 /// own timeout kills it (the call ends it first in every normal case).
 pub(super) const RUN_GRACE_S: u64 = 30;

@@ -1,5 +1,7 @@
 //! `oz0-node.exe plugin call`: one `tools/call` of a plugin's command tool
-//! on this Windows node, at tier 0 (`crate::tool::windows`).
+//! on this Windows node, at tier 0 (`crate::tool::windows`); `plugin
+//! check`: which tools it runs, and with `--no-wall` what each server
+//! lists.
 //!
 //! A Windows node's plugin servers run as on tier 0, with the caller's
 //! permissions and no wall, so the call is refused unless the caller says
@@ -11,13 +13,35 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
+use oz0_core::exit::Exit;
+use oz0_core::Cancel;
+use oz0_edge::term::escape;
+use oz0_plugin::manifest::Tool;
+use oz0_plugin::mcp::{shown, Listed};
 use oz0_windows::supervise::CANCELLED_CODE;
+use serde_json::json;
 
 use super::DataDirArg;
 
 /// `oz0-node.exe plugin …`.
 #[derive(Debug, Subcommand)]
 pub enum PluginCmd {
+    /// Which of a plugin's tools `plugin call` runs here, and why not.
+    ///
+    /// Reads DIR\oz0-plugin.yaml (a refused manifest is named with its line
+    /// and the fix) and prints one line per tool. A Windows node runs a
+    /// command tool's server at tier 0 (no wall, your own permissions) and
+    /// refuses a tool with egress, a container tool and a microVM tool. With
+    /// --no-wall it also starts each command tool's server as plugin call
+    /// does (at tier 0, an empty work folder, its settings and secrets from
+    /// this environment), which must answer initialize and tools/list within
+    /// --server-timeout; the end of its stderr is shown when it does not.
+    /// The edge sends no tool job to a Windows node: this is about your own
+    /// calls here.
+    ///
+    /// Exit status: 0 when plugin call runs every tool here; 1 when it
+    /// refuses one, a server does not answer, or the manifest is refused.
+    Check(CheckArgs),
     /// Make one tools/call of one of a plugin's command tools, at tier 0.
     ///
     /// A Windows node runs a tool's server at tier 0: no wall, with your
@@ -45,6 +69,27 @@ pub enum PluginCmd {
     Call(CallCliArgs),
 }
 
+/// `plugin check` flags on Windows.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The installed plugin's folder (holding oz0-plugin.yaml).
+    #[arg(value_name = "DIR")]
+    pub dir: std::path::PathBuf,
+    /// One JSON document instead of lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Start each command tool's server, at tier 0: no wall, with your own
+    /// permissions (without it, none is started).
+    #[arg(long = "no-wall")]
+    pub no_wall: bool,
+    /// How long a server has to answer initialize and tools/list, seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub server_timeout: u64,
+    #[command(flatten)]
+    pub data: DataDirArg,
+}
+
 /// `plugin call` flags on Windows.
 #[derive(Debug, Args)]
 pub struct CallCliArgs {
@@ -61,8 +106,127 @@ pub struct CallCliArgs {
 /// Runs `plugin …`; returns the exit status.
 pub fn main(cmd: PluginCmd) -> i32 {
     match cmd {
+        PluginCmd::Check(a) => check(&a),
         PluginCmd::Call(a) => call(a),
     }
+}
+
+/// A tool's line: whether `plugin call` runs it here, and what its
+/// server listed when started.
+fn check(a: &CheckArgs) -> i32 {
+    let (_, manifest) = match oz0_plugin::job::read_plugin_dir(&a.dir) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("oz0-node: {e}");
+            return Exit::CheckFailed.code();
+        }
+    };
+    let data_dir = match a.data.resolve() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("oz0-node: {e}");
+            return Exit::Usage.code();
+        }
+    };
+    let cancel = oz0_windows::native::cancel_on_ctrl_c().ok();
+    let tools: Vec<(&Tool, Result<Option<Listed>, String>)> = manifest
+        .tools
+        .iter()
+        .map(|t| {
+            let r = match crate::tool::windows::refusal(t) {
+                Some(e) => Err(e.to_string()),
+                None if a.no_wall => try_server(a, &data_dir, t, cancel.as_ref()).map(Some),
+                None => Ok(None),
+            };
+            (t, r)
+        })
+        .collect();
+    let all = tools.iter().all(|(_, r)| r.is_ok());
+    if a.json {
+        let doc = json!({
+            "plugin": manifest.name,
+            "version": manifest.version,
+            "tier": 0,
+            "wall": "none",
+            "tools": tools.iter().map(|(t, r)| json!({
+                "id": t.id,
+                "runs_here": r.is_ok(),
+                "reason": r.as_ref().err(),
+                "server": r.as_ref().ok().and_then(Option::as_ref),
+            })).collect::<Vec<_>>(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("serialises")
+        );
+    } else {
+        println!(
+            "Plugin {}: {} tool(s); tier 0 (no wall): plugin call --no-wall runs a command tool's server here with your own permissions; the edge sends no tool job to a Windows node",
+            escape(manifest.name.as_deref().unwrap_or("(unnamed)").as_bytes()),
+            tools.len()
+        );
+        for (t, r) in &tools {
+            println!(
+                "{}",
+                match r {
+                    Ok(Some(l)) => format!(
+                        "{}: runs here at tier 0 (its server answered in {} ms and lists {})",
+                        t.id,
+                        l.initialize_ms,
+                        escape(shown(&l.tools).as_bytes())
+                    ),
+                    Ok(None) => format!(
+                        "{}: runs here at tier 0 (its server was not started: --no-wall starts it)",
+                        t.id
+                    ),
+                    Err(why) => format!("{}: {}", t.id, escape(why.as_bytes())),
+                }
+            );
+        }
+    }
+    if all {
+        Exit::Ok.code()
+    } else {
+        Exit::CheckFailed.code()
+    }
+}
+
+/// Starts `t`'s server at tier 0 in a work folder of its own and asks it
+/// `initialize` and `tools/list`: what it lists, or why it did not answer,
+/// with the end of what it wrote to stderr.
+fn try_server(
+    a: &CheckArgs,
+    data_dir: &std::path::Path,
+    t: &Tool,
+    cancel: Option<&Cancel>,
+) -> Result<Listed, String> {
+    let (_work, work) = crate::tool::work_folder(None)?;
+    let (_errs, errs) = crate::tool::work_folder(None)?;
+    let file = |e: std::io::Error| format!("a file for the server's stderr: {e}");
+    let errors = std::fs::File::create_new(errs.join("stderr")).map_err(file)?;
+    let kept = std::fs::File::open(errs.join("stderr")).map_err(file)?;
+    let cancel = cancel
+        .map(|c| c.0.try_clone().map(Cancel))
+        .transpose()
+        .map_err(|e| format!("cannot watch for Ctrl-C: {e}"))?;
+    let r = crate::tool::windows::try_server(
+        crate::tool::windows::Ctx {
+            work: &work,
+            data_dir,
+            errors,
+            cancel,
+            cancelled: Arc::new(AtomicBool::new(false)),
+        },
+        t,
+        std::time::Duration::from_secs(a.server_timeout),
+    );
+    r.map_err(|e| {
+        let why = format!("its server did not answer at tier 0: {e}");
+        match crate::tool::stderr_end(kept) {
+            Some(end) => format!("{why}; its stderr ended with: {end}"),
+            None => why,
+        }
+    })
 }
 
 fn call(a: CallCliArgs) -> i32 {
