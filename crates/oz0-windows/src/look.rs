@@ -25,21 +25,26 @@
 //!   leave unwalked ([`MAX_ENTRIES`], [`MAX_DEPTH`], [`MAX_TIME`]): what the
 //!   look could not prove clean is a finding, never "nothing there".
 //!
-//! # Why it reports what was there before the run too
+//! # Why it moves nothing, and how it knows what was there before
 //!
 //! On Linux a finding is the run's when its status changed at or after
 //! the run's start (`ctime`, which no process can set back), and the look
 //! renames it aside. Windows keeps no such time: a process that may write
-//! a file may also set its change time (`FileBasicInformation`). So the
-//! look cannot tell a repository the run made from one that was there
-//! (a submodule's checkout, a vendored repository), and renaming either
-//! aside could break the user's tree: it reports every one, and moves
-//! nothing.
+//! a file may also set its change time (`FileBasicInformation`). Renaming
+//! a repository aside could break the user's tree (a submodule's
+//! checkout, a vendored repository), so the look moves nothing. What was
+//! there before is known by content instead ([`before`]): the look before
+//! the run takes a fingerprint of each finding, and the look after it
+//! tells only what is new or changed, counting the rest
+//! ([`Look::unchanged`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use oz0_policy::protected::AGENT_SETTINGS;
+
+mod before;
+pub use before::{before, Before, MAX_PRINT_BYTES, MAX_PRINT_ENTRIES};
 
 /// Entries examined at most, over all the run's folders.
 pub const MAX_ENTRIES: usize = 500_000;
@@ -101,6 +106,9 @@ pub struct Look {
     pub entries: usize,
     /// Whether every folder was walked whole.
     pub complete: bool,
+    /// Findings left out because the look before the run found them with
+    /// the same content ([`Look::since`]).
+    pub unchanged: usize,
 }
 
 impl Look {
@@ -348,24 +356,24 @@ pub fn look(folders: &[PathBuf], bounds: Bounds) -> Look {
 mod tests {
     use super::*;
 
-    struct Tree(PathBuf);
+    pub(super) struct Tree(pub(super) PathBuf);
 
     impl Tree {
-        fn new(tag: &str) -> Tree {
+        pub(super) fn new(tag: &str) -> Tree {
             let d = std::env::temp_dir().join(format!("oz0-look-{tag}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&d);
             std::fs::create_dir_all(&d).unwrap();
             Tree(d)
         }
 
-        fn file(&self, rel: &str, text: &str) -> &Tree {
+        pub(super) fn file(&self, rel: &str, text: &str) -> &Tree {
             let p = self.0.join(rel);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, text).unwrap();
             self
         }
 
-        fn dir(&self, rel: &str) -> &Tree {
+        pub(super) fn dir(&self, rel: &str) -> &Tree {
             std::fs::create_dir_all(self.0.join(rel)).unwrap();
             self
         }
@@ -377,7 +385,7 @@ mod tests {
         }
     }
 
-    fn found(l: &Look) -> Vec<(String, What)> {
+    pub(super) fn found(l: &Look) -> Vec<(String, What)> {
         let mut v: Vec<(String, What)> = l
             .findings
             .iter()
@@ -542,6 +550,7 @@ mod tests {
             }],
             entries: 1,
             complete: true,
+            unchanged: 0,
         };
         let line = &l.lines(10)[0];
         assert!(

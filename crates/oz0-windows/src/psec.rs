@@ -14,7 +14,9 @@
 //!    (`.git`'s only where `.git` is a folder), removed after when still
 //!    empty, and holds every writable folder, its `.git` and its protected
 //!    folders open without delete sharing for the run's length, so that
-//!    none can be renamed aside (`crate::hold`);
+//!    none can be renamed aside (`crate::hold`); then looks at what is in
+//!    its writable folders, taking a fingerprint of each finding
+//!    (`crate::look::before`);
 //! 3. starts the command through `crate::launch::start`: a job with the
 //!    run's limits (kill-on-close), a PSEC environment from the whole
 //!    request, the command created suspended inside it, placed in the job,
@@ -23,7 +25,8 @@
 //!    `--timeout` (`crate::supervise`), then ends every process of the job;
 //! 5. looks at what the run left in its writable folders that git, an
 //!    agent or an editor would run or follow (`crate::look`), and reports
-//!    it among the run's warnings and in its report (`look`): reported,
+//!    among the run's warnings and in its report (`look`) what is new or
+//!    changed since step 2 (the rest counted as `unchanged`): reported,
 //!    never moved.
 //!
 //! Its command gets the run's three standard streams (the node's own,
@@ -78,6 +81,7 @@ pub fn look_report(l: &crate::look::Look) -> serde_json::Value {
         "entries": l.entries,
         "complete": l.complete,
         "moved": false,
+        "unchanged": l.unchanged,
         "findings": l.findings.iter().map(|f| serde_json::json!({
             "path": f.path.to_string_lossy(),
             "what": match &f.what {
@@ -260,6 +264,9 @@ mod imp {
             };
             let plan = plan(spec, &host, &self.facts, None).map_err(|e| e.to_string())?;
             hold(&plan.protected, &plan.hold_open, &mut made)?;
+            // What is there before the run, so that the look after it
+            // tells only what the run made or changed.
+            let before = look::before(&writable, look::Bounds::default());
             let launcher = PsecLauncher::load().map_err(|e| e.to_string())?;
             let mut launcher = match (&console, stdio) {
                 (Some(c), _) => launcher.with_console(c),
@@ -297,7 +304,8 @@ mod imp {
                 ]
             } else {
                 // Its writable folders are still its claims.
-                let l = look::look(&writable, look::Bounds::default());
+                let l = look::look(&writable, look::Bounds::default())
+                    .since(&before, look::Bounds::default());
                 report.insert("look".into(), super::look_report(&l));
                 l.lines(LOOK_LINES)
             };
