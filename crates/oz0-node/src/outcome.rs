@@ -10,6 +10,39 @@ use oz0_edge::client::Completion;
 
 use crate::record::tail;
 
+/// Version of `sandbox run`'s `--json-status` document.
+#[cfg(any(target_os = "linux", windows))]
+pub(crate) const STATUS_SCHEMA: u32 = 1;
+
+/// The status document of a run that ran: how it ended, and the
+/// platform's report of what held it.
+#[cfg(any(target_os = "linux", windows))]
+pub(crate) fn outcome_doc(o: &Outcome) -> serde_json::Value {
+    let (outcome, reason) = o.describe();
+    let mut doc = serde_json::json!({
+        "schema": STATUS_SCHEMA,
+        "run_id": o.run_id,
+        "outcome": outcome,
+        "exit_code": o.exit_code,
+        "reason": reason,
+        "duration_ms": o.duration_ms,
+    });
+    for (k, v) in &o.report {
+        doc[k] = v.clone();
+    }
+    doc
+}
+
+#[cfg(any(target_os = "linux", windows))]
+pub(crate) fn error_doc(e: &dyn std::fmt::Display) -> serde_json::Value {
+    serde_json::json!({
+        "schema": STATUS_SCHEMA,
+        "outcome": "sandbox_error",
+        "exit_code": Exit::Sandbox.code(),
+        "reason": e.to_string(),
+    })
+}
+
 /// How a job ended, on this node.
 #[derive(Debug)]
 pub(crate) struct JobEnd {

@@ -1,7 +1,7 @@
 //! `oz0-node sandbox run`.
 
 use oz0_core::exit::Exit;
-use oz0_core::{Cancel, Ended, LimitHit, Outcome, Role, RunIo, RunOptions, Sandbox};
+use oz0_core::{Cancel, Ended, LimitHit, Role, RunIo, RunOptions, Sandbox};
 use oz0_linux::hostfs::OutFile;
 use oz0_oci::cache::Image;
 use oz0_policy::{EnvVar, RunRequest, RunSpec};
@@ -10,22 +10,14 @@ use serde_json::json;
 use clap::Args;
 
 use crate::flags::HostArgs;
-
-/// Version of the `--json-status` document.
-pub const STATUS_SCHEMA: u32 = 1;
+use crate::outcome::{error_doc, outcome_doc};
 
 /// Refuses the run: the reason on stderr and, with `--json-status`, in the
 /// status file too (a refused run leaves no stale status of an earlier one).
 fn refuse(json_status: Option<&OutFile>, msg: impl std::fmt::Display) -> i32 {
     eprintln!("oz0-node: sandbox refused: {msg}");
     if let Some(out) = json_status {
-        let doc = json!({
-            "schema": STATUS_SCHEMA,
-            "outcome": "sandbox_error",
-            "exit_code": Exit::Sandbox.code(),
-            "reason": msg.to_string(),
-        });
-        write_status(out, &doc);
+        write_status(out, &error_doc(&msg));
     }
     Exit::Sandbox.code()
 }
@@ -183,33 +175,6 @@ fn write_status(out: &OutFile, doc: &serde_json::Value) {
             out.path().display()
         );
     }
-}
-
-/// The status document of a run that ran: how it ended, and the
-/// platform's report of what held it.
-fn outcome_doc(o: &Outcome) -> serde_json::Value {
-    let (outcome, reason) = o.describe();
-    let mut doc = json!({
-        "schema": STATUS_SCHEMA,
-        "run_id": o.run_id,
-        "outcome": outcome,
-        "exit_code": o.exit_code,
-        "reason": reason,
-        "duration_ms": o.duration_ms,
-    });
-    for (k, v) in &o.report {
-        doc[k] = v.clone();
-    }
-    doc
-}
-
-fn error_doc(e: &dyn std::fmt::Display) -> serde_json::Value {
-    json!({
-        "schema": STATUS_SCHEMA,
-        "outcome": "sandbox_error",
-        "exit_code": Exit::Sandbox.code(),
-        "reason": e.to_string(),
-    })
 }
 
 /// The `--image` (pulled when not in the cache; held while the value

@@ -140,7 +140,42 @@ fn sandbox_run_is_refused_without_the_preview_and_without_psec() {
         "{}",
         stderr(&o)
     );
-    // With it: refused with the probes' reason, and nothing ran.
+    // With it: refused with the probes' reason, and nothing ran; with
+    // --json-status the refusal is the status document too (written over
+    // what was at FILE).
+    let status = dir.join("status.json");
+    std::fs::write(&status, "stale").unwrap();
+    let status_flag = format!("--json-status={}", win(&status));
+    let mut with_status = args.to_vec();
+    with_status.insert(2, &status_flag);
+    let o = w.run(&with_status, &[("OZ0_SANDBOX_PSEC_PREVIEW", "1")]);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status).unwrap()).unwrap();
+    assert_eq!(doc["outcome"], "sandbox_error", "{doc}");
+    assert_eq!(doc["exit_code"], 125, "{doc}");
+    assert!(
+        doc["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("this machine has no PSEC")),
+        "{doc}"
+    );
+    let names: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "only work and status.json: {names:?}");
+    // A status whose folder is not there refuses the run, naming the flag.
+    let gone = format!("--json-status={}", win(&dir.join("gone/status.json")));
+    let mut with_gone = args.to_vec();
+    with_gone.insert(2, &gone);
+    let o = w.run(&with_gone, &[("OZ0_SANDBOX_PSEC_PREVIEW", "1")]);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("sandbox refused: --json-status "),
+        "{}",
+        stderr(&o)
+    );
     let o = w.run(&args, &[("OZ0_SANDBOX_PSEC_PREVIEW", "1")]);
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
     let e = stderr(&o);

@@ -34,6 +34,7 @@ pub mod proxy;
 mod psec_run;
 pub mod relay;
 pub mod sandbox;
+mod status;
 pub mod wall;
 
 /// The variable that turns on `sandbox run`'s PSEC preview.

@@ -96,8 +96,9 @@ fn spec(r: Request) -> Result<RunSpec, PsecRunError> {
     .map_err(PsecRunError::from)
 }
 
-/// Runs the request through `psec`; the exit status, or why nothing ran.
-pub fn run(r: Request, psec: &dyn Sandbox) -> Result<i32, PsecRunError> {
+/// Runs the request through `psec`, saying how it ended: its outcome, or
+/// why nothing ran.
+pub fn run(r: Request, psec: &dyn Sandbox) -> Result<oz0_core::Outcome, PsecRunError> {
     let spec = spec(r)?;
     let cancel = oz0_windows::native::cancel_on_ctrl_c().ok();
     let o = psec
@@ -114,5 +115,5 @@ pub fn run(r: Request, psec: &dyn Sandbox) -> Result<i32, PsecRunError> {
         Ended::NotExecuted { reason } => eprintln!("oz0-node: {reason}"),
         _ => {}
     }
-    Ok(o.exit_code)
+    Ok(o)
 }

@@ -12,6 +12,7 @@ use clap::Args;
 use oz0_core::exit::Exit;
 use oz0_windows::route::{parse_route_env, ROUTE_ENV};
 
+use super::status::StatusFile;
 use super::{DataDirArg, PREVIEW_ENV};
 use crate::platform::{platform, Settings};
 
@@ -24,6 +25,12 @@ pub struct RunArgs {
     /// process's environment. Nothing else from this environment reaches it.
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub env: Vec<OsString>,
+    /// Write the run's status document to FILE when it is over: how it
+    /// ended, its report (the look after it among it), or why it was
+    /// refused. FILE's folder is checked and held before the run: no part
+    /// of its path may be a link or junction.
+    #[arg(long = "json-status", value_name = "FILE")]
+    pub json_status: Option<std::path::PathBuf>,
     /// The host network: refused on Windows (a PSEC run reaches the network
     /// only through the egress proxy).
     #[arg(long = "share-net", hide = true)]
@@ -35,8 +42,13 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
-fn refuse(msg: impl std::fmt::Display) -> i32 {
+/// Refuses the run: the reason on stderr and, with `--json-status`, in
+/// the status document too.
+fn refuse_with(status: Option<&StatusFile>, msg: impl std::fmt::Display) -> i32 {
     eprintln!("oz0-node: sandbox refused: {msg}");
+    if let Some(s) = status {
+        s.write(&crate::outcome::error_doc(&msg));
+    }
     Exit::Sandbox.code()
 }
 
@@ -87,29 +99,38 @@ fn unicode_args(a: &RunArgs) -> Result<(), String> {
 
 /// Runs `sandbox run`.
 pub fn main(a: RunArgs) -> i32 {
+    let status = match a.json_status.as_deref().map(StatusFile::open) {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => return refuse_with(None, e),
+    };
+    let st = status.as_ref();
     if let Err(e) = preview(std::env::var_os(PREVIEW_ENV).as_deref()) {
-        return refuse(e);
+        return refuse_with(st, e);
     }
     if a.share_net {
-        return refuse(
+        return refuse_with(st,
             "--share-net (the host network) is refused on Windows: a PSEC run reaches the network only through the node's egress proxy (--allow, --forward)",
         );
     }
     if let Err(e) = parse_route_env(std::env::var_os(ROUTE_ENV).as_deref()) {
-        return refuse(e);
+        return refuse_with(st, e);
     }
     if let Err(e) = unicode_args(&a) {
-        return refuse(e);
+        return refuse_with(st, e);
     }
     if let Err(e) = oz0_policy::net::Egress::parse(&a.wall.allow, &a.wall.forward) {
         eprintln!("oz0-node: --allow/--forward: {e}");
         return Exit::Usage.code();
     }
     if !a.wall.work.is_dir() {
-        return refuse(format!(
-            "--work {} is not a folder: make it first",
-            a.wall.work.display()
-        ));
+        return refuse_with(
+            st,
+            format!(
+                "--work {} is not a folder: make it first",
+                a.wall.work.display()
+            ),
+        );
     }
     let walls = platform(Settings {
         data_dir: None,
@@ -118,12 +139,12 @@ pub fn main(a: RunArgs) -> i32 {
     let wall = walls.wall();
     let probe = match &wall.probe {
         Ok(p) => p,
-        Err(e) => return refuse(format!("the PSEC probe could not ask Windows: {e}")),
+        Err(e) => return refuse_with(st, format!("the PSEC probe could not ask Windows: {e}")),
     };
     match probe.psec() {
         Err(why) => {
             let r = wall.report(None).expect("the probe answered");
-            refuse(format!(
+            refuse_with(st, format!(
                 "this machine has no PSEC, which the preview runs in ({why}); nothing was started. {}",
                 r.fix_line
             ))
@@ -131,16 +152,21 @@ pub fn main(a: RunArgs) -> i32 {
         Ok(_) => {
             let r = match request(&a) {
                 Ok(r) => r,
-                Err(e) => return refuse(e),
+                Err(e) => return refuse_with(st, e),
             };
             eprintln!("oz0-node: warning: the PSEC preview: the run's confinement is proven only as far as `sandbox check --psec` shows on this machine (this build's self-test of PSEC stops at egress), so it is not tier 1");
             let psec = match walls.tier1() {
                 Ok(p) => p,
-                Err(e) => return refuse(e),
+                Err(e) => return refuse_with(st, e),
             };
             match super::psec_run::run(r, &*psec) {
-                Ok(code) => code,
-                Err(e) => refuse(format!("{e}; nothing is left running")),
+                Ok(o) => {
+                    if let Some(s) = &status {
+                        s.write(&crate::outcome::outcome_doc(&o));
+                    }
+                    o.exit_code
+                }
+                Err(e) => refuse_with(st, format!("{e}; nothing is left running")),
             }
         }
     }

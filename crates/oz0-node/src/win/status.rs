@@ -1,0 +1,114 @@
+//! `sandbox run --json-status FILE` on Windows: the run's status document
+//! (its outcome, its report and the look after it, or why nothing ran),
+//! written where the caller names, never through a link.
+//!
+//! The file's folder is checked when the run is asked for, before it
+//! starts: no part of its path may be a link or junction (any reparse
+//! point). The folder is then held open without delete sharing for the
+//! run's length, so that neither it nor a folder above it can be renamed
+//! aside or removed meanwhile (a run may write where the caller put the
+//! file). The document is written to a new file of a name of its own in
+//! that folder, created new without following a link, then renamed over
+//! FILE: a link the run left at FILE is replaced, never written through.
+
+use std::ffi::OsString;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::windows::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// `FILE_FLAG_BACKUP_SEMANTICS`: what opens a folder as a file.
+const FILE_FLAG_BACKUP_SEMANTICS: u32 = 0x0200_0000;
+/// `FILE_FLAG_OPEN_REPARSE_POINT`: a link is opened itself, never followed.
+const FILE_FLAG_OPEN_REPARSE_POINT: u32 = 0x0020_0000;
+/// `FILE_ATTRIBUTE_REPARSE_POINT`.
+const REPARSE_POINT: u32 = 0x400;
+/// `FILE_SHARE_READ | FILE_SHARE_WRITE`: never `FILE_SHARE_DELETE`.
+const SHARE_NO_DELETE: u32 = 0x1 | 0x2;
+
+/// Where the status document goes: its folder, held.
+#[derive(Debug)]
+pub struct StatusFile {
+    _held: File,
+    folder: PathBuf,
+    name: OsString,
+    shown: PathBuf,
+}
+
+impl StatusFile {
+    /// Checks and holds the folder of `path`.
+    pub fn open(path: &Path) -> Result<StatusFile, String> {
+        let shown = path.to_path_buf();
+        let bad = |why: String| format!("--json-status {}: {why}", shown.display());
+        let name = path
+            .file_name()
+            .filter(|n| *n != "." && *n != "..")
+            .ok_or_else(|| bad("does not name a file".into()))?
+            .to_os_string();
+        let folder = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let folder = std::path::absolute(folder).map_err(|e| bad(e.to_string()))?;
+        // Every part of the folder's path, from its root down.
+        for part in folder.ancestors().collect::<Vec<_>>().into_iter().rev() {
+            let m = std::fs::symlink_metadata(part)
+                .map_err(|e| bad(format!("{}: {e}", part.display())))?;
+            if m.file_attributes() & REPARSE_POINT != 0 {
+                return Err(bad(format!(
+                    "{} is a symbolic link or junction, which the node never follows where a status goes: name the real folder",
+                    part.display()
+                )));
+            }
+        }
+        let held = OpenOptions::new()
+            .read(true)
+            .share_mode(SHARE_NO_DELETE)
+            .custom_flags(FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT)
+            .open(&folder)
+            .map_err(|e| bad(format!("cannot hold its folder: {e}")))?;
+        let m = held.metadata().map_err(|e| bad(e.to_string()))?;
+        if !m.is_dir() || m.file_attributes() & REPARSE_POINT != 0 {
+            return Err(bad(format!(
+                "{} is not a folder (or was swapped for a link)",
+                folder.display()
+            )));
+        }
+        Ok(StatusFile {
+            _held: held,
+            folder,
+            name,
+            shown,
+        })
+    }
+
+    /// Writes `doc` at the file: a new file renamed over it.
+    pub fn write(&self, doc: &serde_json::Value) {
+        let text = serde_json::to_string_pretty(doc).expect("a status document serialises") + "\n";
+        if let Err(e) = self.put(text.as_bytes()) {
+            eprintln!(
+                "oz0-node: cannot write --json-status {}: {e}",
+                self.shown.display()
+            );
+        }
+    }
+
+    fn put(&self, bytes: &[u8]) -> std::io::Result<()> {
+        let mut tmp = OsString::from(".");
+        tmp.push(&self.name);
+        tmp.push(format!(".oz0-{}", oz0_windows::tier0::new_run_id()));
+        let tmp = self.folder.join(tmp);
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(FILE_FLAG_OPEN_REPARSE_POINT)
+            .open(&tmp)?;
+        let written = f.write_all(bytes).and_then(|()| f.sync_all());
+        drop(f);
+        let done = written.and_then(|()| std::fs::rename(&tmp, self.folder.join(&self.name)));
+        if done.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        done
+    }
+}
