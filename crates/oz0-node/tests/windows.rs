@@ -176,6 +176,22 @@ fn sandbox_run_is_refused_without_the_preview_and_without_psec() {
         "{}",
         stderr(&o)
     );
+    // A folder named otherwise than Windows resolves it (here Wine's C:
+    // spelt through Z:, as a link or another drive's letter would) is
+    // refused, naming the real one, and nothing is written there.
+    let aliased = w.prefix.join("drive_c");
+    let alias = format!("--json-status={}", win(&aliased.join("status.json")));
+    let mut with_alias = args.to_vec();
+    with_alias.insert(2, &alias);
+    let o = w.run(&with_alias, &[("OZ0_SANDBOX_PSEC_PREVIEW", "1")]);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("name the real folder, reached through no link")
+            && stderr(&o).contains("C:\\"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!aliased.join("status.json").exists());
     let o = w.run(&args, &[("OZ0_SANDBOX_PSEC_PREVIEW", "1")]);
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
     let e = stderr(&o);

@@ -129,7 +129,7 @@ pub use listener::exclusive_listener;
 
 #[cfg(windows)]
 pub use imp::{
-    access_list, appcontainer_sid, current_user_sid, delete_appcontainer_profile,
+    access_list, appcontainer_sid, current_user_sid, delete_appcontainer_profile, final_path,
     firewall_profiles, probe, set_access_list, Job,
 };
 

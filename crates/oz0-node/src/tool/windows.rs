@@ -206,6 +206,8 @@ fn serve<T>(
             let done = finished.cancel().map_err(event("the call's end"))?;
             let (stop, stopped) = (stop.clone(), stopped.clone());
             Some(std::thread::spawn(move || {
+                // One wait on both: the caller's cancel set reads as the
+                // first handle's end, the call's end as the second's.
                 if matches!(
                     wait_for(c.0.as_handle(), Some(&done), None),
                     Ok(Woke::Exited(_))

@@ -7,7 +7,9 @@
 //! point). The folder is then held open without delete sharing for the
 //! run's length, so that neither it nor a folder above it can be renamed
 //! aside or removed meanwhile (a run may write where the caller put the
-//! file). The document is written to a new file of a name of its own in
+//! file), and what Windows resolves the held folder to must be its path
+//! (a link swapped in above it between the look and the hold shows as
+//! another path). The document is written to a new file of a name of its own in
 //! that folder, created new without following a link, then renamed over
 //! FILE: a link the run left at FILE is replaced, never written through.
 
@@ -74,6 +76,17 @@ impl StatusFile {
                 folder.display()
             )));
         }
+        // What the held folder is: a link swapped in above it since the
+        // look, a short name or another drive's letter for it, all show
+        // as another path.
+        let real = oz0_windows::native::final_path(&held).map_err(|e| bad(e.to_string()))?;
+        if !same_path(&real, &folder) {
+            return Err(bad(format!(
+                "{} is {}: name the real folder, reached through no link",
+                folder.display(),
+                real.display()
+            )));
+        }
         Ok(StatusFile {
             _held: held,
             folder,
@@ -111,4 +124,16 @@ impl StatusFile {
         }
         done
     }
+}
+
+/// Whether Windows' final path `real` (`\\?\C:\…`, `\\?\UNC\…`) names
+/// `path`, letter case aside.
+fn same_path(real: &Path, path: &Path) -> bool {
+    let real = real.to_string_lossy();
+    let real = match real.strip_prefix("\\\\?\\UNC\\") {
+        Some(share) => format!("\\\\{share}"),
+        None => real.strip_prefix("\\\\?\\").unwrap_or(&real).to_string(),
+    };
+    let path = path.to_string_lossy();
+    real.trim_end_matches('\\').to_lowercase() == path.trim_end_matches('\\').to_lowercase()
 }

@@ -1,7 +1,7 @@
 //! The system calls behind `crate::native` (Windows only), by what they
 //! do: `probe` (the registry and `processmodel.dll`'s exports), `acl`
 //! (this user's SID, access lists, AppContainer profiles), `job` (job
-//! objects), `psec` (the PSEC launcher), `spawn` (a process created with
+//! objects), `path` (what an open folder resolves to), `psec` (the PSEC launcher), `spawn` (a process created with
 //! exactly its streams), `conpty` (a run's own pseudo console) and `run`
 //! (one wait on a run and its cancel, tier 0's runner). What they share is here: UTF-16 strings,
 //! the last error, System32-only loading and our constants checked
@@ -13,6 +13,7 @@ mod acl;
 pub mod conpty;
 mod firewall;
 mod job;
+mod path;
 mod probe;
 pub mod psec;
 pub mod run;
@@ -23,6 +24,7 @@ pub use acl::{
 };
 pub use firewall::firewall_profiles;
 pub use job::Job;
+pub use path::final_path;
 pub use probe::probe;
 
 use windows_sys::Win32::Foundation::{GetLastError, HANDLE, HMODULE};
