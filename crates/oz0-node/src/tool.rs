@@ -1,9 +1,10 @@
 //! One `tools/call` of one plugin tool on this node: what an edge job of
-//! kind `tool` runs, and `oz0-node plugin call` (Linux). This module is
-//! what every platform's call shares — the variables, the files, MCP over
-//! the server's stdio and how the server is ended; where the server runs
-//! is the platform's: Linux's walls below (`tool/linux.rs`), a Mac's
-//! microVMs of Apple's container (`tool/mac.rs`).
+//! kind `tool` runs, and `oz0-node plugin call`. This module is what every
+//! platform's call shares — the variables, the files, MCP over the
+//! server's stdio and how the server is ended; where the server runs is
+//! the platform's: Linux's walls below (`tool/linux.rs`), a Mac's
+//! microVMs of Apple's container (`tool/mac.rs`), a Windows node's tier 0
+//! (`tool/windows.rs`, which says what of the text below holds there).
 //!
 //! The payload is checked again (the manifest, the tool, the name, the
 //! files). The call's files are placed under `.oz0-files/` in the job's
