@@ -12,7 +12,8 @@
 //! `hang` never answers. With `--mark`, it first creates FILE, so a test
 //! can tell whether it was started at all.
 //!
-//! `mcp_stub tick FILE` is the copy `linger` starts.
+//! `mcp_stub tick FILE` is the copy `linger` starts; `mute` as the last
+//! argument answers nothing at all.
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -26,6 +27,11 @@ fn main() {
     }
     if args.get(1).map(String::as_str) == Some("--mark") {
         std::fs::write(&args[2], b"started").expect("the mark is written");
+    }
+    if args.last().map(String::as_str) == Some("mute") {
+        loop {
+            std::thread::sleep(Duration::from_secs(60));
+        }
     }
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();

@@ -281,6 +281,36 @@ fn a_command_tool_answers_at_tier_0_with_its_files_and_only_its_variables() {
     assert!(stderr(&o).contains("names a device"), "{}", stderr(&o));
 }
 
+/// `oz0-node.exe ARGS` started, stopped as Ctrl-C does once `mark` (its
+/// server's) is there, and waited for (30 s at most).
+fn interrupted(w: &Wine, args: &[&str], mark: &Path) -> Output {
+    let mut child = w
+        .cmd(args, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(60);
+    while !mark.exists() {
+        assert!(Instant::now() < until, "the server never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = child.id().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status();
+    let until = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("Ctrl-C did not end {args:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.wait_with_output().unwrap()
+}
+
 /// The size of `f`, 0 when it is not there.
 fn size(f: &Path) -> u64 {
     std::fs::metadata(f).map_or(0, |m| m.len())
@@ -344,42 +374,19 @@ fn the_call_ends_its_server_and_everything_it_started() {
     // Ctrl-C cancels the call and ends its server.
     std::fs::remove_file(&mark).ok();
     let dir = win(&p.path("plugin"));
-    let mut child = w
-        .cmd(
-            &[
-                "plugin",
-                "call",
-                &dir,
-                "stub",
-                "--no-wall",
-                "--name",
-                "hang",
-            ],
-            &[],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(60);
-    while !mark.exists() {
-        assert!(Instant::now() < until, "the server never started");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(500));
-    let pid = child.id().to_string();
-    let _ = std::process::Command::new("kill")
-        .args(["-INT", &pid])
-        .status();
-    let until = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > until {
-            let _ = child.kill();
-            panic!("Ctrl-C did not end the call");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let o = child.wait_with_output().unwrap();
+    let o = interrupted(
+        w,
+        &[
+            "plugin",
+            "call",
+            &dir,
+            "stub",
+            "--no-wall",
+            "--name",
+            "hang",
+        ],
+        &mark,
+    );
     assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("the call was cancelled (Ctrl-C); its server's job was ended"),
@@ -461,5 +468,41 @@ fn plugin_check_says_which_tools_run_here_and_starts_them_only_with_no_wall() {
             && stdout(&o).contains("ms and lists echo, read, env, linger, hang)"),
         "{}",
         stdout(&o)
+    );
+}
+
+#[test]
+fn ctrl_c_ends_a_check_and_the_server_it_waits_for() {
+    let Some((w, stub, marks)) = ready() else {
+        return;
+    };
+    let mark = marks.0.join("started");
+    let p = Plugin::new(&format!(
+        "tools:\n  - id: mute\n    command: ['{stub}', --mark, '{}', mute]\n  - id: never\n    command: ['{stub}', --mark, '{}', mute]\n",
+        win(&mark),
+        win(&marks.0.join("second"))
+    ));
+    let dir = win(&p.path("plugin"));
+    let o = interrupted(
+        w,
+        &[
+            "plugin",
+            "check",
+            &dir,
+            "--no-wall",
+            "--server-timeout",
+            "120",
+        ],
+        &mark,
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the check was cancelled (Ctrl-C)"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !marks.0.join("second").exists(),
+        "a server was started after Ctrl-C"
     );
 }

@@ -40,7 +40,8 @@ pub enum PluginCmd {
     /// calls here.
     ///
     /// Exit status: 0 when plugin call runs every tool here; 1 when it
-    /// refuses one, a server does not answer, or the manifest is refused.
+    /// refuses one, a server does not answer, or the manifest is refused;
+    /// 130 cancelled (Ctrl-C).
     Check(CheckArgs),
     /// Make one tools/call of one of a plugin's command tools, at tier 0.
     ///
@@ -129,18 +130,21 @@ fn check(a: &CheckArgs) -> i32 {
         }
     };
     let cancel = oz0_windows::native::cancel_on_ctrl_c().ok();
-    let tools: Vec<(&Tool, Result<Option<Listed>, String>)> = manifest
-        .tools
-        .iter()
-        .map(|t| {
-            let r = match crate::tool::windows::refusal(t) {
-                Some(e) => Err(e.to_string()),
-                None if a.no_wall => try_server(a, &data_dir, t, cancel.as_ref()).map(Some),
-                None => Ok(None),
-            };
-            (t, r)
-        })
-        .collect();
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let mut tools: Vec<(&Tool, Result<Option<Listed>, String>)> = Vec::new();
+    for t in &manifest.tools {
+        let r = match crate::tool::windows::refusal(t) {
+            Some(e) => Err(e.to_string()),
+            None if a.no_wall => try_server(a, &data_dir, t, cancel.as_ref(), &cancelled).map(Some),
+            None => Ok(None),
+        };
+        // Ctrl-C ends the check: no server after it is started.
+        if cancelled.load(Ordering::SeqCst) {
+            eprintln!("oz0-node: the check was cancelled (Ctrl-C); its server's job was ended");
+            return CANCELLED_CODE;
+        }
+        tools.push((t, r));
+    }
     let all = tools.iter().all(|(_, r)| r.is_ok());
     if a.json {
         let doc = json!({
@@ -199,6 +203,7 @@ fn try_server(
     data_dir: &std::path::Path,
     t: &Tool,
     cancel: Option<&Cancel>,
+    cancelled: &Arc<AtomicBool>,
 ) -> Result<Listed, String> {
     let (_work, work) = crate::tool::work_folder(None)?;
     let (_errs, errs) = crate::tool::work_folder(None)?;
@@ -215,7 +220,7 @@ fn try_server(
             data_dir,
             errors,
             cancel,
-            cancelled: Arc::new(AtomicBool::new(false)),
+            cancelled: cancelled.clone(),
         },
         t,
         std::time::Duration::from_secs(a.server_timeout),
