@@ -355,11 +355,7 @@ fn try_server(a: &CheckArgs, host: &oz0_linux::Tier1, t: &Tool) -> Result<Listed
         t,
         std::time::Duration::from_secs(a.server_timeout),
     );
-    r.map_err(|e| e.to_string())
-        .map_err(|why| match crate::tool::stderr_end(kept) {
-            Some(end) => format!("{why}; its stderr ended with: {end}"),
-            None => why,
-        })
+    r.map_err(|e| crate::tool::with_stderr_end(e.to_string(), kept))
 }
 
 fn call(a: CallCliArgs) -> i32 {

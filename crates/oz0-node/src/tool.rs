@@ -58,7 +58,7 @@ pub use work::CallDir;
 #[cfg(any(target_os = "linux", windows))]
 use work::{args_at_work, at_work, RUN_GRACE_S};
 #[cfg(any(target_os = "linux", windows))]
-pub use work::{call_refused, stderr_end, work_folder};
+pub use work::{call_refused, with_stderr_end, work_folder};
 
 pub use end::ToolEnd;
 #[cfg(target_os = "linux")]

@@ -15,7 +15,7 @@ use crate::winpath::WinPath;
 /// `FILE_FLAG_BACKUP_SEMANTICS`: what opens a folder as a file.
 const FILE_FLAG_BACKUP_SEMANTICS: u32 = 0x0200_0000;
 /// `FILE_FLAG_OPEN_REPARSE_POINT`: a link is opened itself, never followed.
-const FILE_FLAG_OPEN_REPARSE_POINT: u32 = 0x0020_0000;
+pub const FILE_FLAG_OPEN_REPARSE_POINT: u32 = 0x0020_0000;
 /// `FILE_SHARE_READ | FILE_SHARE_WRITE`: never `FILE_SHARE_DELETE`, so the
 /// folder cannot be renamed or removed while it is held.
 const SHARE_NO_DELETE: u32 = 0x1 | 0x2;
@@ -92,6 +92,18 @@ fn no_link(p: &Path) -> Result<(), HoldError> {
     Ok(())
 }
 
+/// `path` opened as it is (a link there is opened itself, never its
+/// target) and without delete sharing: while the handle lives, neither it
+/// nor a folder above it can be renamed aside or removed.
+pub fn hold_folder(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::windows::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .share_mode(SHARE_NO_DELETE)
+        .custom_flags(FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT)
+        .open(path)
+}
+
 /// The `.git` folder a protected entry lies under.
 fn git_of(p: &Path) -> Option<&Path> {
     p.ancestors()
@@ -111,7 +123,6 @@ pub fn hold(
     hold_open: &[WinPath],
     made: &mut Held,
 ) -> Result<(), HoldError> {
-    use std::os::windows::fs::OpenOptionsExt;
     for e in protected {
         let path = PathBuf::from(e.path.as_str());
         // The entry, and inside `.git` every folder on its way from `.git`,
@@ -171,15 +182,10 @@ pub fn hold(
         }
         // Opened as it is: a link swapped in since the look above is held
         // itself, never its target.
-        let f = fs::OpenOptions::new()
-            .read(true)
-            .share_mode(SHARE_NO_DELETE)
-            .custom_flags(FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT)
-            .open(path)
-            .map_err(|source| HoldError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let f = hold_folder(path).map_err(|source| HoldError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
         made.held.push(f);
     }
     Ok(())

@@ -161,7 +161,7 @@ impl Default for Bounds {
 
 /// Whether the entry of `meta` is a link of any kind, never to be entered.
 #[cfg(windows)]
-fn is_link(meta: &std::fs::Metadata) -> bool {
+pub fn is_link(meta: &std::fs::Metadata) -> bool {
     use std::os::windows::fs::MetadataExt;
     /// `FILE_ATTRIBUTE_REPARSE_POINT`.
     const REPARSE_POINT: u32 = 0x400;
@@ -170,7 +170,7 @@ fn is_link(meta: &std::fs::Metadata) -> bool {
 
 /// Whether the entry of `meta` is a link of any kind, never to be entered.
 #[cfg(not(windows))]
-fn is_link(meta: &std::fs::Metadata) -> bool {
+pub fn is_link(meta: &std::fs::Metadata) -> bool {
     meta.file_type().is_symlink()
 }
 

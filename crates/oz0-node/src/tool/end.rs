@@ -90,12 +90,13 @@ pub(super) fn bounded(reason: String) -> String {
     format!("{} … (reason cut)", &reason[..end])
 }
 
-/// The call's result, or its error with the run's own failure added.
-pub(super) fn with_run_error(
-    r: Result<CallResult, McpError>,
+/// What the server answered, or its error with the run's own failure
+/// added.
+pub(super) fn with_run_error<T>(
+    r: Result<T, McpError>,
     run: Option<String>,
     what: &str,
-) -> Result<CallResult, String> {
+) -> Result<T, String> {
     match (r, run) {
         (Ok(c), _) => Ok(c),
         (Err(e), None) => Err(e.to_string()),

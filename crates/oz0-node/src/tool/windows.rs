@@ -108,11 +108,7 @@ pub fn try_server(
     }
     let (spec, _) = server_spec(&ctx, tool, timeout.as_secs())?;
     let (r, run) = serve(ctx, &spec, Instant::now() + timeout, |c| c.list())?;
-    match (r, run_failure(run)) {
-        (Ok(l), _) => Ok(l),
-        (Err(e), None) => Err(ToolError::NoAnswer(e.to_string())),
-        (Err(e), Some(run)) => Err(ToolError::NoAnswer(format!("{e}; the server's run: {run}"))),
-    }
+    with_run_error(r, run_failure(run), "the server's run").map_err(ToolError::NoAnswer)
 }
 
 /// The server's run as tier 0 takes it, and the work folder's path: the
@@ -262,8 +258,7 @@ fn serve<T>(
 /// Nothing of the call runs yet, so only the caller's own processes could
 /// race it, and at tier 0 they hold what the server will hold anyway.
 fn place_files(work: &Path, files: &[(String, Vec<u8>)]) -> Result<(), ToolError> {
-    /// `FILE_FLAG_OPEN_REPARSE_POINT`: a link is opened itself, never followed.
-    const FILE_FLAG_OPEN_REPARSE_POINT: u32 = 0x0020_0000;
+    use oz0_windows::hold::FILE_FLAG_OPEN_REPARSE_POINT;
     use std::os::windows::fs::OpenOptionsExt;
     if files.is_empty() {
         return Ok(());

@@ -11,9 +11,18 @@ pub fn call_refused(msg: String) -> i32 {
     oz0_core::exit::Exit::Sandbox.code()
 }
 
+/// `why` a server did not answer, with the end of what it wrote to its
+/// stderr, `f`, when it wrote anything.
+pub fn with_stderr_end(why: String, f: std::fs::File) -> String {
+    match stderr_end(f) {
+        Some(end) => format!("{why}; its stderr ended with: {end}"),
+        None => why,
+    }
+}
+
 /// The last line or so (at most 300 bytes) of what a server wrote to
 /// `f`, trimmed; None when it wrote nothing.
-pub fn stderr_end(mut f: std::fs::File) -> Option<String> {
+fn stderr_end(mut f: std::fs::File) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
     let len = f.seek(SeekFrom::End(0)).ok()?;
     f.seek(SeekFrom::Start(len.saturating_sub(300))).ok()?;

@@ -226,11 +226,7 @@ fn try_server(
         std::time::Duration::from_secs(a.server_timeout),
     );
     r.map_err(|e| {
-        let why = format!("its server did not answer at tier 0: {e}");
-        match crate::tool::stderr_end(kept) {
-            Some(end) => format!("{why}; its stderr ended with: {end}"),
-            None => why,
-        }
+        crate::tool::with_stderr_end(format!("its server did not answer at tier 0: {e}"), kept)
     })
 }
 

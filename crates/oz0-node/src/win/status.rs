@@ -16,17 +16,11 @@
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::windows::fs::{MetadataExt, OpenOptionsExt};
+use std::os::windows::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-/// `FILE_FLAG_BACKUP_SEMANTICS`: what opens a folder as a file.
-const FILE_FLAG_BACKUP_SEMANTICS: u32 = 0x0200_0000;
-/// `FILE_FLAG_OPEN_REPARSE_POINT`: a link is opened itself, never followed.
-const FILE_FLAG_OPEN_REPARSE_POINT: u32 = 0x0020_0000;
-/// `FILE_ATTRIBUTE_REPARSE_POINT`.
-const REPARSE_POINT: u32 = 0x400;
-/// `FILE_SHARE_READ | FILE_SHARE_WRITE`: never `FILE_SHARE_DELETE`.
-const SHARE_NO_DELETE: u32 = 0x1 | 0x2;
+use oz0_windows::hold::{hold_folder, FILE_FLAG_OPEN_REPARSE_POINT};
+use oz0_windows::look::is_link;
 
 /// Where the status document goes: its folder, held.
 #[derive(Debug)]
@@ -56,21 +50,16 @@ impl StatusFile {
         for part in folder.ancestors().collect::<Vec<_>>().into_iter().rev() {
             let m = std::fs::symlink_metadata(part)
                 .map_err(|e| bad(format!("{}: {e}", part.display())))?;
-            if m.file_attributes() & REPARSE_POINT != 0 {
+            if is_link(&m) {
                 return Err(bad(format!(
                     "{} is a symbolic link or junction, which the node never follows where a status goes: name the real folder",
                     part.display()
                 )));
             }
         }
-        let held = OpenOptions::new()
-            .read(true)
-            .share_mode(SHARE_NO_DELETE)
-            .custom_flags(FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT)
-            .open(&folder)
-            .map_err(|e| bad(format!("cannot hold its folder: {e}")))?;
+        let held = hold_folder(&folder).map_err(|e| bad(format!("cannot hold its folder: {e}")))?;
         let m = held.metadata().map_err(|e| bad(e.to_string()))?;
-        if !m.is_dir() || m.file_attributes() & REPARSE_POINT != 0 {
+        if !m.is_dir() || is_link(&m) {
             return Err(bad(format!(
                 "{} is not a folder (or was swapped for a link)",
                 folder.display()

@@ -34,7 +34,7 @@ use super::{is_link, look, same_name, Bounds, Look, What, MAX_DEPTH};
 /// Bytes of files read at most for the fingerprints of one look.
 pub const MAX_PRINT_BYTES: u64 = 64 << 20;
 /// Entries fingerprinted at most in one look.
-pub const MAX_PRINT_ENTRIES: usize = 200_000;
+pub const MAX_PRINT_ENTRIES: usize = 100_000;
 
 /// The findings of the look before a run, each with its fingerprint.
 #[derive(Debug, Default)]
@@ -70,9 +70,15 @@ impl Budget {
         }
     }
 
-    /// One more entry, if the bounds allow it.
+    /// One more entry met (a finding's own, or a name listed), if the
+    /// bounds allow it.
     fn entry(&mut self) -> Option<()> {
         self.entries = self.entries.checked_sub(1)?;
+        self.in_time()
+    }
+
+    /// Whether there is time left.
+    fn in_time(&self) -> Option<()> {
         (Instant::now() < self.until).then_some(())
     }
 
@@ -138,6 +144,8 @@ fn print(path: &Path, what: &What, budget: &mut Budget) -> Option<[u8; 32]> {
         What::TodoRunsCommands | What::Unexamined(_) => return None,
     };
     let mut h = Sha256::new();
+    // The finding itself; what is below it is counted as it is listed.
+    budget.entry()?;
     entry(path, OsString::new(), repository, false, 0, &mut h, budget)?;
     Some(h.finalize().into())
 }
@@ -159,7 +167,7 @@ fn entry(
     h: &mut Sha256,
     budget: &mut Budget,
 ) -> Option<()> {
-    budget.entry()?;
+    budget.in_time()?;
     if depth > MAX_DEPTH {
         return None;
     }
