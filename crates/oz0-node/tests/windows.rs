@@ -176,6 +176,21 @@ fn sandbox_run_is_refused_without_the_preview_and_without_psec() {
         "{}",
         stderr(&o)
     );
+    // A usage error says so in the status too: no earlier status stays.
+    std::fs::write(&status, "stale").unwrap();
+    let mut bad_allow = with_status.clone();
+    bad_allow.insert(2, "--allow=bad host!");
+    let o = w.run(&bad_allow, &[("OZ0_SANDBOX_PSEC_PREVIEW", "1")]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status).unwrap()).unwrap();
+    assert_eq!(doc["exit_code"], 2, "{doc}");
+    assert!(
+        doc["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("--allow/--forward: ")),
+        "{doc}"
+    );
     // A folder named otherwise than Windows resolves it (here Wine's C:
     // spelt through Z:, as a link or another drive's letter would) is
     // refused, naming the real one, and nothing is written there.

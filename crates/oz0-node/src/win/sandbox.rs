@@ -120,7 +120,14 @@ pub fn main(a: RunArgs) -> i32 {
         return refuse_with(st, e);
     }
     if let Err(e) = oz0_policy::net::Egress::parse(&a.wall.allow, &a.wall.forward) {
-        eprintln!("oz0-node: --allow/--forward: {e}");
+        let msg = format!("--allow/--forward: {e}");
+        eprintln!("oz0-node: {msg}");
+        // Said in the status too, so that no earlier run's status stays.
+        if let Some(s) = st {
+            let mut doc = crate::outcome::error_doc(&msg);
+            doc["exit_code"] = Exit::Usage.code().into();
+            s.write(&doc);
+        }
         return Exit::Usage.code();
     }
     if !a.wall.work.is_dir() {
