@@ -115,11 +115,11 @@ pub fn verify_binds(expect: &[Expect]) -> Result<(), StageError> {
 /// of each bind checked (see [`verify_binds`]), the mount layer is proven
 /// on its own, not only together with Landlock.
 pub fn verify_mount_table(expected: &[String]) -> Result<(), StageError> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo")
+    let text = crate::host::read_proc("/proc/self/mountinfo")
         .map_err(os("cannot read the run's mount table"))?;
     let mut found: Vec<String> = crate::host::parse_mount_points(&text)
         .into_iter()
-        .filter(|(m, fs)| !(m == "/dev/console" || (m.starts_with("/proc/") && fs == "proc")))
+        .filter(|(m, fs)| !(m == "/dev/console" || (m.starts_with("/proc/") && *fs == "proc")))
         .map(|(m, _)| m)
         .collect();
     found.sort();

@@ -267,19 +267,35 @@ fn entry_at(dir: &OwnedFd, name: &str, shown: &Path) -> Result<(Entry, Option<Fi
 /// The mount points listed in the mountinfo file at `path` (field 5,
 /// with the kernel's octal escapes undone), in order.
 pub fn mount_points(path: &str) -> io::Result<Vec<String>> {
-    Ok(parse_mount_points(&fs::read_to_string(path)?)
+    Ok(parse_mount_points(&read_proc(path)?)
         .into_iter()
         .map(|(m, _)| m)
         .collect())
 }
 
-/// The `(mount point, file system type)` of each line of a mountinfo text.
-pub fn parse_mount_points(text: &str) -> Vec<(String, String)> {
+/// Reads a file of `/proc` whole. Its size is not known ahead (its stat
+/// says 0), so std's `read_to_string` starts with 32 bytes and doubles:
+/// nine reads of a host's mountinfo, each a system call that formats more
+/// of the table. With room for 64 KiB from the start, std reads in chunks
+/// of 8 KiB: two reads for a table of 8 KiB.
+pub fn read_proc(path: &str) -> io::Result<String> {
+    use std::io::Read;
+    let mut text = String::with_capacity(64 * 1024);
+    fs::File::open(path)?.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// The `(mount point, file system type)` of each line of a mountinfo text;
+/// a line without both is left out.
+pub fn parse_mount_points(text: &str) -> Vec<(String, &str)> {
     text.lines()
         .filter_map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            let sep = f.iter().position(|x| *x == "-")?;
-            Some((unescape(f.get(4)?), f.get(sep + 1)?.to_string()))
+            // Field 5 is the mount point; after the optional fields, a
+            // lone "-", then the file system type.
+            let mut f = l.split(' ');
+            let point = f.nth(4)?;
+            let fs = f.skip_while(|x| *x != "-").nth(1)?;
+            Some((unescape(point), fs))
         })
         .collect()
 }
@@ -287,6 +303,9 @@ pub fn parse_mount_points(text: &str) -> Vec<(String, String)> {
 /// Undoes mountinfo's escapes (`\040` for a space, `\011`, `\012`,
 /// `\134`).
 fn unescape(s: &str) -> String {
+    if !s.contains('\\') {
+        return s.to_string();
+    }
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -662,5 +681,44 @@ pub fn data_dir(flag: Option<&Path>) -> Result<PathBuf, HostError> {
     match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         Some(h) => Ok(PathBuf::from(h).join(".local/share/oz0-node")),
         None => Err(HostError::NoDataDir),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mount point is field 5 with its escapes undone, the type the
+    /// field after the lone "-", whatever optional fields lie between; a
+    /// line without them is left out.
+    #[test]
+    fn mountinfo_lines_give_their_mount_point_and_type() {
+        let text = "22 27 0:21 / /proc rw,relatime - proc proc rw\n\
+                    71 70 254:0 /usr /usr ro,nosuid shared:1 master:7 - ext4 /dev/vda rw\n\
+                    80 70 0:50 / /a\\040b\\134c rw - tmpfs tmpfs rw\n\
+                    81 70 0:51 / /short rw\n\
+                    \n";
+        assert_eq!(
+            parse_mount_points(text),
+            [
+                ("/proc".to_string(), "proc"),
+                ("/usr".to_string(), "ext4"),
+                ("/a b\\c".to_string(), "tmpfs"),
+            ]
+        );
+    }
+
+    /// `/proc` files are read whole, as std reads them.
+    #[test]
+    fn proc_files_are_read_whole() {
+        let ours = read_proc("/proc/self/mountinfo").unwrap();
+        assert!(ours.ends_with('\n') && ours.lines().count() > 1, "{ours}");
+        // The table of this process is the same for both reads.
+        let std = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert_eq!(ours, std);
+        assert_eq!(
+            mount_points("/proc/self/mountinfo").unwrap().len(),
+            std.lines().count()
+        );
     }
 }
