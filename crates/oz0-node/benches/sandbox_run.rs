@@ -18,9 +18,15 @@
 //! clone is), alternating, as medians and their difference. It is skipped
 //! with `OZ0_BENCH_WORK_FILES=0`.
 //!
+//! A third command is measured in the same rounds: bubblewrap given this
+//! run's own arguments (what `sandbox run --dry-run` prints, every mount
+//! of the plan) with `/bin/true` in place of the stage. It is the part of
+//! a run that bubblewrap does; what `sandbox run` costs above it is the
+//! node's process and the stage's.
+//!
 //! Two more rows, each against bare bubblewrap in the same run: the CPU a
-//! run costs (user and system time of the run and every process it
-//! waited for, from `/proc/self/stat`, the mean per run), and
+//! run costs (user and system time of the run and every process of it,
+//! from `/proc/self/stat`, the mean per run), and
 //! throughput with 4 loops at once, each run in a fresh work folder of its
 //! own (bare bubblewrap binds the same kind of fresh folder at `/work`),
 //! as runs per second.
@@ -59,6 +65,13 @@ fn main() {
 
     let mut bare = Vec::new();
     let mut ours = Vec::new();
+    let mut layouts = Vec::new();
+    let layout_args = plan_args(&node, &work, &data);
+    let layout_cmd = || {
+        let mut c = Command::new(bwrap);
+        c.args(&layout_args).arg("/bin/true");
+        c
+    };
     let bare_cmd = || {
         let mut c = Command::new(bwrap);
         c.args([
@@ -77,6 +90,7 @@ fn main() {
     // Warm up the page cache for all.
     for _ in 0..3 {
         time(&mut bare_cmd());
+        time(&mut layout_cmd());
         time(&mut node_cmd(&node));
         if let Some(o) = &other {
             time(&mut node_cmd(o));
@@ -84,6 +98,7 @@ fn main() {
     }
     for _ in 0..runs {
         bare.push(time(&mut bare_cmd()));
+        layouts.push(time(&mut layout_cmd()));
         ours.push(time(&mut node_cmd(&node)));
         if let Some(o) = &other {
             others.push(time(&mut node_cmd(o)));
@@ -99,6 +114,18 @@ fn main() {
     println!("  bare bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true: median {:.2} ms, p90 {:.2} ms", ms(mb), ms(pb));
     println!("  oz0-node sandbox run -- /bin/true:                             median {:.2} ms, p90 {:.2} ms", ms(mo), ms(po));
     println!("  ratio (median): {:.2} (target <= 2.0)", ms(mo) / ms(mb));
+    let (ml, pl) = (median(&mut layouts), p90(&mut layouts));
+    println!(
+        "  bwrap with this run's own arguments, /bin/true for the stage: median {:.2} ms, p90 {:.2} ms ({:.2}x bare)",
+        ms(ml),
+        ms(pl),
+        ms(ml) / ms(mb)
+    );
+    println!(
+        "    above it, the node's process and the stage: {:+.2} ms ({:.2}x)",
+        ms(mo) - ms(ml),
+        ms(mo) / ms(ml)
+    );
     if let Some(o) = &other {
         let (m, p) = (median(&mut others), p90(&mut others));
         println!(
@@ -109,7 +136,7 @@ fn main() {
             ms(m) / ms(mb)
         );
     }
-    cpu_per_run(&bare_cmd, &node_cmd, &node, runs);
+    cpu_per_run(&bare_cmd, &layout_cmd, &node_cmd, &node, runs);
     parallel_loops(bwrap, &node, &data, runs);
     let files: usize = std::env::var("OZ0_BENCH_WORK_FILES")
         .ok()
@@ -169,6 +196,32 @@ fn node_true(bin: &std::path::Path, work: &std::path::Path, data: &std::path::Pa
     c
 }
 
+/// bubblewrap's arguments for `node_true`'s run, from `--dry-run`,
+/// without the status descriptor (the node's to pass).
+fn plan_args(bin: &std::path::Path, work: &std::path::Path, data: &std::path::Path) -> Vec<String> {
+    let out = Command::new(bin)
+        .args(["sandbox", "run", "--dry-run", "--work"])
+        .arg(work)
+        .arg("--data-dir")
+        .arg(data)
+        .args(["--", "/bin/true"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "--dry-run failed: {out:?}");
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON plan");
+    let args: Vec<String> = plan["bwrap_args"]
+        .as_array()
+        .expect("bwrap_args")
+        .iter()
+        .map(|a| a.as_str().expect("a string").to_string())
+        .collect();
+    let at = args
+        .iter()
+        .position(|a| a == "--json-status-fd")
+        .expect("the plan passes a status descriptor");
+    [&args[..at], &args[at + 2..]].concat()
+}
+
 /// User plus system time of this process's waited-for children so far.
 fn children_cpu() -> Duration {
     shared::cpu_of("self").1
@@ -178,27 +231,43 @@ fn children_cpu() -> Duration {
 /// batches of 10 (a batch's sum is exact to a clock tick): the mean.
 fn cpu_per_run(
     bare: &dyn Fn() -> Command,
+    layout: &dyn Fn() -> Command,
     node: &dyn Fn(&PathBuf) -> Command,
     bin: &PathBuf,
     runs: usize,
 ) {
     const BATCH: usize = 10;
+    // Bare bubblewrap exits as soon as its command has: its own init (the
+    // sandbox's pid 1, which ran the command) ends after it, reparented,
+    // and a process nobody here waited for is counted in nobody's
+    // children's time. As the runs' subreaper, this process reaps it, and
+    // its time counts. (The node waits for every process of its runs.)
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).expect("a subreaper");
     let batches = runs.div_ceil(BATCH).max(4);
-    let (mut b, mut o) = (Duration::ZERO, Duration::ZERO);
+    let (mut b, mut l, mut o) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     for _ in 0..batches {
         let t = children_cpu();
         for _ in 0..BATCH {
             time(&mut bare());
+            reap_orphans();
         }
         b += children_cpu() - t;
         let t = children_cpu();
         for _ in 0..BATCH {
+            time(&mut layout());
+            reap_orphans();
+        }
+        l += children_cpu() - t;
+        let t = children_cpu();
+        for _ in 0..BATCH {
             time(&mut node(bin));
+            reap_orphans();
         }
         o += children_cpu() - t;
     }
     let n = u32::try_from(batches * BATCH).unwrap_or(u32::MAX);
-    let (mb, mo) = (b / n, o / n);
+    rustix::process::set_child_subreaper(None).expect("no longer a subreaper");
+    let (mb, ml, mo) = (b / n, l / n, o / n);
     println!("  CPU per run (user+system of the run and all it waited for), {n} runs each, alternating in batches of {BATCH}:");
     println!(
         "    bare bwrap mean {:.2} ms; oz0-node sandbox run mean {:.2} ms; ratio {:.2} (goal <= 1.4)",
@@ -206,6 +275,19 @@ fn cpu_per_run(
         ms(mo),
         ms(mo) / ms(mb)
     );
+    println!(
+        "    bwrap with this run's own arguments mean {:.2} ms ({:.2}x bare); above it {:+.2} ms",
+        ms(ml),
+        ms(ml) / ms(mb),
+        ms(mo) - ms(ml)
+    );
+}
+
+/// Waits for every child this process has left: what the runs left it
+/// as their subreaper (its direct children are waited for already).
+fn reap_orphans() {
+    use rustix::process::{wait, WaitOptions};
+    while let Ok(Some(_)) = wait(WaitOptions::empty()) {}
 }
 
 /// Runs per second with 4 loops at once, each run in a fresh work folder.
