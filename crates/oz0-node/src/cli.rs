@@ -432,19 +432,15 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
         args
     };
     #[cfg(target_os = "linux")]
-    let args = match sandbox_run_alone(args) {
-        Ok(a) => {
-            let cmd = Top::Sandbox(SandboxCmd::Run(a));
-            return refuse_root(&cmd).unwrap_or_else(|| match cmd {
-                Top::Sandbox(c) => sandbox(c),
-                _ => unreachable!("made above"),
-            });
-        }
-        Err(args) => args,
-    };
-    let cli: Cli = match crate::flags::parse(args) {
+    let alone = sandbox_run_alone(args);
+    #[cfg(not(target_os = "linux"))]
+    let alone = Err(args);
+    let cli: Cli = match alone {
         Ok(c) => c,
-        Err(code) => return code,
+        Err(args) => match crate::flags::parse(args) {
+            Ok(c) => c,
+            Err(code) => return code,
+        },
     };
     #[cfg(target_os = "linux")]
     if let Some(code) = refuse_root(&cli.cmd) {
@@ -479,16 +475,15 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
 }
 
 /// `oz0-node sandbox run …` parsed with `sandbox run`'s flags alone (and
-/// the two global ones), without the whole tree: building every command's
-/// flags was two thirds of the parse, about 0.1 ms of every run. Only a
-/// command line that parses cleanly is taken; anything else (`--help`,
+/// the two global ones) into the `Cli` the whole tree would give, without
+/// building the tree: building every command's flags was two thirds of
+/// the parse, about 0.1 ms of every run. Only a command line that parses
+/// cleanly is taken; anything else (`--help`,
 /// `--version`, an unknown flag, a missing one, a global flag before
 /// `sandbox`) is given back for the whole tree to parse, and to say as it
 /// always does.
 #[cfg(target_os = "linux")]
-fn sandbox_run_alone(
-    args: Vec<std::ffi::OsString>,
-) -> Result<crate::run::RunArgs, Vec<std::ffi::OsString>> {
+fn sandbox_run_alone(args: Vec<std::ffi::OsString>) -> Result<Cli, Vec<std::ffi::OsString>> {
     use clap::{Arg, ArgAction, Args, Command, FromArgMatches};
     if args.get(1).is_none_or(|a| a != "sandbox") || args.get(2).is_none_or(|a| a != "run") {
         return Err(args);
@@ -511,9 +506,15 @@ fn sandbox_run_alone(
                 .conflicts_with("config"),
         );
     let mut cmd = crate::run::RunArgs::augment_args(cmd);
-    let parsed = cmd
-        .try_get_matches_from_mut(&args[3..])
-        .and_then(|mut m| crate::run::RunArgs::from_arg_matches_mut(&mut m));
+    let parsed = cmd.try_get_matches_from_mut(&args[3..]).and_then(|mut m| {
+        Ok(Cli {
+            config: m.get_one::<PathBuf>("config").cloned(),
+            no_config: m.get_flag("no_config"),
+            cmd: Top::Sandbox(SandboxCmd::Run(crate::run::RunArgs::from_arg_matches_mut(
+                &mut m,
+            )?)),
+        })
+    });
     // As `flags::parse`: the tree lives as long as the process.
     std::mem::forget(cmd);
     parsed.map_err(|_| args)
@@ -657,14 +658,6 @@ mod tests {
         a.iter().map(OsString::from).collect()
     }
 
-    /// What the whole tree makes of `sandbox run …`.
-    fn whole(a: &[&str]) -> Option<crate::run::RunArgs> {
-        match Cli::try_parse_from(argv(a)).ok()?.cmd {
-            Top::Sandbox(SandboxCmd::Run(r)) => Some(r),
-            _ => None,
-        }
-    }
-
     /// `sandbox run` parsed alone gives what the whole tree gives, and
     /// gives back whatever does not parse cleanly, untouched.
     #[test]
@@ -680,12 +673,12 @@ mod tests {
             &["oz0-node", "sandbox", "run", "--work", "/w", "--image",
               "oci:r.example/x@sha256:0000000000000000000000000000000000000000000000000000000000000000",
               "--oci-registry", "127.0.0.1:5000", "--oci-runtime", "gvisor"],
-            &["oz0-node", "sandbox", "run", "--data-dir", "/d", "--work", "/w", "--bwrap",
+            &["oz0-node", "sandbox", "run", "--config", "/c", "--data-dir", "/d", "--work", "/w", "--bwrap",
               "/usr/bin/bwrap", "--cgroup-root", "/sys/fs/cgroup/x", "--", "--help"],
         ];
         for a in same {
             let alone = sandbox_run_alone(argv(a)).unwrap_or_else(|_| panic!("{a:?}"));
-            let whole = whole(a).unwrap_or_else(|| panic!("{a:?}"));
+            let whole = Cli::try_parse_from(argv(a)).unwrap_or_else(|e| panic!("{a:?}: {e}"));
             assert_eq!(format!("{alone:?}"), format!("{whole:?}"), "{a:?}");
         }
         let given_back: &[&[&str]] = &[
