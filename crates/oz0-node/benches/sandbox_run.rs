@@ -187,11 +187,22 @@ fn main() {
 
 /// `oz0-node sandbox run -- /bin/true` in `work`, with the data directory `data`.
 fn node_true(bin: &std::path::Path, work: &std::path::Path, data: &std::path::Path) -> Command {
+    node_true_with(bin, work, data, &[])
+}
+
+/// [`node_true`] with more `flags`.
+fn node_true_with(
+    bin: &std::path::Path,
+    work: &std::path::Path,
+    data: &std::path::Path,
+    flags: &[&str],
+) -> Command {
     let mut c = Command::new(bin);
     c.args(["sandbox", "run", "--work"])
         .arg(work)
         .arg("--data-dir")
         .arg(data)
+        .args(flags)
         .args(["--", "/bin/true"]);
     c
 }
@@ -199,12 +210,7 @@ fn node_true(bin: &std::path::Path, work: &std::path::Path, data: &std::path::Pa
 /// bubblewrap's arguments for `node_true`'s run, from `--dry-run`,
 /// without the status descriptor (the node's to pass).
 fn plan_args(bin: &std::path::Path, work: &std::path::Path, data: &std::path::Path) -> Vec<String> {
-    let out = Command::new(bin)
-        .args(["sandbox", "run", "--dry-run", "--work"])
-        .arg(work)
-        .arg("--data-dir")
-        .arg(data)
-        .args(["--", "/bin/true"])
+    let out = node_true_with(bin, work, data, &["--dry-run"])
         .output()
         .expect("runs");
     assert!(out.status.success(), "--dry-run failed: {out:?}");
