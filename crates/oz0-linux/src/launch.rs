@@ -39,7 +39,7 @@ use crate::host;
 use crate::outcome::{prep, EgressReport, JobReport, RunOutcome, SandboxError, SeccompSummary};
 use crate::placeholders::Holders;
 use crate::plan::{self, fds, Plan};
-use crate::protocol::{BridgeConfig, StageConfig, StageReport};
+use crate::protocol::{self, BridgeConfig, StageConfig, StageReport};
 use crate::record::{new_run_id, sweep_stale, Scratch};
 use crate::spawn::{kill_tree, pipe, read_child_pid, sealed_memfd, spawn_bwrap};
 
@@ -221,7 +221,8 @@ fn run_in(
 /// Starts the run and waits for it. Removes the placeholders itself as soon
 /// as the run's init is gone, which with a pid namespace of the run's own
 /// means every process of the run is gone (the kernel ends and reaps them
-/// before the init's end is reported), while bubblewrap itself still exits.
+/// before the init's end is reported), while bubblewrap itself still exits;
+/// or sooner, when the stage (that init) says it is the run's last process.
 #[allow(clippy::too_many_arguments)]
 fn execute(
     plan: &Plan,
@@ -433,7 +434,8 @@ struct Watch<'a> {
 }
 
 /// Supervises the run until bubblewrap exits: reads the stage's report as it
-/// comes, removes the placeholders when the init is gone, and kills the
+/// comes, removes the placeholders when the init is gone (or says it is
+/// alone: see [`protocol::ends_alone`]), and kills the
 /// run on a cancel or a limit. How it was stopped, if it was.
 fn supervise(
     w: Watch<'_>,
@@ -491,6 +493,12 @@ fn supervise(
             match status.read(&mut buf) {
                 Ok(0) | Err(_) => status_open = false,
                 Ok(n) => status_buf.extend_from_slice(&buf[..n]),
+            }
+            // The stage, the init of the run's own pid namespace, says no
+            // process of the run is left but itself: the placeholders go
+            // now, while the kernel takes the namespaces down.
+            if w.init.is_some() && !holders.removed && protocol::ends_alone(status_buf) {
+                holders.remove(&plan.placeholders);
             }
         }
         if outer_done {

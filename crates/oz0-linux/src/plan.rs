@@ -58,8 +58,8 @@ pub mod fds {
     pub const JSON_STATUS: i32 = 4;
     /// The stage's configuration (a sealed memory file).
     pub const CONFIG: i32 = 5;
-    /// The stage's report to the launcher (close-on-exec in the stage: EOF
-    /// means the command was executed).
+    /// The stage's report to the launcher (close-on-exec in the stage: the
+    /// command never holds it).
     pub const STATUS: i32 = 6;
     /// The caller's real stderr; bubblewrap's own stderr is captured.
     pub const STDERR: i32 = 7;

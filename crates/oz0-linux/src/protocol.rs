@@ -6,9 +6,9 @@
 //! The stage writes, in order: `started` as its first step; then either
 //! `failed` (the sandbox could not be completed, the command never ran) or
 //! `landlock` (what Landlock enforced), `bridge` when the run has egress,
-//! and `not_executed` if the command could not be executed. It closes the
-//! pipe once the command runs, so the launcher sees end-of-file exactly
-//! then.
+//! and `not_executed` if the command could not be executed. Once the
+//! command has ended, and only when no other process of the run is left,
+//! it writes `alone` as its last line, and exits.
 
 use std::io::Write;
 
@@ -99,6 +99,10 @@ pub enum StageMessage {
         /// Why.
         reason: String,
     },
+    /// The command has ended and the stage, the init of the run's own pid
+    /// namespace, has no child left: no process of the run is left but the
+    /// stage, which exits next and starts nothing. The last line it writes.
+    Alone,
 }
 
 impl StageMessage {
@@ -123,6 +127,21 @@ pub struct StageReport {
     pub error: Option<String>,
     /// The command could not be executed: its status and why.
     pub not_executed: Option<(i32, String)>,
+    /// The stage said it was the run's last process.
+    pub alone: bool,
+}
+
+/// Whether the last line of `bytes` is [`StageMessage::Alone`]: the stage
+/// has said that no process of the run is left but itself.
+pub fn ends_alone(bytes: &[u8]) -> bool {
+    let Some(body) = bytes.strip_suffix(b"\n") else {
+        return false;
+    };
+    let last = body.rsplit(|b| *b == b'\n').next().unwrap_or(body);
+    matches!(
+        serde_json::from_slice::<StageMessage>(last),
+        Ok(StageMessage::Alone)
+    )
 }
 
 impl StageReport {
@@ -140,6 +159,7 @@ impl StageReport {
                 Ok(StageMessage::NotExecuted { code, reason }) => {
                     r.not_executed = Some((code, reason))
                 }
+                Ok(StageMessage::Alone) => r.alone = true,
                 Err(e) => {
                     r.error.get_or_insert_with(|| {
                         format!("the stage wrote a line that is not a message ({e})")
@@ -194,6 +214,23 @@ mod tests {
         }]));
         assert_eq!(r.not_executed.unwrap().0, 127);
         assert!(!StageReport::parse(b"").started);
+    }
+
+    #[test]
+    fn the_launcher_sees_alone_only_as_the_last_whole_line() {
+        let mut bytes = wire(&[StageMessage::Started, StageMessage::Alone]);
+        assert!(ends_alone(&bytes));
+        assert!(StageReport::parse(&bytes).alone);
+        assert!(ends_alone(&wire(&[StageMessage::Alone])));
+        bytes.pop();
+        assert!(!ends_alone(&bytes), "a line not yet whole");
+        assert!(!ends_alone(&wire(&[
+            StageMessage::Alone,
+            StageMessage::Started
+        ])));
+        assert!(!ends_alone(&wire(&[StageMessage::Started])));
+        assert!(!ends_alone(b""));
+        assert!(!ends_alone(b"\n"));
     }
 
     /// A line the stage never writes is not silently dropped.

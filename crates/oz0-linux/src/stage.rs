@@ -7,7 +7,10 @@
 //! and the seccomp filter — to itself, then starts the command as its child
 //! and reaps every process of the run until the command exits, with whose
 //! status it exits (128+N for signal N); the kernel then ends every other
-//! process of the run.
+//! process of the run. When the command left no process behind, the stage
+//! says so to the launcher before it exits ([`StageMessage::Alone`]): the
+//! launcher can then remove the run's placeholders while the kernel still
+//! takes the sandbox's namespaces down.
 //!
 //! Why the stage is the init and not bubblewrap's own: a run needs an init
 //! to reap its processes, and bubblewrap's would be a process of the run
@@ -18,9 +21,9 @@
 //!
 //! It reads its configuration from a memory file at [`fds::CONFIG`] (never
 //! from its command line or environment, both of which are visible to the
-//! run) and reports to the launcher over the pipe at [`fds::STATUS`], which it
-//! closes once the command was executed: the launcher sees end-of-file
-//! exactly then. Both are typed, in [`crate::protocol`].
+//! run) and reports to the launcher over the pipe at [`fds::STATUS`]
+//! (close-on-exec: the command never holds it). Both are typed, in
+//! [`crate::protocol`].
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -115,10 +118,7 @@ pub fn main() -> i32 {
                 .envs(cfg.env.iter().map(|(k, v)| (k, v)))
                 .spawn();
             match child {
-                Ok(child) => {
-                    drop(status);
-                    init(rustix::process::Pid::from_child(&child))
-                }
+                Ok(child) => init(rustix::process::Pid::from_child(&child), status),
                 Err(err) => {
                     let code = exit::exec_failure_code(&err);
                     let reason = format!("cannot execute {:?}: {err}", cfg.argv[0]);
@@ -138,9 +138,10 @@ pub fn main() -> i32 {
 /// The rest of the stage's life as the run's init, once the command runs:
 /// it holds no standard stream (so a reader of the command's output sees
 /// end-of-file when the command's side closes), is undumpable, and reaps
-/// every process that ends until `command` does. Returns the command's
-/// status (128+N for signal N).
-fn init(command: rustix::process::Pid) -> i32 {
+/// every process that ends until `command` does. Then, if it is the last
+/// process of the run, it says so on `status`. Returns the command's status
+/// (128+N for signal N).
+fn init(command: rustix::process::Pid, mut status: File) -> i32 {
     use rustix::process::{wait, WaitOptions};
     if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
         let _ = rustix::stdio::dup2_stdin(&null);
@@ -155,6 +156,9 @@ fn init(command: rustix::process::Pid) -> i32 {
             Ok(Some((pid, st))) if pid == command => {
                 use std::os::unix::process::ExitStatusExt;
                 let st = std::process::ExitStatus::from_raw(st.as_raw());
+                if alone() {
+                    let _ = StageMessage::Alone.send(&mut status);
+                }
                 return exit::status_code(st);
             }
             Ok(_) => {}
@@ -163,6 +167,27 @@ fn init(command: rustix::process::Pid) -> i32 {
             Err(_) => return STAGE_FAILED,
         }
     }
+}
+
+/// Whether the stage is the last process of the run: the init of the
+/// run's own pid namespace, with no child left, not even one that has
+/// ended and is not reaped yet. Every other process of a pid namespace
+/// descends from its init (an orphan is handed to the init, or to a
+/// subreaper that itself descends from it), so an init without children is
+/// alone in it, and only the init itself could start another process.
+/// Nothing is reaped or waited for here: a process still running (a
+/// command's background job) makes the answer no, and the kernel ends it
+/// when the stage exits.
+fn alone() -> bool {
+    use rustix::process::{waitid, WaitId, WaitIdOptions};
+    rustix::process::getpid().is_init()
+        && matches!(
+            waitid(
+                WaitId::All,
+                WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT
+            ),
+            Err(rustix::io::Errno::CHILD)
+        )
 }
 
 /// Makes the stage undumpable and checks that it is.

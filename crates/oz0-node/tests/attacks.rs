@@ -526,6 +526,37 @@ fn runs_sharing_the_placeholder_pool_share_no_folder_and_warn_of_no_write() {
     assert!(problems.is_empty(), "{problems:#?}");
 }
 
+/// A process the command leaves behind never sees a protected name free:
+/// the placeholders go before the run's end only when the stage, its init,
+/// says no other process of the run is left, and otherwise once the
+/// kernel has ended them all. Here the command ends at once and leaves a
+/// loop of the shell's builtins writing `.bashrc` and `.mcp.json` as fast
+/// as it can; had a placeholder gone while the loop lived, the write would
+/// land in the host's work folder.
+#[test]
+fn a_process_left_behind_never_sees_a_placeholder_go() {
+    ready!();
+    const RUNS: usize = 40;
+    let env = Env::new("leftbehind");
+    let script =
+        "(while :; do echo planted > .bashrc; echo planted > .mcp.json; done) 2>/dev/null & \
+                  sleep 0.05; exit 0";
+    for round in 0..RUNS {
+        let out = env.sh(&[], script);
+        assert!(out.status.success(), "round {round}: {}", stderr(&out));
+        for name in [".bashrc", ".mcp.json"] {
+            assert!(
+                !exists(&env.work.join(name)),
+                "round {round}: {name} was written in the host's work folder after its placeholder went: {:?}",
+                std::fs::read_to_string(env.work.join(name))
+            );
+        }
+    }
+    eprintln!(
+        "race: {RUNS} runs, each leaving a writer behind: no placeholder went while it lived"
+    );
+}
+
 /// The egress bridge is out of the command's reach: it runs as the same
 /// user in the same run, but the command can neither open its memory
 /// through `/proc` (to write code into it), nor read its environment, nor
