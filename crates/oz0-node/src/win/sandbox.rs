@@ -119,16 +119,9 @@ pub fn main(a: RunArgs) -> i32 {
     if let Err(e) = unicode_args(&a) {
         return refuse_with(st, e);
     }
+    // Refused as a Linux node refuses it (the policy's own words, 125).
     if let Err(e) = oz0_policy::net::Egress::parse(&a.wall.allow, &a.wall.forward) {
-        let msg = format!("--allow/--forward: {e}");
-        eprintln!("oz0-node: {msg}");
-        // Said in the status too, so that no earlier run's status stays.
-        if let Some(s) = st {
-            let mut doc = crate::outcome::error_doc(&msg);
-            doc["exit_code"] = Exit::Usage.code().into();
-            s.write(&doc);
-        }
-        return Exit::Usage.code();
+        return refuse_with(st, e);
     }
     if !a.wall.work.is_dir() {
         return refuse_with(
