@@ -14,7 +14,10 @@
 //!   already holds 10,000 job records (what a node has after a busy week),
 //!   to show the rate does not fall as records grow.
 //!
-//! Each line prints the rate and its ratio to the direct one. Run as an
+//! Each line prints the rate and its ratio to the direct one, the CPU a
+//! job costs each process, and the ratio that CPU alone would give (the
+//! edge and the client run on the same cores as the node here, and a job
+//! costs their CPU too). Run as an
 //! unprivileged user (the node refuses root), with the binaries built
 //! (`cargo build -p oz0-node -p oz0-edge`):
 //!
@@ -86,17 +89,18 @@ impl Cpu {
         ])
     }
 
-    fn per_job(&self, before: &Cpu, n: usize) -> String {
+    /// Milliseconds per job since `before`: the edge's, the node's own,
+    /// its runs', this process's.
+    fn per_job(&self, before: &Cpu, n: usize) -> [f64; 4] {
         let ms = |a: Duration, b: Duration| (a - b).as_secs_f64() * 1000.0 / n as f64;
         let (e, nd, me) = (self.0[0], self.0[1], self.0[2]);
         let (e0, nd0, me0) = (before.0[0], before.0[1], before.0[2]);
-        format!(
-            "CPU per job: edge {:.2} ms, node {:.2} ms, its runs {:.2} ms, client {:.2} ms",
+        [
             ms(e.0, e0.0),
             ms(nd.0, nd0.0),
             ms(nd.1, nd0.1),
-            ms(me.0, me0.0)
-        )
+            ms(me.0, me0.0),
+        ]
     }
 }
 
@@ -197,7 +201,23 @@ fn main() {
              (`sandbox run true`, {p} at a time: {before:.1} before, {after:.1} after; {n} each)",
             r / base
         );
-        println!("  {cpu}; a direct run {direct_cpu:.2} ms");
+        let [edge_ms, node_ms, runs_ms, client_ms] = cpu;
+        println!(
+            "  CPU per job: edge {edge_ms:.2} ms, node {node_ms:.2} ms, its runs {runs_ms:.2} ms, \
+             client {client_ms:.2} ms; a direct run {direct_cpu:.2} ms"
+        );
+        // Where both rounds are bound by CPU, their rates go as the CPU a
+        // job costs. The edge and this client run on the same cores as the
+        // node here (in a fleet, the edge is a machine of its own): a job
+        // costs their CPU on top of its node's and its runs'.
+        let all = edge_ms + node_ms + runs_ms + client_ms;
+        println!(
+            "  by CPU alone: {:.2}x (a direct run's CPU / a job's, every process counted); \
+             the edge's and the client's share of a job's: {:.2} ms, {:.0}%",
+            direct_cpu / all,
+            edge_ms + client_ms,
+            100.0 * (edge_ms + client_ms) / all
+        );
         drop(nd);
     }
 }
