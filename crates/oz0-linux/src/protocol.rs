@@ -127,8 +127,6 @@ pub struct StageReport {
     pub error: Option<String>,
     /// The command could not be executed: its status and why.
     pub not_executed: Option<(i32, String)>,
-    /// The stage said it was the run's last process.
-    pub alone: bool,
 }
 
 /// Whether the last line of `bytes` is [`StageMessage::Alone`]: the stage
@@ -159,7 +157,8 @@ impl StageReport {
                 Ok(StageMessage::NotExecuted { code, reason }) => {
                     r.not_executed = Some((code, reason))
                 }
-                Ok(StageMessage::Alone) => r.alone = true,
+                // Acted on as it comes (see [`ends_alone`]).
+                Ok(StageMessage::Alone) => {}
                 Err(e) => {
                     r.error.get_or_insert_with(|| {
                         format!("the stage wrote a line that is not a message ({e})")
@@ -220,7 +219,8 @@ mod tests {
     fn the_launcher_sees_alone_only_as_the_last_whole_line() {
         let mut bytes = wire(&[StageMessage::Started, StageMessage::Alone]);
         assert!(ends_alone(&bytes));
-        assert!(StageReport::parse(&bytes).alone);
+        let r = StageReport::parse(&bytes);
+        assert!(r.started && r.error.is_none(), "{r:?}");
         assert!(ends_alone(&wire(&[StageMessage::Alone])));
         bytes.pop();
         assert!(!ends_alone(&bytes), "a line not yet whole");
