@@ -313,7 +313,8 @@ async fn a_job_given_back_does_not_count_past_its_cap() {
 
 #[tokio::test]
 async fn a_client_keeps_one_connection() {
-    let (_, url) = store_urls().await.remove(0);
+    let stores = store_urls().await;
+    let url = stores.first();
     let e = start_on(Store::open(&url).await.unwrap(), 30_000).await;
     let a = node(&e, "acme", ACME, "node-a", &linux_facts(false, false)).await;
     let before = a.connections_opened();

@@ -254,7 +254,8 @@ async fn jobs_are_checked_kept_bounded_and_handed_out_a_bounded_number_of_times(
 /// Nodes list a page at a time too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_come_a_page_at_a_time() {
-    let (_, url) = store_urls().await.remove(0);
+    let stores = store_urls().await;
+    let url = stores.first();
     let e = start_configured(
         Store::open(&url).await.unwrap(),
         |_| {},

@@ -16,7 +16,8 @@ use oz0_policy::facts::{FixKind, Mechanism, SelfTest};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oz0_node_show_and_list() {
-    let (_, url) = store_urls().await.remove(0);
+    let stores = store_urls().await;
+    let url = stores.first();
     let e = start_on(Store::open(&url).await.unwrap(), 30_000).await;
     let vm = node(&e, "acme", ACME, "linux-kvm", &linux_facts(true, true)).await;
     let _w = node(&e, "acme", ACME, "win-psec", &windows_facts()).await;
@@ -65,7 +66,8 @@ async fn oz0_node_show_and_list() {
 /// `oz0 job show` and `oz0 job cancel` follow it; refusals name the fix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oz0_job_tool_show_and_cancel() {
-    let (_, url) = store_urls().await.remove(0);
+    let stores = store_urls().await;
+    let url = stores.first();
     let e = start_on(Store::open(&url).await.unwrap(), 30_000).await;
     let n = node(&e, "acme", ACME, "linux-ok", &linux_facts(false, false)).await;
     let dir = std::env::temp_dir().join(format!("oz0-jobcli-{}", std::process::id()));
@@ -209,7 +211,8 @@ fn openapi_describes_exactly_the_routes() {
 /// from for an hour), draining, pending approval (tenant `solo` asks for
 /// it), a Windows node routed at tier 0, and one whose report was hostile.
 async fn fleet_of_states() -> common::TestEdge {
-    let (_, url) = store_urls().await.remove(0);
+    let stores = store_urls().await;
+    let url = stores.first();
     let e = common::start_configured(
         Store::open(&url).await.unwrap(),
         |c| {

@@ -11,7 +11,8 @@ use oz0_edge::Store;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_say_what_the_store_holds() {
-    let (_, url) = store_urls().await.remove(0);
+    let stores = store_urls().await;
+    let url = stores.first();
     let e = start_on(Store::open(&url).await.unwrap(), 30_000).await;
     let n = node(&e, "acme", ACME, "m1", &linux_facts(false, false)).await;
     // Two Windows nodes: one whose probe found PSEC, one whose did not.

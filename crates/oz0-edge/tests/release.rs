@@ -109,7 +109,9 @@ async fn a_node_takes_only_its_versions_files_signed_by_its_key() {
         assert!(e.contains("chmod 600"), "{e}");
     }
 
-    let (_, url) = store_urls().await.remove(0);
+    let stores = store_urls().await;
+
+    let url = stores.first();
     let dir = releases.clone();
     let e = start_configured(
         Store::open(&url).await.unwrap(),

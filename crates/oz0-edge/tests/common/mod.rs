@@ -93,16 +93,60 @@ pub async fn start_configured(
     }
 }
 
+/// The stores of one test: iterated as `(kind, url)`; the SQLite store's
+/// folder is removed when the iteration (the test's `for` loop) is over.
+pub struct Stores {
+    dir: std::path::PathBuf,
+    urls: Vec<(&'static str, String)>,
+}
+
+impl IntoIterator for Stores {
+    type Item = (&'static str, String);
+    type IntoIter = StoresIter;
+    fn into_iter(mut self) -> StoresIter {
+        StoresIter {
+            urls: std::mem::take(&mut self.urls).into_iter(),
+            _stores: self,
+        }
+    }
+}
+
+/// [`Stores`] being iterated; holds the folder until dropped.
+pub struct StoresIter {
+    urls: std::vec::IntoIter<(&'static str, String)>,
+    _stores: Stores,
+}
+
+impl Iterator for StoresIter {
+    type Item = (&'static str, String);
+    fn next(&mut self) -> Option<Self::Item> {
+        self.urls.next()
+    }
+}
+
+impl Stores {
+    /// The first store's URL (SQLite's); the folder lives as long as `self`.
+    pub fn first(&self) -> String {
+        self.urls[0].1.clone()
+    }
+}
+
+impl Drop for Stores {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A fresh store of each kind available.
-pub async fn store_urls() -> Vec<(&'static str, String)> {
+pub async fn store_urls() -> Stores {
     let dir = std::env::temp_dir().join(format!("oz0-edge-test-{}", auth::random_id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut out = vec![(
+    let mut urls = vec![(
         "sqlite",
         format!("sqlite:{}", dir.join("edge.db").display()),
     )];
     match std::env::var("OZ0_EDGE_TEST_POSTGRES") {
-        Ok(base) => out.push(("postgres", fresh_postgres(&base).await)),
+        Ok(base) => urls.push(("postgres", fresh_postgres(&base).await)),
         Err(_) => {
             if std::env::var("OZ0_MUST_WORK").as_deref() == Ok("1") {
                 panic!("OZ0_MUST_WORK=1 and OZ0_EDGE_TEST_POSTGRES is unset: run the tests under crates/oz0-edge/scripts/with-postgres.sh");
@@ -110,7 +154,7 @@ pub async fn store_urls() -> Vec<(&'static str, String)> {
             eprintln!("SKIPPED PostgreSQL half: OZ0_EDGE_TEST_POSTGRES is unset (run under crates/oz0-edge/scripts/with-postgres.sh)");
         }
     }
-    out
+    Stores { dir, urls }
 }
 
 /// Creates a database of its own for one test; returns its URL.

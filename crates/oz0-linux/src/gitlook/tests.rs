@@ -446,6 +446,7 @@ fn beyond_its_bounds_the_look_puts_folders_aside() {
     );
     assert!(!l.complete);
     assert!(root.join("a/b/c/d.oz0-quarantine-r1").is_dir());
+    fs::remove_dir_all(&root).unwrap();
 
     let root = tmp("bounds2");
     let start = now(&root);
