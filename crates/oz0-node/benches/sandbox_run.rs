@@ -24,6 +24,15 @@
 //! a run that bubblewrap does; what `sandbox run` costs above it is the
 //! node's process and the stage's.
 //!
+//! A fourth, in every row: bubblewrap alone protecting the same names. It
+//! is given this run's own arguments plus a read-only bind over each of the
+//! run's placeholders, which the benchmark's own thread makes in the work
+//! folder just before (plain `mkdir` and `O_EXCL` creates) and removes just
+//! after. It is what a launcher without the node's stage and placeholder
+//! pool would pay here; it is not a floor (bubblewrap reads the whole mount
+//! table again after each bind, and the placeholders' making and removal
+//! is on its path), and it has no Landlock, seccomp or mount-table check.
+//!
 //! Two more rows, each against bare bubblewrap in the same run: the CPU a
 //! run costs (user and system time of the run and every process of it,
 //! from `/proc/self/stat`, the mean per run), and
@@ -66,11 +75,17 @@ fn main() {
     let mut bare = Vec::new();
     let mut ours = Vec::new();
     let mut layouts = Vec::new();
-    let layout_args = plan_args(&node, &work, &data);
+    let (layout_args, holders) = plan_args(&node, &work, &data);
     let layout_cmd = || {
         let mut c = Command::new(bwrap);
         c.args(&layout_args).arg("/bin/true");
         c
+    };
+    let alone = Alone {
+        bwrap,
+        args: &layout_args,
+        holders: &holders,
+        work: &work,
     };
     let bare_cmd = || {
         let mut c = Command::new(bwrap);
@@ -87,10 +102,12 @@ fn main() {
     let other = std::env::var_os("OZ0_NODE_BIN_OTHER").map(PathBuf::from);
     let node_cmd = |bin: &PathBuf| node_true(bin, &work, &data);
     let mut others = Vec::new();
+    let mut alones = Vec::new();
     // Warm up the page cache for all.
     for _ in 0..3 {
         time(&mut bare_cmd());
         time(&mut layout_cmd());
+        alone.time(&work);
         time(&mut node_cmd(&node));
         if let Some(o) = &other {
             time(&mut node_cmd(o));
@@ -99,6 +116,7 @@ fn main() {
     for _ in 0..runs {
         bare.push(time(&mut bare_cmd()));
         layouts.push(time(&mut layout_cmd()));
+        alones.push(alone.time(&work));
         ours.push(time(&mut node_cmd(&node)));
         if let Some(o) = &other {
             others.push(time(&mut node_cmd(o)));
@@ -126,6 +144,19 @@ fn main() {
         ms(mo) - ms(ml),
         ms(mo) / ms(ml)
     );
+    let (mf, pf) = (median(&mut alones), p90(&mut alones));
+    println!(
+        "  bwrap alone protecting the same names: those arguments, its {} placeholders made, bound read-only by bwrap and removed: median {:.2} ms, p90 {:.2} ms ({:.2}x bare)",
+        holders.len(),
+        ms(mf),
+        ms(pf),
+        ms(mf) / ms(mb)
+    );
+    println!(
+        "    oz0-node against it: {:+.2} ms ({:.2}x)",
+        ms(mo) - ms(mf),
+        ms(mo) / ms(mf)
+    );
     if let Some(o) = &other {
         let (m, p) = (median(&mut others), p90(&mut others));
         println!(
@@ -136,8 +167,8 @@ fn main() {
             ms(m) / ms(mb)
         );
     }
-    cpu_per_run(&bare_cmd, &layout_cmd, &node_cmd, &node, runs);
-    parallel_loops(bwrap, &node, &data, runs);
+    cpu_per_run(&bare_cmd, &layout_cmd, &alone, &node_cmd, &node, runs);
+    parallel_loops(bwrap, &node, &data, &alone, runs);
     let files: usize = std::env::var("OZ0_BENCH_WORK_FILES")
         .ok()
         .map(|v| v.parse().expect("OZ0_BENCH_WORK_FILES is a number"))
@@ -208,8 +239,13 @@ fn node_true_with(
 }
 
 /// bubblewrap's arguments for `node_true`'s run, from `--dry-run`,
-/// without the status descriptor (the node's to pass).
-fn plan_args(bin: &std::path::Path, work: &std::path::Path, data: &std::path::Path) -> Vec<String> {
+/// without the status descriptor (the node's to pass), and the run's
+/// placeholders (whether a folder, and where).
+fn plan_args(
+    bin: &std::path::Path,
+    work: &std::path::Path,
+    data: &std::path::Path,
+) -> (Vec<String>, Vec<(bool, PathBuf)>) {
     let out = node_true_with(bin, work, data, &["--dry-run"])
         .output()
         .expect("runs");
@@ -225,7 +261,76 @@ fn plan_args(bin: &std::path::Path, work: &std::path::Path, data: &std::path::Pa
         .iter()
         .position(|a| a == "--json-status-fd")
         .expect("the plan passes a status descriptor");
-    [&args[..at], &args[at + 2..]].concat()
+    let holders = plan["placeholders"]
+        .as_array()
+        .expect("placeholders")
+        .iter()
+        .map(|p| {
+            (
+                p["kind"] == "dir",
+                PathBuf::from(p["path"].as_str().expect("a path")),
+            )
+        })
+        .collect();
+    ([&args[..at], &args[at + 2..]].concat(), holders)
+}
+
+/// bubblewrap alone protecting the run's names: its own arguments and a
+/// read-only bind over each placeholder, the placeholders made just before
+/// and removed just after by this thread.
+struct Alone<'a> {
+    bwrap: &'a str,
+    args: &'a [String],
+    /// The placeholders, under `work`.
+    holders: &'a [(bool, PathBuf)],
+    work: &'a std::path::Path,
+}
+
+impl Alone<'_> {
+    /// One run in `work` (the plan's work folder or another, fresh one):
+    /// its wall time.
+    fn time(&self, work: &std::path::Path) -> Duration {
+        let t = Instant::now();
+        self.run(work);
+        t.elapsed()
+    }
+
+    fn run(&self, work: &std::path::Path) {
+        let moved =
+            |p: &std::path::Path| work.join(p.strip_prefix(self.work).expect("in the work folder"));
+        let holders: Vec<(bool, PathBuf)> =
+            self.holders.iter().map(|(d, p)| (*d, moved(p))).collect();
+        for (dir, p) in &holders {
+            if *dir {
+                std::fs::create_dir(p).expect("a placeholder folder");
+            } else {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(p)
+                    .expect("a placeholder file");
+            }
+        }
+        let mut c = Command::new(self.bwrap);
+        for a in self.args {
+            match std::path::Path::new(a).strip_prefix(self.work) {
+                Ok(rest) => c.arg(work.join(rest)),
+                Err(_) => c.arg(a),
+            };
+        }
+        for (_, p) in &holders {
+            c.arg("--ro-bind").arg(p).arg(p);
+        }
+        c.arg("/bin/true");
+        time(&mut c);
+        for (dir, p) in &holders {
+            if *dir {
+                std::fs::remove_dir(p).expect("the placeholder folder goes");
+            } else {
+                std::fs::remove_file(p).expect("the placeholder file goes");
+            }
+        }
+    }
 }
 
 /// User plus system time of this process's waited-for children so far.
@@ -239,6 +344,7 @@ fn children_cpu() -> Duration {
 fn cpu_per_run(
     bare: &dyn Fn() -> Command,
     layout: &dyn Fn() -> Command,
+    alone: &Alone,
     node: &dyn Fn(&PathBuf) -> Command,
     bin: &PathBuf,
     runs: usize,
@@ -252,6 +358,7 @@ fn cpu_per_run(
     rustix::process::set_child_subreaper(Some(rustix::process::getpid())).expect("a subreaper");
     let batches = runs.div_ceil(BATCH).max(4);
     let (mut b, mut l, mut o) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let mut f = Duration::ZERO;
     for _ in 0..batches {
         let t = children_cpu();
         for _ in 0..BATCH {
@@ -265,6 +372,13 @@ fn cpu_per_run(
             reap_orphans();
         }
         l += children_cpu() - t;
+        // bwrap alone: its placeholders are this thread's own work.
+        let (t, own) = (children_cpu(), thread_cpu());
+        for _ in 0..BATCH {
+            alone.run(alone.work);
+            reap_orphans();
+        }
+        f += children_cpu() - t + (thread_cpu() - own);
         let t = children_cpu();
         for _ in 0..BATCH {
             time(&mut node(bin));
@@ -274,7 +388,7 @@ fn cpu_per_run(
     }
     let n = u32::try_from(batches * BATCH).unwrap_or(u32::MAX);
     rustix::process::set_child_subreaper(None).expect("no longer a subreaper");
-    let (mb, ml, mo) = (b / n, l / n, o / n);
+    let (mb, ml, mf, mo) = (b / n, l / n, f / n, o / n);
     println!("  CPU per run (user+system of every process of the run, reaped as its subreaper), {n} runs each, alternating in batches of {BATCH}:");
     println!(
         "    bare bwrap mean {:.2} ms; oz0-node sandbox run mean {:.2} ms; ratio {:.2} (goal <= 1.4)",
@@ -288,6 +402,18 @@ fn cpu_per_run(
         ms(ml) / ms(mb),
         ms(mo) - ms(ml)
     );
+    println!(
+        "    bwrap alone protecting the same names (its placeholders made and removed) mean {:.2} ms ({:.2}x bare); oz0-node {:.2}x it, {:+.2} ms",
+        ms(mf),
+        ms(mf) / ms(mb),
+        ms(mo) / ms(mf),
+        ms(mo) - ms(mf)
+    );
+}
+
+/// User plus system time of this thread so far.
+fn thread_cpu() -> Duration {
+    shared::cpu_of("thread-self").0
 }
 
 /// Waits for every child this process has left: what the runs left it
@@ -298,32 +424,58 @@ fn reap_orphans() {
 }
 
 /// Runs per second with 4 loops at once, each run in a fresh work folder.
-fn parallel_loops(bwrap: &str, node: &std::path::Path, data: &std::path::Path, runs: usize) {
+fn parallel_loops(
+    bwrap: &str,
+    node: &std::path::Path,
+    data: &std::path::Path,
+    alone: &Alone,
+    runs: usize,
+) {
     const LOOPS: usize = 4;
     let per_loop = runs.max(20);
     let root = std::env::temp_dir().join(format!("oz0-bench-par-{}", std::process::id()));
     std::fs::create_dir_all(&root).unwrap();
     let root = root.canonicalize().unwrap();
-    let rate = |ours: bool, round: usize| {
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum Side {
+        Bare,
+        Alone,
+        Ours,
+    }
+    let rate = |side: Side, round: usize| {
         let t = Instant::now();
         std::thread::scope(|s| {
             for l in 0..LOOPS {
                 let root = &root;
                 s.spawn(move || {
                     for i in 0..per_loop {
-                        let w = root.join(format!("{round}-{l}-{i}-{ours}"));
+                        let w = root.join(format!("{round}-{l}-{i}-{side:?}"));
                         std::fs::create_dir(&w).unwrap();
-                        let mut c = if ours {
-                            node_true(node, &w, data)
-                        } else {
-                            let mut c = Command::new(bwrap);
-                            c.args(["--unshare-all", "--die-with-parent", "--ro-bind", "/", "/"])
+                        match side {
+                            Side::Ours => {
+                                time(&mut node_true(node, &w, data));
+                            }
+                            Side::Alone => alone.run(&w),
+                            Side::Bare => {
+                                let mut c = Command::new(bwrap);
+                                c.args([
+                                    "--unshare-all",
+                                    "--die-with-parent",
+                                    "--ro-bind",
+                                    "/",
+                                    "/",
+                                ])
                                 .arg("--bind")
                                 .arg(&w)
-                                .args(["/work", "--chdir", "/work", "/bin/true"]);
-                            c
-                        };
-                        time(&mut c);
+                                .args([
+                                    "/work",
+                                    "--chdir",
+                                    "/work",
+                                    "/bin/true",
+                                ]);
+                                time(&mut c);
+                            }
+                        }
                     }
                 });
             }
@@ -331,10 +483,11 @@ fn parallel_loops(bwrap: &str, node: &std::path::Path, data: &std::path::Path, r
         (LOOPS * per_loop) as f64 / t.elapsed().as_secs_f64()
     };
     // Two rounds each, alternating; the mean of each side.
-    let (mut b, mut o) = (0.0, 0.0);
+    let (mut b, mut f, mut o) = (0.0, 0.0, 0.0);
     for round in 0..2 {
-        b += rate(false, round) / 2.0;
-        o += rate(true, round) / 2.0;
+        b += rate(Side::Bare, round) / 2.0;
+        f += rate(Side::Alone, round) / 2.0;
+        o += rate(Side::Ours, round) / 2.0;
     }
     println!(
         "  {LOOPS} loops at once, a fresh work folder per run, {} runs a side in 2 rounds:",
@@ -343,6 +496,11 @@ fn parallel_loops(bwrap: &str, node: &std::path::Path, data: &std::path::Path, r
     println!(
         "    bare bwrap {b:.0} runs/s; oz0-node sandbox run {o:.0} runs/s; ratio {:.2} (goal >= 0.8)",
         o / b
+    );
+    println!(
+        "    bwrap alone protecting the same names (its placeholders made and removed) {f:.0} runs/s ({:.2}x bare); oz0-node {:.2}x it",
+        f / b,
+        o / f
     );
     let _ = std::fs::remove_dir_all(&root);
 }
