@@ -64,8 +64,10 @@ fn copy_vmm(from: &Path, to: &Path) {
     }
 }
 
-fn opts(selection: Selection, path: Option<&Path>) -> ProbeOptions {
-    let base = temp("probe");
+/// A probe's options, its data directory under `temp(tag)` (emptied: each
+/// test names its own, as tests run in parallel).
+fn opts(tag: &str, selection: Selection, path: Option<&Path>) -> ProbeOptions {
+    let base = temp(tag);
     ProbeOptions {
         test_backend: false,
         selection,
@@ -235,15 +237,27 @@ fn the_arm64_release_is_pinned_for_aarch64_only() {
 
 #[test]
 fn probe_reasons_without_a_boot() {
-    let r = probe(&opts(Selection::Off, None));
+    let r = probe(&opts("reasons", Selection::Off, None));
     assert_eq!(r.microvm.reason, Some(MicrovmReason::Off));
-    let mut o = opts(Selection::Search, Some(Path::new("/nonexistent")));
+    let mut o = opts(
+        "reasons",
+        Selection::Search,
+        Some(Path::new("/nonexistent")),
+    );
     o.platform = ("macos", "aarch64");
     assert_eq!(probe(&o).microvm.reason, Some(MicrovmReason::Unsupported));
-    let mut o = opts(Selection::Search, Some(Path::new("/nonexistent")));
+    let mut o = opts(
+        "reasons",
+        Selection::Search,
+        Some(Path::new("/nonexistent")),
+    );
     o.tier1 = false;
     assert_eq!(probe(&o).microvm.reason, Some(MicrovmReason::NoTier1));
-    let r = probe(&opts(Selection::Search, Some(Path::new("/nonexistent"))));
+    let r = probe(&opts(
+        "reasons",
+        Selection::Search,
+        Some(Path::new("/nonexistent")),
+    ));
     assert_eq!(r.microvm.reason, Some(MicrovmReason::NoVmm));
     assert!(!r.microvm.ready);
 
@@ -258,11 +272,11 @@ fn probe_reasons_without_a_boot() {
         std::fs::set_permissions(fake.join("smolvm"), std::fs::Permissions::from_mode(0o755))
             .unwrap();
     }
-    let r = probe(&opts(Selection::Search, Some(&fake)));
+    let r = probe(&opts("reasons", Selection::Search, Some(&fake)));
     assert_eq!(r.microvm.reason, Some(MicrovmReason::Unpinned));
     assert_eq!(r.microvm.pinned, Some(false));
 
-    let mut o = opts(Selection::Named(fake.clone()), None);
+    let mut o = opts("reasons", Selection::Named(fake.clone()), None);
     o.kvm = PathBuf::from("/nonexistent/kvm");
     let r = probe(&o);
     assert_eq!(
@@ -274,12 +288,12 @@ fn probe_reasons_without_a_boot() {
     // (a folder stands in: not even root opens one so).
     let denied = fake.join("kvm");
     std::fs::create_dir(&denied).unwrap();
-    let mut o = opts(Selection::Named(fake.clone()), None);
+    let mut o = opts("reasons", Selection::Named(fake.clone()), None);
     o.kvm = denied.clone();
     let r = probe(&o);
     assert_eq!(r.microvm.reason, Some(MicrovmReason::NoKvmAccess));
     assert!(r.detail.contains("usermod -aG kvm"), "{}", r.detail);
-    let mut o = opts(Selection::Named(fake.clone()), None);
+    let mut o = opts("reasons", Selection::Named(fake.clone()), None);
     o.kvm = PathBuf::from("/nonexistent/kvm");
     let r = probe(&o);
     assert!(
@@ -294,7 +308,7 @@ fn probe_reasons_without_a_boot() {
         .open("/dev/kvm")
         .is_ok()
     {
-        let r = probe(&opts(Selection::Named(fake.clone()), None));
+        let r = probe(&opts("reasons", Selection::Named(fake.clone()), None));
         assert_eq!(
             r.microvm.reason,
             Some(MicrovmReason::KvmRefused),
@@ -305,6 +319,7 @@ fn probe_reasons_without_a_boot() {
         skip("/dev/kvm is not usable by this user, so a kernel that refuses VMs cannot be shown");
     }
     std::fs::remove_dir_all(fake).unwrap();
+    std::fs::remove_dir_all(temp("reasons")).unwrap();
 }
 
 /// The honest answer on a machine whose /dev/kvm accepts VMs but fails
@@ -321,7 +336,7 @@ fn probe_real_smolvm_inside_tier1() {
         skip("/dev/kvm is not usable by this user, so the real smolvm cannot be probed");
         return;
     }
-    let r = probe(&opts(Selection::Search, Some(&dir)));
+    let r = probe(&opts("real", Selection::Search, Some(&dir)));
     eprintln!("probe: {}", serde_json::to_string(&r).unwrap());
     assert_eq!(r.microvm.pinned, Some(true));
     if r.microvm.ready {
@@ -335,4 +350,5 @@ fn probe_real_smolvm_inside_tier1() {
             "{r:?}"
         );
     }
+    std::fs::remove_dir_all(temp("real")).unwrap();
 }
