@@ -132,30 +132,22 @@ fn main() {
     println!("  bare bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true: median {:.2} ms, p90 {:.2} ms", ms(mb), ms(pb));
     println!("  oz0-node sandbox run -- /bin/true:                             median {:.2} ms, p90 {:.2} ms", ms(mo), ms(po));
     println!("  ratio (median): {:.2} (goal <= 1.3)", ms(mo) / ms(mb));
-    let (ml, pl) = (median(&mut layouts), p90(&mut layouts));
-    println!(
-        "  bwrap with this run's own arguments, /bin/true for the stage: median {:.2} ms, p90 {:.2} ms ({:.2}x bare)",
-        ms(ml),
-        ms(pl),
-        ms(ml) / ms(mb)
+    compare(
+        "bwrap with this run's own arguments, /bin/true for the stage",
+        &mut layouts,
+        mb,
+        mo,
+        "above it, the node's process and the stage",
     );
-    println!(
-        "    above it, the node's process and the stage: {:+.2} ms ({:.2}x)",
-        ms(mo) - ms(ml),
-        ms(mo) / ms(ml)
-    );
-    let (mf, pf) = (median(&mut alones), p90(&mut alones));
-    println!(
-        "  bwrap alone protecting the same names: those arguments, its {} placeholders made, bound read-only by bwrap and removed: median {:.2} ms, p90 {:.2} ms ({:.2}x bare)",
-        holders.len(),
-        ms(mf),
-        ms(pf),
-        ms(mf) / ms(mb)
-    );
-    println!(
-        "    oz0-node against it: {:+.2} ms ({:.2}x)",
-        ms(mo) - ms(mf),
-        ms(mo) / ms(mf)
+    compare(
+        &format!(
+            "bwrap alone protecting the same names: those arguments, its {} placeholders made, bound read-only by bwrap and removed",
+            holders.len()
+        ),
+        &mut alones,
+        mb,
+        mo,
+        "oz0-node against it",
     );
     if let Some(o) = &other {
         let (m, p) = (median(&mut others), p90(&mut others));
@@ -214,6 +206,23 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(&data);
+}
+
+/// Prints a command's row against bare bubblewrap (median `bare`), and
+/// `oz0-node`'s (median `ours`) against it.
+fn compare(what: &str, times: &mut [Duration], bare: Duration, ours: Duration, against: &str) {
+    let (m, p) = (median(times), p90(times));
+    println!(
+        "  {what}: median {:.2} ms, p90 {:.2} ms ({:.2}x bare)",
+        ms(m),
+        ms(p),
+        ms(m) / ms(bare)
+    );
+    println!(
+        "    {against}: {:+.2} ms ({:.2}x)",
+        ms(ours) - ms(m),
+        ms(ours) / ms(m)
+    );
 }
 
 /// `oz0-node sandbox run -- /bin/true` in `work`, with the data directory `data`.
