@@ -46,8 +46,13 @@ fn skip(why: &str) {
     eprintln!("SKIP: {why}");
 }
 
+/// Where [`temp`] makes the folder `name`.
+fn temp_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("oz0-pintest-{name}-{}", std::process::id()))
+}
+
 fn temp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("oz0-pintest-{name}-{}", std::process::id()));
+    let d = temp_path(name);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -319,7 +324,7 @@ fn probe_reasons_without_a_boot() {
         skip("/dev/kvm is not usable by this user, so a kernel that refuses VMs cannot be shown");
     }
     std::fs::remove_dir_all(fake).unwrap();
-    std::fs::remove_dir_all(temp("reasons")).unwrap();
+    std::fs::remove_dir_all(temp_path("reasons")).unwrap();
 }
 
 /// The honest answer on a machine whose /dev/kvm accepts VMs but fails
@@ -350,5 +355,5 @@ fn probe_real_smolvm_inside_tier1() {
             "{r:?}"
         );
     }
-    std::fs::remove_dir_all(temp("real")).unwrap();
+    std::fs::remove_dir_all(temp_path("real")).unwrap();
 }
