@@ -48,6 +48,9 @@ mod shared;
 
 use shared::{median, p90};
 
+/// Bare bubblewrap's arguments, before its command: a root to find it in.
+const BARE: [&str; 5] = ["--unshare-all", "--die-with-parent", "--ro-bind", "/", "/"];
+
 fn time(cmd: &mut Command) -> Duration {
     let t = Instant::now();
     let st = cmd
@@ -89,14 +92,7 @@ fn main() {
     };
     let bare_cmd = || {
         let mut c = Command::new(bwrap);
-        c.args([
-            "--unshare-all",
-            "--die-with-parent",
-            "--ro-bind",
-            "/",
-            "/",
-            "/bin/true",
-        ]);
+        c.args(BARE).arg("/bin/true");
         c
     };
     let other = std::env::var_os("OZ0_NODE_BIN_OTHER").map(PathBuf::from);
@@ -467,16 +463,7 @@ fn parallel_loops(
                             Side::Alone => alone.run(&w),
                             Side::Bare => {
                                 let mut c = Command::new(bwrap);
-                                c.args([
-                                    "--unshare-all",
-                                    "--die-with-parent",
-                                    "--ro-bind",
-                                    "/",
-                                    "/",
-                                ])
-                                .arg("--bind")
-                                .arg(&w)
-                                .args([
+                                c.args(BARE).arg("--bind").arg(&w).args([
                                     "/work",
                                     "--chdir",
                                     "/work",
