@@ -48,6 +48,8 @@ mod key;
 mod log;
 #[cfg(target_os = "macos")]
 mod mac;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod mem;
 #[cfg(target_os = "linux")]
 mod node;
 #[cfg(target_os = "linux")]
