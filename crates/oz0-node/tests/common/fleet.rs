@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use oz0_edge::client::{OperatorClient, Trust};
 use oz0_edge::routing::{Isolation, JobKind, Origin, RawJobRequest};
-use oz0_edge::wire::JobView;
+use oz0_edge::wire::{JobPage, JobView};
 
 use super::{node, TempDir};
 
@@ -137,6 +137,13 @@ impl Edge {
 
     pub fn job(&self, id: &str) -> JobView {
         self.rt.block_on(self.op.job("acme", id)).unwrap()
+    }
+
+    /// A page of the tenant's jobs, newest first, in `state` when named.
+    pub fn jobs(&self, state: Option<&str>, before: Option<&str>, limit: i64) -> JobPage {
+        self.rt
+            .block_on(self.op.jobs("acme", state, before, Some(limit)))
+            .unwrap()
     }
 
     /// Waits until the job has ended.
