@@ -49,6 +49,9 @@ const KEPT_RECORDS: usize = 10_000;
 /// How often the client asks for a job's state while it waits.
 const ASK_EVERY: Duration = Duration::from_millis(20);
 
+/// How long a job may take to end before the round fails.
+const WAIT_SECS: u64 = 600;
+
 /// N runs of `true` through `sandbox run`, P at a time: runs per second.
 fn direct(n: usize, p: usize) -> f64 {
     let dir = TempDir::new("rate-direct");
@@ -125,9 +128,7 @@ fn fleet(edge: &Edge, n: usize) -> f64 {
         .collect();
     let mut last = ids.last().cloned();
     while let Some(id) = last.take() {
-        while matches!(edge.job(&id).state.as_str(), "queued" | "leased") {
-            std::thread::sleep(ASK_EVERY);
-        }
+        edge.wait_job_every(&id, WAIT_SECS, ASK_EVERY);
         last = ["queued", "leased"]
             .iter()
             .find_map(|s| edge.jobs(Some(s), None, 1).jobs.pop())

@@ -125,7 +125,12 @@ fn main() {
         rustix_uid()
     );
     println!("  measured: {} ({})", node.display(), linkage(&node));
-    println!("  bare bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true: median {:.2} ms, p90 {:.2} ms", ms(mb), ms(pb));
+    println!(
+        "  bare bwrap {} /bin/true: median {:.2} ms, p90 {:.2} ms",
+        BARE.join(" "),
+        ms(mb),
+        ms(pb)
+    );
     println!("  oz0-node sandbox run -- /bin/true:                             median {:.2} ms, p90 {:.2} ms", ms(mo), ms(po));
     println!("  ratio (median): {:.2} (goal <= 1.3)", ms(mo) / ms(mb));
     compare(

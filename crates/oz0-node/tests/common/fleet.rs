@@ -148,6 +148,11 @@ impl Edge {
 
     /// Waits until the job has ended.
     pub fn wait_job(&self, id: &str, secs: u64) -> JobView {
+        self.wait_job_every(id, secs, Duration::from_millis(200))
+    }
+
+    /// Waits until the job has ended, asking for its state every `every`.
+    pub fn wait_job_every(&self, id: &str, secs: u64, every: Duration) -> JobView {
         let until = Instant::now() + Duration::from_secs(secs);
         loop {
             let j = self.job(id);
@@ -155,7 +160,7 @@ impl Edge {
                 return j;
             }
             assert!(Instant::now() < until, "job {id} did not end: {j:?}");
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::sleep(every);
         }
     }
 
