@@ -109,7 +109,14 @@ async fn run(kind: &str, url: &str, nodes: usize) -> Figures {
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(oz0_edge::serve(listener, edge));
+    // The simulated nodes all come from loopback, each on a connection of
+    // its own: the per-address cap (64, for nodes behind one address) is
+    // raised to hold them all.
+    let limits = oz0_edge::serve::Limits {
+        max_connections_per_client: nodes + 2 * CONCURRENCY,
+        ..Default::default()
+    };
+    let server = tokio::spawn(oz0_edge::serve_with(listener, edge, None, limits));
 
     let clients: Arc<Vec<NodeClient>> = Arc::new(
         (0..nodes)

@@ -4,7 +4,10 @@
 //!
 //! - poll latency (p50, p99) of 1,000 nodes polling empty queues, first
 //!   with an empty history, then with 100,000 finished jobs in the store —
-//!   the baseline is the same edge in the same run before the history;
+//!   the baseline is the same edge in the same run before the history (the
+//!   jobs are written straight into the store with the edge stopped, a
+//!   SQLite store being its edge's alone, and the edge started again on
+//!   the same address and store);
 //! - lease + complete throughput with 10,000 queued jobs;
 //! - the edge process's memory (resident now, and its peak);
 //! - poll latency again while 10,000 more nodes (another tenant's) wait
@@ -54,7 +57,14 @@ impl Drop for EdgeProcess {
     }
 }
 
-fn start_edge(store: &str, dir: &std::path::Path) -> EdgeProcess {
+/// A loopback address nothing listens on now, for an edge that is
+/// started again on the same one.
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+fn start_edge(store: &str, dir: &std::path::Path, listen: &str) -> EdgeProcess {
     use std::os::unix::fs::PermissionsExt;
     std::fs::write(
         dir.join("tenants"),
@@ -68,7 +78,7 @@ fn start_edge(store: &str, dir: &std::path::Path) -> EdgeProcess {
     let mut child = Command::new(env!("CARGO_BIN_EXE_oz0-edge"))
         .args([
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "--store",
             store,
             "--lease-secs",
@@ -145,7 +155,6 @@ where
     (all, start.elapsed())
 }
 
-/// The `p`th percentile (`per_mille` / 1000), ms.
 /// Inserts `n` jobs in `state` straight into the store, 500 a statement.
 async fn bulk(store: &Store, n: usize, state: &str) {
     let now = oz0_edge::time::now_ms();
@@ -163,6 +172,37 @@ async fn bulk(store: &Store, n: usize, state: &str) {
         );
         store.exec(&sql, vec![]).await.unwrap();
     }
+}
+
+/// Writes `n` jobs in `state` straight into the store with the edge
+/// stopped (a SQLite store is its edge's alone while it runs), then starts
+/// the edge again on the same address and waits until every client
+/// reaches it: the new edge, and how long the writing took.
+async fn with_jobs_written(
+    edge: EdgeProcess,
+    store_url: &str,
+    dir: &std::path::Path,
+    (n, state): (usize, &str),
+    clients: &Arc<Vec<NodeClient>>,
+) -> (EdgeProcess, Duration) {
+    let listen = edge.url.trim_start_matches("http://").to_string();
+    drop(edge);
+    let store = Store::open(store_url).await.unwrap();
+    let t = Instant::now();
+    bulk(&store, n, state).await;
+    let took = t.elapsed();
+    drop(store);
+    let edge = start_edge(store_url, dir, &listen);
+    // Connections to the stopped edge are dropped on their first use.
+    for c in clients.iter() {
+        for attempt in 0.. {
+            match c.whoami().await {
+                Ok(_) => break,
+                Err(e) => assert!(attempt < 3, "the edge again: {e}"),
+            }
+        }
+    }
+    (edge, took)
 }
 
 async fn polls(clients: &Arc<Vec<NodeClient>>, rounds: usize) -> (f64, f64, f64) {
@@ -211,8 +251,7 @@ async fn run(kind: &str, store_url: &str, dir: &std::path::Path) {
     let nodes = env_usize("OZ0_EDGE_BENCH_NODES", 1000);
     let history = env_usize("OZ0_EDGE_BENCH_HISTORY", 100_000);
     let queued = env_usize("OZ0_EDGE_BENCH_QUEUED", 10_000);
-    let edge = start_edge(store_url, dir);
-    let store = Store::open(store_url).await.unwrap();
+    let edge = start_edge(store_url, dir, &free_addr());
     let clients: Arc<Vec<NodeClient>> = Arc::new(
         (0..nodes)
             .map(|_| NodeClient::new(&edge.url, "bench", NodeKey::generate()).unwrap())
@@ -249,9 +288,8 @@ async fn run(kind: &str, store_url: &str, dir: &std::path::Path) {
         (nodes * 5) as f64 / hall.as_secs_f64()
     );
     let (p50a, p99a, ra) = polls(&clients, 5).await;
-    let t = Instant::now();
-    bulk(&store, history, "succeeded").await;
-    let loaded = t.elapsed();
+    let (edge, loaded) =
+        with_jobs_written(edge, store_url, dir, (history, "succeeded"), &clients).await;
     let (p50b, p99b, rb) = polls(&clients, 5).await;
     println!("{kind:>8}: {nodes} nodes polling empty queues: p50 {p50a:.2} ms, p99 {p99a:.2} ms, {ra:.0} polls/s with an empty history");
     println!(
@@ -259,7 +297,7 @@ async fn run(kind: &str, store_url: &str, dir: &std::path::Path) {
         loaded.as_secs_f64(),
         p99b / p99a
     );
-    bulk(&store, queued, "queued").await;
+    let (edge, _) = with_jobs_written(edge, store_url, dir, (queued, "queued"), &clients).await;
     let c = clients.clone();
     let handed = Arc::new(AtomicUsize::new(0));
     let h = handed.clone();

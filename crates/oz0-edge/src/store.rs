@@ -71,6 +71,23 @@ fn private_file(path: &std::path::Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// WAL pages past which SQLite checkpoints by itself, within a statement.
+/// The edge checkpoints each second off its async workers, so this is
+/// reached only when a second's writes pass it (about 40 MB).
+const WAL_BACKSTOP_PAGES: u32 = 10_000;
+
+/// A SQLite file another process holds (another edge on the same file) is
+/// said as such, with the fix.
+fn held_elsewhere(e: rusqlite::Error, path: &str) -> StoreError {
+    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) {
+        StoreError::File(format!(
+            "{path} is held by another process (another edge?): one edge opens a SQLite store; edge replicas share a PostgreSQL store (--store postgres://USER@HOST/DB)"
+        ))
+    } else {
+        StoreError::Sqlite(e)
+    }
+}
+
 /// Connections a PostgreSQL store keeps open.
 pub const POSTGRES_CONNECTIONS: usize = 8;
 
@@ -142,7 +159,16 @@ impl Store {
                         rusqlite::Connection::open(&path)?
                     };
                     conn.busy_timeout(std::time::Duration::from_secs(5))?;
-                    conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")?;
+                    // The edge holds the file alone while it runs (a second
+                    // process cannot even read it): SQLite then keeps the
+                    // WAL's index in memory and takes no file lock a
+                    // statement. Checkpoints are the edge's own, off its
+                    // async workers ([`Store::checkpoint`]); SQLite's own
+                    // is left as a backstop at a larger WAL.
+                    conn.execute_batch(&format!(
+                        "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint={WAL_BACKSTOP_PAGES};"
+                    ))
+                    .map_err(|e| held_elsewhere(e, &path))?;
                     Ok(conn)
                 })
                 .await
@@ -171,6 +197,23 @@ impl Store {
         };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// Copies what a SQLite store's WAL holds back into its file, on a
+    /// blocking thread (each second, from the edge's tick; SQLite's own
+    /// checkpoint, within a statement, comes only past 10,000 pages);
+    /// nothing when it holds nothing new, or for PostgreSQL.
+    pub async fn checkpoint(&self) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(c) => {
+                sql::on_sqlite(c, sql::Work::Grows, |conn| {
+                    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+                    Ok(())
+                })
+                .await
+            }
+            Backend::Postgres(_) => Ok(()),
+        }
     }
 
     /// `sqlite` or `postgres`.

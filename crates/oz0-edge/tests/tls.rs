@@ -248,6 +248,21 @@ async fn the_edge_binary_serves_https_reloads_on_sighup_and_keeps_its_store_priv
         let mode = std::fs::metadata(d.join(f)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{f} has mode {mode:o}");
     }
+    // The edge holds its SQLite file alone: a second edge on it is
+    // refused (after SQLite's 5 s wait for the first to let go), naming
+    // the store replicas share.
+    let o = edge_cmd(&d, "127.0.0.1:0", &[]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("is held by another process (another edge?)")
+            && err.contains("share a PostgreSQL store"),
+        "{err}"
+    );
+    assert!(
+        op(&one.ca).nodes(None).await.is_err() && op(&two.ca).nodes(None).await.is_ok(),
+        "the first edge serves on"
+    );
     drop(e);
 
     // A store file another could read is made private, and said so.

@@ -251,13 +251,13 @@ impl Store {
     /// Jobs whose lease expired go back to their queue, or fail once they
     /// were handed out as often as they may be.
     pub async fn sweep_leases(&self, now_ms: i64) -> Result<Swept, StoreError> {
-        let failed = self.exec(
+        let failed = self.exec_long(
             "UPDATE jobs SET state = 'failed', done_ms = $1, lease_id = NULL, lease_until_ms = NULL, error = 'handed out ' || CAST(attempts AS TEXT) || ' time(s), the most it may be, and its lease lapsed each time (its node died or lost the edge): not handed out again' WHERE state = 'leased' AND lease_until_ms < $1 AND attempts >= max_attempts",
             vec![now_ms.into()],
         )
         .await?;
         let rows = self
-            .query(
+            .query_long(
                 "UPDATE jobs SET state = 'queued', lease_id = NULL, lease_until_ms = NULL WHERE state = 'leased' AND lease_until_ms < $1 RETURNING tenant, tier_need",
                 vec![now_ms.into()],
             )
@@ -269,13 +269,13 @@ impl Store {
     /// its queue (the attempt counts, as for a lease that lapsed), or
     /// fails once it was handed out as often as it may be.
     pub async fn release_dead(&self, node: &str, now_ms: i64) -> Result<Swept, StoreError> {
-        let failed = self.exec(
+        let failed = self.exec_long(
             "UPDATE jobs SET state = 'failed', done_ms = $1, lease_id = NULL, lease_until_ms = NULL, error = 'handed out ' || CAST(attempts AS TEXT) || ' time(s), the most it may be, and its node died or lost the edge each time: not handed out again' WHERE node_id = $2 AND state = 'leased' AND attempts >= max_attempts",
             vec![now_ms.into(), node.into()],
         )
         .await?;
         let rows = self
-            .query(
+            .query_long(
                 "UPDATE jobs SET state = 'queued', lease_id = NULL, lease_until_ms = NULL WHERE node_id = $1 AND state = 'leased' RETURNING tenant, tier_need",
                 vec![node.into()],
             )
@@ -306,7 +306,7 @@ impl Store {
         now_ms: i64,
     ) -> Result<Vec<(String, String, String, u8)>, StoreError> {
         let rows = self
-            .query(
+            .query_long(
                 "UPDATE jobs SET state = 'queued', lease_id = NULL, lease_until_ms = NULL, attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END WHERE state = 'leased' AND node_id IN (SELECT id FROM nodes WHERE drained = 1 AND drain_until_ms IS NOT NULL AND drain_until_ms <= $1) RETURNING id, node_id, tenant, tier_need",
                 vec![now_ms.into()],
             )
@@ -460,7 +460,7 @@ impl Store {
     ) -> Result<u64, StoreError> {
         // The newest finished job past the `keep` newest: it and older go.
         let beyond = self
-            .query(
+            .query_long(
                 "SELECT done_ms FROM jobs WHERE done_ms IS NOT NULL ORDER BY done_ms DESC LIMIT 1 OFFSET $1",
                 vec![keep.into()],
             )
@@ -469,7 +469,7 @@ impl Store {
             .map(|r| int(r, 0))
             .transpose()?;
         let cutoff = beyond.map_or(older_than_ms, |c| older_than_ms.max(c.saturating_add(1)));
-        self.exec(
+        self.exec_long(
             "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE done_ms IS NOT NULL AND done_ms < $1 LIMIT $2)",
             vec![cutoff.into(), batch.into()],
         )
@@ -644,7 +644,7 @@ impl Store {
     ) -> Result<Vec<JobRow>, StoreError> {
         let (ms, id) = before.unwrap_or((i64::MAX, ""));
         let rows = self
-            .query(
+            .query_long(
                 &format!("SELECT {JOB_COLS} FROM jobs WHERE tenant = $1 AND ($2 = '' OR state = $2) AND (enqueued_ms < $3 OR (enqueued_ms = $3 AND id < $4)) ORDER BY enqueued_ms DESC, id DESC LIMIT $5"),
                 vec![tenant.into(), state.unwrap_or("").into(), ms.into(), id.into(), limit.into()],
             )

@@ -167,7 +167,7 @@ impl Store {
     pub async fn nodes(&self, tenant: Option<&str>) -> Result<Vec<NodeRow>, StoreError> {
         let rows = match tenant {
             Some(t) => {
-                self.query(
+                self.query_long(
                     &format!(
                         "SELECT {NODE_COLS} FROM nodes WHERE tenant = $1 AND removed_ms IS NULL ORDER BY tenant, name, id"
                     ),
@@ -176,7 +176,7 @@ impl Store {
                 .await?
             }
             None => {
-                self.query(
+                self.query_long(
                     &format!("SELECT {NODE_COLS} FROM nodes WHERE removed_ms IS NULL ORDER BY tenant, name, id"),
                     vec![],
                 )
@@ -204,7 +204,7 @@ impl Store {
 
     /// Forgets nonces whose window has closed.
     pub async fn expire_nonces(&self, now_ms: i64) -> Result<u64, StoreError> {
-        self.exec(
+        self.exec_long(
             "DELETE FROM nonces WHERE expires_ms < $1",
             vec![now_ms.into()],
         )
@@ -297,7 +297,7 @@ impl Store {
         live_since_ms: i64,
     ) -> Result<i64, StoreError> {
         let rows = self
-            .query(
+            .query_long(
                 &format!(
                     "SELECT COUNT(*) FROM nodes WHERE {FITS} AND approved = 1 AND drained = 0"
                 ),
@@ -316,7 +316,7 @@ impl Store {
         live_since_ms: i64,
     ) -> Result<Vec<HeldBack>, StoreError> {
         let rows = self
-            .query(
+            .query_long(
                 &format!("SELECT id, name, approved FROM nodes WHERE {FITS} AND (approved = 0 OR drained = 1) ORDER BY name, id LIMIT 5"),
                 fits_params(tenant, needs, live_since_ms),
             )
@@ -342,7 +342,7 @@ impl Store {
     ) -> Result<crate::metrics::StoreFigures, StoreError> {
         let mut f = crate::metrics::StoreFigures::default();
         for r in self
-            .query(
+            .query_long(
                 "SELECT CASE WHEN approved = 1 THEN tier_routed ELSE 0 END, approved, drained, CASE WHEN last_seen_ms >= $1 AND gone_ms IS NULL THEN 1 ELSE 0 END, COUNT(*) FROM nodes WHERE removed_ms IS NULL GROUP BY 1, 2, 3, 4",
                 vec![live_since_ms.into()],
             )
@@ -357,7 +357,7 @@ impl Store {
             *f.nodes.entry((tier_col(&r, 0)?, state)).or_default() += int(&r, 4)?;
         }
         for r in self
-            .query(
+            .query_long(
                 "SELECT tier_need, COUNT(*) FROM jobs WHERE state = 'queued' GROUP BY tier_need",
                 vec![],
             )
@@ -366,14 +366,14 @@ impl Store {
             f.queued.insert(tier_col(&r, 0)?, int(&r, 1)?);
         }
         for r in self
-            .query("SELECT state, COUNT(*) FROM jobs GROUP BY state", vec![])
+            .query_long("SELECT state, COUNT(*) FROM jobs GROUP BY state", vec![])
             .await?
         {
             f.jobs.insert(text(&r, 0)?, int(&r, 1)?);
         }
         // Windows nodes: whether PSEC is there.
         for r in self
-            .query(
+            .query_long(
                 "SELECT id, psec, COALESCE(build, '') FROM nodes WHERE psec IS NOT NULL AND removed_ms IS NULL ORDER BY id LIMIT 10000",
                 vec![],
             )
@@ -403,7 +403,7 @@ impl Store {
         live_since_ms: i64,
     ) -> Result<Vec<(u8, i64, bool, Option<String>)>, StoreError> {
         let rows = self
-            .query(
+            .query_long(
                 "SELECT tier_routed, microvm_ready, oci_ready, arch FROM nodes WHERE tenant = $1 AND last_seen_ms >= $2 AND gone_ms IS NULL AND last_report_ms IS NOT NULL AND approved = 1 AND drained = 0 AND removed_ms IS NULL LIMIT 10000",
                 vec![tenant.into(), live_since_ms.into()],
             )

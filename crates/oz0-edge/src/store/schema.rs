@@ -131,6 +131,12 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         "ALTER TABLE nodes ADD COLUMN psec TEXT;
     ALTER TABLE nodes ADD COLUMN build TEXT;",
     ),
+    // A node's leases by the node: each poll of a node holding jobs asks
+    // which it still holds, which read every lease of every node before.
+    (
+        9,
+        "CREATE INDEX jobs_leased_by_node ON jobs (node_id) WHERE state = 'leased';",
+    ),
 ];
 
 impl Store {
