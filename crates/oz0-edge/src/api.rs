@@ -432,20 +432,14 @@ pub async fn serve_with(
     limits: crate::serve::Limits,
 ) -> std::io::Result<()> {
     // Leases that lapsed and drains past their deadline are swept each
-    // second even while no node polls, and a SQLite store's WAL is copied
-    // back into its file.
+    // second even while no node polls.
     let ticking = Arc::downgrade(&edge);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         loop {
             tick.tick().await;
             match ticking.upgrade() {
-                Some(e) => {
-                    e.sweep_jobs(crate::time::now_ms()).await;
-                    if let Err(err) = e.store.checkpoint().await {
-                        crate::log::error(&format!("store checkpoint: {err}"), None);
-                    }
-                }
+                Some(e) => e.sweep_jobs(crate::time::now_ms()).await,
                 None => return,
             }
         }

@@ -71,11 +71,6 @@ fn private_file(path: &std::path::Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// WAL pages past which SQLite checkpoints by itself, within a statement.
-/// The edge checkpoints each second off its async workers, so this is
-/// reached only when a second's writes pass it (about 40 MB).
-const WAL_BACKSTOP_PAGES: u32 = 10_000;
-
 /// A SQLite file another process holds (another edge on the same file) is
 /// said as such, with the fix.
 fn held_elsewhere(e: rusqlite::Error, path: &str) -> StoreError {
@@ -162,12 +157,11 @@ impl Store {
                     // The edge holds the file alone while it runs (a second
                     // process cannot even read it): SQLite then keeps the
                     // WAL's index in memory and takes no file lock a
-                    // statement. Checkpoints are the edge's own, off its
-                    // async workers ([`Store::checkpoint`]); SQLite's own
-                    // is left as a backstop at a larger WAL.
-                    conn.execute_batch(&format!(
-                        "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint={WAL_BACKSTOP_PAGES};"
-                    ))
+                    // statement. SQLite checkpoints the WAL itself, each
+                    // 1,000 pages, which keeps it small (see sql.rs).
+                    conn.execute_batch(
+                        "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                    )
                     .map_err(|e| held_elsewhere(e, &path))?;
                     Ok(conn)
                 })
@@ -197,23 +191,6 @@ impl Store {
         };
         store.migrate().await?;
         Ok(store)
-    }
-
-    /// Copies what a SQLite store's WAL holds back into its file, on a
-    /// blocking thread (each second, from the edge's tick; SQLite's own
-    /// checkpoint, within a statement, comes only past 10,000 pages);
-    /// nothing when it holds nothing new, or for PostgreSQL.
-    pub async fn checkpoint(&self) -> Result<(), StoreError> {
-        match &self.backend {
-            Backend::Sqlite(c) => {
-                sql::on_sqlite(c, sql::Work::Grows, |conn| {
-                    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
-                    Ok(())
-                })
-                .await
-            }
-            Backend::Postgres(_) => Ok(()),
-        }
     }
 
     /// `sqlite` or `postgres`.
