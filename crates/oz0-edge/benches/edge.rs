@@ -57,9 +57,15 @@ fn facts(i: usize) -> NodeFacts {
         oci: Default::default(),
         labels: BTreeMap::new(),
     };
+    // Containers run inside tier 1: a tier-0 node offers none (the edge
+    // would drop the claim, and log it, at each report).
     f.oci = oz0_policy::facts::Oci {
-        ready: true,
-        runtimes: vec![oz0_policy::facts::OciRuntime::Tier1],
+        ready: tier1,
+        runtimes: if tier1 {
+            vec![oz0_policy::facts::OciRuntime::Tier1]
+        } else {
+            Vec::new()
+        },
         reason: None,
     };
     f.derive_labels();

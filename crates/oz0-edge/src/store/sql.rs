@@ -31,7 +31,7 @@ fn sqlite_sql(sql: &str) -> String {
 
 /// How much work a statement may do, which says where it runs on SQLite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Work {
+enum Work {
     /// Bounded by a key or a `LIMIT`: on the asking worker when the
     /// connection is free.
     Bounded,
@@ -40,7 +40,7 @@ pub(super) enum Work {
 }
 
 /// Runs `f` with the SQLite connection, where `work` says.
-pub(super) async fn on_sqlite<T: Send + 'static>(
+async fn on_sqlite<T: Send + 'static>(
     c: &Arc<Mutex<rusqlite::Connection>>,
     work: Work,
     f: impl FnOnce(&rusqlite::Connection) -> Result<T, StoreError> + Send + 'static,
