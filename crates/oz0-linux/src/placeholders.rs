@@ -20,7 +20,8 @@ use crate::record::record_run;
 /// (an empty folder or empty regular file), never following a link: each
 /// folder holding placeholders is opened once, without following any link
 /// on the way, and the entries are looked at and removed through it. Empty
-/// folders go back to `pool` when it can take them.
+/// folders go back to `pool` when it can take them; files are removed in
+/// place (an empty file holds no block: its removal waits for no disk).
 pub(crate) fn remove_placeholders(ps: &[Placeholder], mut pool: Option<&mut Pool>) {
     use rustix::fs::{statat, unlinkat, AtFlags, FileType};
     let mut folders = crate::hold::Folders::default();
@@ -28,13 +29,8 @@ pub(crate) fn remove_placeholders(ps: &[Placeholder], mut pool: Option<&mut Pool
         let Ok((dir, name)) = folders.place(p) else {
             continue;
         };
-        if let Some(pool) = pool.as_deref_mut() {
-            let back = match p.kind {
-                PlaceholderKind::Dir => pool.give_back(dir, name),
-                PlaceholderKind::File => pool.give_back_file(dir, name),
-                PlaceholderKind::SelfRef => Back::Remove,
-            };
-            match back {
+        if let (Some(pool), PlaceholderKind::Dir) = (pool.as_deref_mut(), p.kind) {
+            match pool.give_back(dir, name) {
                 Back::Aside | Back::Leave => continue,
                 Back::Remove => {}
             }
@@ -76,10 +72,10 @@ fn holds_self_ref(dir: &OwnedFd, name: &Path) -> bool {
     rustix::io::read(&f, &mut buf).is_ok_and(|n| &buf[..n] == plan::SELF_REF)
 }
 
-/// Makes the placeholders on the host: an empty folder (moved from `pool`
-/// when it can) or an empty file at each place, under its folder opened
-/// without following any link. A name that exists meanwhile is left for
-/// the stage to check (it must be of the placeholder's kind).
+/// Makes the placeholders on the host: an empty folder or an empty file
+/// (each moved from `pool` when it can) at each place, under its folder
+/// opened without following any link. A name that exists meanwhile is left
+/// for the stage to check (it must be of the placeholder's kind).
 fn make_placeholders(
     ps: &[Placeholder],
     pool: &mut Option<Pool>,
@@ -276,10 +272,10 @@ mod tests {
             assert!(fs::symlink_metadata(work.join(".codex")).is_ok());
             assert!(elsewhere.join(".claude").is_dir() && elsewhere.join("config").is_file());
             if with_pool {
-                // Only the empty folder and the empty file went out of the
-                // way, to be removed.
+                // Only the empty folder went out of the way, to be removed;
+                // the empty file was removed in place.
                 let used = base.join("data").join(crate::pool::POOL_DIR).join("used");
-                assert_eq!(fs::read_dir(used).unwrap().count(), 2);
+                assert_eq!(fs::read_dir(used).unwrap().count(), 1);
             }
             fs::remove_dir_all(&base).unwrap();
         }
@@ -298,24 +294,26 @@ mod tests {
             ph(&work.join(".claude"), PlaceholderKind::Dir),
             ph(&work.join(".codex"), PlaceholderKind::Dir),
             ph(&work.join(".mcp.json"), PlaceholderKind::File),
+            ph(&work.join(".envrc"), PlaceholderKind::File),
             ph(&work.join(".bashrc"), PlaceholderKind::File),
         ];
         // First run: the pool is empty, folders are made; removal puts them
-        // out of the way, and tending the pool makes fresh ones.
+        // out of the way (files are removed in place), and tending the pool
+        // makes fresh ones.
         let mut pool = Pool::open(&data, "a");
         make_placeholders(&list, &mut pool).unwrap();
         assert!(work.join(".claude").is_dir() && work.join(".codex").is_dir());
         assert_eq!(fs::metadata(work.join(".mcp.json")).unwrap().len(), 0);
         assert_eq!(fs::read(work.join(".bashrc")).unwrap(), b"mine");
-        remove_placeholders(&list[..3], pool.as_mut());
+        remove_placeholders(&list[..4], pool.as_mut());
         let pool_dir = data.join(crate::pool::POOL_DIR);
         let count = |sub: &str| fs::read_dir(pool_dir.join(sub)).unwrap().count();
-        assert_eq!(count("used"), 3);
+        assert_eq!(count("used"), 2);
         assert_eq!(fs::read_dir(&work).unwrap().count(), 1);
         pool.as_mut().unwrap().tend();
         let fresh = count("fresh");
         assert_eq!(count("used"), 0);
-        // Second run: the folders and the file come from the fresh ones.
+        // Second run: the folders and the files come from the fresh ones.
         let files = count("fresh-files");
         assert!(files > 0);
         let mut pool = Pool::open(&data, "b");
@@ -324,8 +322,12 @@ mod tests {
         assert_eq!(fs::metadata(work.join(".mcp.json")).unwrap().len(), 0);
         assert_eq!(fs::read(work.join(".bashrc")).unwrap(), b"mine");
         assert_eq!(count("fresh"), fresh - 2);
-        assert_eq!(count("fresh-files"), files - 1);
-        remove_placeholders(&list[..3], pool.as_mut());
+        assert_eq!(count("fresh-files"), files - 2);
+        assert_eq!(fs::metadata(work.join(".envrc")).unwrap().len(), 0);
+        remove_placeholders(&list[..4], pool.as_mut());
+        assert_eq!(fs::read_dir(&work).unwrap().count(), 1);
+        // Folders went aside, files were removed in place.
+        assert_eq!((count("used"), count("fresh-files")), (2, files - 2));
         // A link on the way: refused, nothing made through it.
         let elsewhere = base.join("elsewhere");
         fs::create_dir_all(&elsewhere).unwrap();

@@ -1,4 +1,4 @@
-//! Spare empty folders for folder placeholders, kept in the node's data
+//! Spare empty folders and files for placeholders, kept in the node's data
 //! directory (`<data-dir>/placeholder-pool`, mode 0700, never visible to a
 //! run).
 //!
@@ -11,31 +11,39 @@
 //! here; moving them, about 0.15 ms. The making and removing still happen,
 //! but while the node would otherwise only wait (see [`Pool::tend`]).
 //!
-//! **A folder is used once.** A placeholder sits in a folder that other
-//! runs may be able to write (one whose `--write` folder holds this run's
-//! work folder), and such a run can keep a descriptor of it and write into
-//! it whenever it likes, wherever the folder has gone. So a folder that has
-//! been a placeholder never becomes one again: `fresh/` holds only folders
-//! the node made there and no run has seen, and a placeholder given back
-//! goes to `used/`, from where it is removed (with whatever was written
-//! into it meanwhile, and a warning). The layouts before this one kept
-//! their folders in `placeholders/`: first spare folders at its top, which
-//! may have been seen, then `fresh/` and `used/` there, which a node of the
-//! first would take for spare folders (and hand a run `used/` itself, with
-//! what was written into it). No node of either uses `placeholder-pool/`;
-//! `placeholders/` is emptied and removed the same way.
+//! File placeholders are taken from here the same way, but removed in
+//! place after the run: an empty file holds no block, so its removal waits
+//! for no disk, and a removal costs less than a rename and a removal later.
+//! Each is a file of its own (never links to one file): what a host user
+//! writes into one while the run goes on stays in that one.
+//!
+//! **A placeholder is used once.** A placeholder sits in a folder that
+//! other runs may be able to write (one whose `--write` folder holds this
+//! run's work folder), and such a run can keep a descriptor of it and write
+//! into it whenever it likes, wherever it has gone. So a folder or file
+//! that has been a placeholder never becomes one again: `fresh/` and
+//! `fresh-files/` hold only what the node made there and no run has seen
+//! (a node takes a fresh file by moving it into place, which only one can),
+//! and a folder given back goes to `used/`, from where it is removed (with
+//! whatever was written into it meanwhile, and a warning). The layouts
+//! before this one kept their folders in `placeholders/`: first spare
+//! folders at its top, which may have been seen, then `fresh/` and `used/`
+//! there, which a node of the first would take for spare folders (and hand
+//! a run `used/` itself, with what was written into it). No node of either
+//! uses `placeholder-pool/`; `placeholders/` is emptied and removed the
+//! same way.
 //!
 //! A rename works only within one mount. A writable folder on another mount
 //! than the data directory gets its placeholders made and removed in place
-//! (the first rename says `EXDEV`). Nothing is moved through a link: the pool
-//! and every placeholder folder are opened without following any, and each
-//! rename is `RENAME_NOREPLACE`, so it never replaces what is there. What
-//! is given back must be empty: a folder written to from outside the run
-//! while it was a placeholder is left where it is, content and all. Once
-//! in `used/`, a folder is any node process's to remove (they share the
-//! pool), so the one that gave it back does not look at it again: what was
-//! written into it just as it moved is removed with it, with a warning, as
-//! what is written into it later is.
+//! (the first rename says `EXDEV`). Nothing is moved through a link: the
+//! pool and every placeholder folder are opened without following any, and
+//! each rename is `RENAME_NOREPLACE`, so it never replaces what is there.
+//! What is given back must be empty: a folder written to from outside the
+//! run while it was a placeholder is left where it is, content and all.
+//! Once in `used/`, a folder is any node process's to remove (they share
+//! the pool), so the one that gave it back does not look at it again: what
+//! was written into it just as it moved is removed with it, with a warning,
+//! as what is written into it later is.
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
@@ -161,7 +169,8 @@ impl Pool {
         take_from(from, names, &mut self.elsewhere, into, name)
     }
 
-    /// Moves a fresh empty file to `name` in `into`.
+    /// Moves a fresh empty file to `name` in `into` (it is removed in
+    /// place after the run, not given back).
     pub fn take_file(&mut self, into: &impl AsFd, name: &Path) -> Taken {
         let (from, names) = (&self.fresh_files, &mut self.file_names);
         take_from(from, names, &mut self.elsewhere, into, name)
@@ -188,20 +197,6 @@ impl Pool {
             moved();
         }
         back
-    }
-
-    /// Moves the empty file `name` in `from` out of the way, into `used/`.
-    /// What is not an empty regular file (a link, a file written to from
-    /// outside the run) is left where it is.
-    pub fn give_back_file(&mut self, from: &impl AsFd, name: &Path) -> Back {
-        use rustix::fs::{statat, FileType};
-        match statat(from, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st)
-                if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
-                    && st.st_size == 0 => {}
-            _ => return Back::Leave,
-        }
-        self.put_aside(from, name)
     }
 
     /// Renames `name` in `from` into `used/` under a name of this
@@ -465,53 +460,40 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
     }
 
-    /// Files as folders: each a placeholder once, an empty regular file
-    /// only taken back, what was written into one after it went aside
-    /// removed with a warning, a link never followed.
+    /// Files: each a placeholder once, a file of its own, never over what
+    /// is there, never one another run took.
     #[test]
-    fn a_file_is_a_placeholder_once_and_only_empty_ones_are_taken_back() {
+    fn a_file_is_a_placeholder_once_and_of_its_own() {
+        use std::os::unix::fs::MetadataExt;
         let root = tmp("files");
         let (data, work) = (root.join("data"), root.join("work"));
         std::fs::create_dir_all(&work).unwrap();
         let w = open_dir(&work);
-        let (fresh, used) = (
-            data.join(POOL_DIR).join(FRESH_FILES),
-            data.join(POOL_DIR).join(USED),
-        );
+        let fresh = data.join(POOL_DIR).join(FRESH_FILES);
         let mut pool = Pool::open(&data, "f1").unwrap();
         assert_eq!(pool.take_file(&w, Path::new(".bashrc")), Taken::No);
         pool.tend();
         assert_eq!(count(&fresh), FRESH_FILES_TARGET);
-        assert_eq!(pool.take_file(&w, Path::new(".bashrc")), Taken::Moved);
-        let st = std::fs::symlink_metadata(work.join(".bashrc")).unwrap();
-        assert!(st.is_file() && st.len() == 0);
+        // Two runs, their pools opened on the same fresh files: both take
+        // from the back, and the second finds the first's taken.
+        let (mut one, mut two) = (
+            Pool::open(&data, "f2").unwrap(),
+            Pool::open(&data, "f3").unwrap(),
+        );
+        assert_eq!(one.take_file(&w, Path::new(".bashrc")), Taken::Moved);
+        assert_eq!(two.take_file(&w, Path::new(".profile")), Taken::Moved);
+        let (a, b) = (
+            std::fs::symlink_metadata(work.join(".bashrc")).unwrap(),
+            std::fs::symlink_metadata(work.join(".profile")).unwrap(),
+        );
+        assert!(a.is_file() && a.len() == 0 && a.nlink() == 1);
+        assert_ne!(a.ino(), b.ino(), "one file, one place");
+        assert_eq!(count(&fresh), FRESH_FILES_TARGET - 2);
         // Never over what is there.
         std::fs::write(work.join(".zshrc"), "mine").unwrap();
-        assert_eq!(pool.take_file(&w, Path::new(".zshrc")), Taken::Exists);
+        assert_eq!(one.take_file(&w, Path::new(".zshrc")), Taken::Exists);
         assert_eq!(std::fs::read(work.join(".zshrc")).unwrap(), b"mine");
-        assert_eq!(pool.give_back_file(&w, Path::new(".zshrc")), Back::Leave);
-        // Kept open by another run, given back, written to: removed, never
-        // taken again.
-        let kept = std::fs::OpenOptions::new()
-            .write(true)
-            .open(work.join(".bashrc"))
-            .unwrap();
-        assert_eq!(pool.give_back_file(&w, Path::new(".bashrc")), Back::Aside);
-        assert!(!work.join(".bashrc").exists());
-        std::io::Write::write_all(&mut &kept, b"planted").unwrap();
-        let mut pool = Pool::open(&data, "f2").unwrap();
-        pool.tend();
-        assert_eq!((count(&fresh), count(&used)), (FRESH_FILES_TARGET, 0));
-        for e in std::fs::read_dir(&fresh).unwrap() {
-            assert_eq!(e.unwrap().metadata().unwrap().len(), 0);
-        }
-        // A link is left as it is.
-        std::os::unix::fs::symlink("/etc/passwd", work.join(".profile")).unwrap();
-        assert_eq!(pool.give_back_file(&w, Path::new(".profile")), Back::Leave);
-        assert!(std::fs::symlink_metadata(work.join(".profile"))
-            .unwrap()
-            .file_type()
-            .is_symlink());
+        assert_eq!(count(&fresh), FRESH_FILES_TARGET - 2);
         let _ = std::fs::remove_dir_all(&root);
     }
 

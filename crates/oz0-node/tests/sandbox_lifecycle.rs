@@ -348,9 +348,10 @@ fn stdin_and_stdout_are_the_callers() {
 
 /// Folder placeholders move in from the node's fresh folders (in its data
 /// directory, on the same mount as the work folder here) and out to its
-/// used ones after the run, never back: the work folder is left as it was,
-/// a run sees each one as an empty read-only folder, and no folder that was
-/// a placeholder is a fresh one again.
+/// used ones after the run, never back; file placeholders move in from its
+/// fresh files and are removed in place after the run: the work folder is
+/// left as it was, a run sees each one as an empty read-only folder, and
+/// nothing that was a placeholder is a fresh one again.
 #[test]
 fn placeholders_come_from_the_pool_and_go_back() {
     ready!();
@@ -365,7 +366,9 @@ fn placeholders_come_from_the_pool_and_go_back() {
             .unwrap_or_default()
     };
     let folders = 8; // the folder kinds among the protected names
+    let files = 11; // and the file kinds
     let mut used_before: Vec<String> = Vec::new();
+    let mut files_before = names("fresh-files");
     for round in 0..3 {
         let out = env.sh(
             &[],
@@ -384,19 +387,25 @@ fn placeholders_come_from_the_pool_and_go_back() {
             0,
             "round {round}: the work folder is not as it was"
         );
-        let (fresh, all_used) = (names("fresh"), names("used"));
-        let is_dir = |n: &String| pool.join("used").join(n).is_dir();
-        let (used, used_files): (Vec<String>, Vec<String>) =
-            all_used.iter().cloned().partition(is_dir);
-        assert_eq!(used.len(), folders, "round {round}: folders put aside");
-        // File placeholders come from the pool too, and go aside the same way.
-        let fresh_files = names("fresh-files");
-        assert!(!used_files.is_empty(), "round {round}: no file put aside");
+        let (fresh, used) = (names("fresh"), names("used"));
         assert!(
-            fresh_files.len() >= used_files.len(),
-            "round {round}: {} fresh files",
-            fresh_files.len()
+            used.iter().all(|n| pool.join("used").join(n).is_dir()),
+            "round {round}: a file put aside: {used:?}"
         );
+        assert_eq!(used.len(), folders, "round {round}: folders put aside");
+        // File placeholders: fresh files taken (after the first run, whose
+        // pool was empty), none given back, the pool tended back up.
+        let fresh_files = names("fresh-files");
+        let taken = files_before
+            .iter()
+            .filter(|n| !fresh_files.contains(n))
+            .count();
+        assert_eq!(
+            taken,
+            if round == 0 { 0 } else { files },
+            "round {round}: fresh files taken"
+        );
+        assert!(fresh_files.len() >= files, "round {round}: fresh files");
         for f in &fresh_files {
             let m = std::fs::symlink_metadata(pool.join("fresh-files").join(f)).unwrap();
             assert!(m.is_file() && m.len() == 0, "round {round}: fresh file {f}");
@@ -410,7 +419,7 @@ fn placeholders_come_from_the_pool_and_go_back() {
         // what was written into it), never fresh again.
         for n in &used_before {
             assert!(
-                !fresh.contains(n) && !fresh_files.contains(n) && !all_used.contains(n),
+                !fresh.contains(n) && !fresh_files.contains(n) && !used.contains(n),
                 "round {round}: {n} came back"
             );
         }
@@ -426,10 +435,8 @@ fn placeholders_come_from_the_pool_and_go_back() {
         for n in &used {
             std::fs::write(pool.join("used").join(n).join("planted"), "x").unwrap();
         }
-        for n in &used_files {
-            std::fs::write(pool.join("used").join(n), "planted").unwrap();
-        }
-        used_before = all_used;
+        used_before = used;
+        files_before = fresh_files;
     }
 }
 
