@@ -119,11 +119,16 @@ impl Edge {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let url = line
+        let Some(url) = line
             .split_whitespace()
             .find(|w| w.starts_with("https://"))
-            .unwrap_or_else(|| panic!("the edge did not say where it listens over HTTPS: {line:?}"))
-            .to_string();
+            .map(str::to_string)
+        else {
+            // Its reason is on stderr (this test's own); say how it ended.
+            let _ = child.kill();
+            let status = child.wait();
+            panic!("the edge did not say where it listens over HTTPS: {line:?} (it ended: {status:?}; its stderr is above)")
+        };
         let op = OperatorClient::with_trust(&url, OPERATOR, &Trust::CaFile(ca.ca.clone())).unwrap();
         Edge {
             child,
