@@ -317,51 +317,61 @@ async fn the_edge_binary_serves_https_reloads_on_sighup_and_keeps_its_store_priv
 }
 
 /// What docs/operators.md says of backing up a SQLite store: no other
-/// process reads it while the edge runs; stopped as a service manager
-/// stops it (SIGTERM), the edge leaves its store file and its journal
-/// (`-wal`), and the two copied together are the whole store: an edge on
-/// the copy knows the node the first one registered.
+/// process reads it while the edge runs; stopped (SIGTERM, as a service
+/// manager stops it, or SIGINT), the edge closes it and the file alone is
+/// the whole store; killed, it leaves its last writes in the journal
+/// (`-wal`), and the file and the journal copied together are the whole
+/// store. Each time, an edge on the copy knows the node the first one
+/// registered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_edges_store_copied_with_its_journal_is_whole() {
     use oz0_edge::client::{NodeClient, NodeKey};
-    let d = temp("backup");
-    secrets(&d);
-    let mut e = start_edge(&d, &[]);
-    let n = NodeClient::new(&e.url, "acme", NodeKey::generate()).unwrap();
-    n.register(common::ACME, Some("kept")).await.unwrap();
-    // While it runs, no other process reads the store.
-    let other = rusqlite::Connection::open(d.join("edge.db")).unwrap();
-    other.busy_timeout(Duration::ZERO).unwrap();
-    let err = other
-        .query_row("SELECT count(*) FROM sqlite_master", [], |r| {
-            r.get::<_, i64>(0)
-        })
-        .unwrap_err();
-    assert!(err.to_string().contains("database is locked"), "{err}");
-    drop(other);
-    let st = Command::new("kill")
-        .args(["-TERM", &e.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    e.child.wait().unwrap();
-    let copy = temp("backup-copy");
-    secrets(&copy);
-    for f in ["edge.db", "edge.db-wal"] {
-        if d.join(f).exists() {
-            std::fs::copy(d.join(f), copy.join(f)).unwrap();
+    for (signal, journal) in [("-TERM", false), ("-INT", false), ("-KILL", true)] {
+        let d = temp("backup");
+        secrets(&d);
+        let mut e = start_edge(&d, &[]);
+        let n = NodeClient::new(&e.url, "acme", NodeKey::generate()).unwrap();
+        n.register(common::ACME, Some("kept")).await.unwrap();
+        // While it runs, no other process reads the store.
+        let other = rusqlite::Connection::open(d.join("edge.db")).unwrap();
+        other.busy_timeout(Duration::ZERO).unwrap();
+        let err = other
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("database is locked"), "{err}");
+        drop(other);
+        let st = Command::new("kill")
+            .args([signal, &e.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let status = e.child.wait().unwrap();
+        assert_eq!(status.success(), !journal, "{signal}: {status:?}");
+        assert_eq!(
+            d.join("edge.db-wal").exists(),
+            journal,
+            "{signal}: the journal"
+        );
+        let copy = temp("backup-copy");
+        secrets(&copy);
+        for f in ["edge.db", "edge.db-wal"] {
+            if d.join(f).exists() {
+                std::fs::copy(d.join(f), copy.join(f)).unwrap();
+            }
         }
-    }
-    let again = start_edge(&copy, &[]);
-    let op = OperatorClient::new(&again.url, OPERATOR).unwrap();
-    let nodes = op.nodes(None).await.unwrap();
-    assert!(
-        nodes.iter().any(|v| v.name.as_deref() == Some("kept")),
-        "{nodes:?}"
-    );
-    drop((e, again));
-    for dir in [d, copy] {
-        std::fs::remove_dir_all(dir).unwrap();
+        let again = start_edge(&copy, &[]);
+        let op = OperatorClient::new(&again.url, OPERATOR).unwrap();
+        let nodes = op.nodes(None).await.unwrap();
+        assert!(
+            nodes.iter().any(|v| v.name.as_deref() == Some("kept")),
+            "{signal}: {nodes:?}"
+        );
+        drop((e, again));
+        for dir in [d, copy] {
+            std::fs::remove_dir_all(dir).unwrap();
+        }
     }
 }
 

@@ -315,10 +315,47 @@ async fn main() -> Result<()> {
         max_connections_per_client: args.max_connections_per_client.max(1),
         ..Limits::default()
     };
-    oz0_edge::serve_with(listener, Edge::new(store, cfg), config, limits)
-        .await
-        .context("serving")?;
+    let served = oz0_edge::serve_with(listener, Edge::new(store, cfg), config, limits);
+    tokio::select! {
+        r = served => r.context("serving")?,
+        why = stop_signal() => oz0_edge::log::info(
+            &format!("{why}: stopping (the store is closed as the edge exits)"),
+            None,
+        ),
+    }
+    // Returning drops the runtime, its tasks and with them the store: a
+    // SQLite store is closed cleanly (its journal copied back into the
+    // file and removed), so that the file alone is the whole store.
     Ok(())
+}
+
+/// The signal a service manager or a terminal stops the edge with.
+async fn stop_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, Signal, SignalKind};
+        // A signal whose handler could not be set keeps its default: it
+        // stops the edge at once, as it did before there were handlers.
+        async fn next(s: Option<Signal>) {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        let term = signal(SignalKind::terminate()).ok();
+        let int = signal(SignalKind::interrupt()).ok();
+        tokio::select! {
+            _ = next(term) => "SIGTERM",
+            _ = next(int) => "SIGINT",
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "Ctrl-C"
+    }
 }
 
 /// How many of `wanted` connections the open-file limit fits (each
