@@ -300,6 +300,7 @@ async fn main() -> Result<()> {
         .await
         .with_context(|| format!("listening on {addr}"))?;
     let addr = listener.local_addr()?;
+    let stop = stop_signals();
     let scheme = if tls.is_some() { "https" } else { "http" };
     oz0_edge::term::print(&format!(
         "oz0-edge: listening on {scheme}://{addr} (store {}, {n_tenants} tenant(s))\n",
@@ -318,7 +319,7 @@ async fn main() -> Result<()> {
     let served = oz0_edge::serve_with(listener, Edge::new(store, cfg), config, limits);
     tokio::select! {
         r = served => r.context("serving")?,
-        why = stop_signal() => oz0_edge::log::info(
+        why = stop => oz0_edge::log::info(
             &format!("{why}: stopping (the store is closed as the edge exits)"),
             None,
         ),
@@ -329,8 +330,10 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-/// The signal a service manager or a terminal stops the edge with.
-async fn stop_signal() -> &'static str {
+/// The signals a service manager or a terminal stops the edge with, their
+/// handlers set now (before the edge says it listens): the future ends
+/// with the name of the first to come.
+fn stop_signals() -> impl std::future::Future<Output = &'static str> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -346,13 +349,15 @@ async fn stop_signal() -> &'static str {
         }
         let term = signal(SignalKind::terminate()).ok();
         let int = signal(SignalKind::interrupt()).ok();
-        tokio::select! {
-            _ = next(term) => "SIGTERM",
-            _ = next(int) => "SIGINT",
+        async move {
+            tokio::select! {
+                _ = next(term) => "SIGTERM",
+                _ = next(int) => "SIGINT",
+            }
         }
     }
     #[cfg(not(unix))]
-    {
+    async {
         let _ = tokio::signal::ctrl_c().await;
         "Ctrl-C"
     }
