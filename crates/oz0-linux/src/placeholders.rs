@@ -249,6 +249,9 @@ mod tests {
             fs::create_dir(work.join(".vscode")).unwrap();
             fs::write(work.join(".vscode/settings.json"), b"{}").unwrap();
             std::os::unix::fs::symlink(elsewhere.join(".claude"), work.join(".codex")).unwrap();
+            // A file placeholder replaced by a link to an empty file: the
+            // link stays (what the pool's give-back of files checked).
+            std::os::unix::fs::symlink(elsewhere.join("config"), work.join(".profile")).unwrap();
             // A parent replaced by a link: nothing under it may be touched.
             std::os::unix::fs::symlink(&elsewhere, work.join("linked")).unwrap();
             let list = [
@@ -260,6 +263,7 @@ mod tests {
                 ph(&work.join("linked/.claude"), PlaceholderKind::Dir),
                 ph(&work.join("linked/config"), PlaceholderKind::File),
                 ph(&work.join(".zshrc"), PlaceholderKind::File),
+                ph(&work.join(".profile"), PlaceholderKind::File),
             ];
             let mut pool = with_pool.then(|| Pool::open(&base.join("data"), "t").unwrap());
             remove_placeholders(&list, pool.as_mut());
@@ -270,6 +274,10 @@ mod tests {
             );
             assert!(work.join(".vscode/settings.json").is_file());
             assert!(fs::symlink_metadata(work.join(".codex")).is_ok());
+            assert!(fs::symlink_metadata(work.join(".profile"))
+                .unwrap()
+                .file_type()
+                .is_symlink());
             assert!(elsewhere.join(".claude").is_dir() && elsewhere.join("config").is_file());
             if with_pool {
                 // Only the empty folder went out of the way, to be removed;
