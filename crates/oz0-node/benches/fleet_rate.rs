@@ -17,7 +17,9 @@
 //! Each line prints the rate and its ratio to the direct one, the CPU a
 //! job costs each process, and the ratio that CPU alone would give (the
 //! edge and the client run on the same cores as the node here, and a job
-//! costs their CPU too). Run as an
+//! costs their CPU too), and the ceiling that gives on these cores: the
+//! rate of a node that cost no more CPU a job than a direct run does,
+//! with the edge's and the client's CPU as measured. Run as an
 //! unprivileged user (the node refuses root), with the binaries built
 //! (`cargo build -p oz0-node -p oz0-edge`):
 //!
@@ -241,6 +243,17 @@ fn main() {
             direct_cpu / all,
             edge_ms + client_ms,
             100.0 * (edge_ms + client_ms) / all
+        );
+        // The ceiling on these cores: a node that cost nothing above a
+        // direct run (its own CPU and its runs' together equal to a direct
+        // run's), with the edge's and the client's CPU as measured.
+        let ceiling = direct_cpu / (direct_cpu + edge_ms + client_ms);
+        println!(
+            "  ceiling here, the edge and the client on the same cores: {ceiling:.2}x \
+             (a node costing a direct run's CPU a job); this node at {:.2}x of it; \
+             the node and its runs {:.2} ms a job against a direct run's {direct_cpu:.2} ms",
+            (r / base) / ceiling,
+            node_ms + runs_ms
         );
         drop(nd);
     }
