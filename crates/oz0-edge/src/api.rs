@@ -431,6 +431,20 @@ pub async fn serve_with(
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: crate::serve::Limits,
 ) -> std::io::Result<()> {
+    serve_until(listener, edge, tls, limits, std::future::pending()).await
+}
+
+/// [`serve_with`] until `stop` ends, then stops: held requests (long
+/// polls, held renewals, followed logs) are answered with what they have,
+/// no new connection is taken, and the open ones answer what they were
+/// asked and close, for at most [`crate::serve::DRAIN`].
+pub async fn serve_until(
+    listener: tokio::net::TcpListener,
+    edge: Arc<Edge>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: crate::serve::Limits,
+    stop: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
     // Leases that lapsed and drains past their deadline are swept each
     // second even while no node polls.
     let ticking = Arc::downgrade(&edge);
@@ -444,7 +458,19 @@ pub async fn serve_with(
             }
         }
     });
-    crate::serve::serve(listener, Routes::build().into_router(edge), tls, limits).await
+    let held = edge.clone();
+    let stop = async move {
+        stop.await;
+        held.wakes().stop();
+    };
+    crate::serve::serve(
+        listener,
+        Routes::build().into_router(edge),
+        tls,
+        limits,
+        stop,
+    )
+    .await
 }
 
 /// Whether this replica can serve: its store answers.

@@ -84,7 +84,7 @@ mod wake;
 pub mod wire;
 
 #[cfg(feature = "server")]
-pub use api::{serve, serve_with, Edge, EdgeConfig};
+pub use api::{serve, serve_until, serve_with, Edge, EdgeConfig};
 #[cfg(feature = "server")]
 pub use store::Store;
 

@@ -339,12 +339,69 @@ fn refused(why: slots::Refused, limits: &Limits, peer: SocketAddr) {
     }
 }
 
-/// Serves `router` on `listener` until the task is dropped.
+/// How long a stopping edge lets its open connections finish what they
+/// were asked before it cuts them: held requests are answered at once
+/// (see `wake`), so what remains are requests being read or answered,
+/// each bounded by the request timeout. Well within a service manager's
+/// stop timeout (systemd's default is 90 s).
+pub const DRAIN: Duration = Duration::from_secs(10);
+
+/// The connections being served, and a wake when the last one ends.
+#[derive(Default)]
+struct Live {
+    count: std::sync::atomic::AtomicUsize,
+    none: tokio::sync::Notify,
+}
+
+/// One connection being served; counted until dropped.
+struct Serving(Arc<Live>);
+
+impl Live {
+    fn enter(self: &Arc<Self>) -> Serving {
+        self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Serving(self.clone())
+    }
+
+    fn open(&self) -> usize {
+        self.count.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Until no connection is served.
+    async fn ended(&self) {
+        loop {
+            let none = self.none.notified();
+            if self.open() == 0 {
+                return;
+            }
+            none.await;
+        }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if self
+            .0
+            .count
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+            == 1
+        {
+            self.0.none.notify_waiters();
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `stop` ends, then drains: no new
+/// connection is taken (the listener is closed), every open one answers
+/// the request it is reading or answering and then closes (HTTP/1's
+/// graceful close), and those still open after [`DRAIN`] are cut. What
+/// held requests wait for is woken by the caller as `stop` ends.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: Limits,
+    stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let slots = slots::Slots::new(
         limits.max_connections,
@@ -352,9 +409,17 @@ pub async fn serve(
         limits.reserve(),
     );
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
+    let live = Arc::new(Live::default());
     let mut pause = Duration::ZERO;
+    tokio::pin!(stop);
     loop {
-        let (tcp, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            biased;
+            () = &mut stop => break,
+            a = listener.accept() => a,
+        };
+        let (tcp, peer) = match accepted {
             Ok(c) => {
                 pause = Duration::ZERO;
                 c
@@ -364,7 +429,11 @@ pub async fn serve(
             Err(e) => {
                 ACCEPT_FAILED.note(&accept_failed(&e), None);
                 pause = (pause * 2).clamp(FIRST_ACCEPT_PAUSE, LAST_ACCEPT_PAUSE);
-                tokio::time::sleep(pause).await;
+                tokio::select! {
+                    biased;
+                    () = &mut stop => break,
+                    () = tokio::time::sleep(pause) => {}
+                }
                 continue;
             }
         };
@@ -378,13 +447,20 @@ pub async fn serve(
         };
         let _ = tcp.set_nodelay(true);
         let (router, acceptor) = (router.clone(), acceptor.clone());
+        let (mut told, serving) = (stopped.clone(), live.enter());
         tokio::spawn(async move {
             let proof = slot.proof();
             match acceptor {
-                None => connection(tcp, peer, router, limits, proof).await,
+                None => connection(tcp, peer, router, limits, proof, told).await,
                 Some(a) => {
-                    match tokio::time::timeout(limits.handshake_timeout, a.accept(tcp)).await {
-                        Ok(Ok(tls)) => connection(tls, peer, router, limits, proof).await,
+                    let shake = tokio::time::timeout(limits.handshake_timeout, a.accept(tcp));
+                    // A handshake still going when the edge stops is cut.
+                    let shaken = tokio::select! {
+                        s = shake => s,
+                        () = stopping_now(&mut told) => return drop((slot, serving)),
+                    };
+                    match shaken {
+                        Ok(Ok(tls)) => connection(tls, peer, router, limits, proof, told).await,
                         Ok(Err(e)) => {
                             TLS_FAILED.note(&format!("TLS handshake failed: {e}"), Some(peer))
                         }
@@ -392,9 +468,37 @@ pub async fn serve(
                     }
                 }
             }
-            drop(slot);
+            drop((slot, serving));
         });
     }
+    drop(listener);
+    let _ = stopping.send(true);
+    let open = live.open();
+    if open > 0 {
+        crate::log::info(
+            &format!(
+                "stopping: no new connection; {open} open connection(s) answer what they were asked, then close (at most {} s)",
+                DRAIN.as_secs()
+            ),
+            None,
+        );
+    }
+    if tokio::time::timeout(DRAIN, live.ended()).await.is_err() {
+        crate::log::warn(
+            &format!(
+                "stopping: {} connection(s) still busy after {} s are cut",
+                live.open(),
+                DRAIN.as_secs()
+            ),
+            None,
+        );
+    }
+    Ok(())
+}
+
+/// Until the edge stops (or nothing can tell it any more).
+async fn stopping_now(told: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = told.wait_for(|s| *s).await;
 }
 
 async fn connection<S>(
@@ -403,6 +507,7 @@ async fn connection<S>(
     router: Router,
     limits: Limits,
     proof: slots::Proof,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -435,7 +540,18 @@ async fn connection<S>(
         .header_read_timeout(limits.header_timeout)
         .max_buf_size(limits.max_header_bytes.max(8192))
         .keep_alive(true);
-    if let Err(e) = b.serve_connection(TokioIo::new(stream), svc).await {
+    let conn = b.serve_connection(TokioIo::new(stream), svc);
+    tokio::pin!(conn);
+    // When the edge stops: the request being read or answered is
+    // answered, then the connection closes (no keep-alive).
+    let served = tokio::select! {
+        r = conn.as_mut() => r,
+        () = stopping_now(&mut stop) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = served {
         if e.is_parse_too_large() {
             HEADERS_TOO_LARGE.note("request header block over the bound: 431", Some(peer));
         }

@@ -36,6 +36,7 @@ pub(crate) struct Waiter {
     round: AtomicU64,
     woken_by: Mutex<Option<Wake>>,
     changed: std::sync::atomic::AtomicBool,
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Waiter {
@@ -48,6 +49,19 @@ impl Waiter {
     /// Whether a change of its node woke it (a drain, an approval), taken.
     pub(crate) fn take_changed(&self) -> bool {
         self.changed.swap(false, Ordering::Relaxed)
+    }
+
+    /// Whether the edge is stopping: the request is answered now with what
+    /// it has (see [`Wakes::stop`]).
+    pub(crate) fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
+
+    /// Marks it woken by the edge's stop, and wakes it.
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        self.changed.store(true, Ordering::Relaxed);
+        self.notify.notify_one();
     }
 
     /// The queue wake that woke it, if one did (taken).
@@ -80,6 +94,9 @@ pub(crate) type Outbox = tokio::sync::mpsc::UnboundedSender<String>;
 pub(crate) struct Wakes {
     state: Mutex<State>,
     outbox: Mutex<Option<Outbox>>,
+    /// The edge is stopping: every held request is answered, and one that
+    /// comes now is not held.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Wakes {
@@ -114,6 +131,10 @@ impl Wakes {
     pub(crate) fn listen_queue(&self, w: &Arc<Waiter>, tenant: &str, tier: u8) {
         let round = w.round.load(Ordering::Relaxed);
         let mut st = self.state();
+        if self.stopping.load(Ordering::Relaxed) {
+            drop(st);
+            return w.stop();
+        }
         st.seq += 1;
         let seq = st.seq;
         let q = st.queues.entry((tenant.to_string(), tier)).or_default();
@@ -129,6 +150,10 @@ impl Wakes {
     /// `w` waits for a wake of `key`.
     pub(crate) fn listen_key(&self, w: &Arc<Waiter>, key: &str) {
         let mut st = self.state();
+        if self.stopping.load(Ordering::Relaxed) {
+            drop(st);
+            return w.stop();
+        }
         let v = st.keys.entry(key.to_string()).or_default();
         v.retain(|w| w.strong_count() > 0);
         v.push(Arc::downgrade(w));
@@ -206,6 +231,29 @@ impl Wakes {
         drop(st);
         for w in woken {
             w.notify.notify_one();
+        }
+    }
+
+    /// The edge is stopping: wakes every waiter, marked so
+    /// ([`Waiter::stopped`]), and marks at once whoever listens from now
+    /// on. A held request is then answered with what it has: a long poll
+    /// after one more look, a held renewal renewed, a followed log with
+    /// the output so far.
+    pub(crate) fn stop(&self) {
+        let mut st = self.state();
+        // Set under the state's lock: a waiter listening now is either
+        // among those drained below or sees the flag.
+        self.stopping.store(true, Ordering::Relaxed);
+        let mut woken: Vec<Arc<Waiter>> = Vec::new();
+        for q in st.queues.values_mut() {
+            woken.extend(q.waiting.drain(..).filter_map(|(_, _, w)| w.upgrade()));
+        }
+        for (_, v) in st.keys.drain() {
+            woken.extend(v.iter().filter_map(Weak::upgrade));
+        }
+        drop(st);
+        for w in woken {
+            w.stop();
         }
     }
 
@@ -308,6 +356,30 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    #[tokio::test]
+    async fn a_stop_wakes_every_waiter_and_whoever_listens_after_it() {
+        let wakes = Wakes::default();
+        let (q, k, idle) = (Wakes::waiter(), Wakes::waiter(), Wakes::waiter());
+        wakes.listen_queue(&q, "acme", 1);
+        wakes.listen_key(&k, "job:j1");
+        assert!(!q.stopped() && !k.stopped() && !idle.stopped());
+        wakes.stop();
+        for w in [&q, &k] {
+            tokio::time::timeout(std::time::Duration::from_secs(1), w.woken())
+                .await
+                .unwrap();
+            assert!(w.stopped() && w.take_changed());
+        }
+        // Not listening when the stop came: marked as it listens.
+        assert!(!idle.stopped());
+        wakes.listen_key(&idle, "node:n1");
+        tokio::time::timeout(std::time::Duration::from_secs(1), idle.woken())
+            .await
+            .unwrap();
+        assert!(idle.stopped());
+        assert_eq!(wakes.waiting(), 0);
     }
 
     #[tokio::test]

@@ -375,6 +375,112 @@ async fn a_stopped_edges_store_copied_with_its_journal_is_whole() {
     }
 }
 
+/// A stopped edge (SIGTERM, as `systemctl stop` sends) answers what it
+/// holds before it exits: a node's long poll, held for up to 15 s, is
+/// answered at once (nothing to take) instead of having its connection
+/// cut, a held renewal is answered renewed, and the edge says it is
+/// stopping and exits 0 well within its drain bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_edge_answers_its_held_requests_before_it_exits() {
+    use oz0_edge::client::{NodeClient, NodeKey};
+    use oz0_edge::routing::Origin;
+    use oz0_edge::wire::PollRequest;
+    use std::io::Read;
+    let d = temp("drain");
+    secrets(&d);
+    let mut e = {
+        use std::io::BufRead;
+        let mut child = edge_cmd(&d, "127.0.0.1:0", &[])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_string();
+        EdgeProcess { child, url }
+    };
+    let node = |name: &'static str| {
+        let url = e.url.clone();
+        async move {
+            let n = NodeClient::new(&url, "acme", NodeKey::generate()).unwrap();
+            n.register(common::ACME, Some(name)).await.unwrap();
+            n.report_facts(&common::linux_facts(false, false))
+                .await
+                .unwrap();
+            std::sync::Arc::new(n)
+        }
+    };
+    let (waiting, working) = (node("waiting").await, node("working").await);
+    // One node holds a job and renews it with a held renewal; the other
+    // waits for work with a long poll.
+    let op = OperatorClient::new(&e.url, OPERATOR).unwrap();
+    op.submit_job(
+        "acme",
+        &common::job(Origin::Internal, oz0_edge::routing::Isolation::None),
+    )
+    .await
+    .unwrap();
+    let held = |wait_ms| PollRequest {
+        wait_ms,
+        below: true,
+        ..PollRequest::tier(1)
+    };
+    let mut lease = working
+        .poll_with(&held(0))
+        .await
+        .unwrap()
+        .lease
+        .expect("the job");
+    let w = waiting.clone();
+    let poll = tokio::spawn(async move { w.poll_with(&held(15_000)).await });
+    let renew = tokio::spawn(async move {
+        let r = working.renew_held(&mut lease, Duration::from_secs(9)).await;
+        (r, lease)
+    });
+    // Both are held by now (each waits 9 s or more unless answered).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!poll.is_finished() && !renew.is_finished());
+    let asked = Instant::now();
+    let st = Command::new("kill")
+        .args(["-TERM", &e.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let p = poll
+        .await
+        .unwrap()
+        .expect("the long poll is answered, not cut");
+    assert!(p.lease.is_none(), "{p:?}");
+    let (r, _) = renew.await.unwrap();
+    r.expect("the held renewal is answered, not cut");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "answered {:?} after the signal",
+        asked.elapsed()
+    );
+    let status = e.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let mut log = String::new();
+    e.child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(log.contains("SIGTERM: stopping"), "{log}");
+    // Stopped: no connection is taken any more.
+    assert!(op.nodes(None).await.is_err());
+    drop(e);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 /// `oz0-edge --config FILE` (or OZ0_EDGE_CONFIG) starts from the file
 /// alone; a flag overrides a key; `--show-config` says where each value
 /// came from and hides a store's password; a wrong file is refused with

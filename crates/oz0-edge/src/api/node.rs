@@ -588,6 +588,10 @@ pub(super) async fn renew(
                 _ = waiter.woken() => {}
                 _ = tokio::time::sleep_until(until) => break,
             }
+            // The edge is stopping: the lease was renewed, said now.
+            if waiter.stopped() {
+                break;
+            }
             let still = edge
                 .store
                 .job(&node.tenant, &job)

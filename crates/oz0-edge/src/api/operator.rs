@@ -494,7 +494,7 @@ pub(super) async fn job_logs(
         let news = !following
             || fresh(o.stdout_bytes, q.stdout_after)
             || fresh(o.stderr_bytes, q.stderr_after);
-        if news || ended || tokio::time::Instant::now() >= until {
+        if news || ended || waiter.stopped() || tokio::time::Instant::now() >= until {
             let (stdout_tail, stdout_from) = after(o.stdout_tail, o.stdout_bytes, q.stdout_after);
             let (stderr_tail, stderr_from) = after(o.stderr_tail, o.stderr_bytes, q.stderr_after);
             return Ok(Json(JobLogs {

@@ -316,14 +316,19 @@ async fn main() -> Result<()> {
         max_connections_per_client: args.max_connections_per_client.max(1),
         ..Limits::default()
     };
-    let served = oz0_edge::serve_with(listener, Edge::new(store, cfg), config, limits);
-    tokio::select! {
-        r = served => r.context("serving")?,
-        why = stop => oz0_edge::log::info(
-            &format!("{why}: stopping (the store is closed as the edge exits)"),
+    let stop = async {
+        let why = stop.await;
+        oz0_edge::log::info(
+            &format!(
+                "{why}: stopping: held requests are answered, open connections finish what they were asked (at most {} s), and the store is closed as the edge exits",
+                oz0_edge::serve::DRAIN.as_secs()
+            ),
             None,
-        ),
-    }
+        );
+    };
+    oz0_edge::serve_until(listener, Edge::new(store, cfg), config, limits, stop)
+        .await
+        .context("serving")?;
     // Returning drops the runtime, its tasks and with them the store: a
     // SQLite store is closed cleanly (its journal copied back into the
     // file and removed), so that the file alone is the whole store.
