@@ -220,18 +220,22 @@ impl Wakes {
 
     /// Wakes every waiter (the store may have changed unseen).
     pub(crate) fn all_here(&self) {
-        let mut st = self.state();
-        let mut woken: Vec<Arc<Waiter>> = Vec::new();
-        for q in st.queues.values_mut() {
-            woken.extend(q.waiting.drain(..).filter_map(|(_, _, w)| w.upgrade()));
-        }
-        for (_, v) in st.keys.drain() {
-            woken.extend(v.iter().filter_map(Weak::upgrade));
-        }
-        drop(st);
+        let woken = Self::every_waiter(&mut self.state());
         for w in woken {
             w.notify.notify_one();
         }
+    }
+
+    /// Every waiter listening now, no longer listening.
+    fn every_waiter(st: &mut State) -> Vec<Arc<Waiter>> {
+        let mut all: Vec<Arc<Waiter>> = Vec::new();
+        for q in st.queues.values_mut() {
+            all.extend(q.waiting.drain(..).filter_map(|(_, _, w)| w.upgrade()));
+        }
+        for (_, v) in st.keys.drain() {
+            all.extend(v.iter().filter_map(Weak::upgrade));
+        }
+        all
     }
 
     /// The edge is stopping: wakes every waiter, marked so
@@ -244,13 +248,7 @@ impl Wakes {
         // Set under the state's lock: a waiter listening now is either
         // among those drained below or sees the flag.
         self.stopping.store(true, Ordering::Relaxed);
-        let mut woken: Vec<Arc<Waiter>> = Vec::new();
-        for q in st.queues.values_mut() {
-            woken.extend(q.waiting.drain(..).filter_map(|(_, _, w)| w.upgrade()));
-        }
-        for (_, v) in st.keys.drain() {
-            woken.extend(v.iter().filter_map(Weak::upgrade));
-        }
+        let woken = Self::every_waiter(&mut st);
         drop(st);
         for w in woken {
             w.stop();

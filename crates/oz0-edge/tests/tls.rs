@@ -189,11 +189,13 @@ fn edge_cmd(d: &Path, listen: &str, extra: &[&str]) -> Command {
 }
 
 fn start_edge(d: &Path, extra: &[&str]) -> EdgeProcess {
+    started(edge_cmd(d, "127.0.0.1:0", extra))
+}
+
+/// Starts `c` and reads the address it says it listens on.
+fn started(mut c: Command) -> EdgeProcess {
     use std::io::BufRead;
-    let mut child = edge_cmd(d, "127.0.0.1:0", extra)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = c.stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     std::io::BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
@@ -388,24 +390,9 @@ async fn a_stopping_edge_answers_its_held_requests_before_it_exits() {
     use std::io::Read;
     let d = temp("drain");
     secrets(&d);
-    let mut e = {
-        use std::io::BufRead;
-        let mut child = edge_cmd(&d, "127.0.0.1:0", &[])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_string();
-        EdgeProcess { child, url }
-    };
+    let mut c = edge_cmd(&d, "127.0.0.1:0", &[]);
+    c.stderr(Stdio::piped());
+    let mut e = started(c);
     let node = |name: &'static str| {
         let url = e.url.clone();
         async move {
