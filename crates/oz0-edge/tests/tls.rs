@@ -462,6 +462,17 @@ async fn a_stopping_edge_answers_its_held_requests_before_it_exits() {
         .read_to_string(&mut log)
         .unwrap();
     assert!(log.contains("SIGTERM: stopping"), "{log}");
+    // --help says so.
+    let help = Command::new(env!("CARGO_BIN_EXE_oz0-edge"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(
+        help.contains("SIGTERM, SIGINT  stop the edge")
+            && help.contains(&format!("(at most {} s)", oz0_edge::serve::DRAIN.as_secs())),
+        "{help}"
+    );
     // Stopped: no connection is taken any more.
     assert!(op.nodes(None).await.is_err());
     drop(e);

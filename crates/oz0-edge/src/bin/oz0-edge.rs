@@ -32,7 +32,12 @@ use oz0_edge::{Edge, EdgeConfig, Store};
 #[command(
     name = "oz0-edge",
     version,
-    about = "The OZ0 edge: node registry, routing by proven tier, the Nodes page"
+    about = "The OZ0 edge: node registry, routing by proven tier, the Nodes page",
+    after_help = "Signals:\n  \
+SIGHUP           loads --tls-cert and --tls-key again without dropping a connection\n  \
+SIGTERM, SIGINT  stop the edge: it takes no new connection, answers the requests it\n                   \
+holds (long polls, held renewals, followed logs), lets open connections\n                   \
+finish what they were asked (at most 10 s), closes its store, exits 0"
 )]
 struct Args {
     /// The config file [default: /etc/oz0/edge.toml when it exists; also
