@@ -346,51 +346,6 @@ fn refused(why: slots::Refused, limits: &Limits, peer: SocketAddr) {
 /// stop timeout (systemd's default is 90 s).
 pub const DRAIN: Duration = Duration::from_secs(10);
 
-/// The connections being served, and a wake when the last one ends.
-#[derive(Default)]
-struct Live {
-    count: std::sync::atomic::AtomicUsize,
-    none: tokio::sync::Notify,
-}
-
-/// One connection being served; counted until dropped.
-struct Serving(Arc<Live>);
-
-impl Live {
-    fn enter(self: &Arc<Self>) -> Serving {
-        self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Serving(self.clone())
-    }
-
-    fn open(&self) -> usize {
-        self.count.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Until no connection is served.
-    async fn ended(&self) {
-        loop {
-            let none = self.none.notified();
-            if self.open() == 0 {
-                return;
-            }
-            none.await;
-        }
-    }
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        if self
-            .0
-            .count
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
-            == 1
-        {
-            self.0.none.notify_waiters();
-        }
-    }
-}
-
 /// Serves `router` on `listener` until `stop` ends, then drains: no new
 /// connection is taken (the listener is closed), every open one answers
 /// the request it is reading or answering and then closes (HTTP/1's
@@ -410,7 +365,6 @@ pub async fn serve(
     );
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let (stopping, stopped) = tokio::sync::watch::channel(false);
-    let live = Arc::new(Live::default());
     let mut pause = Duration::ZERO;
     tokio::pin!(stop);
     loop {
@@ -447,7 +401,7 @@ pub async fn serve(
         };
         let _ = tcp.set_nodelay(true);
         let (router, acceptor) = (router.clone(), acceptor.clone());
-        let (mut told, serving) = (stopped.clone(), live.enter());
+        let mut told = stopped.clone();
         tokio::spawn(async move {
             let proof = slot.proof();
             match acceptor {
@@ -457,7 +411,7 @@ pub async fn serve(
                     // A handshake still going when the edge stops is cut.
                     let shaken = tokio::select! {
                         s = shake => s,
-                        () = stopping_now(&mut told) => return drop((slot, serving)),
+                        () = stopping_now(&mut told) => return,
                     };
                     match shaken {
                         Ok(Ok(tls)) => connection(tls, peer, router, limits, proof, told).await,
@@ -468,12 +422,12 @@ pub async fn serve(
                     }
                 }
             }
-            drop((slot, serving));
+            drop(slot);
         });
     }
     drop(listener);
     let _ = stopping.send(true);
-    let open = live.open();
+    let open = slots.open();
     if open > 0 {
         crate::log::info(
             &format!(
@@ -483,11 +437,14 @@ pub async fn serve(
             None,
         );
     }
-    if tokio::time::timeout(DRAIN, live.ended()).await.is_err() {
+    if tokio::time::timeout(DRAIN, slots.none_open())
+        .await
+        .is_err()
+    {
         crate::log::warn(
             &format!(
                 "stopping: {} connection(s) still busy after {} s are cut",
-                live.open(),
+                slots.open(),
                 DRAIN.as_secs()
             ),
             None,

@@ -86,6 +86,8 @@ pub struct Slots {
     per_client: usize,
     reserve: usize,
     state: Mutex<State>,
+    /// Woken when the last open connection gives its slot back.
+    none_open: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -123,6 +125,7 @@ impl Slots {
             per_client,
             reserve: reserve.min(cap),
             state: Mutex::default(),
+            none_open: tokio::sync::Notify::new(),
         })
     }
 
@@ -158,6 +161,24 @@ impl Slots {
             client,
             class: AtomicU8::new(class),
         })))
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.lock().open
+    }
+
+    /// Until no connection holds a slot.
+    pub async fn none_open(&self) {
+        loop {
+            // Registered before the count is read: a wake in between is
+            // not lost.
+            let woken = self.none_open.notified();
+            if self.open() == 0 {
+                return;
+            }
+            woken.await;
+        }
     }
 
     /// Connections open, and how many of them are anonymous.
@@ -216,6 +237,9 @@ impl Drop for Slot {
                 s.clients.remove(&h.client);
             }
         }
+        if s.open == 0 {
+            h.slots.none_open.notify_waiters();
+        }
     }
 }
 
@@ -225,6 +249,28 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_wait_for_none_open_ends_when_the_last_slot_is_given_back() {
+        let slots = Slots::new(100, 3, 10);
+        let wait = std::time::Duration::from_millis(50);
+        tokio::time::timeout(wait, slots.none_open()).await.unwrap();
+        let a = slots.admit(ip("10.0.0.1"), 0).unwrap();
+        let b = slots.admit(ip("10.0.0.2"), 0).unwrap();
+        let none = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.none_open().await }
+        });
+        drop(a);
+        tokio::time::sleep(wait).await;
+        assert!(!none.is_finished());
+        assert_eq!(slots.open(), 1);
+        drop(b);
+        tokio::time::timeout(std::time::Duration::from_secs(1), none)
+            .await
+            .unwrap()
+            .unwrap();
     }
 
     #[test]
