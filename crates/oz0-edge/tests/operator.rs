@@ -284,6 +284,75 @@ async fn the_nodes_page_shows_liveness_draining_and_approval() {
     assert!(!html.contains("<script>"));
 }
 
+/// A browser's Basic password opens the Nodes page and nothing else: a
+/// page of another site can make a browser send a cached Basic password
+/// with a form's POST (approving its own pending node, say), never a
+/// Bearer header. Only the page's refusal asks a browser for a password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_password_opens_the_nodes_page_and_nothing_else() {
+    use base64::Engine as _;
+    let e = fleet_of_states().await;
+    let pending =
+        e.op.nodes(Some("solo"))
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|n| n.name.as_deref() == Some("new-node"))
+            .unwrap();
+    let addr: std::net::SocketAddr = e.url.trim_start_matches("http://").parse().unwrap();
+    let basic = format!(
+        "Authorization: Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("operator:{OPERATOR}"))
+    );
+    let bearer = format!("Authorization: Bearer {OPERATOR}");
+    let ask = move |line: String, auth: String| {
+        tokio::task::spawn_blocking(move || {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            common::net::ask(
+                &mut s,
+                &format!("{line} HTTP/1.1\r\nhost: x\r\n{auth}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"),
+                std::time::Duration::from_secs(20),
+            )
+        })
+    };
+    let approve = format!("POST /v1/nodes/{}/approve", pending.id);
+    let cancel = "POST /v1/tenants/acme/jobs/AAAAAAAAAAAAAAAAAAAAAA/cancel".to_string();
+    for line in [approve.clone(), cancel, "GET /v1/nodes".into()] {
+        let r = ask(line.clone(), basic.clone()).await.unwrap();
+        assert!(
+            r.starts_with("HTTP/1.1 401"),
+            "{line} with a Basic password: {r}"
+        );
+        assert!(
+            r.to_ascii_lowercase().contains("www-authenticate: bearer"),
+            "{line}: {r}"
+        );
+        assert!(
+            !r.to_ascii_lowercase().contains("basic"),
+            "{line} asks a browser: {r}"
+        );
+    }
+    let still = e.op.nodes(Some("solo")).await.unwrap();
+    assert!(
+        still
+            .iter()
+            .any(|n| n.name.as_deref() == Some("new-node") && !n.approved),
+        "a Basic password approved a node"
+    );
+    let page = ask("GET /nodes".into(), basic.clone()).await.unwrap();
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let page = ask("GET /nodes".into(), String::new()).await.unwrap();
+    assert!(page.starts_with("HTTP/1.1 401"), "{page}");
+    assert!(
+        page.to_ascii_lowercase()
+            .contains("www-authenticate: basic"),
+        "the page asks a browser for the token: {page}"
+    );
+    // The same operator token as Bearer does what the password cannot.
+    let r = ask(approve, bearer).await.unwrap();
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+}
+
 /// Writes `docs/nodes-page.png` with Debian's chromium:
 /// `cargo test -p oz0-edge --test operator -- --ignored nodes_page_screenshot`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -138,33 +138,55 @@ impl Edge {
         Ok((node, now))
     }
 
+    /// An operator's request: the token as `Authorization: Bearer`, and
+    /// only so. A browser sends a Basic password it has cached with any
+    /// request a page of another site makes it send (a form's POST
+    /// included), so a Basic password here would let any web page an
+    /// operator opens approve, remove or cancel in their name; no page can
+    /// make a browser send a Bearer header to another site.
     pub(super) fn operator(&self, h: &HeaderMap) -> ApiResult<()> {
-        let presented = h
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                if let Some(t) = v.strip_prefix("Bearer ") {
-                    Some(t.trim().to_string())
-                } else if let Some(b) = v.strip_prefix("Basic ") {
-                    let raw = base64::engine::general_purpose::STANDARD
-                        .decode(b.trim())
-                        .ok()?;
-                    let s = String::from_utf8(raw).ok()?;
-                    s.split_once(':').map(|(_, p)| p.to_string())
-                } else {
-                    None
-                }
-            });
+        let presented = bearer(h);
+        self.operator_token(
+            presented.as_deref(),
+            "this needs an operator token: send Authorization: Bearer <token>",
+        )
+    }
+
+    /// The Nodes page (a `GET` that changes nothing, shown in a browser):
+    /// the token as Bearer, or as the Basic password a browser asks for.
+    /// Its answer is a page no other site can read or frame.
+    pub(super) fn operator_in_browser(&self, h: &HeaderMap) -> ApiResult<()> {
+        let presented = bearer(h).or_else(|| basic_password(h));
+        self.operator_token(presented.as_deref(), "this page needs an operator token: send Authorization: Bearer <token>, or give it as the password when the browser asks")
+    }
+
+    fn operator_token(&self, presented: Option<&str>, reason: &str) -> ApiResult<()> {
         match presented {
-            Some(t) if self.cfg.operator_tokens.iter().any(|d| d.matches(&t)) => {
+            Some(t) if self.cfg.operator_tokens.iter().any(|d| d.matches(t)) => {
                 crate::serve::proven();
                 Ok(())
             }
             _ => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthenticated",
-                "this needs an operator token: send Authorization: Bearer <token>",
+                reason,
             )),
         }
     }
+}
+
+/// The token of `Authorization: Bearer <token>`.
+fn bearer(h: &HeaderMap) -> Option<String> {
+    let v = h.get(header::AUTHORIZATION)?.to_str().ok()?;
+    v.strip_prefix("Bearer ").map(|t| t.trim().to_string())
+}
+
+/// The password of `Authorization: Basic <user:password>`.
+fn basic_password(h: &HeaderMap) -> Option<String> {
+    let v = h.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(v.strip_prefix("Basic ")?.trim())
+        .ok()?;
+    let s = String::from_utf8(raw).ok()?;
+    s.split_once(':').map(|(_, p)| p.to_string())
 }

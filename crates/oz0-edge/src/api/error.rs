@@ -26,9 +26,11 @@ impl IntoResponse for ApiError {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut r = (status, Json(&self)).into_response();
         if status == StatusCode::UNAUTHORIZED {
+            // Bearer: no browser offers to send it, or prompts for it
+            // (the Nodes page asks for Basic itself).
             r.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Basic realm=\"oz0-edge\""),
+                HeaderValue::from_static("Bearer realm=\"oz0-edge\""),
             );
         }
         r

@@ -757,8 +757,13 @@ pub(super) async fn nodes_page(
     Query(q): Query<NodesQuery>,
     h: HeaderMap,
 ) -> Response {
-    if let Err(e) = edge.operator(&h) {
-        return e.into_response();
+    if let Err(e) = edge.operator_in_browser(&h) {
+        let mut r = e.into_response();
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"oz0-edge\""),
+        );
+        return r;
     }
     match nodes_of(&edge, &q).await {
         Ok(page) => {
