@@ -214,20 +214,6 @@ pub(super) fn rename_aside(
     Err(AsideError::Taken)
 }
 
-/// Where a link leads, learnt by following it (as git would) to an object
-/// opened only as a path (`O_PATH`: nothing is read, no device or pipe is
-/// opened): `Ok(None)` when it leads nowhere (git cannot use it either).
-pub(super) fn follow(dir: impl AsFd, name: &CStr) -> Result<Option<(OwnedFd, Stat)>, Errno> {
-    match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) {
-        Ok(fd) => {
-            let st = rustix::fs::fstat(&fd)?;
-            Ok(Some((fd, st)))
-        }
-        Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 /// The path of the object open at `fd`, as the kernel names it now.
 pub(super) fn path_of(fd: impl AsFd) -> Result<std::path::PathBuf, Errno> {
     use std::os::unix::ffi::OsStringExt;

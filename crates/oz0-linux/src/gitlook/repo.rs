@@ -48,6 +48,37 @@ enum Reach {
     },
 }
 
+/// Where following a path as git would ends.
+enum Followed {
+    /// At this object (an `O_PATH` descriptor).
+    To(OwnedFd, Stat),
+    /// Nowhere: a name on the way is missing or no folder, or too many
+    /// links (git cannot use it either).
+    Nowhere,
+    /// At a link the run made or changed, in a writable folder: `name`
+    /// in `dir`, at `path`.
+    RunsLink {
+        dir: OwnedFd,
+        name: CString,
+        path: PathBuf,
+    },
+}
+
+/// Most links followed in one path, as the kernel allows.
+const MAX_LINKS: usize = 40;
+
+/// Puts the names of `p` in front of `todo`, a stack whose next name is
+/// its last (`.` left out: it changes nothing).
+fn push_front(todo: &mut Vec<OsString>, p: &Path) {
+    for c in p.components().rev() {
+        match c {
+            Component::Normal(n) => todo.push(n.to_os_string()),
+            Component::ParentDir => todo.push(OsString::from("..")),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+}
+
 /// What a configuration the run did not change names, to be followed.
 #[derive(Default)]
 struct Follow {
@@ -118,13 +149,26 @@ impl Looker<'_> {
             self.found(dir, name, path.to_path_buf(), What::Link);
             return Reach::Handled;
         }
-        match fsops::follow(dir, name) {
-            Ok(None) => Reach::Missing,
+        let start = match rustix::io::fcntl_dupfd_cloexec(dir, 0) {
+            Ok(d) => d,
+            Err(_) => {
+                self.found(dir, name, path.to_path_buf(), What::Link);
+                return Reach::Handled;
+            }
+        };
+        let from = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+        let rest = Path::new(std::ffi::OsStr::from_bytes(name.to_bytes()));
+        match self.follow_checked(start, from, rest) {
+            Ok(Followed::Nowhere) => Reach::Missing,
+            Ok(Followed::RunsLink { dir, name, path }) => {
+                self.found(&dir, &name, path, What::Link);
+                Reach::Handled
+            }
             Err(_) => {
                 self.found(dir, name, path.to_path_buf(), What::Link);
                 Reach::Handled
             }
-            Ok(Some((fd, st))) => match self.inside(&fd) {
+            Ok(Followed::To(fd, st)) => match self.inside(&fd) {
                 Ok(None) => Reach::Missing,
                 Ok(Some((path, changed))) => Reach::Through {
                     fd,
@@ -327,9 +371,20 @@ impl Looker<'_> {
     /// is the run's, when it lies in the writable folders.
     fn follow_path(&mut self, target: &Path) -> Option<(OwnedFd, PathBuf, bool)> {
         let lexically_inside = self.roots.iter().any(|r| target.starts_with(r.path));
-        let c = cname(target.as_os_str().as_bytes())?;
-        match fsops::follow(rustix::fs::CWD, &c) {
-            Ok(Some((fd, _))) => match self.inside(&fd) {
+        let slash = match rustix::fs::open(
+            "/",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(d) => d,
+            Err(_) => return None,
+        };
+        match self.follow_checked(slash, PathBuf::from("/"), target) {
+            Ok(Followed::RunsLink { dir, name, path }) => {
+                self.found(&dir, &name, path, What::Link);
+                None
+            }
+            Ok(Followed::To(fd, _)) => match self.inside(&fd) {
                 Ok(Some((real, changed))) => Some((fd, real, changed)),
                 Ok(None) => None,
                 Err(e) => {
@@ -343,7 +398,7 @@ impl Looker<'_> {
                     None
                 }
             },
-            Ok(None) => None,
+            Ok(Followed::Nowhere) => None,
             Err(e) if lexically_inside => {
                 self.found_left(
                     target.to_path_buf(),
@@ -356,6 +411,81 @@ impl Looker<'_> {
             }
             Err(_) => None,
         }
+    }
+
+    /// `rest` followed as git would, from the folder `start` (at the path
+    /// `from`), one name at a time: each link met on the way is read and
+    /// followed, unless it lies in a writable folder and the run made or
+    /// changed it. That one is the answer, wherever it leads: git would
+    /// follow it, and what it leads to (another run's folder, or the
+    /// user's own script elsewhere in the work folder, unchanged) says
+    /// nothing of the run's intent. The kernel's rules hold: at most 40
+    /// links (then, as for a missing name, git cannot use it either).
+    fn follow_checked(
+        &self,
+        start: OwnedFd,
+        from: PathBuf,
+        rest: &Path,
+    ) -> Result<Followed, Errno> {
+        let mut cur = start;
+        let mut at = from;
+        let mut todo: Vec<OsString> = Vec::new();
+        push_front(&mut todo, rest);
+        let mut links = 0;
+        while let Some(c) = todo.pop() {
+            if c.as_bytes() == b".." {
+                cur = rustix::fs::openat(
+                    &cur,
+                    c"..",
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                at.pop();
+                continue;
+            }
+            let next = match rustix::fs::openat(
+                &cur,
+                c.as_os_str(),
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT | Errno::NOTDIR) => return Ok(Followed::Nowhere),
+                Err(e) => return Err(e),
+            };
+            let st = rustix::fs::fstat(&next)?;
+            let here = at.join(&c);
+            if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
+                cur = next;
+                at = here;
+                continue;
+            }
+            if self.moved_here(&st) && self.roots.iter().any(|r| at.starts_with(r.path)) {
+                let name = cname(c.as_bytes()).ok_or(Errno::INVAL)?;
+                return Ok(Followed::RunsLink {
+                    dir: cur,
+                    name,
+                    path: here,
+                });
+            }
+            links += 1;
+            if links > MAX_LINKS {
+                return Ok(Followed::Nowhere);
+            }
+            let target = rustix::fs::readlinkat(&next, c"", Vec::new())?;
+            let target = PathBuf::from(OsString::from_vec(target.into_bytes()));
+            if target.is_absolute() {
+                cur = rustix::fs::open(
+                    "/",
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                at = PathBuf::from("/");
+            }
+            push_front(&mut todo, &target);
+        }
+        let st = rustix::fs::fstat(&cur)?;
+        Ok(Followed::To(cur, st))
     }
 
     /// A finding of the file at `real` (a path in a writable folder

@@ -427,6 +427,62 @@ fn what_an_unchanged_config_names_is_looked_at() {
     fs::remove_dir_all(&root).unwrap();
 }
 
+/// Links the run made on the way to what an unchanged configuration or
+/// link names: git follows them, so each is found and renamed aside,
+/// wherever it leads (out of the writable folders, to another run's; or
+/// to a script of the user's that the run did not change).
+#[test]
+fn links_the_run_made_on_the_way_are_found() {
+    let root = tmp("midway");
+    let elsewhere = tmp("midway-elsewhere");
+    fs::create_dir_all(elsewhere.join("h")).unwrap();
+    fs::write(elsewhere.join("h/pre-commit"), "#!/bin/sh\n").unwrap();
+    repo(&root.join(".git"));
+    fs::write(root.join(".git/config"), "[core]\n\thooksPath = .husky\n").unwrap();
+    for d in [".husky", "scripts", "tools", "lib"] {
+        fs::create_dir_all(root.join(d)).unwrap();
+    }
+    fs::write(root.join("scripts/pre-push"), "#!/bin/sh\n").unwrap();
+    fs::write(root.join("tools/pre-push"), "#!/bin/sh\nrelease\n").unwrap();
+    fs::write(root.join("lib/post-merge"), "#!/bin/sh\n").unwrap();
+    symlink("../../scripts/pre-push", root.join(".git/hooks/pre-push")).unwrap();
+    // A link of the user's on the way (followed, not a finding).
+    symlink("lib", root.join("shared")).unwrap();
+    symlink(
+        "../../shared/post-merge",
+        root.join(".git/hooks/post-merge"),
+    )
+    .unwrap();
+    let kept: HashSet<_> = [".git", ".git/hooks", ".git/config", ".git/objects"]
+        .iter()
+        .map(|p| id_of(&root.join(p)))
+        .collect();
+    let start = now(&root);
+    let l = run_look_kept(&root, start, Policy::Report, &kept, Limits::default());
+    assert!(l.findings.is_empty(), "{l:?}");
+    // The run turns .husky into a link out of the work folder, and
+    // scripts into a link to tools.
+    fs::remove_dir_all(root.join(".husky")).unwrap();
+    symlink(elsewhere.join("h"), root.join(".husky")).unwrap();
+    fs::remove_dir_all(root.join("scripts")).unwrap();
+    symlink("tools", root.join("scripts")).unwrap();
+    let l = run_look_kept(&root, start, Policy::Neutralise, &kept, Limits::default());
+    assert_eq!(
+        found(&l, &root),
+        pairs(&[(".husky", "link"), ("scripts", "link")]),
+        "{l:?}"
+    );
+    for gone in [".husky", "scripts"] {
+        assert!(
+            fs::symlink_metadata(root.join(gone)).is_err(),
+            "{gone} left in place"
+        );
+    }
+    assert!(root.join("shared").exists() && root.join("tools/pre-push").exists());
+    fs::remove_dir_all(&root).unwrap();
+    fs::remove_dir_all(&elsewhere).unwrap();
+}
+
 /// The look's bounds: beyond them nothing stays unexamined in place.
 #[test]
 fn beyond_its_bounds_the_look_puts_folders_aside() {
