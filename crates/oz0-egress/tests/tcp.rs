@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::*;
-use oz0_egress::{Decision, EgressError, Token};
+use oz0_egress::{Decision, EgressError, ProxyLimits, Token};
 use oz0_policy::net::Egress;
 
 fn addr_of(run: &oz0_egress::RunGuard) -> SocketAddr {
@@ -191,6 +191,53 @@ fn connect_to_a_forwarded_port_carries_bytes_both_ways() {
         &format!("CONNECT 127.0.0.1:1 HTTP/1.1\r\n{}\r\n", basic(&token)),
     );
     assert_eq!(r.status, 403, "{r:?}");
+}
+
+#[test]
+fn an_open_tunnel_holds_its_place_under_the_connection_limit() {
+    let f = Fixture::with_limits(ProxyLimits {
+        max_connections_per_run: 2,
+        ..ProxyLimits::default()
+    });
+    let echo = echo_server();
+    let (run, token) = f.tcp_run("r1", &[format!("127.0.0.1:{echo}")], &[]);
+    let addr = addr_of(&run);
+    let connect = format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n{}\r\n", basic(&token));
+    let open = || {
+        let mut c = tcp_to(addr);
+        c.write_all(connect.as_bytes()).unwrap();
+        assert_eq!(read_resp(&mut c, true).unwrap().status, 200);
+        c.write_all(b"ping").unwrap();
+        let mut b = [0u8; 4];
+        c.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"ping");
+        c
+    };
+    let first = open();
+    let _second = open();
+    // Two tunnels are the run's limit: a third connection waits to be
+    // accepted, so its request goes unanswered.
+    let mut third = tcp_to(addr);
+    third.write_all(connect.as_bytes()).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    match third.read(&mut b) {
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) => {}
+        other => panic!("a third connection was served while two tunnels were open: {other:?}"),
+    }
+    // When one tunnel ends, the waiting connection takes its place.
+    drop(first);
+    third
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let r = read_resp(&mut third, true).unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
 }
 
 #[test]

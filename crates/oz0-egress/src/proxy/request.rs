@@ -16,10 +16,10 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpStream;
-use tokio::sync::OwnedSemaphorePermit;
 
 use oz0_policy::net::{DenyReason, Host, HostName, Port, Verdict};
 
+use super::accept::Permits;
 use super::body::{empty, text_response, Meter, Metered};
 use super::handle::{wait_closed, RunCtx, Shared};
 use super::message::{head_size, strip_hop_headers, target_of};
@@ -29,10 +29,16 @@ use crate::audit::{audit_target, AuditRecord, Decision};
 use crate::token::Token;
 
 /// Per client connection: the upstream of the last plain-HTTP request,
-/// reused while the client keeps asking the same host.
-#[derive(Default)]
+/// reused while the client keeps asking the same host, and the
+/// connection's places under the limits.
 struct ConnState {
     upstream: Mutex<Option<Upstream>>,
+    /// Held here while the connection is served, and taken by its tunnel
+    /// if it becomes one: hyper's connection future ends as soon as it
+    /// hands a `CONNECT` upgrade over, while the tunnel (and both its
+    /// sockets) lives on in a task of its own. Dropped with the state
+    /// otherwise, when the connection closes.
+    permits: Mutex<Option<Permits>>,
 }
 
 struct Upstream {
@@ -45,11 +51,14 @@ pub(super) async fn serve_conn<S>(
     stream: S,
     ctx: Arc<RunCtx>,
     shared: Arc<Shared>,
-    _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    permits: Permits,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let state = Arc::new(ConnState::default());
+    let state = Arc::new(ConnState {
+        upstream: Mutex::new(None),
+        permits: Mutex::new(Some(permits)),
+    });
     let (c, s) = (ctx.clone(), shared.clone());
     let svc = service_fn(move |req| {
         let (ctx, shared, state) = (c.clone(), s.clone(), state.clone());
@@ -161,7 +170,7 @@ async fn handle(
         let Err((tcp, addr)) = upstream_or_stream else {
             unreachable!("CONNECT never reuses")
         };
-        return to.tunnel(req, tcp, addr);
+        return to.tunnel(req, tcp, addr, &state);
     }
 
     // 5. Plain HTTP: forward with hop-by-hop and Proxy-* headers removed.
@@ -339,12 +348,15 @@ impl To<'_> {
     }
 
     /// `CONNECT`: answers 200 now; the tunnel carries bytes both ways once
-    /// the client upgrades, and its record is written when it ends.
+    /// the client upgrades, and its record is written when it ends. The
+    /// tunnel holds the connection's places under the limits until it
+    /// ends, the upgrade fails or the run ends.
     fn tunnel(
         &self,
         req: Request<Incoming>,
         tcp: TcpStream,
         addr: SocketAddr,
+        state: &ConnState,
     ) -> Response<ProxyBody> {
         let mut rec = self.record(Decision::Allow, StatusCode::OK);
         rec.addr = Some(addr.to_string());
@@ -352,7 +364,14 @@ impl To<'_> {
         let ctx = self.call.ctx.clone();
         let start = self.call.start;
         let mut closed = ctx.closed.clone();
+        let permits = state
+            .permits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         tokio::spawn(async move {
+            // Given back when this task ends, whichever way it ends.
+            let _permits = permits;
             match hyper::upgrade::on(req).await {
                 Ok(upgraded) => {
                     let (up, down, why) = tunnel(

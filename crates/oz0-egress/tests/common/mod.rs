@@ -19,7 +19,9 @@ use std::time::Duration;
 
 #[cfg(unix)]
 use oz0_egress::RunEgress;
-use oz0_egress::{AuditRecord, Proxy, ProxyConfig, ProxyHandle, Resolver, RunGuard, Token};
+use oz0_egress::{
+    AuditRecord, Proxy, ProxyConfig, ProxyHandle, ProxyLimits, Resolver, RunGuard, Token,
+};
 use oz0_policy::net::{Egress, HostName};
 
 /// Maps test names to addresses and counts every call.
@@ -54,6 +56,11 @@ static N: AtomicUsize = AtomicUsize::new(0);
 
 impl Fixture {
     pub fn new() -> Fixture {
+        Fixture::with_limits(ProxyLimits::default())
+    }
+
+    /// A proxy with `limits` instead of the defaults.
+    pub fn with_limits(limits: ProxyLimits) -> Fixture {
         let dir = std::env::temp_dir().join(format!(
             "oz0-egress-test-{}-{}",
             std::process::id(),
@@ -68,6 +75,7 @@ impl Fixture {
             resolver: resolver.clone(),
             audit: Arc::new(move |r: &AuditRecord| sink.lock().unwrap().push(r.clone())),
             own_addrs: None,
+            limits,
             ..ProxyConfig::default()
         };
         Fixture {
