@@ -535,7 +535,8 @@ pub struct CallFlags {
     /// file's own name unless given) (repeatable).
     #[arg(long, value_name = "[NAME=]PATH")]
     pub file: Vec<String>,
-    /// The folder the server works in (the VM's /work) [default: a new
+    /// The folder the server works in (the VM's /work); on Linux one that
+    /// is or passes through a symbolic link is refused [default: a new
     /// private folder, removed after the call].
     #[arg(long, value_name = "DIR")]
     pub work: Option<PathBuf>,

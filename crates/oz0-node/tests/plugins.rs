@@ -457,6 +457,33 @@ fn a_command_tool_runs_a_real_mcp_server_in_tier_1() {
         std::fs::read_to_string(work.join("out.txt")).unwrap(),
         "written by the tool"
     );
+    // A --work that is, or passes through, a link is refused, as for
+    // `sandbox run` (another run may have made a folder on the way a
+    // link to the home folder): the server never starts.
+    std::os::unix::fs::symlink(&work, p.root.join("via")).unwrap();
+    std::fs::create_dir(work.join("sub")).unwrap();
+    for linked in [p.root.join("via"), p.root.join("via/sub")] {
+        let o = p.run(
+            &[
+                "call",
+                "fs",
+                "--name",
+                "write_file",
+                "--arguments",
+                r#"{"path": "/work/linked.txt", "content": "x"}"#,
+                "--work",
+                &linked.display().to_string(),
+            ],
+            &[],
+        );
+        assert_ne!(code(&o), Some(0), "{}{}", stdout(&o), stderr(&o));
+        assert!(
+            stderr(&o).contains("link"),
+            "names the link: {}",
+            stderr(&o)
+        );
+        assert!(!work.join("linked.txt").exists() && !work.join("sub/linked.txt").exists());
+    }
     let o = p.run(
         &[
             "call",

@@ -83,11 +83,19 @@ impl CallDir {
     }
 }
 
-/// The call's work folder: `--work`'s (a folder, its real path), or a
-/// new private one, removed when the first value is dropped.
+/// The call's work folder: `--work`'s (a folder), or a new private one,
+/// removed when the first value is dropped. On Linux `--work` is made
+/// absolute without following links (`..` taken by name), so the wall
+/// sees the path as given and refuses it if it is or passes through a
+/// link, as for `sandbox run`: another run may have turned a folder on
+/// the way into a link to the home folder. Elsewhere, its real path.
 pub fn work_folder(work: Option<&std::path::Path>) -> Result<(Option<CallDir>, PathBuf), String> {
+    #[cfg(target_os = "linux")]
+    let real = |w: &std::path::Path| std::path::absolute(w).map(by_name);
+    #[cfg(not(target_os = "linux"))]
+    let real = |w: &std::path::Path| std::fs::canonicalize(w).map(plain);
     match work {
-        Some(w) => match std::fs::canonicalize(w).map(plain) {
+        Some(w) => match real(w) {
             Ok(p) if p.is_dir() => Ok((None, p)),
             Ok(p) => Err(format!("--work {}: not a folder", p.display())),
             Err(e) => Err(format!("--work {}: {e}", w.display())),
@@ -105,9 +113,28 @@ pub fn work_folder(work: Option<&std::path::Path>) -> Result<(Option<CallDir>, P
     }
 }
 
+/// `p` (absolute) with `.` left out and each `..` taking the name before
+/// it away.
+#[cfg(target_os = "linux")]
+fn by_name(p: PathBuf) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
 /// A real path as the server is given it: on Windows without the `\\?\`
 /// that canonicalising adds before a drive letter (a path on a share
 /// keeps it, and is refused where a run's spec takes it).
+#[cfg(not(target_os = "linux"))]
 fn plain(p: PathBuf) -> PathBuf {
     #[cfg(windows)]
     if let Some(rest) = p.to_str().and_then(|s| s.strip_prefix("\\\\?\\")) {
