@@ -375,14 +375,15 @@ impl JobLook {
                     left: text(&f["left"]),
                 })
                 .collect(),
-            findings_more: findings.len().saturating_sub(crate::MAX_LOOK_ITEMS) as u64,
+            findings_more: (findings.len().saturating_sub(crate::MAX_LOOK_ITEMS) as u64)
+                .saturating_add(git["findings_more"].as_u64().unwrap_or(0)),
             changed_host_exec: exec
                 .iter()
                 .take(crate::MAX_LOOK_ITEMS)
                 .filter_map(text)
                 .collect(),
             changed_host_exec_more: (exec.len().saturating_sub(crate::MAX_LOOK_ITEMS) as u64)
-                + git["changed_host_exec_more"].as_u64().unwrap_or(0),
+                .saturating_add(git["changed_host_exec_more"].as_u64().unwrap_or(0)),
         };
         let quiet = look.complete && look.findings.is_empty() && look.changed_host_exec.is_empty();
         (!quiet).then_some(look)

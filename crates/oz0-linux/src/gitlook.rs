@@ -98,6 +98,12 @@ const MAX_FILE: u64 = 1 << 20;
 const MAX_HOST_EXEC: usize = 1000;
 /// Most findings shown as warnings; the rest are in the status document.
 const MAX_WARNINGS: usize = 50;
+/// Most findings kept in [`GitLook::findings`]: each is still handled
+/// (renamed aside, counted), and the look's memory stays bounded whatever
+/// the run left (a run can hard-link one file into a million places).
+const MAX_FINDINGS: usize = 1000;
+/// Most setting names kept in one [`What::Config`] finding.
+const MAX_SETTINGS: usize = 100;
 
 /// What the node does with a finding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -133,7 +139,8 @@ pub struct UnknownPolicy(String);
 pub enum What {
     /// A configuration with settings that are not inert (their names).
     Config {
-        /// `section.key` (a subsection shown as `*`).
+        /// `section.key` (a subsection shown as `*`), sorted, each once,
+        /// at most 100.
         settings: Vec<String>,
     },
     /// A configuration this reader cannot make sense of.
@@ -203,8 +210,10 @@ pub struct GitLook {
     /// with [`Policy::Neutralise`] (the run then fails), or every finding
     /// with [`Policy::Report`].
     pub left_in_place: usize,
-    /// What was found.
+    /// What was found, at most 1,000.
     pub findings: Vec<Finding>,
+    /// How many more findings there were (each handled as those listed).
+    pub findings_more: usize,
     /// Project files host tools execute that the run changed (never
     /// moved), at most 1,000.
     #[serde(serialize_with = "ser_paths")]
@@ -263,6 +272,12 @@ impl GitLook {
             out.push(format!(
                 "and {} more findings of the look at git (listed in --json-status)",
                 self.findings.len() - MAX_WARNINGS
+            ));
+        }
+        if self.findings_more > 0 {
+            out.push(format!(
+                "and {} more findings than --json-status lists (at most {MAX_FINDINGS}), each handled the same way",
+                self.findings_more
             ));
         }
         if self.failed() {

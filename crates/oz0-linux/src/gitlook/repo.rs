@@ -662,13 +662,14 @@ fn judge(data: Result<Vec<u8>, ReadError>) -> Option<What> {
             reason: e.to_string(),
         }),
         Ok(s) => {
-            let mut bad: Vec<String> = s
+            let bad: std::collections::BTreeSet<String> = s
                 .iter()
                 .filter(|s| !gitconfig::is_inert(s))
                 .map(gitconfig::Setting::name)
                 .collect();
-            bad.dedup();
-            (!bad.is_empty()).then_some(What::Config { settings: bad })
+            (!bad.is_empty()).then(|| What::Config {
+                settings: bad.into_iter().take(super::MAX_SETTINGS).collect(),
+            })
         }
     }
 }

@@ -162,7 +162,7 @@ fn finds_what_host_git_would_run_and_puts_it_aside() {
         assert_eq!(
             src.what,
             What::Config {
-                settings: vec!["core.fsmonitor".into(), "alias.x".into()]
+                settings: vec!["alias.x".into(), "core.fsmonitor".into()]
             }
         );
         match policy {
@@ -529,6 +529,81 @@ fn beyond_its_bounds_the_look_puts_folders_aside() {
         })
         .count();
     assert!(aside >= 20 - 10, "{aside} put aside: {l:?}");
+    fs::remove_dir_all(&root).unwrap();
+}
+
+/// Whatever the run leaves, what the look keeps is bounded: at most 1,000
+/// findings listed (each one past them still renamed aside and counted),
+/// and a config's setting names each once, at most 100.
+#[test]
+fn what_the_look_keeps_is_bounded() {
+    let root = tmp("many");
+    let start = now(&root);
+    for i in 0..1100 {
+        fs::create_dir_all(root.join(format!("p{i}"))).unwrap();
+        fs::write(root.join(format!("p{i}/.mcp.json")), "{}").unwrap();
+    }
+    repo(&root.join("big/.git"));
+    let mut config = String::from("[core]\n");
+    for _ in 0..500 {
+        config.push_str("\tfsmonitor = a\n\tsshCommand = b\n");
+    }
+    config.push_str("[x]\n");
+    for i in 0..200 {
+        config.push_str(&format!("\tk{i} = 1\n"));
+    }
+    fs::write(root.join("big/.git/config"), config).unwrap();
+    let l = run_look(&root, start, Policy::Neutralise);
+    assert_eq!(l.findings.len(), 1000, "{:?}", l.stopped);
+    assert_eq!(l.findings.len() + l.findings_more, 1101);
+    assert_eq!(l.left_in_place, 0);
+    let left = (0..1100)
+        .filter(|i| root.join(format!("p{i}/.mcp.json")).exists())
+        .count();
+    assert_eq!(left, 0, "every finding is renamed aside, listed or not");
+    assert!(root.join("big/.git").exists());
+    assert!(!root.join("big/.git/config").exists());
+    let warnings = l.warnings();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("101 more findings than --json-status lists")),
+        "{warnings:?}"
+    );
+    // The config's finding may be one of those only counted: look at it
+    // on its own.
+    fs::remove_dir_all(&root).unwrap();
+    let root = tmp("settings");
+    let start = now(&root);
+    repo(&root.join(".git"));
+    let mut config = String::from("[core]\n");
+    for _ in 0..500 {
+        config.push_str("\tfsmonitor = a\n\tsshCommand = b\n");
+    }
+    config.push_str("[x]\n");
+    for i in 0..200 {
+        config.push_str(&format!("\tk{i} = 1\n"));
+    }
+    fs::write(root.join(".git/config"), config).unwrap();
+    let l = run_look(&root, start, Policy::Report);
+    let settings = l
+        .findings
+        .iter()
+        .find_map(|f| match &f.what {
+            What::Config { settings } => Some(settings.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(settings.len(), 100, "{settings:?}");
+    assert!(
+        settings.windows(2).all(|w| w[0] < w[1]),
+        "sorted, each once: {settings:?}"
+    );
+    assert_eq!(
+        settings.iter().filter(|s| s.contains("fsmonitor")).count(),
+        1,
+        "{settings:?}"
+    );
     fs::remove_dir_all(&root).unwrap();
 }
 

@@ -21,7 +21,7 @@ use rustix::fs::{FileType, Stat};
 use rustix::io::Errno;
 
 use super::fsops::{self, ctime, id};
-use super::{Finding, GitLook, Limits, Policy, Root, What, MAX_HOST_EXEC};
+use super::{Finding, GitLook, Limits, Policy, Root, What, MAX_FINDINGS, MAX_HOST_EXEC};
 
 /// Bytes read from a folder per `getdents64` (some 8,000 entries).
 const LIST_BUFFER: usize = 256 * 1024;
@@ -136,6 +136,12 @@ pub(super) struct Looker<'a> {
     pub(super) repositories: usize,
     made_readable: usize,
     pub(super) findings: Vec<Finding>,
+    /// Findings past [`MAX_FINDINGS`], handled and counted only.
+    findings_more: usize,
+    /// Findings left where host git reads (all of them, listed or not).
+    left: usize,
+    /// Whether any finding is [`What::Unexamined`].
+    unexamined: bool,
     host_exec: Vec<PathBuf>,
     host_exec_more: usize,
     pub(super) seen_repos: HashSet<(u64, u64)>,
@@ -172,6 +178,9 @@ impl<'a> Looker<'a> {
             repositories: 0,
             made_readable: 0,
             findings: Vec::new(),
+            findings_more: 0,
+            left: 0,
+            unexamined: false,
             host_exec: Vec::new(),
             host_exec_more: 0,
             seen_repos: HashSet::new(),
@@ -185,20 +194,16 @@ impl<'a> Looker<'a> {
     }
 
     pub(super) fn finish(self, took: Duration) -> GitLook {
-        let left_in_place = self.findings.iter().filter(|f| f.aside.is_none()).count();
-        let unexamined = self
-            .findings
-            .iter()
-            .any(|f| matches!(f.what, What::Unexamined { .. }));
         GitLook {
             policy: self.policy,
-            complete: self.stopped.is_none() && !unexamined,
+            complete: self.stopped.is_none() && !self.unexamined,
             stopped: self.stopped.as_ref().map(ToString::to_string),
             entries: self.entries,
             repositories: self.repositories,
             folders_made_readable: self.made_readable,
-            left_in_place,
+            left_in_place: self.left,
             findings: self.findings,
+            findings_more: self.findings_more,
             changed_host_exec: self.host_exec,
             changed_host_exec_more: self.host_exec_more,
             duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
@@ -264,7 +269,18 @@ impl<'a> Looker<'a> {
                 Err(why) => f.left = Some(why.to_string()),
             }
         }
-        self.findings.push(f);
+        self.keep(f);
+    }
+
+    /// Counts `f` and keeps it while fewer than [`MAX_FINDINGS`] are.
+    fn keep(&mut self, f: Finding) {
+        self.left += usize::from(f.aside.is_none());
+        self.unexamined |= matches!(f.what, What::Unexamined { .. });
+        if self.findings.len() < MAX_FINDINGS {
+            self.findings.push(f);
+        } else {
+            self.findings_more += 1;
+        }
     }
 
     /// A finding about something that is not in a folder the look holds
@@ -274,7 +290,7 @@ impl<'a> Looker<'a> {
             Policy::Neutralise => Some(why.to_string()),
             Policy::Report => None,
         };
-        self.findings.push(Finding {
+        self.keep(Finding {
             path,
             what,
             aside: None,
