@@ -253,11 +253,11 @@ fn check(a: &CheckArgs) -> i32 {
                 "server": s.as_ref().and_then(|s| s.as_ref().ok()),
             })).collect::<Vec<_>>(),
         });
-        crate::out::line(&serde_json::to_string_pretty(&doc).expect("serialises"));
+        crate::out::line(&oz0_edge::term::json(&doc).expect("serialises"));
     } else {
         crate::out::line(&format!(
             "Plugin {}: {} tool(s); tier 1: {}; MicroVMs: {}",
-            manifest.name.as_deref().unwrap_or("(unnamed)"),
+            escape(manifest.name.as_deref().unwrap_or("(unnamed)").as_bytes()),
             tools.len(),
             if tier1.is_ok() { "proven" } else { "none" },
             probe.detail

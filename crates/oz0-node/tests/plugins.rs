@@ -189,6 +189,24 @@ fn plugin_check_names_each_tool_offered_or_left_out() {
     .unwrap();
     let o = p.run(&["check"], &[("OZ0_MICROVM", "off")]);
     assert_eq!(code(&o), Some(0), "{}{}", stdout(&o), stderr(&o));
+
+    // A manifest's name reaches the terminal escaped (an OSC 52 here
+    // would set the clipboard), and the JSON carries no raw C1 either.
+    std::fs::write(
+        p.dir().join("oz0-plugin.yaml"),
+        "name: \"acme\\e]52;c;aGk=\\a\\u009b2J\"\ntools:\n  - id: fs\n    command: [mcp-server-filesystem, /work]\n",
+    )
+    .unwrap();
+    for args in [&["check"][..], &["check", "--json"][..]] {
+        let o = p.run(args, &[("OZ0_MICROVM", "off")]);
+        let out = stdout(&o);
+        assert_eq!(code(&o), Some(0), "{out}{}", stderr(&o));
+        assert!(out.contains("acme"), "{out}");
+        assert!(
+            !out.contains('\x1b') && !out.contains('\x07') && !out.contains('\u{9b}'),
+            "{args:?}: {out:?}"
+        );
+    }
 }
 
 /// `plugin check` tries what `plugin call` needs of a command tool: its

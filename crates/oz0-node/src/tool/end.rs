@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use oz0_core::exit::Exit;
+use oz0_edge::term::escape;
 use oz0_plugin::mcp::{CallResult, McpError};
 use serde_json::{json, Value};
 
@@ -54,10 +55,7 @@ impl ToolEnd {
                 "phases": self.phases,
                 "duration_ms": self.duration_ms,
             });
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&doc).expect("serialises")
-            );
+            println!("{}", oz0_edge::term::json(&doc).expect("serialises"));
         } else if let Some(r) = &self.result {
             print!("{}", oz0_plugin::mcp::result_text(r));
         }
@@ -66,8 +64,11 @@ impl ToolEnd {
             return code;
         }
         match (&self.result, &self.reason) {
-            (None, Some(why)) if !json => eprintln!("oz0-node: the call failed: {why}"),
-            (Some(_), Some(why)) if !json => eprintln!("oz0-node: {why}"),
+            // The reason may carry the server's own words: escaped.
+            (None, Some(why)) if !json => {
+                eprintln!("oz0-node: the call failed: {}", escape(why.as_bytes()))
+            }
+            (Some(_), Some(why)) if !json => eprintln!("oz0-node: {}", escape(why.as_bytes())),
             _ => {}
         }
         if self.succeeded() {

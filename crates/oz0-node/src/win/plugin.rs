@@ -159,10 +159,7 @@ fn check(a: &CheckArgs) -> i32 {
                 "server": r.as_ref().ok().and_then(Option::as_ref),
             })).collect::<Vec<_>>(),
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&doc).expect("serialises")
-        );
+        println!("{}", oz0_edge::term::json(&doc).expect("serialises"));
     } else {
         println!(
             "Plugin {}: {} tool(s); tier 0 (no wall): plugin call --no-wall runs a command tool's server here with your own permissions; the edge sends no tool job to a Windows node",
