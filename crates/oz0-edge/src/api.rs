@@ -368,18 +368,18 @@ impl Routes {
         .add("POST", "/v1/node/jobs/{job}/release", post(release))
         .add(
             "POST",
-            "/v1/node/jobs/{job}/output",
+            OUTPUT_ROUTE,
             // A piece of 64 KiB, control characters escaped in its JSON.
             post(output).layer(DefaultBodyLimit::max(MAX_LARGE_BODY_BYTES)),
         )
         .add(
             "POST",
-            "/v1/node/jobs/{job}/complete",
+            COMPLETE_ROUTE,
             post(complete).layer(DefaultBodyLimit::max(MAX_LARGE_BODY_BYTES)),
         )
         .add(
             "POST",
-            "/v1/tenants/{tenant}/jobs",
+            SUBMIT_ROUTE,
             post(submit_job).layer(DefaultBodyLimit::max(MAX_LARGE_BODY_BYTES)),
         )
         .add("GET", "/v1/tenants", get(list_tenants))
@@ -411,6 +411,10 @@ impl Routes {
     /// The router, with its state and body limit.
     pub fn into_router(self, edge: Arc<Edge>) -> Router {
         self.router
+            .route_layer(axum::middleware::from_fn_with_state(
+                edge.clone(),
+                known_sender,
+            ))
             .route_layer(axum::middleware::from_fn_with_state(edge.clone(), timed))
             .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
             .with_state(edge)
@@ -517,6 +521,44 @@ async fn metrics(
 }
 
 /// Times every request, by its route's pattern.
+/// The routes whose body may be up to [`MAX_LARGE_BODY_BYTES`].
+const OUTPUT_ROUTE: &str = "/v1/node/jobs/{job}/output";
+const COMPLETE_ROUTE: &str = "/v1/node/jobs/{job}/complete";
+const SUBMIT_ROUTE: &str = "/v1/tenants/{tenant}/jobs";
+
+/// Before a body larger than any route's [`MAX_BODY_BYTES`] is read (or
+/// one of no stated length), who sends it: a registered node named in its
+/// headers (its signature is checked over the body once read) for output
+/// and completions, an operator's token for a job. Anyone else is refused
+/// on the headers alone, so an anonymous client cannot make the edge hold
+/// 2 MiB a connection until the request times out.
+async fn known_sender(
+    State(edge): State<Arc<Edge>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let small = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .is_some_and(|n| n <= MAX_BODY_BYTES);
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str());
+    let check = match route {
+        _ if small || req.method() != axum::http::Method::POST => Ok(()),
+        Some(OUTPUT_ROUTE | COMPLETE_ROUTE) => edge.known_node(req.headers()).await,
+        Some(SUBMIT_ROUTE) => edge.operator(req.headers()),
+        _ => Ok(()),
+    };
+    match check {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
 async fn timed(
     State(edge): State<Arc<Edge>>,
     req: axum::extract::Request,
@@ -531,4 +573,17 @@ async fn timed(
     edge.requests
         .record(&route, r.status().as_u16(), t.elapsed());
     r
+}
+
+impl Edge {
+    /// Whether the headers name a registered node that is not removed (its
+    /// signature is not checked here: that needs the body).
+    async fn known_node(&self, h: &axum::http::HeaderMap) -> error::ApiResult<()> {
+        let s = access::signed_headers(h)?;
+        match self.store.node(s.node).await? {
+            Some(n) if n.id == s.node && n.removed_ms.is_none() => Ok(()),
+            Some(n) if n.id == s.node => Err(node::removed(&n.id)),
+            _ => Err(crate::auth::AuthError::UnknownNode(s.node.to_string()).into()),
+        }
+    }
 }

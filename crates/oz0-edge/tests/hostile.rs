@@ -160,6 +160,17 @@ async fn hostile_facts_are_dropped_or_refused_and_the_page_escapes_everything() 
             .unwrap();
         assert_eq!(s, 401);
         assert!(String::from_utf8_lossy(&b).contains("clock"));
+        // Timestamps at either end of what the header may say: refused the
+        // same way.
+        for ts in [i64::MIN, i64::MAX] {
+            let mut h = key.sign("POST", "/v1/node/facts", &body);
+            h[1].1 = ts.to_string();
+            let (s, b) = raw_request(&e.url, "POST", "/v1/node/facts", &h, body.clone())
+                .await
+                .unwrap();
+            assert_eq!(s, 401, "{kind}: {ts}");
+            assert!(String::from_utf8_lossy(&b).contains("clock"), "{ts}");
+        }
         // No signature at all; an unregistered key; a wrong enrolment token.
         assert_eq!(
             raw_request(&e.url, "POST", "/v1/node/facts", &[], body.clone())
@@ -208,5 +219,60 @@ async fn hostile_facts_are_dropped_or_refused_and_the_page_escapes_everything() 
         assert!(page.contains("MicroVMs: "));
         assert!(page.contains("tier 1 (psec 1.0, routed as tier 0)") || page.contains("routed at"));
         std::fs::remove_dir_all(&key_dir).unwrap();
+    }
+}
+
+/// A body larger than the small routes' bound (or of no stated length) is
+/// read only from a sender it may come from: an anonymous client, or one
+/// naming no registered node, is refused on its headers alone, before a
+/// byte of the body, so it cannot make the edge hold 2 MiB a connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_is_read_only_from_a_known_sender() {
+    let stores = store_urls().await;
+    let e = start_on(Store::open(&stores.first()).await.unwrap(), 30_000).await;
+    let addr: std::net::SocketAddr = e.url.trim_start_matches("http://").parse().unwrap();
+    let stranger = format!(
+        "{}: n{}\r\n{}: {}\r\n{}: AAAAAAAAAAAAAAAAAAAAAA\r\n{}: {}\r\n",
+        auth::H_NODE,
+        "0".repeat(24),
+        auth::H_TIMESTAMP,
+        oz0_edge::time::now_ms(),
+        auth::H_NONCE,
+        auth::H_SIGNATURE,
+        "A".repeat(86)
+    );
+    let asks = [
+        (
+            "POST /v1/node/jobs/AAAAAAAAAAAAAAAAAAAAAA/complete",
+            String::new(),
+        ),
+        (
+            "POST /v1/node/jobs/AAAAAAAAAAAAAAAAAAAAAA/output",
+            stranger.clone(),
+        ),
+        ("POST /v1/tenants/acme/jobs", String::new()),
+        (
+            "POST /v1/tenants/acme/jobs",
+            "transfer-encoding: chunked\r\n".to_string(),
+        ),
+    ];
+    for (line, headers) in asks {
+        let length = if headers.contains("chunked") {
+            String::new()
+        } else {
+            "content-length: 2000000\r\n".to_string()
+        };
+        let request = format!("{line} HTTP/1.1\r\nhost: x\r\n{headers}{length}\r\n");
+        let answer = tokio::task::spawn_blocking(move || {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            // No body follows: the answer comes from the headers alone.
+            common::net::ask(&mut s, &request, std::time::Duration::from_secs(10))
+        })
+        .await
+        .unwrap();
+        assert!(
+            answer.starts_with("HTTP/1.1 401"),
+            "{line} {headers:?}: {answer:?}"
+        );
     }
 }
