@@ -97,6 +97,38 @@ fn an_idle_node_waits_in_one_long_poll_and_takes_a_job_at_once() {
     );
 }
 
+/// A job's work folder is removed after it whatever the job left there:
+/// folders it made unwritable and unreadable to their owner included
+/// (each such job once left its files on the node's disk for good).
+#[test]
+fn a_jobs_work_folder_goes_whatever_it_left() {
+    let Some(bin) = binaries() else { return };
+    let edge = Edge::start(&bin, 30);
+    let mut n = Node::start(&edge, "work-a", &["--sandbox", "none"]);
+    n.wait_log("facts reported", 60);
+    let id = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({"command": ["sh", "-c", "mkdir -p d/e/g && echo x > d/e/f && chmod 000 d/e/g && chmod 500 d/e && chmod 000 d && echo left"]}),
+        )
+        .unwrap();
+    let j = edge.wait_job(&id, 30);
+    assert_eq!(j.state, "succeeded", "{j:?}\n{}", n.log());
+    assert_eq!(n.output(&id, "stdout"), "left\n");
+    let work = n.dir.join("work");
+    let left: Vec<_> = std::fs::read_dir(&work)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "{left:?} left in {}\n{}",
+        work.display(),
+        n.log()
+    );
+    assert!(!n.log().contains("cannot remove"), "{}", n.log());
+}
+
 /// Whether `line` starts with a time as `2026-05-01T12:34:56.789Z `.
 fn stamped(line: &str) -> bool {
     let b = line.as_bytes();

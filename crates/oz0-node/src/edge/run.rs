@@ -17,7 +17,7 @@
 //! for the leases to lapse.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File};
+use std::fs::File;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -262,7 +262,7 @@ impl Runner {
         let output = super::stream::Output::open(&id, &record, &out, &err);
         let work = self.s.work_root.join(format!("job-{id}-{}", job.attempt));
         let fresh = private_dir(&self.s.work_root, "--work-root").and_then(|_| {
-            let _ = fs::remove_dir_all(&work);
+            super::files::remove_work(&work)?;
             private_dir(&work, "the job's work directory")
         });
         let task = fresh.and_then(|_| self.task(&job, &work, out, err, &at));
@@ -274,7 +274,9 @@ impl Runner {
             Ok(task) => match self.run_under_lease(&mut lease, task, told, output).await {
                 Some(end) => end,
                 None => {
-                    let _ = fs::remove_dir_all(&work);
+                    if let Err(e) = super::files::remove_work(&work) {
+                        log(&format!("job {id}: {e}"));
+                    }
                     return;
                 }
             },
@@ -283,7 +285,9 @@ impl Runner {
         // is written and reported.
         drop(slot);
         self.forget(&id);
-        let _ = fs::remove_dir_all(&work);
+        if let Err(e) = super::files::remove_work(&work) {
+            log(&format!("job {id}: {e}"));
+        }
         write_status(&record, &job, &end);
         log(&format!(
             "job {id} ended: {} with status {} after {}ms",
