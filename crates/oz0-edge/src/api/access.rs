@@ -68,15 +68,12 @@ impl Edge {
         body: &[u8],
     ) -> ApiResult<i64> {
         let now = now_ms();
-        let skew = (now - s.ts).abs();
-        if skew > auth::MAX_SKEW_MS {
-            return Err(AuthError::Skew(skew).into());
-        }
+        within_skew(now, s.ts)?;
         let msg = auth::signed_message(method.as_str(), uri.path(), s.node, s.ts, s.nonce, body);
         auth::verify(key, s.node, &msg, s.sig)?;
         if !self
             .store
-            .use_nonce(s.node, s.nonce, s.ts + 2 * auth::MAX_SKEW_MS)
+            .use_nonce(s.node, s.nonce, s.ts.saturating_add(2 * auth::MAX_SKEW_MS))
             .await?
         {
             return Err(AuthError::Replay(s.node.to_string()).into());
@@ -175,6 +172,17 @@ impl Edge {
     }
 }
 
+/// Whether a request's timestamp `ts` is near enough the edge's clock.
+/// The timestamp is the sender's: any `i64` at all, so the distance is
+/// taken without a subtraction that could overflow.
+fn within_skew(now: i64, ts: i64) -> Result<(), AuthError> {
+    let skew = now.abs_diff(ts);
+    if skew > auth::MAX_SKEW_MS.unsigned_abs() {
+        return Err(AuthError::Skew(i64::try_from(skew).unwrap_or(i64::MAX)));
+    }
+    Ok(())
+}
+
 /// The token of `Authorization: Bearer <token>`.
 fn bearer(h: &HeaderMap) -> Option<String> {
     let v = h.get(header::AUTHORIZATION)?.to_str().ok()?;
@@ -189,4 +197,32 @@ fn basic_password(h: &HeaderMap) -> Option<String> {
         .ok()?;
     let s = String::from_utf8(raw).ok()?;
     s.split_once(':').map(|(_, p)| p.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timestamp_at_either_end_of_i64_is_refused_as_skew() {
+        let now = now_ms();
+        assert!(within_skew(now, now).is_ok());
+        assert!(within_skew(now, now - auth::MAX_SKEW_MS).is_ok());
+        assert!(within_skew(now, now + auth::MAX_SKEW_MS + 1).is_err());
+        for ts in [i64::MIN, i64::MIN + 1, -1, i64::MAX] {
+            assert!(
+                matches!(within_skew(now, ts), Err(AuthError::Skew(s)) if s > auth::MAX_SKEW_MS),
+                "{ts}"
+            );
+        }
+        // Distances past i64::MAX are said as i64::MAX.
+        assert!(matches!(
+            within_skew(0, i64::MIN),
+            Err(AuthError::Skew(i64::MAX))
+        ));
+        assert!(matches!(
+            within_skew(i64::MAX, i64::MIN),
+            Err(AuthError::Skew(i64::MAX))
+        ));
+    }
 }
