@@ -37,6 +37,30 @@ pub(crate) struct Waiter {
     woken_by: Mutex<Option<Wake>>,
     changed: std::sync::atomic::AtomicBool,
     stopped: std::sync::atomic::AtomicBool,
+    /// The keys it listened on, each with the registry that holds it: its
+    /// places there are taken out as it ends.
+    listening: Mutex<Vec<(Weak<Keys>, String)>>,
+}
+
+impl Drop for Waiter {
+    /// A key is kept only while a waiter listens on it: most keys are
+    /// never woken (a job that ends uncancelled, a renewal refused, a
+    /// follow that stops), and a node could name any job, so a key left
+    /// behind by every waiter would be kept for the life of the edge.
+    fn drop(&mut self) {
+        let listening = self.listening.get_mut().unwrap_or_else(|p| p.into_inner());
+        for (keys, key) in listening.drain(..) {
+            let Some(keys) = keys.upgrade() else { continue };
+            let mut keys = keys.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(v) = keys.get_mut(&key) {
+                // This one is among them, already unable to upgrade.
+                v.retain(|w| w.strong_count() > 0);
+                if v.is_empty() {
+                    keys.remove(&key);
+                }
+            }
+        }
+    }
 }
 
 impl Waiter {
@@ -77,8 +101,13 @@ impl Waiter {
 struct State {
     seq: u64,
     queues: HashMap<(String, u8), Queue>,
-    keys: HashMap<String, Vec<Weak<Waiter>>>,
 }
+
+/// The waiters of each key. A lock of its own, taken after the state's
+/// when both are held: a waiter that ends takes it to let its keys go,
+/// and a waiter may end while the state's lock is held (its last `Arc`
+/// upgraded there).
+type Keys = Mutex<HashMap<String, Vec<Weak<Waiter>>>>;
 
 #[derive(Debug, Default)]
 struct Queue {
@@ -93,6 +122,7 @@ pub(crate) type Outbox = tokio::sync::mpsc::UnboundedSender<String>;
 #[derive(Debug, Default)]
 pub(crate) struct Wakes {
     state: Mutex<State>,
+    keys: Arc<Keys>,
     outbox: Mutex<Option<Outbox>>,
     /// The edge is stopping: every held request is answered, and one that
     /// comes now is not held.
@@ -102,6 +132,10 @@ pub(crate) struct Wakes {
 impl Wakes {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Weak<Waiter>>>> {
+        self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Where wakes go to the other replicas, from now on.
@@ -149,14 +183,25 @@ impl Wakes {
 
     /// `w` waits for a wake of `key`.
     pub(crate) fn listen_key(&self, w: &Arc<Waiter>, key: &str) {
-        let mut st = self.state();
+        let st = self.state();
         if self.stopping.load(Ordering::Relaxed) {
             drop(st);
             return w.stop();
         }
-        let v = st.keys.entry(key.to_string()).or_default();
-        v.retain(|w| w.strong_count() > 0);
-        v.push(Arc::downgrade(w));
+        {
+            let mut keys = self.keys();
+            let v = keys.entry(key.to_string()).or_default();
+            v.retain(|w| w.strong_count() > 0);
+            v.push(Arc::downgrade(w));
+        }
+        drop(st);
+        let mut listening = w.listening.lock().unwrap_or_else(|p| p.into_inner());
+        if !listening
+            .iter()
+            .any(|(k, name)| Weak::ptr_eq(k, &Arc::downgrade(&self.keys)) && name == key)
+        {
+            listening.push((Arc::downgrade(&self.keys), key.to_string()));
+        }
     }
 
     /// A job was queued in (`tenant`, `tier`): wakes one waiter of it, here
@@ -208,7 +253,7 @@ impl Wakes {
     }
 
     pub(crate) fn key_here(&self, key: &str) {
-        let woken = self.state().keys.remove(key).unwrap_or_default();
+        let woken = self.keys().remove(key).unwrap_or_default();
         let changed = key.starts_with("node:");
         for w in woken.iter().filter_map(Weak::upgrade) {
             if changed {
@@ -220,19 +265,19 @@ impl Wakes {
 
     /// Wakes every waiter (the store may have changed unseen).
     pub(crate) fn all_here(&self) {
-        let woken = Self::every_waiter(&mut self.state());
+        let woken = self.every_waiter(&mut self.state());
         for w in woken {
             w.notify.notify_one();
         }
     }
 
     /// Every waiter listening now, no longer listening.
-    fn every_waiter(st: &mut State) -> Vec<Arc<Waiter>> {
+    fn every_waiter(&self, st: &mut State) -> Vec<Arc<Waiter>> {
         let mut all: Vec<Arc<Waiter>> = Vec::new();
         for q in st.queues.values_mut() {
             all.extend(q.waiting.drain(..).filter_map(|(_, _, w)| w.upgrade()));
         }
-        for (_, v) in st.keys.drain() {
+        for (_, v) in self.keys().drain() {
             all.extend(v.iter().filter_map(Weak::upgrade));
         }
         all
@@ -248,7 +293,7 @@ impl Wakes {
         // Set under the state's lock: a waiter listening now is either
         // among those drained below or sees the flag.
         self.stopping.store(true, Ordering::Relaxed);
-        let woken = Self::every_waiter(&mut st);
+        let woken = self.every_waiter(&mut st);
         drop(st);
         for w in woken {
             w.stop();
@@ -280,6 +325,12 @@ impl Wakes {
             }
         }
         seen.len()
+    }
+
+    /// Keys some waiter listens on.
+    #[cfg(test)]
+    fn keys_held(&self) -> usize {
+        self.keys().len()
     }
 }
 
@@ -378,6 +429,34 @@ mod tests {
             .unwrap();
         assert!(idle.stopped());
         assert_eq!(wakes.waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_key_is_let_go_when_no_waiter_listens_on_it_any_more() {
+        let wakes = Wakes::default();
+        let (a, b) = (Wakes::waiter(), Wakes::waiter());
+        wakes.listen_key(&a, &cancel_key("j1"));
+        wakes.listen_key(&a, &cancel_key("j1"));
+        wakes.listen_key(&b, &cancel_key("j1"));
+        wakes.listen_key(&b, &job_key("j1"));
+        assert_eq!(wakes.keys_held(), 2);
+        // One of two waiters ends unwoken: the other still hears the key.
+        drop(a);
+        assert_eq!(wakes.keys_held(), 2);
+        wakes.key_here(&cancel_key("j1"));
+        tokio::time::timeout(std::time::Duration::from_secs(1), b.woken())
+            .await
+            .unwrap();
+        assert_eq!(wakes.keys_held(), 1);
+        drop(b);
+        assert_eq!(wakes.keys_held(), 0);
+        // Waiters of keys that are never woken (renewals naming any job)
+        // leave nothing behind.
+        for i in 0..100 {
+            let w = Wakes::waiter();
+            wakes.listen_key(&w, &cancel_key(&format!("j{i}")));
+        }
+        assert_eq!(wakes.keys_held(), 0);
     }
 
     #[tokio::test]

@@ -566,6 +566,10 @@ pub(super) async fn renew(
         .min(MAX_WAIT_MS)
         .min(u64::try_from(edge.cfg.lease_ms / 3).unwrap_or(0));
     let waiter = crate::wake::Wakes::waiter();
+    // It listens before the lease is checked: a cancel that came between
+    // the check and the listening would not answer the held renewal. A
+    // renewal refused below (any job id a node names) ends its waiter,
+    // and with it the waiter's place under the key: nothing is kept.
     if wait > 0 {
         edge.wakes()
             .listen_key(&waiter, &crate::wake::cancel_key(&job));
