@@ -588,6 +588,18 @@ async fn the_edge_binary_reads_its_config_file_and_flags_override_it() {
         "{err}"
     );
     assert!(!err.contains("hunter22"), "{err}");
+    // The password as a parameter of the URL is one too.
+    let err = refused(
+        "store = \"postgres://edge@db/edge?password=hunter22\"\n",
+        0o644,
+    );
+    assert!(
+        err.starts_with(
+            "oz0-edge: F:1: `store` holds a password and the file is readable by everyone"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("hunter22"), "{err}");
     let err = refused("lease-secs = 1\n", 0o666);
     assert!(err.contains("others may change it — chmod go-w F"), "{err}");
     // The password is never shown.
@@ -595,6 +607,16 @@ async fn the_edge_binary_reads_its_config_file_and_flags_override_it() {
     let out = show(&["--config", &fp], None);
     assert!(
         out.contains("store = \"postgres://edge:***@db/edge\""),
+        "{out}"
+    );
+    assert!(!out.contains("hunter22"), "{out}");
+    write(
+        "store = \"postgres://edge@db/edge?Password=hunter22\"\n",
+        0o600,
+    );
+    let out = show(&["--config", &fp], None);
+    assert!(
+        out.contains("store = \"postgres://edge@db/edge?Password=***\""),
         "{out}"
     );
     assert!(!out.contains("hunter22"), "{out}");

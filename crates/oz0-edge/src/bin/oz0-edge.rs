@@ -140,19 +140,74 @@ const CONFIG: oz0_config::Spec = oz0_config::Spec {
     commands: &[(&[], KEYS)],
 };
 
-/// A store URL with its password hidden (`postgres://u:***@h/db`).
-fn hide_password(url: &str) -> String {
+/// A store URL with its passwords hidden (`postgres://u:***@h/db`,
+/// `postgres://u@h/db?password=***`), and whether it held one. The store
+/// takes only URLs (`sqlite:`, `postgres://`), never the `key=value` form.
+fn hide_password(url: &str) -> (String, bool) {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+        return (url.to_string(), false);
     };
-    let (auth, host) = match rest.rsplit_once('@') {
-        Some(x) => x,
-        None => return url.to_string(),
+    let mut held = false;
+    // Up to the last `@`: a password may hold an `@` left unescaped.
+    let rest = match rest.rsplit_once('@') {
+        Some((auth, host)) => match auth.split_once(':') {
+            Some((user, _)) => {
+                held = true;
+                format!("{user}:***@{host}")
+            }
+            None => rest.to_string(),
+        },
+        None => rest.to_string(),
     };
-    match auth.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_string(),
+    // PostgreSQL takes the password as a parameter too; its name is
+    // percent-decoded before it is looked at, so `pass%77ord` is one, and
+    // any case of it is hidden as well.
+    let rest = match rest.split_once('?') {
+        Some((base, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((k, _)) if percent_decoded(k).eq_ignore_ascii_case("password") => {
+                        held = true;
+                        format!("{k}=***")
+                    }
+                    _ => p.to_string(),
+                })
+                .collect();
+            format!("{base}?{}", params.join("&"))
+        }
+        None => rest,
+    };
+    (format!("{scheme}://{rest}"), held)
+}
+
+/// `s` with its `%XX` escapes decoded (a `%` not followed by two hex
+/// digits is kept as it is).
+fn percent_decoded(s: &str) -> String {
+    fn hex(c: Option<&u8>) -> Option<u8> {
+        match c? {
+            c @ b'0'..=b'9' => Some(c - b'0'),
+            c @ b'a'..=b'f' => Some(c - b'a' + 10),
+            c @ b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
     }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match (b[i], hex(b.get(i + 1)), hex(b.get(i + 2))) {
+            (b'%', Some(h), Some(l)) => {
+                out.push(h * 16 + l);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Reads the command line and the config file; `None` when the program
@@ -174,7 +229,7 @@ fn args() -> Result<Option<Args>> {
             use std::os::unix::fs::PermissionsExt;
             let url = e.values[0].to_string_lossy();
             let mode = std::fs::metadata(&f.path)?.permissions().mode() & 0o777;
-            if hide_password(&url) != url && mode & 0o004 != 0 {
+            if hide_password(&url).1 && mode & 0o004 != 0 {
                 eprintln!(
                     "oz0-edge: {}:{}: `store` holds a password and the file is readable by everyone (mode {mode:o}) — chmod o-r {} (or keep the URL in OZ0_EDGE_STORE)",
                     f.path.display(),
@@ -194,7 +249,7 @@ fn args() -> Result<Option<Args>> {
         if m.get_flag("show_config") {
             let s = oz0_config::effective(m, &applied, KEYS, &cmd, &|k, v| {
                 if k == "store" {
-                    hide_password(v)
+                    hide_password(v).0
                 } else {
                     v.to_string()
                 }
@@ -460,4 +515,54 @@ fn tls_config(cert: &Arc<ServerCert>) -> Result<Arc<rustls::ServerConfig>> {
         });
     }
     cert.config().map_err(anyhow::Error::msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_passwords_are_hidden_wherever_the_url_holds_them() {
+        for (url, shown) in [
+            (
+                "postgres://edge:hunter22@db/edge",
+                "postgres://edge:***@db/edge",
+            ),
+            (
+                "postgres://edge:p@ss@db/edge",
+                "postgres://edge:***@db/edge",
+            ),
+            (
+                "postgres://edge@db/edge?password=hunter22",
+                "postgres://edge@db/edge?password=***",
+            ),
+            (
+                "postgresql://edge@db/edge?sslmode=require&PassWord=hunter22&application_name=e",
+                "postgresql://edge@db/edge?sslmode=require&PassWord=***&application_name=e",
+            ),
+            (
+                "postgres://edge@db/edge?pass%77ord=hunter22",
+                "postgres://edge@db/edge?pass%77ord=***",
+            ),
+            (
+                "postgres://edge@db/edge?password=hun@ter:22",
+                "postgres://edge@db/edge?password=***",
+            ),
+            (
+                "postgres://edge:hunter22@db/edge?password=hunter23",
+                "postgres://edge:***@db/edge?password=***",
+            ),
+        ] {
+            assert_eq!(hide_password(url), (shown.to_string(), true), "{url}");
+        }
+        for url in [
+            "postgres://edge@db/edge",
+            "postgres://edge@db/edge?sslmode=require&passwords=x",
+            "postgres://db/edge?user=edge",
+            "sqlite:/var/lib/oz0-edge/edge.db",
+            "sqlite::memory:",
+        ] {
+            assert_eq!(hide_password(url), (url.to_string(), false), "{url}");
+        }
+    }
 }
