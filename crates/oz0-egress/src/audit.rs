@@ -142,9 +142,20 @@ impl AuditSink for StderrSink {
 /// for appending (the node's audit log, where no run can write). Each line
 /// is one `write`, so lines of several processes appending to one file do
 /// not interleave.
-#[derive(Debug)]
 pub struct FileSink {
     file: std::sync::Mutex<std::fs::File>,
+    /// Opens the log again, beginning a new one when it has grown past
+    /// `max` (the old one kept as `<name>.1`), with `max`.
+    reopen: Option<(Reopen, u64)>,
+}
+
+/// How a [`FileSink`] opens its log again.
+pub type Reopen = Box<dyn Fn() -> Result<std::fs::File, String> + Send + Sync>;
+
+impl std::fmt::Debug for FileSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSink").finish_non_exhaustive()
+    }
 }
 
 impl FileSink {
@@ -152,7 +163,21 @@ impl FileSink {
     pub fn new(file: std::fs::File) -> FileSink {
         FileSink {
             file: std::sync::Mutex::new(file),
+            reopen: None,
         }
+    }
+
+    /// A sink writing to what `open()` opens, opened again each time the
+    /// file grows past `max`: `open()` must then begin a new log (as
+    /// `hostfs::open_log` does past the same size). A node process runs for
+    /// months, and every request a run sends is a record (a run that sends
+    /// requests without the token as fast as it can writes gigabytes an
+    /// hour): opened once, the log grew without bound.
+    pub fn reopening(open: Reopen, max: u64) -> Result<FileSink, String> {
+        Ok(FileSink {
+            file: std::sync::Mutex::new(open()?),
+            reopen: Some((open, max)),
+        })
     }
 }
 
@@ -168,6 +193,22 @@ impl AuditSink for FileSink {
                 "oz0-node: warning: the egress audit log could not be written; a decision for run {} is missing from it",
                 record.run
             );
+        }
+        let Some((open, max)) = &self.reopen else {
+            return;
+        };
+        // Another process appending to the same log may have begun the
+        // new one already: opening the name again then finds it.
+        if f.metadata().is_ok_and(|m| m.len() > *max) {
+            match open() {
+                Ok(new) => *f = new,
+                Err(e) => {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "oz0-node: warning: the egress audit log could not be begun again: {e}; records go on to the one open"
+                    );
+                }
+            }
         }
     }
 }
@@ -190,6 +231,48 @@ pub(crate) fn audit_target(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A log that grows past its bound is begun again (the old one kept
+    /// once, as `.1`), so however many records a run causes, the log and
+    /// the one before stay within the bound and a record.
+    #[cfg(unix)]
+    #[test]
+    fn a_reopening_sink_keeps_its_log_bounded() {
+        let dir = std::env::temp_dir().join(format!("oz0-audit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("egress.jsonl");
+        const MAX: u64 = 4096;
+        let path = log.clone();
+        let open: Reopen = Box::new(move || {
+            let open = || {
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(&path)
+                    .map_err(|e| e.to_string())
+            };
+            let f = open()?;
+            if f.metadata().map_err(|e| e.to_string())?.len() > MAX {
+                std::fs::rename(&path, path.with_extension("jsonl.1"))
+                    .map_err(|e| e.to_string())?;
+                return open();
+            }
+            Ok(f)
+        });
+        let sink = FileSink::reopening(open, MAX).unwrap();
+        let rec = AuditRecord::new("r1", Decision::Deny, 407, "GET");
+        let line = rec.to_json_line().len() as u64 + 1;
+        for _ in 0..1000 {
+            sink.record(&rec);
+        }
+        let size = |p: &std::path::Path| std::fs::metadata(p).unwrap().len();
+        assert!(size(&log) <= MAX + line, "{}", size(&log));
+        assert!(size(&log.with_extension("jsonl.1")) <= MAX + line);
+        let kept = (size(&log) + size(&log.with_extension("jsonl.1"))) / line;
+        assert!(kept > MAX / line, "{kept} records kept");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn targets_lose_userinfo_and_paths() {

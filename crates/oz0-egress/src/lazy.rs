@@ -47,13 +47,23 @@ impl LazyProxy {
 
     /// A proxy that records every decision in the file `open()` opens when
     /// the proxy starts (so that a node process whose runs have no egress
-    /// never makes the file), with the node's defaults otherwise.
+    /// never makes the file), with the node's defaults otherwise. Past
+    /// `max` bytes the file is opened again, and `open()` must then begin
+    /// a new one (see [`crate::audit::FileSink::reopening`]).
     pub fn with_audit_file(
         open: impl Fn() -> Result<std::fs::File, ConfigError> + Send + Sync + 'static,
+        max: u64,
     ) -> LazyProxy {
+        let open = std::sync::Arc::new(open);
         LazyProxy::new(Box::new(move || {
+            let open = open.clone();
+            let sink = crate::audit::FileSink::reopening(
+                Box::new(move || open().map_err(|e| e.to_string())),
+                max,
+            )
+            .map_err(ConfigError::from)?;
             Ok(ProxyConfig {
-                audit: std::sync::Arc::new(crate::audit::FileSink::new(open()?)),
+                audit: std::sync::Arc::new(sink),
                 ..Default::default()
             })
         }))

@@ -150,9 +150,10 @@ impl Platform {
             .clone()
             .unwrap_or_else(|| host.data_dir().join(oz0_egress::AUDIT_LOG_NAME));
         let log = audit.clone();
-        let proxy = oz0_egress::LazyProxy::with_audit_file(move || {
-            Ok(oz0_linux::hostfs::open_log("the egress audit log", &log)?)
-        });
+        let proxy = oz0_egress::LazyProxy::with_audit_file(
+            move || Ok(oz0_linux::hostfs::open_log("the egress audit log", &log)?),
+            oz0_linux::hostfs::MAX_LOG,
+        );
         Ok(host.with_egress(Arc::new(proxy), audit))
     }
 

@@ -89,9 +89,10 @@ fn sandbox_vm(args: Vec<String>) -> i32 {
     };
     let audit = host.data_dir().join(oz0_egress::AUDIT_LOG_NAME);
     let log = audit.clone();
-    let proxy = oz0_egress::LazyProxy::with_audit_file(move || {
-        Ok(oz0_linux::hostfs::open_log("the egress audit log", &log)?)
-    });
+    let proxy = oz0_egress::LazyProxy::with_audit_file(
+        move || Ok(oz0_linux::hostfs::open_log("the egress audit log", &log)?),
+        oz0_linux::hostfs::MAX_LOG,
+    );
     let host = host.with_egress(std::sync::Arc::new(proxy), audit);
     oz0_microvm::command::run(cmd, &host)
 }

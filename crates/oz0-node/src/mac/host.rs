@@ -87,7 +87,10 @@ pub fn open_private_log(what: &str, path: &Path) -> Result<File, HostError> {
 /// decisions go to `audit` (never to a run's stderr, which a run could
 /// forge lines in).
 pub fn egress(audit: PathBuf) -> LazyProxy {
-    LazyProxy::with_audit_file(move || Ok(open_private_log("the egress audit log", &audit)?))
+    LazyProxy::with_audit_file(
+        move || Ok(open_private_log("the egress audit log", &audit)?),
+        MAX_LOG,
+    )
 }
 
 /// Ends what runs of a killed node left, logging each.
