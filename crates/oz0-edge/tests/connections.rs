@@ -233,3 +233,59 @@ async fn nodes_poll_while_anonymous_connections_hold_every_slot_open_to_them() {
         .unwrap();
     assert_eq!(closed, 16 - 14, "the anonymous share of 16 is 14");
 }
+
+/// The slots kept for the fleet are for nodes an operator let in: a node
+/// that holds only an enrolment token and waits for approval (its tenant
+/// asks for it) gets no more than any anonymous address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_waiting_for_approval_gets_no_kept_slot() {
+    let l = Limits {
+        max_connections: 16,
+        ..Limits::default()
+    };
+    let e = common::start_configured(
+        Store::open("sqlite::memory:").await.unwrap(),
+        |c| {
+            c.approval_tenants.insert("solo".into());
+        },
+        None,
+        l,
+        Trust::System,
+    )
+    .await;
+    // A pending node, polling from 127.0.0.1 before the flood: its signed
+    // requests are answered (it waits for approval).
+    let dir = std::env::temp_dir().join(format!("oz0-edge-pending-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let key = || oz0_edge::client::NodeKey::load_or_create(&dir.join("node.key")).unwrap();
+    let n = oz0_edge::client::NodeClient::new(&e.url, "solo", key()).unwrap();
+    n.register(common::SOLO, Some("p1")).await.unwrap();
+    n.report_facts(&linux_facts(false, false)).await.unwrap();
+    let r = n.poll_job(1).await.unwrap_err();
+    assert_eq!(r.refusal_code(), Some("pending_approval"), "{r}");
+    // The same node on a new connection (a client keeps its own open).
+    drop(n);
+    let n = oz0_edge::client::NodeClient::new(&e.url, "solo", key()).unwrap();
+    let a = socket_addr(&e.url);
+    let held = tokio::task::spawn_blocking(move || {
+        let held: Vec<TcpStream> = (0..8)
+            .flat_map(|_| [2, 3])
+            .map(|last| connect_from(last, a))
+            .collect();
+        // Once the flood holds the anonymous share, another address is
+        // refused.
+        assert!(health_from(4, a, GUARD).is_empty());
+        held
+    })
+    .await
+    .unwrap();
+    // Now its connection is one over the anonymous share: closed.
+    let r = n.poll_job(1).await.unwrap_err();
+    assert_eq!(
+        r.refusal_code(),
+        None,
+        "a pending node took a slot kept for the fleet: {r}"
+    );
+    drop(held);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -119,7 +119,12 @@ impl Edge {
         }
         let key = auth::decode_key(&node.public_key)?;
         let now = self.check_signed(method, uri, &s, &key, body).await?;
-        crate::serve::proven();
+        // The connections kept for the fleet and operators are for nodes
+        // an operator let in: a node that holds only an enrolment token
+        // (a leaked one, say) and waits for approval does not get them.
+        if node.approved {
+            crate::serve::proven();
+        }
         self.seen_here(&node.id, now);
         // Taken for dead, it speaks again: it is up (whatever it asks).
         let node = if node.gone_ms.is_some() {
