@@ -287,6 +287,26 @@ fn write_policy(cfg: &StageConfig) -> Result<(), StageError> {
         .map_err(os("writing the run's policy file"))
 }
 
+/// Enters the working folder bubblewrap entered again, by its path in the
+/// run's file tree as it now is. bubblewrap enters it before the stage
+/// takes the host's `/dev` away (it is bound at `/oz0/dev` only to build
+/// the run's own): a working folder reached there (an image's
+/// `WorkingDir`, or a link in the image, leading to `/oz0/dev/pts`) would
+/// leave the command in the host's devices, its terminals and shared
+/// memory included, through a mount no longer in the run's tree. Such a
+/// folder has no path in the run's tree, and the run is refused; any other
+/// is entered again, on what is mounted there now.
+fn working_folder_again() -> Result<(), StageError> {
+    let cwd = rustix::process::getcwd(Vec::new()).map_err(os("the working folder"))?;
+    if !cwd.to_bytes().starts_with(b"/") {
+        return Err(StageError::Refused(format!(
+            "the working folder ({}) is not in the run's file tree: it was reached through a mount the stage takes away (the host's /dev under /oz0); the run is refused",
+            String::from_utf8_lossy(cwd.to_bytes()).escape_debug()
+        )));
+    }
+    rustix::process::chdir(cwd.as_c_str()).map_err(os("entering the working folder again"))
+}
+
 fn restrict() -> Result<(StageConfig, landlock::LandlockReport), StageError> {
     let mut raw = Vec::new();
     File::from(oz0_sys::spawn::inherited_fd(fds::CONFIG).map_err(os("no configuration"))?)
@@ -304,6 +324,7 @@ fn restrict() -> Result<(StageConfig, landlock::LandlockReport), StageError> {
     crate::hold::verify_binds(&cfg.expect)?;
     crate::hold::prepare_mounts(&cfg.devices, cfg.tmp, &cfg.holds, &cfg.placeholders)?;
     crate::hold::verify_mount_table(&cfg.mount_points)?;
+    working_folder_again()?;
     hide_placeholders_from_git(&cfg);
     write_policy(&cfg)?;
     crate::hold::enter_own_user_namespace()?;

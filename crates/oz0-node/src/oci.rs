@@ -296,6 +296,14 @@ pub(crate) fn root(image: &Image) -> Result<ImageRoot, String> {
     let rootfs = crate::flags::utf8("the image's rootfs", &image.rootfs)?;
     let cwd = match image.record.config.working_dir.as_deref() {
         None | Some("") => None,
+        // /oz0 holds the node's own mounts in the run (its binary, the
+        // host's /dev while the run's is built): never a working folder.
+        Some(w) if w == "/oz0" || w.starts_with("/oz0/") => {
+            return Err(format!(
+                "the image's working folder {} is under /oz0, which is the node's own in a run: the image is refused",
+                serde_json::to_string(w).expect("a string serialises")
+            ))
+        }
         Some(w) if w.starts_with('/') => Some(w.to_string()),
         Some(w) => {
             return Err(format!(

@@ -22,11 +22,21 @@ const BUSYBOX: &str = "/bin/busybox";
 /// An image of busybox with `sh` and `ls`, a `/srv/hello.txt`, and `run`
 /// as its config, pushed as `name`; its reference.
 fn busybox_image(reg: &Registry, name: &str, run: &str) -> Option<String> {
+    busybox_image_with(reg, name, run, &[])
+}
+
+/// [`busybox_image`] with `more` entries in its layer.
+fn busybox_image_with(
+    reg: &Registry,
+    name: &str,
+    run: &str,
+    more: &[(&str, u8, u32, &[u8])],
+) -> Option<String> {
     let Ok(bb) = std::fs::read(BUSYBOX) else {
         common::skip("no static busybox at /bin/busybox (apt-get install busybox-static)");
         return None;
     };
-    let layer = tar(&[
+    let mut entries: Vec<(&str, u8, u32, &[u8])> = vec![
         ("bin/", b'5', 0o755, b""),
         ("bin/busybox", b'0', 0o755, &bb),
         ("bin/sh", b'2', 0o777, b"busybox"),
@@ -35,7 +45,9 @@ fn busybox_image(reg: &Registry, name: &str, run: &str) -> Option<String> {
         // What the run's own mounts take: never bound from the image.
         ("tmp/", b'5', 0o755, b""),
         ("tmp/image-tmp", b'0', 0o644, b"x"),
-    ]);
+    ];
+    entries.extend_from_slice(more);
+    let layer = tar(&entries);
     let digest = reg.push_with(name, &[layer], None, run);
     Some(format!("oci:{}/{name}@{digest}", reg.host()))
 }
@@ -206,6 +218,31 @@ fn what_an_image_run_refuses() {
             stderr(&out)
         );
         assert!(stderr(&out).contains(want), "{want:?}: {}", stderr(&out));
+    }
+    // A working folder in the host's /dev while the run's is built (bound
+    // at /oz0/dev, then taken away), named or through a link in the image:
+    // refused, nothing of the image's command runs.
+    let at = |dir: &str| {
+        format!(
+            r#"{{"Entrypoint":["/bin/sh","-c"],"Cmd":["echo ran; pwd; ls"],"Env":["PATH=/bin"],"WorkingDir":"{dir}"}}"#
+        )
+    };
+    let named = busybox_image(&reg, "acme/in-oz0", &at("/oz0/dev/shm")).unwrap();
+    let linked = busybox_image_with(
+        &reg,
+        "acme/via-link",
+        &at("/devs"),
+        &[("devs", b'2', 0o777, b"/oz0/dev/pts")],
+    )
+    .unwrap();
+    for (image, want) in [
+        (named, "is under /oz0"),
+        (linked, "not in the run's file tree"),
+    ] {
+        let out = run_image(&env, &reg, &image, &[], &[]);
+        assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+        assert!(stderr(&out).contains(want), "{want:?}: {}", stderr(&out));
+        assert!(!stdout(&out).contains("ran"), "{}", stdout(&out));
     }
     // The plan shows the work folder at /work and the image's names.
     let out = run_image(&env, &reg, &image, &["--dry-run"], &[]);
