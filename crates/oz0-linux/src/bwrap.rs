@@ -24,6 +24,14 @@ pub enum BwrapError {
     /// Not found.
     #[error("bubblewrap (bwrap) was not found on PATH or in /usr/bin: {INSTALL_FIX}")]
     NotFound,
+    /// Found on PATH only where others than root may have put it.
+    #[error("bubblewrap was found only at {path}, which is not the system's ({why}): the node runs it outside any sandbox for every run, and a run may write folders on PATH; {INSTALL_FIX} (naming it uses it as it is)")]
+    NotSystems {
+        /// Where.
+        path: PathBuf,
+        /// Why it is not the system's.
+        why: String,
+    },
     /// The named path is not an executable file.
     #[error("{0} is not an executable file: {INSTALL_FIX}")]
     NotExecutable(PathBuf),
@@ -67,8 +75,9 @@ fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Finds bubblewrap: `explicit` if given, else `bwrap` on `path_var`, else
-/// `/usr/bin/bwrap`.
+/// Finds bubblewrap: `explicit` if given (used as it is), else the first
+/// `bwrap` on `path_var`, then `/usr/bin/bwrap`, that is the system's (see
+/// [`crate::systool::system_owned`]).
 pub fn find(explicit: Option<&Path>, path_var: Option<&str>) -> Result<PathBuf, BwrapError> {
     if let Some(p) = explicit {
         return if is_executable(p) {
@@ -82,13 +91,20 @@ pub fn find(explicit: Option<&Path>, path_var: Option<&str>) -> Result<PathBuf, 
         .split(':')
         .filter(|d| d.starts_with('/'))
         .chain(["/usr/bin"]);
+    let mut passed = None;
     for d in dirs {
         let p = Path::new(d).join("bwrap");
-        if is_executable(&p) {
-            return Ok(p);
+        if !is_executable(&p) {
+            continue;
+        }
+        match crate::systool::system_owned(&p) {
+            Ok(_) => return Ok(p),
+            Err(why) => {
+                passed.get_or_insert(BwrapError::NotSystems { path: p, why });
+            }
         }
     }
-    Err(BwrapError::NotFound)
+    Err(passed.unwrap_or(BwrapError::NotFound))
 }
 
 /// Asks `path` for its version and options.

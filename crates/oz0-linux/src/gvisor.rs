@@ -136,7 +136,10 @@ impl Gvisor {
             .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
             .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
             .map(|d| d.join("runsc"))
-            .find(|p| p.is_file())
+            .filter(|p| p.is_file())
+            // Run outside any sandbox: the system's only (see
+            // `systool`); PATH may name folders a run can write.
+            .find(|p| crate::systool::system_owned(p).is_ok())
             .ok_or(GvisorError::Missing)?;
         let version = version_of(&runsc)?;
         let state = data_dir.join("gvisor").join("state");

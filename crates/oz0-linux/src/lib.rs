@@ -39,6 +39,7 @@ pub mod seccomp;
 pub mod selftest;
 mod spawn;
 pub mod stage;
+pub mod systool;
 mod tier1;
 pub mod userns;
 pub mod wall;

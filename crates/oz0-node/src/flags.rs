@@ -315,7 +315,9 @@ pub struct HostArgs {
     /// delegated cgroup v2, else the `oz0` folder `oz0-node setup cgroups` made].
     #[arg(long = "cgroup-root", value_name = "DIR")]
     pub cgroup_root: Option<PathBuf>,
-    /// The bubblewrap binary [default: bwrap on PATH, then /usr/bin/bwrap].
+    /// The bubblewrap binary, used as it is [default: the first bwrap on
+    /// PATH, then /usr/bin/bwrap, that root owns and only root may write,
+    /// with its folders].
     #[arg(long, value_name = "PATH")]
     pub bwrap: Option<PathBuf>,
 }

@@ -640,6 +640,45 @@ fn audit_records_cannot_be_forged_and_the_run_id_is_not_inside() {
 }
 
 /// The host's git, for the tests that look at a repository from outside.
+/// A `bwrap` a run left in a folder on PATH (a project's `.venv/bin`) is
+/// never the one the node runs: the node runs bubblewrap outside any
+/// sandbox, and that one would start the next run with no wall. Only the
+/// system's (root's, writable by no one else) is taken from PATH; the run
+/// goes on behind it.
+#[test]
+fn a_bwrap_a_run_left_on_path_is_never_run() {
+    ready!();
+    let env = Env::new("path-bwrap");
+    let bin = env.work.join(".venv/bin");
+    let ran = env.root.join("planted-bwrap-ran");
+    let out = env.sh(
+        &[],
+        &format!(
+            "mkdir -p .venv/bin && printf '#!/bin/sh\\necho ran > {}\\nexec /usr/bin/bwrap \"$@\"\\n' > .venv/bin/bwrap && chmod 755 .venv/bin/bwrap",
+            ran.display()
+        ),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(bin.join("bwrap").exists());
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display());
+    for args in [&["sandbox", "check"][..], &[][..]] {
+        let out = if args.is_empty() {
+            env.cmd(&[], ["/bin/true"])
+                .env("PATH", &path)
+                .output()
+                .unwrap()
+        } else {
+            std::process::Command::new(common::node())
+                .args(args)
+                .env("PATH", &path)
+                .output()
+                .unwrap()
+        };
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert!(!ran.exists(), "{args:?}: the planted bwrap ran");
+    }
+}
+
 fn host_git() -> Option<&'static str> {
     ["/usr/bin/git", "/usr/local/bin/git"]
         .into_iter()
