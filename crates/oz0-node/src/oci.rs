@@ -215,16 +215,18 @@ pub(crate) fn env(
     Ok((out, notes))
 }
 
-/// A string of the image's, escaped.
+/// A string of the image's, escaped: quoted as JSON, with the control
+/// characters JSON leaves as they are (DEL, C1, the line separators)
+/// escaped too, so none reaches a terminal.
 fn q(s: &str) -> String {
-    serde_json::to_string(s).expect("a string serialises")
+    oz0_edge::term::json(s).expect("a string serialises")
 }
 
 fn show(r: &Reference, i: &Image, as_json: bool) {
     let c = &i.record.config;
     if as_json {
         crate::out::line(
-            &serde_json::to_string_pretty(&json!({
+            &oz0_edge::term::json(&json!({
                 "image": r.to_string(),
                 "digest": i.record.digest,
                 "manifest": i.record.manifest,
@@ -239,7 +241,10 @@ fn show(r: &Reference, i: &Image, as_json: bool) {
         );
         return;
     }
-    let list = |v: &[String]| serde_json::to_string(v).expect("strings serialise");
+    let list = |v: &[String]| {
+        let quoted: Vec<String> = v.iter().map(|s| q(s)).collect();
+        format!("[{}]", quoted.join(","))
+    };
     let u = &i.record.unpacked;
     let mut out = vec![
         format!("image       {r}"),
@@ -301,14 +306,14 @@ pub(crate) fn root(image: &Image) -> Result<ImageRoot, String> {
         Some(w) if w == "/oz0" || w.starts_with("/oz0/") => {
             return Err(format!(
                 "the image's working folder {} is under /oz0, which is the node's own in a run: the image is refused",
-                serde_json::to_string(w).expect("a string serialises")
+                q(w)
             ))
         }
         Some(w) if w.starts_with('/') => Some(w.to_string()),
         Some(w) => {
             return Err(format!(
                 "the image's working folder {} is not an absolute path",
-                serde_json::to_string(w).expect("a string serialises")
+                q(w)
             ))
         }
     };

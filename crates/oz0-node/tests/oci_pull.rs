@@ -124,10 +124,13 @@ fn an_image_is_pulled_by_digest_checked_and_unpacked_once() {
         "{text}"
     );
     assert!(
-        text.contains(r#"env         "GREETING=\u001b[31mred""#),
+        text.contains(r#"env         "GREETING=\u001b[31mred\u009b2J""#),
         "{text}"
     );
-    assert!(!text.contains('\u{1b}'), "{text}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{9b}'),
+        "{text}"
+    );
     assert!(
         text.contains(r#"cleared     setuid/setgid/sticky bits of 1: ["bin/server"]"#),
         "{text}"

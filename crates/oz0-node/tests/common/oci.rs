@@ -154,7 +154,7 @@ impl Registry {
     /// `diff_ids` (each layer's own when `None`) as `NAME:TAG`; returns the
     /// manifest's digest in the registry.
     pub fn push(&self, name: &str, layers: &[Vec<u8>], diff_ids: Option<Vec<String>>) -> String {
-        let run = r#"{"Entrypoint":["/bin/server"],"Cmd":["--stdio"],"Env":["PATH=/bin","GREETING=\u001b[31mred"],"WorkingDir":"/srv","User":"1000:1000"}"#;
+        let run = r#"{"Entrypoint":["/bin/server"],"Cmd":["--stdio"],"Env":["PATH=/bin","GREETING=\u001b[31mred\u009b2J"],"WorkingDir":"/srv","User":"1000:1000"}"#;
         self.push_with(name, layers, diff_ids, run)
     }
 
