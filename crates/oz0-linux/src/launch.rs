@@ -544,6 +544,36 @@ fn stop_reason(
 /// report, bubblewrap's own messages, and how it was stopped. `Err` when
 /// the command never ran.
 #[allow(clippy::too_many_arguments)]
+/// How a run whose stage started ended, and its status, from what the
+/// node saw (`killed`: a limit or a cancel it enforced) and what the stage
+/// said; `code` is the run's exit status. The command was started only
+/// after the stage said what Landlock enforced (its last word before the
+/// command, every restriction in place): a stage that ended before that
+/// without a word (killed by the memory limit while it built the sandbox,
+/// say) is a failure of the sandbox, never the command's status.
+fn how_it_ended(
+    killed: Option<Ended>,
+    report: &StageReport,
+    code: i32,
+) -> Result<(Ended, i32), SandboxError> {
+    Ok(match (killed, &report.not_executed) {
+        (Some(Ended::Timeout), _) => (Ended::Timeout, Exit::Timeout.code()),
+        (Some(k), _) => (k, code),
+        (None, Some((c, reason))) => (
+            Ended::NotExecuted {
+                reason: reason.clone(),
+            },
+            *c,
+        ),
+        (None, None) if report.landlock.is_none() => {
+            return Err(SandboxError::Stage(format!(
+                "the stage ended (status {code}) before it started the command, without saying why; a memory limit too small for the sandbox's own start kills it so"
+            )))
+        }
+        (None, None) => (Ended::Exited, code),
+    })
+}
+
 fn outcome(
     plan: &Plan,
     opts: &Launch<'_>,
@@ -580,13 +610,7 @@ fn outcome(
             oz0_core::Stdio::Null => {}
         }
     }
-    let code = status_code(exit);
-    let (ended, exit_code) = match (killed, report.not_executed) {
-        (Some(Ended::Timeout), _) => (Ended::Timeout, Exit::Timeout.code()),
-        (Some(k), _) => (k, code),
-        (None, Some((c, reason))) => (Ended::NotExecuted { reason }, c),
-        (None, None) => (Ended::Exited, code),
-    };
+    let (ended, exit_code) = how_it_ended(killed, &report, status_code(exit))?;
     Ok(RunOutcome {
         run_id: run_id.to_string(),
         ended,
@@ -612,4 +636,38 @@ fn outcome(
             bridge_port: Some(p),
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The command's status is the run's only once the stage said every
+    /// restriction was in place; a stage that ended before is the
+    /// sandbox's failure.
+    #[test]
+    fn a_stage_that_ends_before_the_command_is_no_commands_status() {
+        let walled = StageReport {
+            started: true,
+            landlock: Some(crate::landlock::LandlockReport {
+                kernel_abi: 7,
+                enforced: "full".into(),
+            }),
+            ..StageReport::default()
+        };
+        let (ended, code) = how_it_ended(None, &walled, 3).unwrap();
+        assert_eq!((ended, code), (Ended::Exited, 3));
+        let cut_short = StageReport {
+            started: true,
+            ..StageReport::default()
+        };
+        let e = how_it_ended(None, &cut_short, 137).unwrap_err();
+        assert!(
+            matches!(&e, SandboxError::Stage(why) if why.contains("status 137")),
+            "{e}"
+        );
+        // A limit the node enforced is said as that limit either way.
+        let (ended, _) = how_it_ended(Some(Ended::Timeout), &cut_short, 137).unwrap();
+        assert_eq!(ended, Ended::Timeout);
+    }
 }
