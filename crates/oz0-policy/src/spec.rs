@@ -19,9 +19,11 @@ pub const MAX_COMMAND_BYTES: usize = 1024 * 1024;
 pub const RESERVED: &[&str] = &["/proc", "/dev", "/oz0"];
 /// Paths that would hide the whole system or the run's private TEMP.
 pub const RESERVED_EXACT: &[&str] = &["/", "/tmp"];
-/// System paths a run reads but never writes.
+/// System paths a run reads but never writes. `/sys` among them: its
+/// cgroup files of the run's own job belong to the node's user, and a run
+/// given them writable could lift its own memory and process limits.
 pub const SYSTEM_READ_ONLY: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys",
 ];
 
 /// What a caller asks for, as it arrived (from flags or an API).
@@ -328,6 +330,11 @@ mod tests {
                 "system path",
             ),
             ("write usr", |r| r.work = "/usr/src".into(), "system path"),
+            (
+                "write cgroups",
+                |r| r.write = vec!["/sys/fs/cgroup/memory/oz0".into()],
+                "system path",
+            ),
             (
                 "in data dir",
                 |r| r.work = "/var/lib/oz0/x".into(),
