@@ -540,10 +540,6 @@ fn stop_reason(
     }
 }
 
-/// The run's outcome from how it ended: bubblewrap's status, the stage's
-/// report, bubblewrap's own messages, and how it was stopped. `Err` when
-/// the command never ran.
-#[allow(clippy::too_many_arguments)]
 /// How a run whose stage started ended, and its status, from what the
 /// node saw (`killed`: a limit or a cancel it enforced) and what the stage
 /// said; `code` is the run's exit status. The command was started only
@@ -574,6 +570,10 @@ fn how_it_ended(
     })
 }
 
+/// The run's outcome from how it ended: bubblewrap's status, the stage's
+/// report, bubblewrap's own messages, and how it was stopped. `Err` when
+/// the command never ran.
+#[allow(clippy::too_many_arguments)]
 fn outcome(
     plan: &Plan,
     opts: &Launch<'_>,
