@@ -84,7 +84,16 @@ const NS_FLAGS: &[u64] = &[
 ];
 // The ioctl request type differs between C libraries and architectures.
 #[allow(clippy::unnecessary_cast)]
-const TTY_INJECT: &[u64] = &[libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
+const TTY_INJECT: &[u64] = &[
+    libc::TIOCSTI as u64,
+    libc::TIOCLINUX as u64,
+    libc::TIOCSETD as u64,
+];
+/// Calls newer than the C library's tables, numbered alike on every
+/// architecture since Linux 5.1's common table.
+const SYS_STATMOUNT: i64 = 457;
+const SYS_LISTMOUNT: i64 = 458;
+const SYS_OPEN_TREE_ATTR: i64 = 467;
 const ALLOWED_FAMILIES: &[u64] = &[
     libc::AF_UNIX as u64,
     libc::AF_INET as u64,
@@ -120,6 +129,21 @@ pub fn rules(profile: Profile) -> Vec<Rule> {
         deny("fsmount", libc::SYS_fsmount, "new mount API"),
         deny("fspick", libc::SYS_fspick, "new mount API: reconfigures mounts"),
         deny("mount_setattr", libc::SYS_mount_setattr, "changes mount flags such as read-only"),
+        deny("open_tree_attr", SYS_OPEN_TREE_ATTR, "new mount API: clones mounts with other flags"),
+        Rule {
+            name: "statmount",
+            nr: SYS_STATMOUNT,
+            when: When::Always,
+            errno: libc::ENOSYS,
+            why: "mount API: reads mounts; ENOSYS makes tools read /proc/self/mountinfo, the run's own",
+        },
+        Rule {
+            name: "listmount",
+            nr: SYS_LISTMOUNT,
+            when: When::Always,
+            errno: libc::ENOSYS,
+            why: "mount API: lists mounts; ENOSYS makes tools read /proc/self/mountinfo, the run's own",
+        },
         deny("unshare", libc::SYS_unshare, "new namespaces (kernel attack surface, escapes of the sandbox's own)"),
         deny("setns", libc::SYS_setns, "joins other namespaces"),
         deny("bpf", libc::SYS_bpf, "loads programs into the kernel"),
@@ -141,6 +165,7 @@ pub fn rules(profile: Profile) -> Vec<Rule> {
         deny("reboot", libc::SYS_reboot, "host-wide"),
         deny("syslog", libc::SYS_syslog, "reads the kernel log (addresses, other tenants' messages)"),
         deny("quotactl", libc::SYS_quotactl, "file system quotas are host-wide"),
+        deny("quotactl_fd", libc::SYS_quotactl_fd, "file system quotas are host-wide"),
         deny("open_by_handle_at", libc::SYS_open_by_handle_at, "opens files by handle, bypassing the mount view"),
         deny("name_to_handle_at", libc::SYS_name_to_handle_at, "file handles leak identities usable by open_by_handle_at"),
         deny("fanotify_init", libc::SYS_fanotify_init, "watches file systems beyond the sandbox"),
@@ -165,7 +190,7 @@ pub fn rules(profile: Profile) -> Vec<Rule> {
             nr: libc::SYS_ioctl,
             when: When::Dword { arg: 1, values: TTY_INJECT },
             errno: libc::EPERM,
-            why: "TIOCSTI/TIOCLINUX push input into a terminal outside the sandbox",
+            why: "TIOCSTI/TIOCLINUX push input into a terminal outside the sandbox; TIOCSETD changes its line discipline (kernel attack surface)",
         },
         Rule {
             name: "socket",

@@ -580,6 +580,10 @@ fn syscalls() -> BTreeMap<&'static str, Value> {
     s.insert("kexec_load", res(sys::kexec_load()));
     s.insert("init_module", res(sys::init_module()));
     s.insert("tiocsti", res(sys::tiocsti(0)));
+    s.insert("tiocsetd", res(sys::tiocsetd(0)));
+    s.insert("statmount", res(sys::statmount()));
+    s.insert("listmount", res(sys::listmount()));
+    s.insert("quotactl_fd", res(sys::quotactl_fd()));
     s.insert(
         "socket_netlink",
         res(sys::socket(

@@ -115,6 +115,35 @@ pub fn tiocsti(fd: i32) -> io::Result<()> {
     }))
 }
 
+/// `ioctl(fd, TIOCSETD, &N_TTY)`: without a filter, ENOTTY on what is no
+/// terminal.
+pub fn tiocsetd(fd: i32) -> io::Result<()> {
+    let n_tty: libc::c_int = 0;
+    // SAFETY: TIOCSETD reads one int from the pointer, a live local.
+    check(libc::c_long::from(unsafe {
+        libc::ioctl(fd, libc::TIOCSETD, &n_tty)
+    }))
+}
+
+/// `statmount(NULL, NULL, 0, 0)`: without a filter, EFAULT (Linux 6.8+).
+pub fn statmount() -> io::Result<()> {
+    // SAFETY: null pointers the kernel checks before any use.
+    check(unsafe { libc::syscall(457, 0usize, 0usize, 0usize, 0u32) })
+}
+
+/// `listmount(NULL, NULL, 0, 0)`: without a filter, EFAULT (Linux 6.8+).
+pub fn listmount() -> io::Result<()> {
+    // SAFETY: null pointers the kernel checks before any use.
+    check(unsafe { libc::syscall(458, 0usize, 0usize, 0usize, 0u32) })
+}
+
+/// `quotactl_fd(0, 0, 0, NULL)`: without a filter, an error of the
+/// command's (EINVAL, ENOTBLK, ...).
+pub fn quotactl_fd() -> io::Result<()> {
+    // SAFETY: a null pointer the kernel does not reach for command 0.
+    check(unsafe { libc::syscall(libc::SYS_quotactl_fd, 0u32, 0u32, 0u32, 0usize) })
+}
+
 /// `bpf(BPF_MAP_CREATE, zeroed attr)`.
 pub fn bpf() -> io::Result<()> {
     let mut attr = [0u8; 128];

@@ -114,6 +114,10 @@ fn covers_the_design_list() {
         "socket",
         "clone",
         "clone3",
+        "open_tree_attr",
+        "statmount",
+        "listmount",
+        "quotactl_fd",
     ] {
         assert!(names.contains(&must), "{must} missing");
     }
