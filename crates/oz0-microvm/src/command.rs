@@ -100,9 +100,10 @@ pub fn run(cmd: VmCommand, host: &Tier1) -> i32 {
                     req.boot_timeout.as_secs(),
                     tail(&o.console_tail)
                 ),
-                VmEnded::GuestFailed { reason } => {
-                    eprintln!("oz0-node: the VM could not start the server: {reason}")
-                }
+                VmEnded::GuestFailed { reason } => eprintln!(
+                    "oz0-node: the VM could not start the server: {}",
+                    oz0_linux::gitlook::shown(std::path::Path::new(reason))
+                ),
                 VmEnded::MonitorEnded => eprintln!(
                     "oz0-node: the VM monitor ended before the server{}",
                     tail(&o.console_tail)

@@ -210,6 +210,9 @@ pub enum VmError {
     /// No server command.
     #[error("no server command given: put it after --, e.g. `-- /app/server --stdio`")]
     NoCommand,
+    /// An argument the monitor's script would take for its own.
+    #[error("the server command's argument {0:?} is refused: the VM monitor's command lines are split at `--oz0--` and at the byte 0x1f")]
+    Argument(String),
     /// A variable the server may not be given.
     #[error("--env: {0}")]
     Variable(String),
@@ -289,11 +292,43 @@ fn utf8(p: &Path) -> Result<String, VmError> {
         .ok_or_else(|| VmError::NotUtf8(p.to_path_buf()))
 }
 
+/// Most bytes of the guest's console read, from its end.
+const CONSOLE_TAIL_BYTES: u64 = 64 * 1024;
+
+/// The last lines of the guest's console, escaped. The monitor can write
+/// its folder (and a guest may reach what the monitor sees): the log is
+/// read only as a regular file reached without a link, never waited on
+/// (a pipe) and never past its last 64 KiB.
 fn console_tail(vmm: &Path) -> String {
-    let text = std::fs::read(vmm.join("console.log")).unwrap_or_default();
-    let text = String::from_utf8_lossy(&text);
+    use rustix::fs::OFlags;
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(fd) = oz0_linux::hostfs::open_no_links(
+        &vmm.join("console.log"),
+        OFlags::RDONLY | OFlags::NONBLOCK,
+    ) else {
+        return String::new();
+    };
+    let mut f = std::fs::File::from(fd);
+    let Ok(meta) = f.metadata() else {
+        return String::new();
+    };
+    if !meta.is_file() {
+        return "(the console log is not a regular file: not read)".into();
+    }
+    let from = meta.len().saturating_sub(CONSOLE_TAIL_BYTES);
+    let mut bytes = Vec::new();
+    if f.seek(SeekFrom::Start(from)).is_err()
+        || f.take(CONSOLE_TAIL_BYTES).read_to_end(&mut bytes).is_err()
+    {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(15)..].join("\n")
+    lines[lines.len().saturating_sub(15)..]
+        .iter()
+        .map(|l| oz0_linux::gitlook::shown(Path::new(l)))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Runs one server in one VM, to its end.
@@ -473,5 +508,44 @@ fn verdict(
             Some(f) => (f, EXIT_VM_FAILED),
             None => (VmEnded::MonitorEnded, EXIT_VM_FAILED),
         },
+    }
+}
+
+#[cfg(test)]
+mod console_tests {
+    use super::*;
+
+    /// The guest's console is read only as a regular file reached without
+    /// a link, never waited on, at most its last 64 KiB, escaped.
+    #[test]
+    fn the_console_tail_follows_no_link_waits_on_no_pipe_and_is_bounded() {
+        let d = std::env::temp_dir().join(format!("oz0-console-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let secret = d.join("secret");
+        std::fs::write(&secret, "host secret\n").unwrap();
+        std::os::unix::fs::symlink(&secret, d.join("console.log")).unwrap();
+        assert_eq!(console_tail(&d), "");
+        std::fs::remove_file(d.join("console.log")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            d.join("console.log"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert!(console_tail(&d).contains("not a regular file"));
+        std::fs::remove_file(d.join("console.log")).unwrap();
+        let mut big = "x".repeat(200 * 1024);
+        big.push_str("\nlast \u{1b}]52;c;aGk=\u{7} line\n");
+        std::fs::write(d.join("console.log"), big).unwrap();
+        let tail = console_tail(&d);
+        assert!(tail.len() <= 2 * 64 * 1024, "{}", tail.len());
+        assert!(
+            tail.ends_with("last \\u{1b}]52;c;aGk=\\u{7} line"),
+            "{tail:?}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }
