@@ -237,8 +237,12 @@ pub struct SmolvmRun<'a> {
     pub interactive: bool,
 }
 
+/// What separates smolvm's command lines in the monitor's script's
+/// arguments; no argument of a server's command may be it (see `prepare`).
+pub const PART_MARK: &str = "--oz0--";
+
 /// The monitor's argv for smolvm: `/bin/sh -c` with a script whose
-/// arguments are the three smolvm command lines, separated by `--oz0--`.
+/// arguments are the four smolvm command lines, separated by `--oz0--`.
 pub fn smolvm_argv(vmm: &Vmm, r: &SmolvmRun<'_>) -> Vec<String> {
     let cli = vmm.cli.display().to_string();
     let mut create = machine("create", &r.name);
@@ -304,7 +308,7 @@ exit $status"#;
     ];
     for (i, part) in [create, start, exec, delete].into_iter().enumerate() {
         if i > 0 {
-            argv.push("--oz0--".into());
+            argv.push(PART_MARK.into());
         }
         argv.extend(part);
     }

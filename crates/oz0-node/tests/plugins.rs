@@ -690,6 +690,31 @@ fn a_microvm_tool_runs_through_the_smolvm_path_and_its_vm_always_goes() {
     );
     p.assert_clean(&m);
 
+    // A command holding the monitor script's own separators (which would
+    // add a smolvm command line of its own, or drop the VM's removal) is
+    // refused before any VM is made; so is a --work through a link.
+    std::fs::write(
+        p.dir().join("oz0-plugin.yaml"),
+        microvm_manifest("[sh, --oz0--, machine, create, --name, x, --net]"),
+    )
+    .unwrap();
+    let o = p.run(&["call", "t"], &env);
+    assert_eq!(code(&o), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is refused"), "{}", stderr(&o));
+    std::fs::write(
+        p.dir().join("oz0-plugin.yaml"),
+        microvm_manifest("[mcp-server-filesystem, /work]"),
+    )
+    .unwrap();
+    let real = p.root.join("vm-work");
+    std::fs::create_dir_all(&real).unwrap();
+    std::os::unix::fs::symlink(&real, p.root.join("vm-link")).unwrap();
+    let linked = p.root.join("vm-link").display().to_string();
+    let o = p.run(&["call", "t", "--work", &linked], &env);
+    assert_ne!(code(&o), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("link"), "{}", stderr(&o));
+    p.assert_clean(&m);
+
     // A cancelled call stops the VM.
     std::fs::write(
         p.dir().join("oz0-plugin.yaml"),

@@ -129,6 +129,24 @@ impl AbsPath {
     }
 }
 
+/// `p` (absolute) taken by name: `.` left out and each `..` taking the name
+/// before it away, no link resolved. A caller's path made so keeps the
+/// links it names, for the wall to refuse; made real (canonicalised), the
+/// wall would see the link's target and never the link.
+pub fn by_name(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
 impl fmt::Display for AbsPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -223,5 +241,15 @@ mod tests {
         assert_eq!(a.parent().unwrap().as_str(), "/");
         assert_eq!(AbsPath::new("/").unwrap().parent(), None);
         assert_eq!(a.depth(), 1);
+    }
+}
+
+#[cfg(test)]
+mod by_name_tests {
+    #[test]
+    fn by_name_resolves_dots_and_no_link() {
+        use std::path::Path;
+        assert_eq!(super::by_name(Path::new("/a/./b/../c/")), Path::new("/a/c"));
+        assert_eq!(super::by_name(Path::new("/../x")), Path::new("/x"));
     }
 }

@@ -17,15 +17,32 @@ pub(super) fn check(
     if req.command.is_empty() {
         return Err(VmError::NoCommand);
     }
+    // smolvm's four command lines go to the monitor's script as one list,
+    // split at `--oz0--`, each line's words joined by 0x1f: a command (a
+    // manifest's, an image's) holding either would add a command line of
+    // its own (a `machine create --net`) or drop the `machine delete`.
+    if let Some(a) = req
+        .command
+        .iter()
+        .find(|a| *a == crate::backend::PART_MARK || a.contains('\u{1f}'))
+    {
+        return Err(VmError::Argument(a.clone()));
+    }
     for (n, _) in &req.env {
         if let Some(why) = crate::manifest::vm_variable_refusal(n) {
             return Err(VmError::Variable(why));
         }
     }
-    let work = std::fs::canonicalize(&req.work).map_err(|source| VmError::Work {
-        path: req.work.clone(),
-        source,
-    })?;
+    // By name, never resolved: the monitor's tier-1 run refuses a work
+    // folder that is or passes through a link (one another run may have
+    // swapped in for a folder on the way); resolved, it would share the
+    // link's target with the guest, writable.
+    let work = std::path::absolute(&req.work)
+        .map(|p| oz0_policy::path::by_name(&p))
+        .map_err(|source| VmError::Work {
+            path: req.work.clone(),
+            source,
+        })?;
     let egress = oz0_policy::net::Egress::parse(&req.allow, &req.forward)?;
     if let (Backend::QemuTcg(g), Some(image)) = (&host.backend, &req.image) {
         g.check_image(image)?;

@@ -91,7 +91,7 @@ impl CallDir {
 /// the way into a link to the home folder. Elsewhere, its real path.
 pub fn work_folder(work: Option<&std::path::Path>) -> Result<(Option<CallDir>, PathBuf), String> {
     #[cfg(target_os = "linux")]
-    let real = |w: &std::path::Path| std::path::absolute(w).map(by_name);
+    let real = |w: &std::path::Path| std::path::absolute(w).map(|p| oz0_policy::path::by_name(&p));
     #[cfg(not(target_os = "linux"))]
     let real = |w: &std::path::Path| std::fs::canonicalize(w).map(plain);
     match work {
@@ -111,24 +111,6 @@ pub fn work_folder(work: Option<&std::path::Path>) -> Result<(Option<CallDir>, P
             Ok((Some(d), p))
         }
     }
-}
-
-/// `p` (absolute) with `.` left out and each `..` taking the name before
-/// it away.
-#[cfg(target_os = "linux")]
-fn by_name(p: PathBuf) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
 }
 
 /// A real path as the server is given it: on Windows without the `\\?\`
