@@ -123,6 +123,25 @@ fn outside_events_run_only_on_a_proven_node_and_survive_its_death() {
         "{refused}"
     );
 
+    // A job that asks for limits, from inside: the failing node still
+    // builds its sandbox, but proved none of it, and refuses the limits it
+    // cannot show it enforces, as a node without a wall does.
+    let id = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({"command": ["true"], "memory": 64}),
+        )
+        .unwrap();
+    let j = edge.wait_job(&id, 60);
+    assert_ne!(j.state, "succeeded", "{j:?}\n{}", failing.log());
+    assert!(
+        j.error
+            .as_deref()
+            .unwrap_or("")
+            .contains("enforces neither job limits"),
+        "{j:?}"
+    );
+
     // The passing node: tier 1.
     let mut passing = Node::start(&edge, "passing", &[]);
     passing.wait_log("facts reported: the edge routes this node at tier 1", 120);
@@ -190,7 +209,11 @@ fn outside_events_run_only_on_a_proven_node_and_survive_its_death() {
     let j = edge.job(&id);
     assert!(j.state == "leased" || j.state == "queued", "{j:?}");
     assert_eq!(j.attempts, 1, "{j:?}");
-    assert!(!failing.log().contains("took job"), "{}", failing.log());
+    assert!(
+        !failing.log().contains(&format!("took job {id}")),
+        "{}",
+        failing.log()
+    );
     assert!(processes_with(&marker).is_empty());
 
     let mut second = Node::start(&edge, "second", &[]);

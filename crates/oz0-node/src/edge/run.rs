@@ -226,6 +226,22 @@ impl Runner {
             return;
         }
         let id = job.job_id.clone();
+        // What the edge must route, held here too: work started by an
+        // outside event (a webhook, a chat message) runs only behind a
+        // wall this node proved, whatever tier the lease names.
+        let outside = job.origin != oz0_edge::routing::Origin::Internal.as_str();
+        if outside && (job.tier < 1 || at.tier < 1) {
+            log(&format!(
+                "refused job {id}: it comes from outside ({}) and this node {}; outside work runs only behind a proven wall (tier 1 or above); not run, its lease lapses",
+                job.origin,
+                if at.tier < 1 {
+                    "proved no wall (tier 0)".to_string()
+                } else {
+                    format!("was handed it at tier {}", job.tier)
+                }
+            ));
+            return;
+        }
         if job.tier > at.tier {
             // The edge should never do this; the node refuses too. The lease
             // lapses and the edge can hand the job to an eligible node.
@@ -345,7 +361,9 @@ impl Runner {
         let p = p.clone();
         let spec: RunSpec = spec_for(p, work, &self.s.data_dir).map_err(|e| e.to_string())?;
         // Refused by name before it runs (the sandbox would refuse it too).
-        if self.sandbox.tier() == 0 {
+        // By the tier this node proved: a node whose self-test failed still
+        // builds its sandbox, but nothing it claims of it was shown.
+        if at.tier == 0 || self.sandbox.tier() == 0 {
             if let Some(why) = oz0_core::tier0::refusal(&spec, &oz0_core::Role::Command) {
                 return Err(format!("{why} on this {} node", self.s.platform));
             }
@@ -371,6 +389,9 @@ impl Runner {
             .host
             .clone()
             .ok_or("a tool's server runs only behind a wall, and this node runs with --sandbox none (tier 0)")?;
+        if at.tier < 1 {
+            return Err("a tool's server runs only behind a wall this node proved, and its self-test did not pass (tier 0)".into());
+        }
         let microvms = at.microvms.clone();
         let images = at.images.clone();
         let gvisor = oci_runtime == Some("gvisor");
