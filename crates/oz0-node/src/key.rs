@@ -38,8 +38,14 @@ pub struct RotateArgs {
     pub data: DataDirArg,
 }
 
+/// Says why the rotation failed: escaped, as the edge's refusal carries
+/// the edge's own words.
 fn fail(msg: impl std::fmt::Display) -> i32 {
-    eprintln!("oz0-node: key rotate: {msg}");
+    let msg = msg.to_string();
+    eprintln!(
+        "oz0-node: key rotate: {}",
+        oz0_edge::term::escape(msg.as_bytes())
+    );
     Exit::CheckFailed.code()
 }
 
