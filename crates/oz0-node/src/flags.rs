@@ -371,7 +371,8 @@ pub struct NodeArgs {
     #[arg(long = "keep-jobs-days", value_name = "DAYS", default_value_t = DEFAULT_KEEP_DAYS, requires = "edge")]
     pub keep_jobs_days: u64,
     /// The job records together stay under this many MiB: beyond it the
-    /// oldest go (a running job's record is never removed).
+    /// oldest go (a running job's record is never removed; a running job whose
+    /// output passes it is stopped).
     #[arg(long = "keep-jobs-mib", value_name = "MIB", default_value_t = DEFAULT_KEEP_MIB, requires = "edge")]
     pub keep_jobs_mib: u64,
     /// Weaken the self-test's own sandboxes at PROPERTY, to show that the

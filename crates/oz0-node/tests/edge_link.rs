@@ -129,6 +129,33 @@ fn a_jobs_work_folder_goes_whatever_it_left() {
     assert!(!n.log().contains("cannot remove"), "{}", n.log());
 }
 
+/// A running job's output is bounded by what the node keeps of all job
+/// records (`--keep-jobs-mib`): past it, the run is stopped and the job
+/// fails, saying why, instead of filling the node's disk.
+#[test]
+fn a_job_that_writes_without_end_is_stopped_at_the_records_bound() {
+    let Some(bin) = binaries() else { return };
+    let edge = Edge::start(&bin, 30);
+    let mut n = Node::start(
+        &edge,
+        "flood-a",
+        &["--sandbox", "none", "--keep-jobs-mib", "2"],
+    );
+    n.wait_log("facts reported", 60);
+    let id = edge
+        .submit(
+            Origin::Internal,
+            serde_json::json!({"command": ["sh", "-c", "yes flooding"], "timeout": 60}),
+        )
+        .unwrap();
+    let j = edge.wait_job(&id, 50);
+    assert_eq!(j.state, "failed", "{j:?}\n{}", n.log());
+    assert!(
+        j.error.as_deref().unwrap_or("").contains("--keep-jobs-mib"),
+        "{j:?}"
+    );
+}
+
 /// Whether `line` starts with a time as `2026-05-01T12:34:56.789Z `.
 fn stamped(line: &str) -> bool {
     let b = line.as_bytes();

@@ -122,6 +122,31 @@ enum Ran {
     NodeStopped,
     /// The edge said to stop it: cancelled by an operator (`Some(true)`).
     Told(Option<bool>),
+    /// Its output passed the records' bound (`--keep-jobs-mib`).
+    Over,
+}
+
+/// Returns once `streams` (a running job's stdout and stderr, kept in its
+/// record on the node's disk) together hold more than `max` bytes, or can
+/// no longer be measured, looking every [`super::stream::TICK`]. All the
+/// records together stay under `--keep-jobs-mib`, but a running job's is
+/// never removed: without this, one job from outside (`yes`) filled the
+/// node's data directory, and every other job's record with it.
+async fn over_bound(streams: &[File], max: u64) {
+    let mut tick = tokio::time::interval(super::stream::TICK);
+    loop {
+        tick.tick().await;
+        let mut held: u64 = 0;
+        for f in streams {
+            match f.metadata() {
+                Ok(m) => held = held.saturating_add(m.len()),
+                Err(_) => return,
+            }
+        }
+        if held > max {
+            return;
+        }
+    }
 }
 
 /// Waits until `stop` turns true.
@@ -276,6 +301,15 @@ impl Runner {
             }
         };
         let output = super::stream::Output::open(&id, &record, &out, &err);
+        let bound = match (out.try_clone(), err.try_clone()) {
+            (Ok(o), Ok(e)) => vec![o, e],
+            (Err(e), _) | (_, Err(e)) => {
+                log(&format!(
+                    "cannot watch job {id}'s output: {e}; not run, its lease lapses"
+                ));
+                return;
+            }
+        };
         let work = self.s.work_root.join(format!("job-{id}-{}", job.attempt));
         let fresh = private_dir(&self.s.work_root, "--work-root").and_then(|_| {
             super::files::remove_work(&work)?;
@@ -287,7 +321,10 @@ impl Runner {
                 log(&format!("job {id} refused: {e}"));
                 JobEnd::refused(e)
             }
-            Ok(task) => match self.run_under_lease(&mut lease, task, told, output).await {
+            Ok(task) => match self
+                .run_under_lease(&mut lease, task, told, output, &bound)
+                .await
+            {
                 Some(end) => end,
                 None => {
                     if let Err(e) = super::files::remove_work(&work) {
@@ -458,6 +495,7 @@ impl Runner {
         task: Task,
         mut told: Told,
         output: super::stream::Output,
+        bound: &[File],
     ) -> Option<JobEnd> {
         let id = lease.job.job_id.clone();
         let (cancel, cancel_w) = match cancel_pair() {
@@ -480,6 +518,7 @@ impl Runner {
                 r = &mut handle => Ran::Ended(r),
                 _ = stopped(&mut stop) => Ran::NodeStopped,
                 t = told.wait_for(Option::is_some) => Ran::Told(t.ok().and_then(|t| *t)),
+                () = over_bound(bound, self.s.keep.max_bytes) => Ran::Over,
                 never = sending => match never {},
             }
         };
@@ -510,6 +549,21 @@ impl Runner {
                     Err(_) => format!("job {id} stopped with the node; the edge did not answer in time to take it back: it hands it out again when its lease lapses"),
                 });
                 return None;
+            }
+            Ok(Ran::Over) => {
+                let joined = handle.await;
+                let why = format!(
+                    "its output passed {} MiB, what this node keeps of all job records (--keep-jobs-mib): every process of the run was killed",
+                    self.s.keep.max_bytes >> 20
+                );
+                log(&format!("job {id}: {why}"));
+                let mut end = match joined {
+                    Ok(Ok(end)) => end,
+                    _ => JobEnd::refused(why.clone()),
+                };
+                end.outcome = "output_limit";
+                end.reason = Some(why);
+                return Some(end);
             }
             Ok(Ran::Told(cancelled)) => cancelled.unwrap_or(false),
             Err(ClientError::LeaseLost { cancelled, .. }) => cancelled,
