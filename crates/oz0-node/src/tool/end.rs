@@ -57,7 +57,14 @@ impl ToolEnd {
             });
             println!("{}", oz0_edge::term::json(&doc).expect("serialises"));
         } else if let Some(r) = &self.result {
-            print!("{}", oz0_plugin::mcp::result_text(r));
+            // The server's words: escaped where a terminal reads them (a
+            // pipe or a file gets them as they are, for a program).
+            let text = oz0_plugin::mcp::result_text(r);
+            if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                print!("{}", escape(text.as_bytes()));
+            } else {
+                print!("{text}");
+            }
         }
         if let Some((what, code)) = cancelled {
             eprintln!("oz0-node: {what}");
