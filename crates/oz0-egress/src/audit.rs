@@ -149,8 +149,11 @@ pub struct FileSink {
     reopen: Option<(Reopen, u64)>,
 }
 
+/// Why a [`FileSink`]'s log could not be opened: the opener's own error.
+pub type OpenError = Box<dyn std::error::Error + Send + Sync>;
+
 /// How a [`FileSink`] opens its log again.
-pub type Reopen = Box<dyn Fn() -> Result<std::fs::File, String> + Send + Sync>;
+pub type Reopen = Box<dyn Fn() -> Result<std::fs::File, OpenError> + Send + Sync>;
 
 impl std::fmt::Debug for FileSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -173,7 +176,7 @@ impl FileSink {
     /// months, and every request a run sends is a record (a run that sends
     /// requests without the token as fast as it can writes gigabytes an
     /// hour): opened once, the log grew without bound.
-    pub fn reopening(open: Reopen, max: u64) -> Result<FileSink, String> {
+    pub fn reopening(open: Reopen, max: u64) -> Result<FileSink, OpenError> {
         Ok(FileSink {
             file: std::sync::Mutex::new(open()?),
             reopen: Some((open, max)),
@@ -250,13 +253,11 @@ mod tests {
                     .append(true)
                     .create(true)
                     .open(&path)
-                    .map_err(|e| e.to_string())
             };
             let f = open()?;
-            if f.metadata().map_err(|e| e.to_string())?.len() > MAX {
-                std::fs::rename(&path, path.with_extension("jsonl.1"))
-                    .map_err(|e| e.to_string())?;
-                return open();
+            if f.metadata()?.len() > MAX {
+                std::fs::rename(&path, path.with_extension("jsonl.1"))?;
+                return Ok(open()?);
             }
             Ok(f)
         });

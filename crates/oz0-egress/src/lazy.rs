@@ -57,11 +57,7 @@ impl LazyProxy {
         let open = std::sync::Arc::new(open);
         LazyProxy::new(Box::new(move || {
             let open = open.clone();
-            let sink = crate::audit::FileSink::reopening(
-                Box::new(move || open().map_err(|e| e.to_string())),
-                max,
-            )
-            .map_err(ConfigError::from)?;
+            let sink = crate::audit::FileSink::reopening(Box::new(move || open()), max)?;
             Ok(ProxyConfig {
                 audit: std::sync::Arc::new(sink),
                 ..Default::default()

@@ -100,7 +100,10 @@ pub fn find(explicit: Option<&Path>, path_var: Option<&str>) -> Result<PathBuf, 
         match crate::systool::system_owned(&p) {
             Ok(_) => return Ok(p),
             Err(why) => {
-                passed.get_or_insert(BwrapError::NotSystems { path: p, why });
+                passed.get_or_insert(BwrapError::NotSystems {
+                    path: p,
+                    why: why.to_string(),
+                });
             }
         }
     }

@@ -105,6 +105,18 @@ const MAX_FINDINGS: usize = 1000;
 /// Most setting names kept in one [`What::Config`] finding.
 const MAX_SETTINGS: usize = 100;
 
+/// What the look's findings add up to, those past [`MAX_FINDINGS`]
+/// included.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Findings past [`MAX_FINDINGS`], handled and counted only.
+    more: usize,
+    /// Findings left where host git reads.
+    left: usize,
+    /// Whether any finding is [`What::Unexamined`].
+    unexamined: bool,
+}
+
 /// What the node does with a finding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "snake_case")]

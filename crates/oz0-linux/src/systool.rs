@@ -8,28 +8,60 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+/// Why a tool is not the system's.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotSystems {
+    /// It, or a folder above it, cannot be looked at.
+    #[error("{}: {source}", path.display())]
+    Unseen {
+        /// What.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Another user than root owns it.
+    #[error("{} belongs to uid {uid}, not root", path.display())]
+    Owner {
+        /// What.
+        path: PathBuf,
+        /// Whose.
+        uid: u32,
+    },
+    /// Others than root may write it.
+    #[error("{} may be written by users other than root (mode {mode:o})", path.display())]
+    Writable {
+        /// What.
+        path: PathBuf,
+        /// Its mode.
+        mode: u32,
+    },
+}
+
 /// `p` as the system installs it: its real path, when that file and every
 /// folder above it belong to root and no one else may write them; or why
 /// not. A tool elsewhere is used only when named outright (`--bwrap`).
-pub fn system_owned(p: &Path) -> Result<PathBuf, String> {
-    let real = std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()))?;
+pub fn system_owned(p: &Path) -> Result<PathBuf, NotSystems> {
+    let unseen = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| NotSystems::Unseen { path, source }
+    };
+    let real = std::fs::canonicalize(p).map_err(unseen(p))?;
     let mut at = Some(real.as_path());
     while let Some(q) = at {
         // A real path: no link on the way to follow.
-        let m = std::fs::symlink_metadata(q).map_err(|e| format!("{}: {e}", q.display()))?;
+        let m = std::fs::symlink_metadata(q).map_err(unseen(q))?;
         if m.uid() != 0 {
-            return Err(format!(
-                "{} belongs to uid {}, not root",
-                q.display(),
-                m.uid()
-            ));
+            return Err(NotSystems::Owner {
+                path: q.to_path_buf(),
+                uid: m.uid(),
+            });
         }
         if m.mode() & 0o022 != 0 {
-            return Err(format!(
-                "{} may be written by users other than root (mode {:o})",
-                q.display(),
-                m.mode() & 0o7777
-            ));
+            return Err(NotSystems::Writable {
+                path: q.to_path_buf(),
+                mode: m.mode() & 0o7777,
+            });
         }
         at = q.parent();
     }
@@ -49,7 +81,7 @@ mod tests {
         std::fs::write(&tool, "#!/bin/sh\n").unwrap();
         // The temp folder is writable by all (and, not as root, the file
         // is this user's).
-        let why = system_owned(&tool).unwrap_err();
+        let why = system_owned(&tool).unwrap_err().to_string();
         assert!(
             why.contains("written by users other than root") || why.contains("not root"),
             "{why}"

@@ -21,7 +21,7 @@ use rustix::fs::{FileType, Stat};
 use rustix::io::Errno;
 
 use super::fsops::{self, ctime, id};
-use super::{Finding, GitLook, Limits, Policy, Root, What, MAX_FINDINGS, MAX_HOST_EXEC};
+use super::{Finding, GitLook, Limits, Policy, Root, Tally, What, MAX_FINDINGS, MAX_HOST_EXEC};
 
 /// Bytes read from a folder per `getdents64` (some 8,000 entries).
 const LIST_BUFFER: usize = 256 * 1024;
@@ -136,12 +136,8 @@ pub(super) struct Looker<'a> {
     pub(super) repositories: usize,
     made_readable: usize,
     pub(super) findings: Vec<Finding>,
-    /// Findings past [`MAX_FINDINGS`], handled and counted only.
-    findings_more: usize,
-    /// Findings left where host git reads (all of them, listed or not).
-    left: usize,
-    /// Whether any finding is [`What::Unexamined`].
-    unexamined: bool,
+    /// What every finding, listed or not, adds up to.
+    tally: Tally,
     host_exec: Vec<PathBuf>,
     host_exec_more: usize,
     pub(super) seen_repos: HashSet<(u64, u64)>,
@@ -178,9 +174,7 @@ impl<'a> Looker<'a> {
             repositories: 0,
             made_readable: 0,
             findings: Vec::new(),
-            findings_more: 0,
-            left: 0,
-            unexamined: false,
+            tally: Tally::default(),
             host_exec: Vec::new(),
             host_exec_more: 0,
             seen_repos: HashSet::new(),
@@ -196,14 +190,14 @@ impl<'a> Looker<'a> {
     pub(super) fn finish(self, took: Duration) -> GitLook {
         GitLook {
             policy: self.policy,
-            complete: self.stopped.is_none() && !self.unexamined,
+            complete: self.stopped.is_none() && !self.tally.unexamined,
             stopped: self.stopped.as_ref().map(ToString::to_string),
             entries: self.entries,
             repositories: self.repositories,
             folders_made_readable: self.made_readable,
-            left_in_place: self.left,
+            left_in_place: self.tally.left,
             findings: self.findings,
-            findings_more: self.findings_more,
+            findings_more: self.tally.more,
             changed_host_exec: self.host_exec,
             changed_host_exec_more: self.host_exec_more,
             duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
@@ -274,12 +268,12 @@ impl<'a> Looker<'a> {
 
     /// Counts `f` and keeps it while fewer than [`MAX_FINDINGS`] are.
     fn keep(&mut self, f: Finding) {
-        self.left += usize::from(f.aside.is_none());
-        self.unexamined |= matches!(f.what, What::Unexamined { .. });
+        self.tally.left += usize::from(f.aside.is_none());
+        self.tally.unexamined |= matches!(f.what, What::Unexamined { .. });
         if self.findings.len() < MAX_FINDINGS {
             self.findings.push(f);
         } else {
-            self.findings_more += 1;
+            self.tally.more += 1;
         }
     }
 
