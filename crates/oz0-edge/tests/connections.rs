@@ -148,6 +148,14 @@ async fn connections_over_the_cap_are_closed_and_the_edge_keeps_answering() {
     .unwrap();
 }
 
+/// Sixteen idle connections to `a`, from 127.0.0.2 and 127.0.0.3.
+fn flood(a: std::net::SocketAddr) -> Vec<TcpStream> {
+    (0..8)
+        .flat_map(|_| [2, 3])
+        .map(|last| connect_from(last, a))
+        .collect()
+}
+
 fn socket_addr(url: &str) -> std::net::SocketAddr {
     addr(url).parse().unwrap()
 }
@@ -205,10 +213,7 @@ async fn nodes_poll_while_anonymous_connections_hold_every_slot_open_to_them() {
     let a = socket_addr(&e.url);
     // Idle connections from two other addresses: more than the cap.
     let held = tokio::task::spawn_blocking(move || {
-        let held: Vec<TcpStream> = (0..8)
-            .flat_map(|_| [2, 3])
-            .map(|last| connect_from(last, a))
-            .collect();
+        let held = flood(a);
         // One more, from an address no node or operator used: refused.
         let got = health_from(4, a, GUARD);
         assert!(
@@ -268,10 +273,7 @@ async fn a_node_waiting_for_approval_gets_no_kept_slot() {
     let n = oz0_edge::client::NodeClient::new(&e.url, "solo", key()).unwrap();
     let a = socket_addr(&e.url);
     let held = tokio::task::spawn_blocking(move || {
-        let held: Vec<TcpStream> = (0..8)
-            .flat_map(|_| [2, 3])
-            .map(|last| connect_from(last, a))
-            .collect();
+        let held = flood(a);
         // Once the flood holds the anonymous share, another address is
         // refused.
         assert!(health_from(4, a, GUARD).is_empty());

@@ -457,19 +457,23 @@ fn a_command_tool_runs_a_real_mcp_server_in_tier_1() {
     // With --work, the server works in the caller's folder (and only there).
     let work = p.root.join("work");
     std::fs::create_dir(&work).unwrap();
-    let o = p.run(
-        &[
-            "call",
-            "fs",
-            "--name",
-            "write_file",
-            "--arguments",
-            r#"{"path": "/work/out.txt", "content": "written by the tool"}"#,
-            "--work",
-            &work.display().to_string(),
-        ],
-        &[],
-    );
+    let write_in = |work: &std::path::Path, name: &str, content: &str| {
+        let arguments = serde_json::json!({"path": format!("/work/{name}"), "content": content});
+        p.run(
+            &[
+                "call",
+                "fs",
+                "--name",
+                "write_file",
+                "--arguments",
+                &arguments.to_string(),
+                "--work",
+                &work.display().to_string(),
+            ],
+            &[],
+        )
+    };
+    let o = write_in(&work, "out.txt", "written by the tool");
     assert_eq!(code(&o), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert_eq!(
         std::fs::read_to_string(work.join("out.txt")).unwrap(),
@@ -481,19 +485,7 @@ fn a_command_tool_runs_a_real_mcp_server_in_tier_1() {
     std::os::unix::fs::symlink(&work, p.root.join("via")).unwrap();
     std::fs::create_dir(work.join("sub")).unwrap();
     for linked in [p.root.join("via"), p.root.join("via/sub")] {
-        let o = p.run(
-            &[
-                "call",
-                "fs",
-                "--name",
-                "write_file",
-                "--arguments",
-                r#"{"path": "/work/linked.txt", "content": "x"}"#,
-                "--work",
-                &linked.display().to_string(),
-            ],
-            &[],
-        );
+        let o = write_in(&linked, "linked.txt", "x");
         assert_ne!(code(&o), Some(0), "{}{}", stdout(&o), stderr(&o));
         assert!(
             stderr(&o).contains("link"),

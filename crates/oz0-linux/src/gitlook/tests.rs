@@ -76,6 +76,14 @@ fn repo(at: &Path) {
     fs::write(at.join("hooks/pre-commit.sample"), "#!/bin/sh\n").unwrap();
 }
 
+/// What the wall holds in place of the repository at `root/.git`.
+fn held_git(root: &Path) -> HashSet<(u64, u64)> {
+    [".git", ".git/hooks", ".git/config", ".git/objects"]
+        .iter()
+        .map(|p| id_of(&root.join(p)))
+        .collect()
+}
+
 const EVIL: &str = "[core]\n\tfsmonitor = touch /tmp/x\n";
 
 /// `(path relative to root, what)` of each finding, sorted.
@@ -400,10 +408,7 @@ fn what_an_unchanged_config_names_is_looked_at() {
     fs::write(root.join("scripts/pre-push"), "#!/bin/sh\n").unwrap();
     symlink("../../scripts/pre-push", root.join(".git/hooks/pre-push")).unwrap();
     fs::write(root.join(".gitconfig-project"), "[user]\n\tname = x\n").unwrap();
-    let kept: HashSet<_> = [".git", ".git/hooks", ".git/config", ".git/objects"]
-        .iter()
-        .map(|p| id_of(&root.join(p)))
-        .collect();
+    let kept = held_git(&root);
     // Nothing changed: nothing found.
     let start = now(&root);
     let l = run_look_kept(&root, start, Policy::Report, &kept, Limits::default());
@@ -453,10 +458,7 @@ fn links_the_run_made_on_the_way_are_found() {
         root.join(".git/hooks/post-merge"),
     )
     .unwrap();
-    let kept: HashSet<_> = [".git", ".git/hooks", ".git/config", ".git/objects"]
-        .iter()
-        .map(|p| id_of(&root.join(p)))
-        .collect();
+    let kept = held_git(&root);
     let start = now(&root);
     let l = run_look_kept(&root, start, Policy::Report, &kept, Limits::default());
     assert!(l.findings.is_empty(), "{l:?}");
@@ -544,6 +546,7 @@ fn what_the_look_keeps_is_bounded() {
         fs::write(root.join(format!("p{i}/.mcp.json")), "{}").unwrap();
     }
     repo(&root.join("big/.git"));
+    // 1,000 settings of two names, then 200 of names of their own.
     let mut config = String::from("[core]\n");
     for _ in 0..500 {
         config.push_str("\tfsmonitor = a\n\tsshCommand = b\n");
@@ -552,7 +555,7 @@ fn what_the_look_keeps_is_bounded() {
     for i in 0..200 {
         config.push_str(&format!("\tk{i} = 1\n"));
     }
-    fs::write(root.join("big/.git/config"), config).unwrap();
+    fs::write(root.join("big/.git/config"), &config).unwrap();
     let l = run_look(&root, start, Policy::Neutralise);
     assert_eq!(l.findings.len(), 1000, "{:?}", l.stopped);
     assert_eq!(l.findings.len() + l.findings_more, 1101);
@@ -576,14 +579,6 @@ fn what_the_look_keeps_is_bounded() {
     let root = tmp("settings");
     let start = now(&root);
     repo(&root.join(".git"));
-    let mut config = String::from("[core]\n");
-    for _ in 0..500 {
-        config.push_str("\tfsmonitor = a\n\tsshCommand = b\n");
-    }
-    config.push_str("[x]\n");
-    for i in 0..200 {
-        config.push_str(&format!("\tk{i} = 1\n"));
-    }
     fs::write(root.join(".git/config"), config).unwrap();
     let l = run_look(&root, start, Policy::Report);
     let settings = l
