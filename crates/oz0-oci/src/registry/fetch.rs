@@ -133,6 +133,8 @@ impl Client {
                             shown(&next.host)
                         ));
                     }
+                    let mut next = next;
+                    next.not_here = url.not_here || !is_loopback(&url.host);
                     if is_loopback(&next.host) && !is_loopback(&url.host) {
                         return Err(format!(
                             "it was redirected to this machine ({}), which a registry elsewhere never sends the node to",

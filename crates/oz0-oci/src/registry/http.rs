@@ -25,6 +25,9 @@ pub(super) struct Url {
     pub(super) port: u16,
     /// `/path?query`.
     pub(super) target: String,
+    /// Reached by a redirect from a registry not on this machine: it must
+    /// not lead here (see [`is_here`]), whatever its name says.
+    pub(super) not_here: bool,
 }
 
 impl Url {
@@ -67,6 +70,7 @@ impl Url {
             host: host.to_ascii_lowercase(),
             port,
             target,
+            not_here: false,
         })
     }
 
@@ -83,6 +87,20 @@ impl Url {
             host: host.to_string(),
             port: port.unwrap_or(if tls { 443 } else { 80 }),
             target,
+            not_here: false,
+        }
+    }
+}
+
+/// Whether `ip` is this machine or its link: loopback, unspecified (which
+/// connects to this machine), link-local (a cloud's metadata service), an
+/// IPv4 address written as IPv6 included.
+pub(super) fn is_here(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    match ip.to_canonical() {
+        IpAddr::V4(a) => a.is_loopback() || a.is_unspecified() || a.is_link_local(),
+        IpAddr::V6(a) => {
+            a.is_loopback() || a.is_unspecified() || (a.segments()[0] & 0xffc0) == 0xfe80
         }
     }
 }
@@ -132,6 +150,8 @@ pub(super) fn tls_config(
 pub(super) enum HttpError {
     #[error("cannot connect to {authority} in {secs} s")]
     ConnectTimeout { authority: String, secs: u64 },
+    #[error("{authority} leads only to this machine or its link (loopback, unspecified, link-local), where a registry elsewhere never sends the node")]
+    Here { authority: String },
     #[error("cannot connect to {authority}: {error}")]
     Connect {
         authority: String,
@@ -203,19 +223,38 @@ impl Client {
 
     async fn connect(&self, url: &Url) -> Result<Sender, HttpError> {
         let host = url.host.trim_start_matches('[').trim_end_matches(']');
-        let stream = tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            tokio::net::TcpStream::connect((host, url.port)),
-        )
-        .await
-        .map_err(|_| HttpError::ConnectTimeout {
-            authority: url.authority(),
-            secs: CONNECT_TIMEOUT.as_secs(),
-        })?
-        .map_err(|error| HttpError::Connect {
-            authority: url.authority(),
-            error,
-        })?;
+        // Resolved here, and only the addresses checked are dialled: a
+        // name (or `[::ffff:127.0.0.1]`, `0.0.0.0`) a registry elsewhere
+        // redirects to may lead to this machine.
+        let addrs: Vec<std::net::SocketAddr> =
+            tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((host, url.port)))
+                .await
+                .map_err(|_| HttpError::ConnectTimeout {
+                    authority: url.authority(),
+                    secs: CONNECT_TIMEOUT.as_secs(),
+                })?
+                .map_err(|error| HttpError::Connect {
+                    authority: url.authority(),
+                    error,
+                })?
+                .filter(|a| !(url.not_here && is_here(a.ip())))
+                .collect();
+        if addrs.is_empty() {
+            return Err(HttpError::Here {
+                authority: url.authority(),
+            });
+        }
+        let stream =
+            tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(&addrs[..]))
+                .await
+                .map_err(|_| HttpError::ConnectTimeout {
+                    authority: url.authority(),
+                    secs: CONNECT_TIMEOUT.as_secs(),
+                })?
+                .map_err(|error| HttpError::Connect {
+                    authority: url.authority(),
+                    error,
+                })?;
         let _ = stream.set_nodelay(true);
         if !url.tls {
             return handshake(stream).await;

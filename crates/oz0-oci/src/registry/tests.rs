@@ -460,3 +460,32 @@ fn redirects_only_for_blobs_and_never_to_plain_http_off_loopback() {
         "{e}"
     );
 }
+
+/// What a registry elsewhere may never send the node to, however it is
+/// written: this machine, and its link.
+#[test]
+fn this_machine_and_its_link_however_written() {
+    use super::http::is_here;
+    for here in [
+        "127.0.0.1",
+        "127.1.2.3",
+        "0.0.0.0",
+        "::1",
+        "::",
+        "::ffff:127.0.0.1",
+        "::ffff:0.0.0.0",
+        "169.254.169.254",
+        "fe80::1",
+        "::ffff:169.254.169.254",
+    ] {
+        assert!(is_here(here.parse().unwrap()), "{here}");
+    }
+    for elsewhere in [
+        "93.184.216.34",
+        "10.0.0.1",
+        "2001:db8::1",
+        "::ffff:93.184.216.34",
+    ] {
+        assert!(!is_here(elsewhere.parse().unwrap()), "{elsewhere}");
+    }
+}
