@@ -220,6 +220,15 @@ pub enum Mismatch {
     /// This build pins no release for the architecture.
     #[error("this build pins no smolvm for {0}")]
     NoLayout(String),
+    /// Others than its owner may write the folder or a pinned file: one
+    /// swapped between its check and the VM's start would run unpinned.
+    #[error("{} may be written by users other than its owner (mode {mode:o}), so a file could be swapped after its check: chmod go-w it", path.display())]
+    Writable {
+        /// The folder or file.
+        path: PathBuf,
+        /// Its mode.
+        mode: u32,
+    },
     /// The folder holds the pinned release of another architecture.
     #[error("it is smolvm {PINNED_RELEASE} for {other}, and this node runs on {arch}")]
     OtherArch {
@@ -228,6 +237,17 @@ pub enum Mismatch {
         /// This node's.
         arch: String,
     },
+}
+
+/// Why `path` (what it leads to) is no pinned file's place: group or
+/// others may write it.
+fn others_may_write(path: &Path) -> Option<Mismatch> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    (mode & 0o022 != 0).then(|| Mismatch::Writable {
+        path: path.to_path_buf(),
+        mode: mode & 0o7777,
+    })
 }
 
 /// SHA-256 of a file, lowercase hex.
@@ -261,6 +281,9 @@ fn check_layouts(dir: &Path) -> Result<Result<Vmm, Mismatch>, PinError> {
 /// release, which).
 pub fn check_layouts_for(dir: &Path, arch: &str) -> Result<Result<Vmm, Mismatch>, PinError> {
     let mut best: Option<Mismatch> = None;
+    if let Some(w) = others_may_write(dir) {
+        return Ok(Err(w));
+    }
     for (_, layout) in PINNED_LAYOUTS.iter().filter(|(a, _)| *a == arch) {
         let mut files = Vec::new();
         let mut mismatch = None;
@@ -268,6 +291,10 @@ pub fn check_layouts_for(dir: &Path, arch: &str) -> Result<Result<Vmm, Mismatch>
             let path = dir.join(p.name);
             if std::fs::symlink_metadata(&path).is_err() {
                 mismatch = Some(Mismatch::Missing(path));
+                break;
+            }
+            if let Some(w) = others_may_write(&path) {
+                mismatch = Some(w);
                 break;
             }
             let got = sha256_file(&path)?;
@@ -494,6 +521,30 @@ mod tests {
             ),
             "{e}"
         );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A folder others may write is no pinned release's, whatever it
+    /// holds: a file could be swapped between its check and its run.
+    #[test]
+    fn a_folder_others_may_write_is_not_pinned() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = std::env::temp_dir().join(format!("oz0-pin-open-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("smolvm"), b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = select(&Selection::Search, d.to_str()).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                PinError::Unpinned {
+                    detail: Mismatch::Writable { mode: 0o777, .. }
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("chmod go-w"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 
