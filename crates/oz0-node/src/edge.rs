@@ -561,11 +561,16 @@ impl Daemon {
                 runner.tell(s);
             }
             match p.lease {
-                Some(lease) => {
-                    let told = runner.hold(&lease.job.job_id);
-                    let slot = runner.slot();
-                    running.spawn(runner.clone().take(lease, self.taking(), told, slot));
-                }
+                Some(lease) => match runner.hold(&lease.job.job_id) {
+                    Some(told) => {
+                        let slot = runner.slot();
+                        running.spawn(runner.clone().take(lease, self.taking(), told, slot));
+                    }
+                    None => log(&format!(
+                        "job {}: an earlier attempt of it still runs here; not taken, its lease lapses",
+                        lease.job.job_id
+                    )),
+                },
                 // An edge that answered with nothing sooner than
                 // --poll-ms (one that does not hold polls) is asked
                 // again after it.

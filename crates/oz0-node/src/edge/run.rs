@@ -156,20 +156,25 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 impl Runner {
     /// Counts a job just leased as running, before its task starts (so
-    /// the next poll names it): what tells it to stop.
-    pub(super) fn hold(&self, id: &str) -> Told {
+    /// the next poll names it): what tells it to stop. `None` while an
+    /// earlier attempt of the same job still runs here (its lease lost,
+    /// its run being killed): both are known by the job's id alone, so the
+    /// old one's end would take the new one off the polls' list and out of
+    /// retention's keeping. The new lease then lapses, and the edge hands
+    /// the job out again.
+    pub(super) fn hold(&self, id: &str) -> Option<Told> {
         let (tx, rx) = watch::channel(None);
         if safe_id(id) {
-            self.running
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(id.to_string());
+            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            if !running.insert(id.to_string()) {
+                return None;
+            }
             self.told
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(id.to_string(), tx);
         }
-        rx
+        Some(rx)
     }
 
     /// The jobs whose work runs now, as a poll names them.
