@@ -299,6 +299,50 @@ fn check_owner(_: &Path, _: &std::fs::Metadata) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Refuses a file in a folder another user could replace it in: each
+/// folder on its real path must be root's or this user's, and not
+/// writable by others unless sticky (as `/tmp` is, where only a file's
+/// owner may rename or remove it).
+#[cfg(unix)]
+fn check_folders(path: &Path) -> Result<(), ConfigError> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(real) = std::fs::canonicalize(path) else {
+        return Ok(());
+    };
+    let me = rustix::process::geteuid().as_raw();
+    for dir in real.ancestors().skip(1) {
+        let Ok(m) = std::fs::metadata(dir) else {
+            continue;
+        };
+        let mode = m.mode() & 0o7777;
+        let others_write = mode & 0o022 != 0 && mode & 0o1000 == 0;
+        if (m.uid() != 0 && m.uid() != me) || others_write {
+            return Err(ConfigError::Unsafe {
+                path: path.to_path_buf(),
+                why: format!(
+                    "lies in {}, which {}",
+                    dir.display(),
+                    if others_write {
+                        format!("others may change (mode {mode:o})")
+                    } else {
+                        format!("belongs to uid {}, neither root nor this user", m.uid())
+                    }
+                ),
+                fix: format!(
+                    "keep it in a folder only root or this user may write, or chmod go-w {}",
+                    dir.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_folders(_: &Path) -> Result<(), ConfigError> {
+    Ok(())
+}
+
 /// Reads `path` and checks every key against `cmd`'s flags named in `keys`
 /// and every value with its flag's parser. A key another command of
 /// `spec` reads is left to that command.
@@ -318,9 +362,14 @@ pub fn load(
             spec.env
         ),
     };
-    let meta = std::fs::metadata(path).map_err(read)?;
+    // Checked and read through one descriptor: the file looked at is the
+    // file read, whatever is renamed over its name meanwhile.
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    let meta = file.metadata().map_err(read)?;
     check_owner(path, &meta)?;
-    let text = std::fs::read_to_string(path).map_err(read)?;
+    check_folders(path)?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut file, &mut text).map_err(read)?;
     parse(path, &text, cmd, keys, &all_keys(spec), named)
 }
 

@@ -179,6 +179,24 @@ fn a_wrong_file_is_refused_with_its_line_and_fix() {
         e.contains("the config file F has mode 664: others may change it — chmod go-w F"),
         "{e}"
     );
+    // So may they not change the folder it lies in (a group-writable one
+    // lets another user rename their own file over it).
+    let open = d.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let inside = open.join("node.toml");
+    write(&inside, "sandbox = \"none\"\n", 0o600);
+    let o = oz0(
+        &d,
+        &["--config", &inside.display().to_string(), "run", "--once"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("others may change (mode 775)") && stderr(&o).contains("chmod go-w"),
+        "{}",
+        stderr(&o)
+    );
     // The same checks for `config show`, `facts` and `sandbox check`.
     for args in [
         &["config", "show"][..],
