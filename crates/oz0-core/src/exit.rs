@@ -17,6 +17,11 @@ pub enum Exit {
     /// named on stderr (the command's own status is in the status
     /// document's `command_exit_code`).
     GitLeftInPlace = 122,
+    /// The run ended, but its `--json-status` document could not be
+    /// written (the run may have made its folder unwritable): any document
+    /// at that path is not this run's, and the command's own status would
+    /// tell nothing of it.
+    StatusUnwritten = 123,
     /// `--timeout` was reached; the run was killed (as `timeout(1)` says).
     Timeout = 124,
     /// The sandbox refused the run or could not start it: the command never
@@ -65,6 +70,7 @@ mod tests {
             (Exit::CheckFailed, 1),
             (Exit::Usage, 2),
             (Exit::GitLeftInPlace, 122),
+            (Exit::StatusUnwritten, 123),
             (Exit::Timeout, 124),
             (Exit::Sandbox, 125),
             (Exit::NotExecutable, 126),

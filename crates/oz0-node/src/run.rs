@@ -17,7 +17,7 @@ use crate::outcome::{error_doc, outcome_doc};
 fn refuse(json_status: Option<&OutFile>, msg: impl std::fmt::Display) -> i32 {
     eprintln!("oz0-node: sandbox refused: {msg}");
     if let Some(out) = json_status {
-        write_status(out, &error_doc(&msg));
+        let _ = write_status(out, &error_doc(&msg));
     }
     Exit::Sandbox.code()
 }
@@ -166,14 +166,18 @@ fn request(args: &RunArgs, image: Option<&Image>) -> Result<RunRequest, String> 
 }
 
 /// Writes the `--json-status` document (see [`OutFile`]: no link is
-/// followed, in the folder opened before the run).
-fn write_status(out: &OutFile, doc: &serde_json::Value) {
+/// followed, in the folder opened before the run); whether it was written.
+fn write_status(out: &OutFile, doc: &serde_json::Value) -> bool {
     let text = serde_json::to_string_pretty(doc).expect("a status document serialises") + "\n";
-    if let Err(e) = out.write(text.as_bytes()) {
-        eprintln!(
-            "oz0-node: cannot write --json-status {}: {e}",
-            out.path().display()
-        );
+    match out.write(text.as_bytes()) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!(
+                "oz0-node: cannot write --json-status {}: {e}; a document there is not this run's (status 123)",
+                out.path().display()
+            );
+            false
+        }
     }
 }
 
@@ -302,8 +306,11 @@ pub fn run(args: RunArgs) -> i32 {
             (Exit::Sandbox.code(), error_doc(e))
         }
     };
-    if let Some(out) = &status_out {
-        write_status(out, &doc);
+    // A document the node could not write leaves whatever is there (one
+    // the run wrote, say, before making the folder unwritable): the
+    // command's own status must not stand beside it.
+    match &status_out {
+        Some(out) if !write_status(out, &doc) => Exit::StatusUnwritten.code(),
+        _ => code,
     }
-    code
 }

@@ -146,6 +146,36 @@ fn json_status_never_follows_a_link_a_run_left() {
         .is_symlink());
 }
 
+/// A run that writes a status document of its own where `--json-status`
+/// points and makes the folder unwritable does not pass it off as the
+/// node's: the node cannot write its own, and says so with status 123,
+/// never the command's 0.
+#[test]
+fn a_status_document_the_run_forged_is_never_the_runs_word() {
+    ready!();
+    let env = Env::new("statusforge");
+    let folder = env.work.join("out");
+    std::fs::create_dir(&folder).unwrap();
+    let status = folder.join("status.json");
+    let out = env
+        .cmd(
+            &["--json-status", status.to_str().unwrap()],
+            [
+                "/bin/sh",
+                "-c",
+                r#"echo '{"outcome":"exited","exit_code":0,"git":{}}' > out/status.json && chmod 555 out"#,
+            ],
+        )
+        .output()
+        .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    assert_eq!(out.status.code(), Some(123), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not this run's"), "{}", stderr(&out));
+}
+
 /// `--env-file` never follows a link: a run leaves `.env` as a link to a
 /// secret of the node's user; the next run that is given that `.env` is
 /// refused, and the secret reaches no run.

@@ -47,7 +47,7 @@ pub struct RunArgs {
 fn refuse_with(status: Option<&StatusFile>, msg: impl std::fmt::Display) -> i32 {
     eprintln!("oz0-node: sandbox refused: {msg}");
     if let Some(s) = status {
-        s.write(&crate::outcome::error_doc(&msg));
+        let _ = s.write(&crate::outcome::error_doc(&msg));
     }
     Exit::Sandbox.code()
 }
@@ -160,12 +160,12 @@ pub fn main(a: RunArgs) -> i32 {
                 Err(e) => return refuse_with(st, e),
             };
             match super::psec_run::run(r, &*psec) {
-                Ok(o) => {
-                    if let Some(s) = &status {
-                        s.write(&crate::outcome::outcome_doc(&o));
+                Ok(o) => match &status {
+                    Some(s) if !s.write(&crate::outcome::outcome_doc(&o)) => {
+                        Exit::StatusUnwritten.code()
                     }
-                    o.exit_code
-                }
+                    _ => o.exit_code,
+                },
                 Err(e) => refuse_with(st, format!("{e}; nothing is left running")),
             }
         }

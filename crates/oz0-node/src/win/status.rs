@@ -84,14 +84,19 @@ impl StatusFile {
         })
     }
 
-    /// Writes `doc` at the file: a new file renamed over it.
-    pub fn write(&self, doc: &serde_json::Value) {
+    /// Writes `doc` at the file: a new file renamed over it. Whether it
+    /// was written.
+    pub fn write(&self, doc: &serde_json::Value) -> bool {
         let text = serde_json::to_string_pretty(doc).expect("a status document serialises") + "\n";
-        if let Err(e) = self.put(text.as_bytes()) {
-            eprintln!(
-                "oz0-node: cannot write --json-status {}: {e}",
-                self.shown.display()
-            );
+        match self.put(text.as_bytes()) {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!(
+                    "oz0-node: cannot write --json-status {}: {e}; a document there is not this run's (status 123)",
+                    self.shown.display()
+                );
+                false
+            }
         }
     }
 
