@@ -56,6 +56,26 @@ async fn oz0_node_show_and_list() {
     assert_eq!(out.lines().count(), 3, "{out}");
     assert!(out.starts_with("NAME "), "{out}");
     assert!(out.contains("tier 1 (psec 1.0, routed as tier 0)"), "{out}");
+    // No edge named (no flag, no OZ0_EDGE, no settings file): the token
+    // goes nowhere, and the refusal names the fix.
+    let home = std::env::temp_dir().join(format!("oz0-noedge-{}", std::process::id()));
+    std::fs::create_dir_all(&home).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oz0"))
+        .args(["node", "list"])
+        .env_remove("OZ0_EDGE")
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("OZ0_OPERATOR_TOKEN", OPERATOR)
+        .env_remove("OZ0_OPERATOR_TOKEN_FILE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("no edge named") && err.contains("--edge"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&home).unwrap();
     let (st, _, err) = run(&["node", "show", "nope"]);
     assert_eq!(st, Some(1));
     assert!(err.contains("no node has that id or name"), "{err}");

@@ -62,7 +62,8 @@ use follow::Status;
 #[command(name = "oz0", version, about = "Operate an OZ0 edge")]
 struct Args {
     /// The edge (https://HOST:PORT, or http:// on loopback) [default:
-    /// the settings file's `edge`, else http://127.0.0.1:8440].
+    /// the settings file's `edge`; none else: the operator token goes only
+    /// to an edge named].
     #[arg(
         long,
         env = "OZ0_EDGE",
@@ -665,11 +666,12 @@ async fn run(args: Args) -> Result<Status> {
         _ => {}
     }
     let file = settings::Settings::load()?;
-    let edge = args
-        .edge
-        .clone()
-        .or_else(|| file.edge.clone())
-        .unwrap_or_else(|| "http://127.0.0.1:8440".into());
+    // The operator token goes to an edge named, and to none other: a
+    // default address (a local edge's port) could be any local user's
+    // listener while the edge is not up there.
+    let Some(edge) = args.edge.clone().or_else(|| file.edge.clone()) else {
+        bail!("no edge named: give --edge URL, set OZ0_EDGE, or put `edge = \"URL\"` in the settings file (a local edge listens on http://127.0.0.1:8440 by default); the operator token is sent to no edge not named so");
+    };
     let trust = match args.edge_ca.as_ref().or(file.edge_ca.as_ref()) {
         Some(f) => oz0_edge::client::Trust::CaFile(f.clone()),
         None => oz0_edge::client::Trust::System,
