@@ -116,10 +116,18 @@ fn parse_env(args: &RunArgs) -> Result<Vec<EnvVar>, String> {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            out.push(
-                EnvVar::parse(line)
-                    .map_err(|e| format!("--env-file {} line {}: {e}", f.display(), i + 1))?,
-            );
+            // A line that is no NAME=VALUE is not shown: it may be part of
+            // a secret (a PEM's second line), and the reason goes to
+            // stderr and the status document.
+            out.push(EnvVar::parse(line).map_err(|e| {
+                let why = match e {
+                    oz0_policy::env::EnvError::NoEquals(_) | oz0_policy::env::EnvError::BadName(_) => {
+                        "not NAME=VALUE with a name of letters, digits and _ (the line is not shown: it may hold a secret)".to_string()
+                    }
+                    e => e.to_string(),
+                };
+                format!("--env-file {} line {}: {why}", f.display(), i + 1)
+            })?);
         }
     }
     for e in &args.env {

@@ -267,6 +267,32 @@ fn environment_is_exactly_what_was_given() {
             "TMPDIR=/tmp",
         ]
     );
+    // A line that is no NAME=VALUE (a PEM's second line) refuses the run
+    // without being shown.
+    std::fs::write(
+        &envfile,
+        "KEY=-----BEGIN KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n",
+    )
+    .unwrap();
+    let status = env.root.join("status.json");
+    let out = env
+        .cmd(
+            &[
+                "--env-file",
+                &envfile.display().to_string(),
+                "--json-status",
+                &status.display().to_string(),
+            ],
+            ["/bin/true"],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("line 2"), "{}", stderr(&out));
+    let doc = std::fs::read_to_string(&status).unwrap_or_default();
+    for seen in [stderr(&out), doc] {
+        assert!(!seen.contains("MIIEvQ"), "{seen}");
+    }
 }
 
 #[test]
