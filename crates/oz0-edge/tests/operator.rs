@@ -405,3 +405,31 @@ async fn nodes_page_screenshot() {
     assert!(status.success());
     let _ = std::fs::remove_dir_all(profile);
 }
+
+/// `oz0 man --dir` writes its pages without following a link at a page's
+/// name (a shared folder such as /tmp/man may hold one).
+#[test]
+#[cfg(unix)]
+fn man_pages_never_follow_a_link() {
+    let dir = std::env::temp_dir().join(format!("oz0-man-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("pages")).unwrap();
+    std::fs::write(dir.join("victim"), "the user's file").unwrap();
+    std::os::unix::fs::symlink(dir.join("victim"), dir.join("pages/oz0.1")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oz0"))
+        .args(["man", "--dir"])
+        .arg(dir.join("pages"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not followed"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("victim")).unwrap(),
+        "the user's file"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

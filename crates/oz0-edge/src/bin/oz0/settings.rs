@@ -114,7 +114,20 @@ pub(super) fn man_pages(cmd: clap::Command, dir: Option<&Path>) -> Result<()> {
         let mut page = Vec::new();
         clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
         let file = dir.join(format!("{name}.1"));
-        std::fs::write(&file, page).with_context(|| format!("writing {}", file.display()))?;
+        // Never through a link at the page's name (the folder may be
+        // shared, as /tmp/man is): a link there is refused, not followed.
+        let mut o = std::fs::OpenOptions::new();
+        o.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::custom_flags(
+            &mut o,
+            i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).expect("O_NOFOLLOW fits an int"),
+        );
+        o.open(&file)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &page))
+            .with_context(|| {
+                format!("writing {} (a link there is not followed)", file.display())
+            })?;
         for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
             walk(sub.clone(), format!("{name}-{}", sub.get_name()), dir)?;
         }
