@@ -333,6 +333,14 @@ impl Job {
                 if fs.exists(&memsw) {
                     self.write_checked(&memsw, &bytes.to_string(), "memory.memsw.limit_in_bytes")?;
                     files.push("memory.memsw.limit_in_bytes");
+                } else if has_swap(fs) {
+                    // Without it the job may push the machine into swap
+                    // without bound, and --memory would not hold what it says.
+                    return Err(JobError::Unenforceable {
+                        limit: "--memory",
+                        reason: "this machine has swap and cgroup v1 has no swap accounting (no memory.memsw.limit_in_bytes), so the job's swap cannot be bounded".into(),
+                        fix: "boot with swapaccount=1 (or cgroup v2), or turn swap off".into(),
+                    });
                 }
             }
             self.enforced.push(Enforced {
@@ -670,6 +678,18 @@ fn rmdir_tree(fs: &dyn CgroupFs, dir: &Path, depth: usize) -> Result<(), (PathBu
             Err(e) => return Err((dir.to_path_buf(), e)),
         }
     }
+}
+
+/// Whether the machine has swap (`SwapTotal` above 0 in `/proc/meminfo`);
+/// what cannot be read counts as swap.
+fn has_swap(fs: &dyn CgroupFs) -> bool {
+    let Ok(text) = fs.read(Path::new("/proc/meminfo")) else {
+        return true;
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("SwapTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .is_none_or(|kib| kib > 0)
 }
 
 #[cfg(test)]

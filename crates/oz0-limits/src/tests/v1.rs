@@ -122,14 +122,28 @@ fn v1_create_writes_limits_in_every_hierarchy() {
     no_jobs_left(&fs, "/sys/fs/cgroup");
 }
 
+/// Without swap accounting, --memory holds on a machine with no swap; with
+/// swap, the job's swap could not be bounded, and --memory is refused
+/// (naming the fix) rather than said to hold.
 #[test]
-fn v1_without_memsw_still_limits_memory() {
+fn v1_without_memsw_limits_memory_only_where_there_is_no_swap() {
     let fs = v1_host(1001, true);
     fs.omit_in_new_cgroups("memory.memsw.limit_in_bytes");
+    fs.set_file(
+        "/proc/meminfo",
+        "MemTotal: 1000 kB\nSwapTotal:       0 kB\n",
+    );
     let mode = probe_mode_with(fs.as_ref(), &ProbeOptions::default()).mode;
     let job = Job::create_with(fs.clone(), &mode, &run("r1"), &limits()).unwrap();
     assert!(!job.enforced()[0].mechanism.contains("memsw"));
     job.remove().unwrap();
+    fs.set_file(
+        "/proc/meminfo",
+        "MemTotal: 1000 kB\nSwapTotal: 2097148 kB\n",
+    );
+    let e = Job::create_with(fs.clone(), &mode, &run("r2"), &limits()).unwrap_err();
+    assert!(e.to_string().contains("swapaccount=1"), "{e}");
+    no_jobs_left(&fs, "/sys/fs/cgroup");
 }
 
 #[test]
