@@ -113,6 +113,24 @@ pub(super) fn is_loopback(host: &str) -> bool {
 
 pub(super) type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
 
+/// `step` of connecting to `url` (a lookup, a connect), within
+/// [`CONNECT_TIMEOUT`].
+async fn connecting<T>(
+    url: &Url,
+    step: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<T, HttpError> {
+    tokio::time::timeout(CONNECT_TIMEOUT, step)
+        .await
+        .map_err(|_| HttpError::ConnectTimeout {
+            authority: url.authority(),
+            secs: CONNECT_TIMEOUT.as_secs(),
+        })?
+        .map_err(|error| HttpError::Connect {
+            authority: url.authority(),
+            error,
+        })
+}
+
 pub(super) fn tls_config(
     ca_file: Option<&Path>,
 ) -> Result<Arc<rustls::ClientConfig>, RegistryError> {
@@ -227,16 +245,8 @@ impl Client {
         // name (or `[::ffff:127.0.0.1]`, `0.0.0.0`) a registry elsewhere
         // redirects to may lead to this machine.
         let addrs: Vec<std::net::SocketAddr> =
-            tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((host, url.port)))
-                .await
-                .map_err(|_| HttpError::ConnectTimeout {
-                    authority: url.authority(),
-                    secs: CONNECT_TIMEOUT.as_secs(),
-                })?
-                .map_err(|error| HttpError::Connect {
-                    authority: url.authority(),
-                    error,
-                })?
+            connecting(url, tokio::net::lookup_host((host, url.port)))
+                .await?
                 .filter(|a| !(url.not_here && is_here(a.ip())))
                 .collect();
         if addrs.is_empty() {
@@ -244,17 +254,7 @@ impl Client {
                 authority: url.authority(),
             });
         }
-        let stream =
-            tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(&addrs[..]))
-                .await
-                .map_err(|_| HttpError::ConnectTimeout {
-                    authority: url.authority(),
-                    secs: CONNECT_TIMEOUT.as_secs(),
-                })?
-                .map_err(|error| HttpError::Connect {
-                    authority: url.authority(),
-                    error,
-                })?;
+        let stream = connecting(url, tokio::net::TcpStream::connect(&addrs[..])).await?;
         let _ = stream.set_nodelay(true);
         if !url.tls {
             return handshake(stream).await;
