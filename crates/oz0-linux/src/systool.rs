@@ -20,7 +20,8 @@ pub enum NotSystems {
         /// Why.
         source: std::io::Error,
     },
-    /// Another user than root owns it.
+    /// Another user than root owns it (or, in a nested user namespace,
+    /// than an owner outside it).
     #[error("{} belongs to uid {uid}, not root", path.display())]
     Owner {
         /// What.
@@ -47,11 +48,16 @@ pub fn system_owned(p: &Path) -> Result<PathBuf, NotSystems> {
         move |source| NotSystems::Unseen { path, source }
     };
     let real = std::fs::canonicalize(p).map_err(unseen(p))?;
+    // In a user namespace below the first (a container, a test's), root's
+    // files outside it show as the overflow uid: that owner is taken for
+    // root there, and only there.
+    let nested = !in_first_user_namespace();
+    let unmapped = overflow_uid();
     let mut at = Some(real.as_path());
     while let Some(q) = at {
         // A real path: no link on the way to follow.
         let m = std::fs::symlink_metadata(q).map_err(unseen(q))?;
-        if m.uid() != 0 {
+        if m.uid() != 0 && !(m.uid() == unmapped && nested) {
             return Err(NotSystems::Owner {
                 path: q.to_path_buf(),
                 uid: m.uid(),
@@ -66,6 +72,22 @@ pub fn system_owned(p: &Path) -> Result<PathBuf, NotSystems> {
         at = q.parent();
     }
     Ok(real)
+}
+
+/// Whether this process is in the first user namespace (its uid map the
+/// whole identity); what cannot be read counts as the first.
+fn in_first_user_namespace() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map").map_or(true, |m| {
+        m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"]
+    })
+}
+
+/// The uid files of unmapped owners show as (`kernel.overflowuid`).
+fn overflow_uid() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/overflowuid")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(65534)
 }
 
 #[cfg(test)]
