@@ -520,7 +520,6 @@ async fn metrics(
         .into_response())
 }
 
-/// Times every request, by its route's pattern.
 /// The routes whose body may be up to [`MAX_LARGE_BODY_BYTES`].
 const OUTPUT_ROUTE: &str = "/v1/node/jobs/{job}/output";
 const COMPLETE_ROUTE: &str = "/v1/node/jobs/{job}/complete";
@@ -559,6 +558,7 @@ async fn known_sender(
     }
 }
 
+/// Times every request, by its route's pattern.
 async fn timed(
     State(edge): State<Arc<Edge>>,
     req: axum::extract::Request,
