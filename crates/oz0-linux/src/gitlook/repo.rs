@@ -67,6 +67,15 @@ enum Followed {
 /// Most links followed in one path, as the kernel allows.
 const MAX_LINKS: usize = 40;
 
+/// `/`, opened only as a path, where an absolute path is followed from.
+fn root() -> Result<OwnedFd, Errno> {
+    rustix::fs::open(
+        "/",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
 /// Puts the names of `p` in front of `todo`, a stack whose next name is
 /// its last (`.` left out: it changes nothing).
 fn push_front(todo: &mut Vec<OsString>, p: &Path) {
@@ -371,15 +380,9 @@ impl Looker<'_> {
     /// is the run's, when it lies in the writable folders.
     fn follow_path(&mut self, target: &Path) -> Option<(OwnedFd, PathBuf, bool)> {
         let lexically_inside = self.roots.iter().any(|r| target.starts_with(r.path));
-        let slash = match rustix::fs::open(
-            "/",
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(d) => d,
-            Err(_) => return None,
-        };
-        match self.follow_checked(slash, PathBuf::from("/"), target) {
+        // A root that cannot be opened is an error like any other on the
+        // way: inside the writable folders, a finding.
+        match root().and_then(|slash| self.follow_checked(slash, PathBuf::from("/"), target)) {
             Ok(Followed::RunsLink { dir, name, path }) => {
                 self.found(&dir, &name, path, What::Link);
                 None
@@ -475,11 +478,7 @@ impl Looker<'_> {
             let target = rustix::fs::readlinkat(&next, c"", Vec::new())?;
             let target = PathBuf::from(OsString::from_vec(target.into_bytes()));
             if target.is_absolute() {
-                cur = rustix::fs::open(
-                    "/",
-                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?;
+                cur = root()?;
                 at = PathBuf::from("/");
             }
             push_front(&mut todo, &target);
